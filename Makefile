@@ -1,0 +1,32 @@
+# chorus: CMake underneath, these targets on top.
+BUILD ?= build
+PREFIX ?= /usr/local
+JOBS ?= $(shell nproc)
+CMAKE_FLAGS ?=
+
+.PHONY: all test perf install asan tsan clean
+
+all: $(BUILD)/Makefile
+	@$(MAKE) --no-print-directory -C $(BUILD) -j$(JOBS)
+
+$(BUILD)/Makefile:
+	cmake -S . -B $(BUILD) -DCMAKE_INSTALL_PREFIX=$(PREFIX) $(CMAKE_FLAGS)
+
+test: all
+	cd $(BUILD) && ctest --output-on-failure -j2 --timeout 600
+
+# The main job: an AllReduce size sweep over 2 local ranks.
+perf: all
+	$(BUILD)/bin/allreduce_sweep -n 2 -b 8 -e 128M -f 2
+
+install: all
+	cmake --install $(BUILD) --prefix $(PREFIX)
+
+asan:
+	$(MAKE) BUILD=build-asan CMAKE_FLAGS="-DCHORUS_SANITIZE=address,undefined -DCMAKE_BUILD_TYPE=RelWithDebInfo" test
+
+tsan:
+	$(MAKE) BUILD=build-tsan CMAKE_FLAGS="-DCHORUS_SANITIZE=thread -DCMAKE_BUILD_TYPE=RelWithDebInfo" test
+
+clean:
+	rm -rf build build-asan build-tsan

@@ -1,0 +1,136 @@
+/* Collective and point-to-point entry points: check every argument, then
+ * hand a group item to group.c. Bad input changes nothing. */
+#include <string.h>
+
+#include "api/api.h"
+#include "api/group.h"
+#include "core/err.h"
+#include "core/log.h"
+
+struct callArgs {
+  int coll;
+  const void *sendbuff;
+  void *recvbuff;
+  size_t count;
+  ncclDataType_t dtype;
+  ncclRedOp_t op;
+  int root;
+  ncclComm_t comm;
+  cudaStream_t stream;
+};
+
+static int isReduction(int coll) {
+  return coll == collAllReduce || coll == collReduce || coll == collReduceScatter;
+}
+
+static ncclResult_t enqueueCheckArgs(const struct callArgs *a) {
+  const char *name = collName(a->coll);
+  CHECK(commCheck(a->comm, name));
+  struct ncclComm *comm = a->comm;
+  logSetRank(comm->rank);
+  ncclResult_t async = __atomic_load_n(&comm->asyncError, __ATOMIC_ACQUIRE);
+  if (async != ncclSuccess) {
+    WARN("%s : rank %d: communicator has failed earlier (%s); abort and re-create it", name, comm->rank,
+         ncclGetErrorString(async));
+    return async;
+  }
+  if (comm->finalized) {
+    WARN("%s : rank %d: communicator was finalized", name, comm->rank);
+    return ncclInvalidUsage;
+  }
+  if ((int)a->dtype < 0 || a->dtype >= ncclNumTypes) {
+    WARN("%s : invalid type %d", name, (int)a->dtype);
+    return ncclInvalidArgument;
+  }
+  struct groupItem item = {comm, a->stream, {0}};
+  struct collDesc *d = &item.desc;
+  d->coll = a->coll;
+  d->sendbuff = a->sendbuff;
+  d->recvbuff = a->recvbuff;
+  d->count = a->count;
+  d->dtype = a->dtype;
+  d->root = a->root;
+  d->red.dtype = a->dtype;
+  d->red.kind = redSum;
+  if (isReduction(a->coll)) CHECK(commLowerOp(comm, a->op, a->dtype, &d->red, name));
+  int rooted = a->coll == collBroadcast || a->coll == collReduce;
+  int p2p = a->coll == collSend || a->coll == collRecv;
+  if ((rooted || p2p) && (a->root < 0 || a->root >= comm->nranks)) {
+    WARN("%s : invalid %s %d (nranks %d)", name, p2p ? "peer" : "root", a->root, comm->nranks);
+    return ncclInvalidArgument;
+  }
+  size_t esz = dtypeSize(a->dtype);
+  if (a->count > SIZE_MAX / esz / (size_t)comm->nranks) {
+    WARN("%s : count %zu is too large", name, a->count);
+    return ncclInvalidArgument;
+  }
+  if (a->count > 0) {
+    int needSend = a->coll != collRecv && !(a->coll == collBroadcast && comm->rank != a->root);
+    int needRecv = a->coll != collSend && !(a->coll == collReduce && comm->rank != a->root);
+    if (needSend && a->sendbuff == NULL) {
+      WARN("%s : sendbuff argument is NULL with count %zu", name, a->count);
+      return ncclInvalidArgument;
+    }
+    if (needRecv && a->recvbuff == NULL) {
+      WARN("%s : recvbuff argument is NULL with count %zu", name, a->count);
+      return ncclInvalidArgument;
+    }
+  }
+  INFO(p2p ? subsysP2p : subsysColl,
+       "%s: opCount %llx sendbuff %p recvbuff %p count %zu datatype %d op %d root %d comm %p [nranks=%d] stream %p",
+       name, (unsigned long long)comm->opCount, a->sendbuff, a->recvbuff, a->count, (int)a->dtype,
+       isReduction(a->coll) ? (int)a->op : 0, a->root, (void *)comm, comm->nranks, (void *)a->stream);
+  comm->opCount++;
+  if (a->count == 0) return ncclSuccess; /* a no-op, as in NCCL */
+  return groupEnqueue(&item);
+}
+
+static ncclResult_t enqueueCheck(const struct callArgs *a) { return groupNoteError(enqueueCheckArgs(a)); }
+
+NCCL_API(ncclResult_t, ncclAllReduce, const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
+         ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
+  struct callArgs a = {collAllReduce, sendbuff, recvbuff, count, datatype, op, 0, comm, stream};
+  return enqueueCheck(&a);
+}
+
+NCCL_API(ncclResult_t, ncclBroadcast, const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
+         int root, ncclComm_t comm, cudaStream_t stream) {
+  struct callArgs a = {collBroadcast, sendbuff, recvbuff, count, datatype, ncclSum, root, comm, stream};
+  return enqueueCheck(&a);
+}
+
+NCCL_API(ncclResult_t, ncclBcast, void *buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
+         cudaStream_t stream) {
+  struct callArgs a = {collBroadcast, buff, buff, count, datatype, ncclSum, root, comm, stream};
+  return enqueueCheck(&a);
+}
+
+NCCL_API(ncclResult_t, ncclReduce, const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
+         ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream) {
+  struct callArgs a = {collReduce, sendbuff, recvbuff, count, datatype, op, root, comm, stream};
+  return enqueueCheck(&a);
+}
+
+NCCL_API(ncclResult_t, ncclAllGather, const void *sendbuff, void *recvbuff, size_t sendcount,
+         ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
+  struct callArgs a = {collAllGather, sendbuff, recvbuff, sendcount, datatype, ncclSum, 0, comm, stream};
+  return enqueueCheck(&a);
+}
+
+NCCL_API(ncclResult_t, ncclReduceScatter, const void *sendbuff, void *recvbuff, size_t recvcount,
+         ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
+  struct callArgs a = {collReduceScatter, sendbuff, recvbuff, recvcount, datatype, op, 0, comm, stream};
+  return enqueueCheck(&a);
+}
+
+NCCL_API(ncclResult_t, ncclSend, const void *sendbuff, size_t count, ncclDataType_t datatype, int peer,
+         ncclComm_t comm, cudaStream_t stream) {
+  struct callArgs a = {collSend, sendbuff, NULL, count, datatype, ncclSum, peer, comm, stream};
+  return enqueueCheck(&a);
+}
+
+NCCL_API(ncclResult_t, ncclRecv, void *recvbuff, size_t count, ncclDataType_t datatype, int peer,
+         ncclComm_t comm, cudaStream_t stream) {
+  struct callArgs a = {collRecv, NULL, recvbuff, count, datatype, ncclSum, peer, comm, stream};
+  return enqueueCheck(&a);
+}

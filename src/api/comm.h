@@ -1,0 +1,53 @@
+/* The communicator: one rank's view of a group of ranks. It owns its
+ * bootstrap connections, shared memory, connection table and schedule
+ * scratch (DESIGN.md invariant 6). */
+#ifndef CHORUS_API_COMM_H
+#define CHORUS_API_COMM_H
+#include <stdint.h>
+
+#include "bootstrap/bootstrap.h"
+#include "reduce/reduce.h"
+#include "transport/conn.h"
+#include "transport/shm.h"
+
+#define COMM_MAGIC 0x0280028002800280ull /* as NCCL: nickel is element 28 */
+#define COMM_MAX_CHANNELS 64
+#define COMM_MAX_USER_OPS 1024
+#define COMM_SCRATCH_BYTES (64 * 1024)
+
+struct userRedOp {
+  int used;
+  int dtype;
+  struct redOp red;
+};
+
+struct ncclComm {
+  uint64_t startMagic;
+  int rank, nranks, cudaDev;
+  int nch; /* collective channels */
+  int blocking;
+  struct bootstrap boot;
+  struct shmState shm;
+  struct connTable conns;
+  size_t slotBytes;
+  volatile int abortFlag;
+  ncclResult_t asyncError; /* sticky once a collective failed */
+  int finalized;
+  int busy;     /* calls in flight, so abort waits before freeing */
+  uint64_t opCount;
+  int *laneLast;   /* for the schedule being built (see algoCtx) */
+  uint64_t laneGen; /* schedule build that laneLast belongs to */
+  char *scratch;
+  struct userRedOp *userOps;
+  int nUserOps;
+  uint64_t endMagic;
+};
+
+/* ncclInvalidArgument with a WARN naming the call when comm is NULL,
+ * corrupted or destroyed. */
+ncclResult_t commCheck(const struct ncclComm *comm, const char *call);
+/* Lowers an ncclRedOp_t for a datatype into what the kernels do. */
+ncclResult_t commLowerOp(struct ncclComm *comm, ncclRedOp_t op, ncclDataType_t dtype, struct redOp *out,
+                         const char *call);
+
+#endif

@@ -1,0 +1,199 @@
+#include "api/group.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "api/api.h"
+#include "core/err.h"
+#include "core/log.h"
+#include "core/param.h"
+#include "engine/engine.h"
+#include "engine/stream.h"
+#include "tune/tune.h"
+
+/* Group state is per thread, as in NCCL. */
+static _Thread_local int groupDepth;
+static _Thread_local struct groupItem *groupItems;
+static _Thread_local int groupCount, groupCap;
+static _Thread_local ncclResult_t groupError;
+/* The NULL stream's schedule, reused so blocking calls do not allocate. */
+static _Thread_local struct schedule inlineSched;
+static uint64_t buildGeneration;
+
+static ncclResult_t buildItem(struct schedule *s, const struct groupItem *it, uint64_t gen) {
+  struct ncclComm *comm = it->comm;
+  if (comm->laneGen != gen) {
+    for (int i = 0; i < comm->nch + 2 * comm->nranks; i++) comm->laneLast[i] = -1;
+    comm->laneGen = gen;
+  }
+  size_t bytes = it->desc.count * dtypeSize(it->desc.dtype);
+  size_t smallCap = comm->slotBytes < COMM_SCRATCH_BYTES ? comm->slotBytes : COMM_SCRATCH_BYTES;
+  struct tuneChoice c = tuneChoose(it->desc.coll, bytes, comm->nranks, comm->nch, smallCap);
+  struct algoCtx ctx = {comm->rank, comm->nranks, &comm->conns, &comm->boot, &comm->abortFlag,
+                        comm->scratch, COMM_SCRATCH_BYTES, comm->laneLast};
+  TRACE(subsysTuning, "%s %zu bytes: algorithm %s, %d channel(s)", collName(it->desc.coll), bytes,
+        algoName(c.algo), c.nch);
+  ncclResult_t res = algoBuild(s, &ctx, &it->desc, c.algo, c.nch);
+  if (res != ncclSuccess) WARN("%s : rank %d: out of memory building the schedule", collName(it->desc.coll), comm->rank);
+  return res;
+}
+
+/* Sends to self must be matched by receives from self in the same launch,
+ * or the send would wait forever. */
+static ncclResult_t checkSelfP2p(const struct groupItem *items, int n) {
+  for (int i = 0; i < n; i++) {
+    const struct groupItem *a = &items[i];
+    if ((a->desc.coll != collSend && a->desc.coll != collRecv) || a->desc.root != a->comm->rank) continue;
+    int balance = 0;
+    for (int j = 0; j < n; j++) {
+      const struct groupItem *b = &items[j];
+      if (b->comm != a->comm || b->desc.root != a->comm->rank) continue;
+      if (b->desc.coll == collSend) balance++;
+      if (b->desc.coll == collRecv) balance--;
+    }
+    if (balance != 0) {
+      WARN("%s : rank %d: trying to %s self without a matching %s", collName(a->desc.coll), a->comm->rank,
+           balance > 0 ? "send to" : "receive from", balance > 0 ? "recv" : "send");
+      return ncclInvalidUsage;
+    }
+  }
+  return ncclSuccess;
+}
+
+static void markFailed(struct schedule *s, const struct groupItem *items, int n, cudaStream_t stream,
+                       ncclResult_t res) {
+  (void)s;
+  if (res == ncclSuccess) return;
+  for (int i = 0; i < n; i++)
+    if (items[i].stream == stream) {
+      ncclResult_t expected = ncclSuccess;
+      __atomic_compare_exchange_n(&items[i].comm->asyncError, &expected, res, 0, __ATOMIC_ACQ_REL,
+                                  __ATOMIC_ACQUIRE);
+    }
+}
+
+static void busyAdd(const struct groupItem *items, int n, cudaStream_t stream, int delta) {
+  for (int i = 0; i < n; i++)
+    if (items[i].stream == stream) __atomic_add_fetch(&items[i].comm->busy, delta, __ATOMIC_ACQ_REL);
+}
+
+struct streamJob {
+  struct streamWork work;
+  int n;
+  struct groupItem items[];
+};
+
+static void streamJobDone(struct streamWork *w, ncclResult_t res) {
+  struct streamJob *job = (struct streamJob *)w;
+  markFailed(&w->sched, job->items, job->n, job->items[0].stream, res);
+  busyAdd(job->items, job->n, job->items[0].stream, -1);
+  scheduleFree(&w->sched);
+  free(job);
+}
+
+static ncclResult_t launchStream(const struct groupItem *items, int n, cudaStream_t stream) {
+  int m = 0;
+  for (int i = 0; i < n; i++) m += items[i].stream == stream;
+  struct streamJob *job = calloc(1, sizeof *job + sizeof(struct groupItem) * m);
+  if (!job) return ncclSystemError;
+  uint64_t gen = __atomic_add_fetch(&buildGeneration, 1, __ATOMIC_RELAXED);
+  ncclResult_t res = ncclSuccess;
+  for (int i = 0; i < n && res == ncclSuccess; i++)
+    if (items[i].stream == stream) {
+      job->items[job->n++] = items[i];
+      res = buildItem(&job->work.sched, &items[i], gen);
+    }
+  if (res != ncclSuccess) {
+    scheduleFree(&job->work.sched);
+    free(job);
+    return res;
+  }
+  if (paramInt(paramDumpSchedule)) schedulePrint(&job->work.sched, stdout);
+  job->work.done = streamJobDone;
+  busyAdd(job->items, job->n, stream, 1);
+  streamEnqueue(stream, &job->work);
+  return ncclSuccess;
+}
+
+static ncclResult_t launch(const struct groupItem *items, int n) {
+  CHECK(checkSelfP2p(items, n));
+  for (int i = 0; i < n; i++) {
+    if (items[i].stream == NULL) continue;
+    int first = 1;
+    for (int j = 0; j < i; j++) first &= items[j].stream != items[i].stream;
+    if (first) CHECK(launchStream(items, n, items[i].stream));
+  }
+  struct schedule *s = &inlineSched;
+  scheduleReset(s);
+  uint64_t gen = __atomic_add_fetch(&buildGeneration, 1, __ATOMIC_RELAXED);
+  for (int i = 0; i < n; i++)
+    if (items[i].stream == NULL) CHECK(buildItem(s, &items[i], gen));
+  if (s->ntasks == 0) return ncclSuccess;
+  if (paramInt(paramDumpSchedule)) schedulePrint(s, stdout);
+  busyAdd(items, n, NULL, 1);
+  ncclResult_t res = engineRun(s);
+  markFailed(s, items, n, NULL, res);
+  busyAdd(items, n, NULL, -1);
+  return res;
+}
+
+ncclResult_t groupEnqueue(const struct groupItem *item) {
+  if (item->stream != NULL && !streamValid(item->stream)) {
+    WARN("%s : stream %p was not created by chorusStreamCreate", collName(item->desc.coll), (void *)item->stream);
+    return ncclInvalidArgument;
+  }
+  if (groupDepth == 0) return launch(item, 1);
+  if (groupCount == groupCap) {
+    int cap = groupCap ? 2 * groupCap : 16;
+    struct groupItem *g = realloc(groupItems, sizeof *g * cap);
+    if (!g) {
+      groupError = ncclSystemError;
+      return ncclSystemError;
+    }
+    groupItems = g;
+    groupCap = cap;
+  }
+  groupItems[groupCount++] = *item;
+  return ncclSuccess;
+}
+
+ncclResult_t groupNoteError(ncclResult_t res) {
+  if (res != ncclSuccess && groupDepth > 0 && groupError == ncclSuccess) groupError = res;
+  return res;
+}
+
+NCCL_API(ncclResult_t, ncclGroupStart, void) {
+  groupDepth++;
+  return ncclSuccess;
+}
+
+NCCL_API(ncclResult_t, ncclGroupEnd, void) {
+  if (groupDepth == 0) {
+    WARN("ncclGroupEnd: not in a group call.");
+    return ncclInvalidUsage;
+  }
+  if (--groupDepth > 0) return ncclSuccess;
+  ncclResult_t res = groupError;
+  if (res == ncclSuccess) res = launch(groupItems, groupCount);
+  groupCount = 0;
+  groupError = ncclSuccess;
+  return res;
+}
+
+NCCL_API(ncclResult_t, ncclGroupSimulateEnd, ncclSimInfo_t *simInfo) {
+  if (simInfo == NULL || simInfo->magic != 0x74685283) {
+    WARN("ncclGroupSimulateEnd : simInfo argument not initialized via NCCL_SIM_INFO_INITIALIZER");
+    return ncclInvalidArgument;
+  }
+  if (groupDepth == 0) {
+    WARN("ncclGroupSimulateEnd: not in a group call.");
+    return ncclInvalidUsage;
+  }
+  /* Nothing runs: the recorded operations are dropped, as NCCL does. */
+  simInfo->estimatedTime = 0.0f;
+  if (--groupDepth == 0) {
+    groupCount = 0;
+    groupError = ncclSuccess;
+  }
+  return ncclSuccess;
+}

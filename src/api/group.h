@@ -1,0 +1,22 @@
+/* Group calls and launching: every collective or point-to-point call is
+ * recorded as a group item; ncclGroupEnd (or the call itself outside a
+ * group) turns items into schedules and runs them, inline for the NULL
+ * stream or on the stream's worker. */
+#ifndef CHORUS_API_GROUP_H
+#define CHORUS_API_GROUP_H
+#include "algo/algo.h"
+#include "api/comm.h"
+
+struct groupItem {
+  struct ncclComm *comm;
+  cudaStream_t stream;
+  struct collDesc desc;
+};
+
+/* Records (in a group) or runs (outside one) an already-checked call. */
+ncclResult_t groupEnqueue(const struct groupItem *item);
+/* Inside a group, a call that failed its checks fails ncclGroupEnd too, and
+ * the whole group is dropped (as NCCL does). Returns res. */
+ncclResult_t groupNoteError(ncclResult_t res);
+
+#endif

@@ -1,0 +1,109 @@
+/* Reduction operators: built-in ones lowered per datatype, and user
+ * PreMulSum operators owned by a communicator. */
+#include <string.h>
+
+#include "api/api.h"
+#include "api/comm.h"
+#include "core/err.h"
+#include "core/log.h"
+#include "reduce/floatconv.h"
+
+/* Reads a scalar of the given datatype as double and as integer. */
+static void readScalar(const void *p, int dtype, double *f, int64_t *i) {
+  switch (dtype) {
+    case ncclInt8: *i = *(const int8_t *)p; *f = (double)*i; break;
+    case ncclUint8: *i = *(const uint8_t *)p; *f = (double)*i; break;
+    case ncclInt32: *i = *(const int32_t *)p; *f = (double)*i; break;
+    case ncclUint32: *i = *(const uint32_t *)p; *f = (double)*i; break;
+    case ncclInt64: *i = *(const int64_t *)p; *f = (double)*i; break;
+    case ncclUint64: *i = (int64_t)*(const uint64_t *)p; *f = (double)*(const uint64_t *)p; break;
+    case ncclFloat16: *f = halfToFloat(*(const uint16_t *)p); *i = (int64_t)*f; break;
+    case ncclFloat32: *f = *(const float *)p; *i = (int64_t)*f; break;
+    case ncclFloat64: *f = *(const double *)p; *i = (int64_t)*f; break;
+    case ncclBfloat16: *f = bf16ToFloat(*(const uint16_t *)p); *i = (int64_t)*f; break;
+    case ncclFloat8e4m3: *f = fp8ToFloat(*(const uint8_t *)p, 1); *i = (int64_t)*f; break;
+    case ncclFloat8e5m2: *f = fp8ToFloat(*(const uint8_t *)p, 0); *i = (int64_t)*f; break;
+  }
+}
+
+ncclResult_t commLowerOp(struct ncclComm *comm, ncclRedOp_t op, ncclDataType_t dtype, struct redOp *out,
+                         const char *call) {
+  memset(out, 0, sizeof *out);
+  out->dtype = dtype;
+  switch ((int)op) {
+    case ncclSum: out->kind = redSum; return ncclSuccess;
+    case ncclProd: out->kind = redProd; return ncclSuccess;
+    case ncclMax: out->kind = redMax; return ncclSuccess;
+    case ncclMin: out->kind = redMin; return ncclSuccess;
+    case ncclAvg:
+      if (dtypeIsFloat(dtype)) {
+        out->kind = redPreMulSum;
+        out->scaleF = 1.0 / comm->nranks;
+      } else {
+        out->kind = redSumPostDiv;
+        out->divisor = comm->nranks;
+      }
+      return ncclSuccess;
+  }
+  int idx = (int)op - ncclNumOps;
+  if ((int)op < 0 || idx < 0 || idx >= comm->nUserOps || !comm->userOps[idx].used) {
+    WARN("%s : invalid reduction operation %d (unknown to this communicator)", call, (int)op);
+    return ncclInvalidArgument;
+  }
+  if (comm->userOps[idx].dtype != (int)dtype) {
+    WARN("%s : reduction operation %d was created for %s, not %s", call, (int)op,
+         dtypeName(comm->userOps[idx].dtype), dtypeName(dtype));
+    return ncclInvalidArgument;
+  }
+  *out = comm->userOps[idx].red;
+  return ncclSuccess;
+}
+
+NCCL_API(ncclResult_t, ncclRedOpCreatePreMulSum, ncclRedOp_t *op, void *scalar, ncclDataType_t datatype,
+         ncclScalarResidence_t residence, ncclComm_t comm) {
+  CHECK(commCheck(comm, "ncclRedOpCreatePreMulSum"));
+  if (op == NULL || scalar == NULL) {
+    WARN("ncclRedOpCreatePreMulSum : %s argument is NULL", op == NULL ? "op" : "scalar");
+    return ncclInvalidArgument;
+  }
+  if ((int)datatype < 0 || datatype >= ncclNumTypes) {
+    WARN("ncclRedOpCreatePreMulSum : invalid datatype %d", (int)datatype);
+    return ncclInvalidArgument;
+  }
+  if (residence != ncclScalarDevice && residence != ncclScalarHostImmediate) {
+    WARN("ncclRedOpCreatePreMulSum : invalid residence %d", (int)residence);
+    return ncclInvalidArgument;
+  }
+  int idx = 0;
+  while (idx < comm->nUserOps && comm->userOps[idx].used) idx++;
+  if (idx == COMM_MAX_USER_OPS) {
+    WARN("ncclRedOpCreatePreMulSum : too many reduction operations (%d)", COMM_MAX_USER_OPS);
+    return ncclInvalidUsage;
+  }
+  struct userRedOp *u = &comm->userOps[idx];
+  memset(u, 0, sizeof *u);
+  u->used = 1;
+  u->dtype = datatype;
+  u->red.dtype = datatype;
+  u->red.kind = redPreMulSum;
+  /* Host memory either way: the scalar is read now. */
+  readScalar(scalar, datatype, &u->red.scaleF, &u->red.scaleI);
+  if (idx == comm->nUserOps) comm->nUserOps++;
+  *op = (ncclRedOp_t)(ncclNumOps + idx);
+  return ncclSuccess;
+}
+
+NCCL_API(ncclResult_t, ncclRedOpDestroy, ncclRedOp_t op, ncclComm_t comm) {
+  CHECK(commCheck(comm, "ncclRedOpDestroy"));
+  if ((int)op >= 0 && (int)op < ncclNumOps) {
+    WARN("ncclRedOpDestroy : operator %d is a NCCL builtin", (int)op);
+    return ncclInvalidArgument;
+  }
+  int idx = (int)op - ncclNumOps;
+  if ((int)op < 0 || idx >= comm->nUserOps || !comm->userOps[idx].used) {
+    WARN("ncclRedOpDestroy : operator %d is unknown to this communicator", (int)op);
+    return ncclInvalidArgument;
+  }
+  comm->userOps[idx].used = 0;
+  return ncclSuccess;
+}

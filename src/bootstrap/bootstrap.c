@@ -1,0 +1,333 @@
+#define _GNU_SOURCE
+#include "bootstrap/bootstrap.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include "core/err.h"
+#include "core/log.h"
+#include "core/param.h"
+
+#define BOOTSTRAP_MAX_RANKS (1 << 20)
+#define BOOTSTRAP_HELLO_TIMEOUT_NS 2000000000ull
+static const uint64_t goodbyeMagic = 0x6579622d73756f72ull; /* "rous-bye" */
+
+struct rootHello {
+  uint64_t secret;
+  int32_t rank, nranks;
+  struct bootstrapPeerInfo info;
+};
+struct meshHello {
+  uint64_t secret;
+  int32_t rank, pad;
+};
+
+static uint64_t fnv1a(uint64_t h, const char *s) {
+  for (; *s; s++) h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
+  return h;
+}
+
+uint64_t bootstrapHostHash(void) {
+  const char *id = paramStr(paramHostId);
+  uint64_t h = 0xcbf29ce484222325ull;
+  if (id[0]) return fnv1a(h, id);
+  char host[256] = "";
+  gethostname(host, sizeof host - 1);
+  h = fnv1a(h, host);
+  FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+  if (f) {
+    char boot[64] = "";
+    if (fgets(boot, sizeof boot, f)) h = fnv1a(h, boot);
+    fclose(f);
+  }
+  return h;
+}
+
+/* ---- root: collects every rank's info, then sends everyone the table ---- */
+
+struct rootArgs {
+  int listenFd;
+  uint64_t secret;
+  int nranks; /* 0: learned from the first hello */
+};
+
+/* Reads one fixed-size hello with a short deadline, so a connection that
+ * never speaks cannot hold the rendezvous for long. */
+static ncclResult_t recvHello(int fd, void *buf, size_t len) {
+  struct waitState w;
+  waitBegin(&w, NULL, NULL, NULL, "bootstrap hello");
+  w.timeoutNs = BOOTSTRAP_HELLO_TIMEOUT_NS;
+  return sockRecvAll(fd, buf, len, &w);
+}
+
+static void *rootThread(void *argp) {
+  struct rootArgs a = *(struct rootArgs *)argp;
+  free(argp);
+  int nranks = a.nranks, got = 0;
+  int *fds = NULL;
+  struct bootstrapPeerInfo *infos = NULL;
+  struct waitState w;
+  waitBegin(&w, NULL, NULL, NULL, "bootstrap root waiting for ranks");
+  while (nranks == 0 || got < nranks) {
+    int fd;
+    if (sockTryAccept(a.listenFd, &fd) != ncclSuccess) break;
+    if (fd < 0) {
+      if (waitPause(&w) != ncclSuccess) break;
+      continue;
+    }
+    waitProgress(&w);
+    struct rootHello hello;
+    if (recvHello(fd, &hello, sizeof hello) != ncclSuccess || hello.secret != a.secret) {
+      WARN("Bootstrap : root dropped a connection that did not present the secret");
+      close(fd);
+      continue;
+    }
+    if (hello.nranks <= 0 || hello.nranks > BOOTSTRAP_MAX_RANKS || (nranks && hello.nranks != nranks) ||
+        hello.rank < 0 || hello.rank >= hello.nranks || (fds && fds[hello.rank] >= 0)) {
+      WARN("Bootstrap : root got rank %d of %d, expected a new rank of %d", hello.rank, hello.nranks, nranks);
+      close(fd);
+      continue;
+    }
+    if (fds == NULL) {
+      nranks = hello.nranks;
+      fds = malloc(sizeof(int) * nranks);
+      infos = calloc(nranks, sizeof *infos);
+      if (!fds || !infos) break;
+      for (int i = 0; i < nranks; i++) fds[i] = -1;
+    }
+    fds[hello.rank] = fd;
+    infos[hello.rank] = hello.info;
+    got++;
+  }
+  if (nranks > 0 && got == nranks) {
+    for (int i = 0; i < nranks; i++) {
+      struct waitState ws;
+      waitBegin(&ws, NULL, NULL, NULL, "bootstrap root reply");
+      if (sockSendAll(fds[i], infos, sizeof *infos * nranks, &ws) != ncclSuccess)
+        WARN("Bootstrap : root could not reach rank %d", i);
+    }
+  } else {
+    WARN("Bootstrap : root gave up with %d of %d ranks checked in", got, nranks);
+  }
+  for (int i = 0; fds && i < nranks; i++)
+    if (fds[i] >= 0) close(fds[i]);
+  free(fds);
+  free(infos);
+  close(a.listenFd);
+  return NULL;
+}
+
+static ncclResult_t spawnRoot(int listenFd, uint64_t secret, int nranks) {
+  struct rootArgs *a = malloc(sizeof *a);
+  if (!a) return ncclSystemError;
+  a->listenFd = listenFd;
+  a->secret = secret;
+  a->nranks = nranks;
+  pthread_t t;
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  int err = pthread_create(&t, &attr, rootThread, a);
+  pthread_attr_destroy(&attr);
+  if (err) {
+    free(a);
+    close(listenFd);
+    WARN("Bootstrap : cannot start the root thread: %s", strerror(err));
+    return ncclSystemError;
+  }
+  return ncclSuccess;
+}
+
+ncclResult_t bootstrapGetUniqueId(struct bootstrapHandle *h) {
+  memset(h, 0, sizeof *h);
+  const char *commId = paramStr(paramCommId);
+  if (commId[0]) {
+    CHECK(sockAddrParse(commId, &h->addr));
+    h->secret = BOOTSTRAP_COMM_ID_SECRET;
+    return ncclSuccess;
+  }
+  char ifname[64];
+  CHECK(sockPickAddr(&h->addr, ifname, sizeof ifname));
+  if (getrandom(&h->secret, sizeof h->secret, 0) != sizeof h->secret) {
+    WARN("Call to getrandom failed: %s", strerror(errno));
+    return ncclSystemError;
+  }
+  int fd;
+  CHECK(sockListen(&h->addr, &fd));
+  char buf[80];
+  INFO(subsysBootstrap, "Bootstrap : root listening on %s (%s)", sockAddrStr(&h->addr, buf, sizeof buf), ifname);
+  return spawnRoot(fd, h->secret, 0);
+}
+
+ncclResult_t bootstrapStartRoot(const struct bootstrapHandle *h, int nranks) {
+  union sockAddr addr = h->addr;
+  int fd;
+  CHECK(sockListen(&addr, &fd));
+  return spawnRoot(fd, h->secret, nranks);
+}
+
+/* ---- ranks ---- */
+
+static ncclResult_t meshConnect(struct bootstrap *b) {
+  struct waitState w;
+  waitBegin(&w, b->abortFlag, NULL, NULL, "bootstrap mesh");
+  /* Connect to every lower rank (they listen already: the root replied only
+   * after all had checked in), then accept every higher one. */
+  for (int j = 0; j < b->rank; j++) {
+    CHECK(sockConnect(&b->peers[j].listenAddr, &b->peerFd[j], &w));
+    struct meshHello hello = {b->secret, b->rank, 0};
+    CHECK(sockSendAll(b->peerFd[j], &hello, sizeof hello, &w));
+  }
+  int missing = b->nranks - 1 - b->rank;
+  while (missing > 0) {
+    int fd;
+    CHECK(sockTryAccept(b->listenFd, &fd));
+    if (fd < 0) {
+      CHECK(waitPause(&w));
+      continue;
+    }
+    waitProgress(&w);
+    struct meshHello hello;
+    if (recvHello(fd, &hello, sizeof hello) != ncclSuccess || hello.secret != b->secret ||
+        hello.rank <= b->rank || hello.rank >= b->nranks || b->peerFd[hello.rank] >= 0) {
+      WARN("Bootstrap : rank %d dropped a connection without the communicator's secret", b->rank);
+      close(fd);
+      continue;
+    }
+    b->peerFd[hello.rank] = fd;
+    missing--;
+  }
+  return ncclSuccess;
+}
+
+ncclResult_t bootstrapInit(struct bootstrap *b, const struct bootstrapHandle *h, int rank, int nranks,
+                           const struct bootstrapPeerInfo *me, volatile int *abortFlag) {
+  memset(b, 0, sizeof *b);
+  b->rank = rank;
+  b->nranks = nranks;
+  b->secret = h->secret;
+  b->abortFlag = abortFlag;
+  b->listenFd = -1;
+  b->peerFd = malloc(sizeof(int) * nranks);
+  b->departed = calloc(nranks, 1);
+  b->peers = calloc(nranks, sizeof *b->peers);
+  if (!b->peerFd || !b->departed || !b->peers) return ncclSystemError;
+  for (int i = 0; i < nranks; i++) b->peerFd[i] = -1;
+
+  struct rootHello hello = {h->secret, rank, nranks, *me};
+  /* Listen on the interface that reaches the root's network. */
+  char ifname[64];
+  CHECK(sockPickAddr(&hello.info.listenAddr, ifname, sizeof ifname));
+  if (hello.info.listenAddr.sa.sa_family == AF_INET) hello.info.listenAddr.sin.sin_port = 0;
+  else hello.info.listenAddr.sin6.sin6_port = 0;
+  CHECK(sockListen(&hello.info.listenAddr, &b->listenFd));
+
+  struct waitState w;
+  waitBegin(&w, abortFlag, NULL, NULL, "bootstrap rendezvous with the root");
+  int rootFd;
+  CHECK(sockConnect(&h->addr, &rootFd, &w));
+  ncclResult_t res;
+  CHECKGOTO(sockSendAll(rootFd, &hello, sizeof hello, &w), res, out);
+  CHECKGOTO(sockRecvAll(rootFd, b->peers, sizeof *b->peers * nranks, &w), res, out);
+  close(rootFd);
+  rootFd = -1;
+  for (int i = 0; i < nranks; i++)
+    if (b->peers[i].rank != i) {
+      WARN("Bootstrap : inconsistent rank table from the root (slot %d holds rank %d)", i, b->peers[i].rank);
+      return ncclInternalError;
+    }
+  res = meshConnect(b);
+out:
+  if (rootFd >= 0) close(rootFd);
+  return res;
+}
+
+ncclResult_t bootstrapSend(struct bootstrap *b, int peer, const void *data, size_t size) {
+  struct waitState w;
+  waitBegin(&w, b->abortFlag, bootstrapLiveness, b, "bootstrap send");
+  return sockSendAll(b->peerFd[peer], data, size, &w);
+}
+
+ncclResult_t bootstrapRecv(struct bootstrap *b, int peer, void *data, size_t size) {
+  struct waitState w;
+  waitBegin(&w, b->abortFlag, bootstrapLiveness, b, "bootstrap recv");
+  return sockRecvAll(b->peerFd[peer], data, size, &w);
+}
+
+/* Ring exchange over the mesh: at step s, send to rank+s and receive from
+ * rank-s; one message in flight per direction keeps socket buffers from
+ * filling up on both sides at once. */
+ncclResult_t bootstrapAllGather(struct bootstrap *b, void *data, size_t size) {
+  char *d = data;
+  for (int s = 1; s < b->nranks; s++) {
+    int to = (b->rank + s) % b->nranks, from = (b->rank - s + b->nranks) % b->nranks;
+    if (b->rank < to) {
+      CHECK(bootstrapSend(b, to, d + (size_t)b->rank * size, size));
+      CHECK(bootstrapRecv(b, from, d + (size_t)from * size, size));
+    } else {
+      CHECK(bootstrapRecv(b, from, d + (size_t)from * size, size));
+      CHECK(bootstrapSend(b, to, d + (size_t)b->rank * size, size));
+    }
+  }
+  return ncclSuccess;
+}
+
+ncclResult_t bootstrapBarrier(struct bootstrap *b) {
+  char *tmp = calloc(b->nranks, 1);
+  if (!tmp) return ncclSystemError;
+  ncclResult_t res = bootstrapAllGather(b, tmp, 1);
+  free(tmp);
+  return res;
+}
+
+/* A peer is gone when its end of the mesh connection shut down without the
+ * goodbye that bootstrapClose sends first. */
+ncclResult_t bootstrapLiveness(void *arg) {
+  struct bootstrap *b = arg;
+  for (int i = 0; i < b->nranks; i++) {
+    if (b->peerFd[i] < 0 || b->departed[i]) continue;
+    struct pollfd p = {b->peerFd[i], POLLRDHUP, 0};
+    if (poll(&p, 1, 0) <= 0 || !(p.revents & (POLLRDHUP | POLLHUP | POLLERR))) continue;
+    int pending = 0;
+    ioctl(b->peerFd[i], FIONREAD, &pending);
+    if (pending >= (int)sizeof goodbyeMagic && !(p.revents & POLLERR)) {
+      char buf[4096];
+      ssize_t n = recv(b->peerFd[i], buf, sizeof buf, MSG_PEEK | MSG_DONTWAIT);
+      uint64_t tail;
+      if (n >= (ssize_t)sizeof tail) {
+        memcpy(&tail, buf + n - sizeof tail, sizeof tail);
+        if (tail == goodbyeMagic) {
+          b->departed[i] = 1;
+          continue;
+        }
+      }
+    }
+    WARN("rank %d (host %s, pid %d) exited or lost its connection to rank %d", i, b->peers[i].hostname,
+         b->peers[i].pid, b->rank);
+    return ncclRemoteError;
+  }
+  return ncclSuccess;
+}
+
+void bootstrapClose(struct bootstrap *b) {
+  for (int i = 0; b->peerFd && i < b->nranks; i++) {
+    if (b->peerFd[i] < 0) continue;
+    send(b->peerFd[i], &goodbyeMagic, sizeof goodbyeMagic, MSG_NOSIGNAL | MSG_DONTWAIT);
+    close(b->peerFd[i]);
+  }
+  if (b->listenFd >= 0) close(b->listenFd);
+  free(b->peerFd);
+  free(b->departed);
+  free(b->peers);
+  b->peerFd = NULL;
+  b->departed = NULL;
+  b->peers = NULL;
+  b->listenFd = -1;
+}

@@ -1,0 +1,61 @@
+/* Unique id, rendezvous through a root thread, then a mesh of TCP
+ * connections between the ranks for out-of-band all-gather, send/recv and
+ * barrier; the same connections tell whether a peer is still alive. */
+#ifndef CHORUS_BOOTSTRAP_BOOTSTRAP_H
+#define CHORUS_BOOTSTRAP_BOOTSTRAP_H
+#include <stdint.h>
+
+#include "bootstrap/socket.h"
+#include "nccl.h"
+
+/* Fixed secret used with NCCL_COMM_ID, where every rank derives the same id. */
+#define BOOTSTRAP_COMM_ID_SECRET 0x0280028002800280ull
+
+/* What ncclUniqueId carries (the rest of its 128 bytes is zero). */
+struct bootstrapHandle {
+  uint64_t secret;
+  union sockAddr addr;
+};
+
+/* What each rank tells the others at rendezvous. */
+struct bootstrapPeerInfo {
+  int rank;
+  int pid;
+  int cudaDev;
+  int pad;
+  uint64_t nonce;    /* random per rank; rank 0's names the communicator */
+  uint64_t hostHash; /* hostname + boot id, or NCCL_HOSTID */
+  char hostname[64];
+  union sockAddr listenAddr;
+};
+
+struct bootstrap {
+  int rank, nranks;
+  uint64_t secret;
+  int listenFd;
+  int *peerFd;      /* mesh connection to each rank, -1 for self */
+  char *departed;   /* peer said goodbye: its EOF is no failure */
+  struct bootstrapPeerInfo *peers;
+  volatile int *abortFlag;
+};
+
+/* Fills a handle for ncclGetUniqueId: NCCL_COMM_ID, or a fresh root thread
+ * listening on this host with a random secret. */
+ncclResult_t bootstrapGetUniqueId(struct bootstrapHandle *h);
+/* With NCCL_COMM_ID, rank 0 hosts the root. */
+ncclResult_t bootstrapStartRoot(const struct bootstrapHandle *h, int nranks);
+ncclResult_t bootstrapInit(struct bootstrap *b, const struct bootstrapHandle *h, int rank, int nranks,
+                           const struct bootstrapPeerInfo *me, volatile int *abortFlag);
+/* data holds nranks blocks of size bytes; this rank's block is filled in. */
+ncclResult_t bootstrapAllGather(struct bootstrap *b, void *data, size_t size);
+ncclResult_t bootstrapSend(struct bootstrap *b, int peer, const void *data, size_t size);
+ncclResult_t bootstrapRecv(struct bootstrap *b, int peer, void *data, size_t size);
+ncclResult_t bootstrapBarrier(struct bootstrap *b);
+/* The liveness check of the one wait: ncclRemoteError, with a WARN naming
+ * the rank, host and pid, once a peer has gone without saying goodbye. */
+ncclResult_t bootstrapLiveness(void *bootstrap);
+/* Says goodbye to every peer and closes everything. */
+void bootstrapClose(struct bootstrap *b);
+uint64_t bootstrapHostHash(void);
+
+#endif

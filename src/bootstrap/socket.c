@@ -1,0 +1,250 @@
+#define _GNU_SOURCE
+#include "bootstrap/socket.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/err.h"
+#include "core/log.h"
+#include "core/param.h"
+
+static socklen_t addrLen(const union sockAddr *a) {
+  return a->sa.sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
+}
+
+const char *sockAddrStr(const union sockAddr *a, char *buf, size_t len) {
+  char host[INET6_ADDRSTRLEN] = "?";
+  if (a->sa.sa_family == AF_INET6) {
+    inet_ntop(AF_INET6, &a->sin6.sin6_addr, host, sizeof host);
+    snprintf(buf, len, "[%s]:%d", host, ntohs(a->sin6.sin6_port));
+  } else {
+    inet_ntop(AF_INET, &a->sin.sin_addr, host, sizeof host);
+    snprintf(buf, len, "%s:%d", host, ntohs(a->sin.sin_port));
+  }
+  return buf;
+}
+
+ncclResult_t sockAddrParse(const char *text, union sockAddr *out) {
+  char host[256];
+  const char *port;
+  memset(out, 0, sizeof *out);
+  if (text[0] == '[') {
+    const char *end = strchr(text, ']');
+    if (!end || end[1] != ':' || (size_t)(end - text - 1) >= sizeof host) goto bad;
+    memcpy(host, text + 1, end - text - 1);
+    host[end - text - 1] = 0;
+    port = end + 2;
+  } else {
+    const char *colon = strrchr(text, ':');
+    if (!colon || (size_t)(colon - text) >= sizeof host) goto bad;
+    memcpy(host, text, colon - text);
+    host[colon - text] = 0;
+    port = colon + 1;
+  }
+  char *endp;
+  long p = strtol(port, &endp, 10);
+  if (*port == 0 || *endp || p <= 0 || p > 65535) goto bad;
+  struct addrinfo hints = {0}, *res = NULL;
+  hints.ai_socktype = SOCK_STREAM;
+  if (getaddrinfo(host, NULL, &hints, &res) != 0 || res == NULL) goto bad;
+  memcpy(out, res->ai_addr, res->ai_addrlen < sizeof *out ? res->ai_addrlen : sizeof *out);
+  freeaddrinfo(res);
+  if (out->sa.sa_family == AF_INET6) out->sin6.sin6_port = htons((uint16_t)p);
+  else out->sin.sin_port = htons((uint16_t)p);
+  return ncclSuccess;
+bad:
+  WARN("Invalid address '%s': expected ipv4:port, [ipv6]:port or host:port", text);
+  return ncclInvalidArgument;
+}
+
+/* NCCL_SOCKET_IFNAME semantics: comma list of prefixes; leading ^ excludes;
+ * then a leading = makes the names exact. */
+static int ifnameMatches(const char *name, const char *spec, int *excludeOut) {
+  int exclude = 0, exact = 0;
+  if (*spec == '^') {
+    exclude = 1;
+    spec++;
+  }
+  if (*spec == '=') {
+    exact = 1;
+    spec++;
+  }
+  *excludeOut = exclude;
+  char buf[256];
+  snprintf(buf, sizeof buf, "%s", spec);
+  for (char *save, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+    int hit = exact ? strcmp(name, tok) == 0 : strncmp(name, tok, strlen(tok)) == 0;
+    if (hit) return !exclude;
+  }
+  return exclude;
+}
+
+ncclResult_t sockPickAddr(union sockAddr *out, char *ifname, size_t ifnameLen) {
+  const char *spec = paramStr(paramSocketIfname);
+  const char *fam = paramStr(paramSocketFamily);
+  int family = strcmp(fam, "AF_INET") == 0 ? AF_INET : strcmp(fam, "AF_INET6") == 0 ? AF_INET6 : 0;
+  struct ifaddrs *ifs;
+  SYSCHECK(getifaddrs(&ifs), "getifaddrs");
+  /* Pass 0: user spec, or the default preference; pass 1: loopback. */
+  int found = 0;
+  for (int pass = 0; pass < 2 && !found; pass++) {
+    for (struct ifaddrs *i = ifs; i && !found; i = i->ifa_next) {
+      if (!i->ifa_addr || !(i->ifa_flags & IFF_UP)) continue;
+      int f = i->ifa_addr->sa_family;
+      if (f != AF_INET && f != AF_INET6) continue;
+      if (family && f != family) continue;
+      if (f == AF_INET6) {
+        struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)i->ifa_addr;
+        if (IN6_IS_ADDR_LOOPBACK(&s6->sin6_addr) || IN6_IS_ADDR_LINKLOCAL(&s6->sin6_addr)) continue;
+      }
+      int excl;
+      if (spec[0]) {
+        if (pass == 1 || !ifnameMatches(i->ifa_name, spec, &excl)) continue;
+      } else if (pass == 0) {
+        if (!strncmp(i->ifa_name, "docker", 6) || !strncmp(i->ifa_name, "lo", 2) ||
+            !strncmp(i->ifa_name, "virbr", 5) || (i->ifa_flags & IFF_LOOPBACK))
+          continue;
+      } else if (!(i->ifa_flags & IFF_LOOPBACK)) {
+        continue;
+      }
+      memset(out, 0, sizeof *out);
+      memcpy(out, i->ifa_addr, f == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6));
+      snprintf(ifname, ifnameLen, "%s", i->ifa_name);
+      found = 1;
+    }
+  }
+  freeifaddrs(ifs);
+  if (!found) {
+    WARN("Bootstrap : no socket interface found%s%s", spec[0] ? " matching NCCL_SOCKET_IFNAME=" : "", spec);
+    return ncclInvalidUsage;
+  }
+  return ncclSuccess;
+}
+
+static ncclResult_t setNonblocking(int fd) {
+  int flags = fcntl(fd, F_GETFL);
+  SYSCHECK(flags, "fcntl");
+  SYSCHECK(fcntl(fd, F_SETFL, flags | O_NONBLOCK), "fcntl");
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  return ncclSuccess;
+}
+
+ncclResult_t sockListen(union sockAddr *addr, int *fd) {
+  int s = socket(addr->sa.sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  SYSCHECK(s, "socket");
+  int one = 1;
+  setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  socklen_t len = addrLen(addr);
+  if (bind(s, &addr->sa, len) < 0 || listen(s, 1024) < 0 || getsockname(s, &addr->sa, &len) < 0) {
+    char buf[80];
+    WARN("Bootstrap : cannot listen on %s: %s", sockAddrStr(addr, buf, sizeof buf), strerror(errno));
+    close(s);
+    return ncclSystemError;
+  }
+  ncclResult_t res = setNonblocking(s);
+  if (res != ncclSuccess) {
+    close(s);
+    return res;
+  }
+  *fd = s;
+  return ncclSuccess;
+}
+
+ncclResult_t sockConnect(const union sockAddr *addr, int *fd, struct waitState *w) {
+  for (;;) {
+    int s = socket(addr->sa.sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    SYSCHECK(s, "socket");
+    if (connect(s, &addr->sa, addrLen(addr)) == 0) {
+      ncclResult_t res = setNonblocking(s);
+      if (res != ncclSuccess) close(s);
+      else *fd = s;
+      return res;
+    }
+    int err = errno;
+    close(s);
+    if (err != ECONNREFUSED && err != ETIMEDOUT && err != EHOSTUNREACH && err != ENETUNREACH &&
+        err != EINTR && err != EAGAIN) {
+      char buf[80];
+      WARN("Bootstrap : connect to %s failed: %s", sockAddrStr(addr, buf, sizeof buf), strerror(err));
+      return ncclRemoteError;
+    }
+    /* The listener is not up yet: retry, backing off through the one wait. */
+    for (int i = 0; i < 64; i++) CHECK(waitPause(w));
+  }
+}
+
+ncclResult_t sockTryAccept(int listenFd, int *fd) {
+  int s = accept4(listenFd, NULL, NULL, SOCK_CLOEXEC);
+  if (s < 0) {
+    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ECONNABORTED) {
+      *fd = -1;
+      return ncclSuccess;
+    }
+    WARN("Call to accept failed: %s", strerror(errno));
+    return ncclSystemError;
+  }
+  ncclResult_t res = setNonblocking(s);
+  if (res != ncclSuccess) {
+    close(s);
+    return res;
+  }
+  *fd = s;
+  return ncclSuccess;
+}
+
+ncclResult_t sockSendAll(int fd, const void *buf, size_t len, struct waitState *w) {
+  const char *p = buf;
+  while (len > 0) {
+    ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
+    if (n > 0) {
+      p += n;
+      len -= (size_t)n;
+      waitProgress(w);
+    } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+      CHECK(waitPause(w));
+    } else {
+      WARN("Bootstrap : send failed: %s", strerror(errno));
+      return ncclRemoteError;
+    }
+  }
+  return ncclSuccess;
+}
+
+ncclResult_t sockRecvAll(int fd, void *buf, size_t len, struct waitState *w) {
+  char *p = buf;
+  while (len > 0) {
+    ssize_t n = recv(fd, p, len, 0);
+    if (n > 0) {
+      p += n;
+      len -= (size_t)n;
+      waitProgress(w);
+    } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+      CHECK(waitPause(w));
+    } else {
+      INFO(subsysBootstrap, "Bootstrap : connection closed by remote peer (%s)", n == 0 ? "EOF" : strerror(errno));
+      return ncclRemoteError;
+    }
+  }
+  return ncclSuccess;
+}
+
+int sockPeerClosed(int fd) {
+  struct pollfd p = {fd, POLLIN, 0};
+  if (poll(&p, 1, 0) <= 0) return 0;
+  if (p.revents & (POLLHUP | POLLERR)) return 1;
+  char c;
+  ssize_t n = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+  return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}

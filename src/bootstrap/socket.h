@@ -1,0 +1,36 @@
+/* TCP helpers for the bootstrap: interface choice, listen, connect with
+ * retry, and whole-buffer send/recv that wait through the one wait. */
+#ifndef CHORUS_BOOTSTRAP_SOCKET_H
+#define CHORUS_BOOTSTRAP_SOCKET_H
+#include <stddef.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include "core/wait.h"
+#include "nccl.h"
+
+union sockAddr {
+  struct sockaddr sa;
+  struct sockaddr_in sin;
+  struct sockaddr_in6 sin6;
+};
+
+/* "ip:port" or "[ip6]:port". */
+const char *sockAddrStr(const union sockAddr *a, char *buf, size_t len);
+/* Parses NCCL_COMM_ID's forms: ipv4:port, [ipv6]:port, host:port. */
+ncclResult_t sockAddrParse(const char *text, union sockAddr *out);
+/* The address to listen on: NCCL_SOCKET_IFNAME / NCCL_SOCKET_FAMILY, else
+ * the first interface that is not docker, virbr or loopback, else loopback. */
+ncclResult_t sockPickAddr(union sockAddr *out, char *ifname, size_t ifnameLen);
+/* Listens on addr (port 0: any); writes the bound address back. Nonblocking. */
+ncclResult_t sockListen(union sockAddr *addr, int *fd);
+/* Connects, retrying while the listener is not up yet; nonblocking fd. */
+ncclResult_t sockConnect(const union sockAddr *addr, int *fd, struct waitState *w);
+/* Accepts one connection if one is pending: *fd = -1 when none. */
+ncclResult_t sockTryAccept(int listenFd, int *fd);
+ncclResult_t sockSendAll(int fd, const void *buf, size_t len, struct waitState *w);
+ncclResult_t sockRecvAll(int fd, void *buf, size_t len, struct waitState *w);
+/* 1 when the peer closed the connection (EOF, reset), 0 otherwise; never blocks. */
+int sockPeerClosed(int fd);
+
+#endif

@@ -1,0 +1,19 @@
+#ifndef CHORUS_CORE_CLOCK_H
+#define CHORUS_CORE_CLOCK_H
+#include <stdint.h>
+#include <time.h>
+
+static inline uint64_t clockNs(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static inline void cpuRelax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
+#endif

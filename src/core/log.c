@@ -1,0 +1,123 @@
+#define _GNU_SOURCE
+#include "core/log.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "chorus.h"
+#include "core/param.h"
+
+int logLevelCached = -1;
+static unsigned logSubsysMask;
+static FILE *logFile;
+static char logHost[64];
+static pthread_once_t logOnce = PTHREAD_ONCE_INIT;
+static pthread_mutex_t logLock = PTHREAD_MUTEX_INITIALIZER;
+static char lastError[1024];
+static _Thread_local int logRank = -1;
+
+static const struct {
+  const char *name;
+  unsigned bit;
+} subsysNames[] = {{"INIT", subsysInit},   {"COLL", subsysColl},           {"P2P", subsysP2p},
+                   {"SHM", subsysShm},     {"NET", subsysNet},             {"BOOTSTRAP", subsysBootstrap},
+                   {"ENV", subsysEnv},     {"ALLOC", subsysAlloc},         {"TUNING", subsysTuning},
+                   {"ALL", subsysAll}};
+
+static unsigned parseSubsys(const char *s) {
+  int invert = 0;
+  if (*s == '^') {
+    invert = 1;
+    s++;
+  }
+  unsigned mask = 0;
+  char buf[256];
+  snprintf(buf, sizeof buf, "%s", s);
+  for (char *save, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
+    for (size_t i = 0; i < sizeof subsysNames / sizeof subsysNames[0]; i++)
+      if (strcasecmp(tok, subsysNames[i].name) == 0) mask |= subsysNames[i].bit;
+  return invert ? ~mask : mask;
+}
+
+/* NCCL_DEBUG_FILE: %h is the host name, %p the pid. */
+static FILE *openLogFile(const char *pattern) {
+  char path[4096];
+  size_t o = 0;
+  for (const char *p = pattern; *p && o + 64 < sizeof path; p++) {
+    if (p[0] == '%' && p[1] == 'h') {
+      o += snprintf(path + o, sizeof path - o, "%s", logHost);
+      p++;
+    } else if (p[0] == '%' && p[1] == 'p') {
+      o += snprintf(path + o, sizeof path - o, "%d", (int)getpid());
+      p++;
+    } else {
+      path[o++] = *p;
+    }
+  }
+  path[o] = 0;
+  FILE *f = fopen(path, "w");
+  if (f) setvbuf(f, NULL, _IOLBF, 0);
+  return f;
+}
+
+static void logInit(void) {
+  const char *lvl = paramStr(paramDebug);
+  int level = logNone;
+  if (strcasecmp(lvl, "VERSION") == 0) level = logVersion;
+  else if (strcasecmp(lvl, "WARN") == 0) level = logWarn;
+  else if (strcasecmp(lvl, "INFO") == 0) level = logInfo;
+  else if (strcasecmp(lvl, "ABORT") == 0) level = logAbort;
+  else if (strcasecmp(lvl, "TRACE") == 0) level = logTrace;
+  logSubsysMask = parseSubsys(paramStr(paramDebugSubsys));
+  gethostname(logHost, sizeof logHost);
+  logHost[sizeof logHost - 1] = 0;
+  char *dot = strchr(logHost, '.');
+  if (dot) *dot = 0;
+  logFile = stdout;
+  const char *file = paramStr(paramDebugFile);
+  if (file[0] && level > logVersion) {
+    FILE *f = openLogFile(file);
+    if (f) logFile = f;
+  }
+  __atomic_store_n(&logLevelCached, level, __ATOMIC_RELEASE);
+}
+
+void logSetRank(int rank) { logRank = rank; }
+
+const char *logLastError(void) { return lastError; }
+
+void logMessage(int level, unsigned subsys, const char *file, int line, const char *fmt, ...) {
+  pthread_once(&logOnce, logInit);
+  char msg[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  if (level == logWarn) {
+    pthread_mutex_lock(&logLock);
+    snprintf(lastError, sizeof lastError, "%s", msg);
+    pthread_mutex_unlock(&logLock);
+  }
+  if (logLevelCached < level) return;
+  if (level != logWarn && level != logVersion && !(subsys & logSubsysMask)) return;
+  static const char *names[] = {"", "VERSION", "WARN", "INFO", "ABORT", "TRACE"};
+  char head[128];
+  if (logRank >= 0)
+    snprintf(head, sizeof head, "%s:%d:%d [%d]", logHost, (int)getpid(), (int)syscall(SYS_gettid), logRank);
+  else
+    snprintf(head, sizeof head, "%s:%d:%d", logHost, (int)getpid(), (int)syscall(SYS_gettid));
+  pthread_mutex_lock(&logLock);
+  if (level == logWarn)
+    fprintf(logFile, "\n%s NCCL WARN %s (%s:%d)\n", head, msg, file, line);
+  else
+    fprintf(logFile, "%s NCCL %s %s\n", head, names[level], msg);
+  fflush(logFile);
+  pthread_mutex_unlock(&logLock);
+}

@@ -1,0 +1,39 @@
+/* NCCL-shaped logging: "host:pid:tid [rank] NCCL INFO ...", levels and
+ * subsystems from NCCL_DEBUG / NCCL_DEBUG_SUBSYS, output to NCCL_DEBUG_FILE. */
+#ifndef CHORUS_CORE_LOG_H
+#define CHORUS_CORE_LOG_H
+#include <stdint.h>
+
+enum logLevel { logNone = 0, logVersion = 1, logWarn = 2, logInfo = 3, logAbort = 4, logTrace = 5 };
+enum logSubsys {
+  subsysInit = 1 << 0,
+  subsysColl = 1 << 1,
+  subsysP2p = 1 << 2,
+  subsysShm = 1 << 3,
+  subsysNet = 1 << 4,
+  subsysBootstrap = 1 << 5,
+  subsysEnv = 1 << 6,
+  subsysAlloc = 1 << 7,
+  subsysTuning = 1 << 8,
+  subsysAll = ~0
+};
+
+extern int logLevelCached; /* -1 until the first call reads NCCL_DEBUG */
+void logMessage(int level, unsigned subsys, const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+/* The rank shown in brackets on this thread's log lines (-1: none). */
+void logSetRank(int rank);
+/* Text of the last WARN (ncclGetLastError). */
+const char *logLastError(void);
+
+#define CHORUS_LOG(level, subsys, ...)                                 \
+  do {                                                                 \
+    if (logLevelCached < 0 || logLevelCached >= (level))               \
+      logMessage((level), (subsys), __FILE__, __LINE__, __VA_ARGS__);  \
+  } while (0)
+/* WARN always records the text for ncclGetLastError, so it always calls in. */
+#define WARN(...) logMessage(logWarn, subsysAll, __FILE__, __LINE__, __VA_ARGS__)
+#define INFO(subsys, ...) CHORUS_LOG(logInfo, (subsys), __VA_ARGS__)
+#define TRACE(subsys, ...) CHORUS_LOG(logTrace, (subsys), __VA_ARGS__)
+
+#endif

@@ -1,0 +1,44 @@
+/* One table of every NCCL_* / CHORUS_* parameter (DESIGN.md invariant 7).
+ * Values come from the environment, then NCCL_CONF_FILE or ~/.nccl.conf,
+ * then /etc/nccl.conf; each is read once. */
+#ifndef CHORUS_CORE_PARAM_H
+#define CHORUS_CORE_PARAM_H
+#include <stdint.h>
+#include <stdio.h>
+
+/* X(id, env name, is-string, default, doc) */
+#define CHORUS_PARAM_TABLE(X)                                                                     \
+  X(Debug, "NCCL_DEBUG", 1, "", "log level: VERSION, WARN, INFO, TRACE")                          \
+  X(DebugSubsys, "NCCL_DEBUG_SUBSYS", 1, "INIT,BOOTSTRAP,ENV",                                    \
+    "subsystems logged at INFO: INIT,COLL,P2P,SHM,NET,BOOTSTRAP,ENV,ALLOC,TUNING,ALL; ^ inverts") \
+  X(DebugFile, "NCCL_DEBUG_FILE", 1, "", "log file instead of stdout; %h host, %p pid")          \
+  X(BuffSize, "NCCL_BUFFSIZE", 0, "4194304", "bytes of FIFO per connection (simple protocol)")    \
+  X(CommId, "NCCL_COMM_ID", 1, "", "host:port of the bootstrap root; rank 0 hosts it")            \
+  X(ShmDisable, "NCCL_SHM_DISABLE", 0, "0", "1 disables the shared-memory transport")             \
+  X(HostId, "NCCL_HOSTID", 1, "", "overrides the host identity (default hostname + boot id)")     \
+  X(MinNChannels, "NCCL_MIN_NCHANNELS", 0, "-2", "fewest channels (-2: auto)")                    \
+  X(MaxNChannels, "NCCL_MAX_NCHANNELS", 0, "-2", "most channels (-2: auto)")                      \
+  X(SocketIfname, "NCCL_SOCKET_IFNAME", 1, "", "interfaces for sockets: prefixes, ^ excludes, = exact") \
+  X(SocketFamily, "NCCL_SOCKET_FAMILY", 1, "", "AF_INET or AF_INET6")                             \
+  X(Timeout, "CHORUS_TIMEOUT", 0, "600", "seconds without progress before an operation fails")   \
+  X(DumpSchedule, "CHORUS_DUMP_SCHEDULE", 0, "0", "1 prints every schedule built")                \
+  X(SingleCopy, "CHORUS_SINGLE_COPY", 0, "1",                                                     \
+    "1 lets large messages be read straight from the peer's buffer (process_vm_readv)")           \
+  X(SingleCopyMin, "CHORUS_SINGLE_COPY_MIN", 0, "262144",                                         \
+    "smallest per-rank chunk in bytes that uses the single-copy path")                           \
+  X(LLThreshold, "CHORUS_SMALL_THRESHOLD", 0, "16384",                                            \
+    "largest AllReduce in bytes that uses the one-hop small-message algorithm")
+
+enum paramId {
+#define CHORUS_PARAM_ENUM(id, env, isStr, def, doc) param##id,
+  CHORUS_PARAM_TABLE(CHORUS_PARAM_ENUM)
+#undef CHORUS_PARAM_ENUM
+      paramCount
+};
+
+int64_t paramInt(enum paramId id);
+const char *paramStr(enum paramId id); /* never NULL; "" when unset */
+/* Prints the table (name, value, default, doc). */
+void paramPrintAll(FILE *out);
+
+#endif

@@ -1,0 +1,68 @@
+#define _GNU_SOURCE
+#include "core/wait.h"
+
+#include <sched.h>
+#include <time.h>
+
+#include "core/clock.h"
+#include "core/log.h"
+#include "core/param.h"
+
+/* Spinning is cheapest when the peer has its own core; yielding lets a peer
+ * that shares our core run; sleeping stops a long wait from burning a core. */
+enum { waitSpinRounds = 2000, waitYieldRounds = 2000 + 20000 };
+#define WAIT_CHECK_INTERVAL_NS 50000000ull /* 50 ms between liveness checks */
+
+void waitBegin(struct waitState *w, volatile int *abortFlag, waitLivenessFn liveness, void *arg,
+               const char *what) {
+  w->rounds = 0;
+  w->stallStartNs = 0;
+  w->nextCheckNs = 0;
+  int64_t t = paramInt(paramTimeout);
+  w->timeoutNs = t > 0 ? (uint64_t)t * 1000000000ull : 0;
+  w->abortFlag = abortFlag;
+  w->liveness = liveness;
+  w->livenessArg = arg;
+  w->what = what;
+}
+
+ncclResult_t waitPause(struct waitState *w) {
+  uint32_t r = w->rounds++;
+  if (w->abortFlag && __atomic_load_n(w->abortFlag, __ATOMIC_ACQUIRE)) {
+    INFO(subsysAll, "%s: communicator aborted", w->what);
+    return ncclInvalidUsage;
+  }
+  if (r < waitSpinRounds) {
+    if (r == 0) w->stallStartNs = 0;
+    cpuRelax();
+    return ncclSuccess;
+  }
+  uint64_t now = clockNs();
+  if (w->stallStartNs == 0) {
+    w->stallStartNs = now;
+    w->nextCheckNs = now + WAIT_CHECK_INTERVAL_NS;
+  }
+  if (now >= w->nextCheckNs) {
+    w->nextCheckNs = now + WAIT_CHECK_INTERVAL_NS;
+    if (w->liveness) {
+      ncclResult_t res = w->liveness(w->livenessArg);
+      if (res != ncclSuccess) return res;
+    }
+    if (w->timeoutNs && now - w->stallStartNs > w->timeoutNs) {
+      WARN("%s timed out: no progress for %.0f s (CHORUS_TIMEOUT)", w->what,
+           (double)(now - w->stallStartNs) / 1e9);
+      return ncclTimeout;
+    }
+  }
+  if (r < waitYieldRounds) {
+    sched_yield();
+  } else {
+    /* Back off from 20 us to 1 ms: long waits cost little CPU, and the abort
+     * flag is still seen within a millisecond. */
+    uint64_t ns = 20000ull << ((r - waitYieldRounds) / 64 > 5 ? 5 : (r - waitYieldRounds) / 64);
+    if (ns > 1000000ull) ns = 1000000ull;
+    struct timespec ts = {0, (long)ns};
+    nanosleep(&ts, NULL);
+  }
+  return ncclSuccess;
+}

@@ -1,0 +1,38 @@
+/* The one wait (DESIGN.md invariant 3). Every loop in chorus that waits for
+ * something calls waitPause() each time a round made no progress. It spins
+ * briefly, then yields, then sleeps, and on every slow round checks the
+ * abort flag, the stall deadline (CHORUS_TIMEOUT) and peer liveness.
+ *
+ * It lives in core, not engine, because the bootstrap and the transports
+ * wait too and may only call downward. */
+#ifndef CHORUS_CORE_WAIT_H
+#define CHORUS_CORE_WAIT_H
+#include <stdint.h>
+
+#include "nccl.h"
+
+/* Returns ncclSuccess while every peer is alive, else an error (after a WARN
+ * that names the rank). */
+typedef ncclResult_t (*waitLivenessFn)(void *arg);
+
+struct waitState {
+  uint32_t rounds;          /* consecutive rounds without progress */
+  uint64_t stallStartNs;    /* when the current stall began */
+  uint64_t nextCheckNs;     /* next liveness check */
+  uint64_t timeoutNs;       /* 0: no deadline */
+  volatile int *abortFlag;  /* may be NULL */
+  waitLivenessFn liveness;  /* may be NULL */
+  void *livenessArg;
+  const char *what; /* what is being waited for, for the timeout message */
+};
+
+void waitBegin(struct waitState *w, volatile int *abortFlag, waitLivenessFn liveness, void *arg,
+               const char *what);
+/* Call after a round that made progress. */
+static inline void waitProgress(struct waitState *w) { w->rounds = 0; }
+/* Call after a round without progress. ncclSuccess means "try again";
+ * anything else ends the wait: ncclInvalidUsage when the communicator was
+ * aborted, ncclTimeout past CHORUS_TIMEOUT, or the liveness callback's error. */
+ncclResult_t waitPause(struct waitState *w);
+
+#endif

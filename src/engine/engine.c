@@ -1,0 +1,122 @@
+#include "engine/engine.h"
+
+#include <string.h>
+
+#include "core/log.h"
+#include "core/wait.h"
+#include "proto/simple.h"
+
+/* Moves one slot's worth of a step if the FIFOs allow it.
+ * Returns 1 when it moved data, 0 when blocked. */
+static int stepAdvance(struct task *t, struct step *st) {
+  size_t off = t->off, esz = dtypeSize(t->red.dtype);
+  const char *slotIn = NULL;
+  char *slotOut = NULL;
+  uint32_t limit = st->recv ? st->recv->slotBytes : st->send ? st->send->slotBytes : 0;
+  size_t nb = st->bytes - off;
+  if (limit && nb > limit) nb = limit;
+  if (st->recv && !(slotIn = simpleRecvSlot(st->recv))) return 0;
+  if (st->send && !(slotOut = simpleSendSlot(st->send))) return 0;
+  size_t n = nb / esz;
+  const char *src = st->src ? st->src + off : NULL;
+  char *dst = st->dst ? st->dst + off : NULL;
+  const struct redOp *op = &t->red;
+  switch (st->type) {
+    case stepSend: reduceCopy(op, slotOut, src, n, st->flags); break;
+    case stepRecv: reduceCopy(op, dst, slotIn, n, st->flags); break;
+    case stepCopy: reduceCopy(op, dst, src, n, st->flags); break;
+    case stepCopySend:
+      if (dst != src) memcpy(dst, src, nb);
+      memcpy(slotOut, src, nb);
+      break;
+    case stepRecvCopySend:
+      memcpy(dst, slotIn, nb);
+      memcpy(slotOut, slotIn, nb);
+      break;
+    case stepRecvReduceSend: reduceTwo(op, slotOut, slotIn, src, n, st->flags); break;
+    case stepRecvReduceCopy: reduceTwo(op, dst, slotIn, src, n, st->flags); break;
+    case stepRecvReduceCopySend:
+      reduceTwo(op, dst, slotIn, src, n, st->flags);
+      memcpy(slotOut, dst, nb);
+      break;
+    case stepRecvAcc: reduceTwo(op, dst, dst, slotIn, n, st->flags); break;
+    case stepLocalAcc: reduceTwo(op, dst, dst, src, n, st->flags); break;
+  }
+  if (st->recv) simpleRecvDone(st->recv);
+  if (st->send) simpleSendPost(st->send);
+  t->off = off + nb;
+  return 1;
+}
+
+/* Runs a task as far as the FIFOs allow. Returns 1 if anything moved. */
+static int taskProgress(struct schedule *s, struct task *t) {
+  int moved = 0;
+  while (t->cur < t->nsteps) {
+    struct step *st = &s->steps[t->firstStep + t->cur];
+    if (!stepAdvance(t, st)) break;
+    moved = 1;
+    if (t->off == st->bytes) {
+      t->cur++;
+      t->off = 0;
+    }
+  }
+  if (t->cur == t->nsteps) t->done = 1;
+  return moved;
+}
+
+/* Liveness of everything a schedule depends on: each task's abort flag and
+ * peers. Tasks of one communicator share both, so check each once. */
+static ncclResult_t scheduleLiveness(void *arg) {
+  struct schedule *s = arg;
+  struct bootstrap *last = NULL;
+  for (int i = 0; i < s->ntasks; i++) {
+    struct task *t = &s->tasks[i];
+    if (t->done || t->boot == last) continue;
+    last = t->boot;
+    if (t->abortFlag && __atomic_load_n(t->abortFlag, __ATOMIC_ACQUIRE)) {
+      INFO(subsysColl, "%s on rank %d: communicator aborted", t->what, t->rank);
+      return ncclInvalidUsage;
+    }
+    if (t->boot) {
+      ncclResult_t res = bootstrapLiveness(t->boot);
+      if (res != ncclSuccess) {
+        WARN("%s on rank %d failed: a peer is gone", t->what, t->rank);
+        return res;
+      }
+    }
+  }
+  return ncclSuccess;
+}
+
+ncclResult_t engineRun(struct schedule *s) {
+  int remaining = 0;
+  for (int i = 0; i < s->ntasks; i++) {
+    s->tasks[i].done = s->tasks[i].nsteps == 0;
+    remaining += !s->tasks[i].done;
+  }
+  struct waitState w;
+  waitBegin(&w, s->ntasks ? s->tasks[0].abortFlag : NULL, scheduleLiveness, s, "collective operation");
+  while (remaining > 0) {
+    int moved = 0;
+    for (int i = 0; i < s->ntasks; i++) {
+      struct task *t = &s->tasks[i];
+      if (t->done || (t->dep >= 0 && !s->tasks[t->dep].done)) continue;
+      moved |= taskProgress(s, t);
+      if (t->done) remaining--;
+    }
+    if (moved) {
+      waitProgress(&w);
+    } else {
+      ncclResult_t res = waitPause(&w);
+      if (res != ncclSuccess) {
+        if (res == ncclTimeout)
+          for (int i = 0; i < s->ntasks; i++)
+            if (!s->tasks[i].done)
+              WARN("%s on rank %d stalled at step %d of %d", s->tasks[i].what, s->tasks[i].rank,
+                   s->tasks[i].cur, s->tasks[i].nsteps);
+        return res;
+      }
+    }
+  }
+  return ncclSuccess;
+}

@@ -1,0 +1,76 @@
+#include "engine/schedule.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+void scheduleReset(struct schedule *s) {
+  s->ntasks = 0;
+  s->nsteps = 0;
+}
+
+void scheduleFree(struct schedule *s) {
+  free(s->tasks);
+  free(s->steps);
+  memset(s, 0, sizeof *s);
+}
+
+int scheduleAddTask(struct schedule *s, const struct redOp *red, int dep, struct bootstrap *boot,
+                    volatile int *abortFlag, int rank, const char *what) {
+  if (s->ntasks == s->taskCap) {
+    int cap = s->taskCap ? 2 * s->taskCap : 16;
+    struct task *t = realloc(s->tasks, sizeof *t * cap);
+    if (!t) return -1;
+    s->tasks = t;
+    s->taskCap = cap;
+  }
+  struct task *t = &s->tasks[s->ntasks];
+  memset(t, 0, sizeof *t);
+  t->firstStep = s->nsteps;
+  t->dep = dep;
+  t->red = *red;
+  t->boot = boot;
+  t->abortFlag = abortFlag;
+  t->rank = rank;
+  t->what = what;
+  return s->ntasks++;
+}
+
+int scheduleAddStep(struct schedule *s, int type, int flags, struct conn *recv, struct conn *send,
+                    const void *src, void *dst, size_t bytes) {
+  if (bytes == 0) return 0;
+  if (s->nsteps == s->stepCap) {
+    int cap = s->stepCap ? 2 * s->stepCap : 64;
+    struct step *st = realloc(s->steps, sizeof *st * cap);
+    if (!st) return -1;
+    s->steps = st;
+    s->stepCap = cap;
+  }
+  struct step *st = &s->steps[s->nsteps++];
+  st->type = (uint8_t)type;
+  st->flags = (uint8_t)flags;
+  st->recv = recv;
+  st->send = send;
+  st->src = src;
+  st->dst = dst;
+  st->bytes = bytes;
+  s->tasks[s->ntasks - 1].nsteps++;
+  return 0;
+}
+
+void schedulePrint(const struct schedule *s, FILE *out) {
+  static const char *names[stepTypeCount] = {"send",          "recv",           "copy",
+                                             "copySend",      "recvCopySend",   "recvReduceSend",
+                                             "recvReduceCopy", "recvReduceCopySend", "recvAcc",
+                                             "localAcc"};
+  for (int i = 0; i < s->ntasks; i++) {
+    const struct task *t = &s->tasks[i];
+    fprintf(out, "[%d] %s task %d (after %d): %d steps, %s\n", t->rank, t->what, i, t->dep, t->nsteps,
+            dtypeName(t->red.dtype));
+    for (int j = 0; j < t->nsteps; j++) {
+      const struct step *st = &s->steps[t->firstStep + j];
+      fprintf(out, "[%d]   %-18s %8zu B  from %-3d to %-3d src %p dst %p%s%s\n", t->rank, names[st->type],
+              st->bytes, st->recv ? st->recv->peer : -1, st->send ? st->send->peer : -1, (const void *)st->src,
+              (void *)st->dst, st->flags & REDUCE_PRE ? " pre" : "", st->flags & REDUCE_POST ? " post" : "");
+    }
+  }
+}

@@ -1,0 +1,72 @@
+/* Schedules are data (DESIGN.md invariant 1): an operation becomes tasks,
+ * one per lane (channel or point-to-point direction), each a list of
+ * primitive steps over connections. The engine runs them; the printer
+ * (CHORUS_DUMP_SCHEDULE) reads the same structures. */
+#ifndef CHORUS_ENGINE_SCHEDULE_H
+#define CHORUS_ENGINE_SCHEDULE_H
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "bootstrap/bootstrap.h"
+#include "reduce/reduce.h"
+#include "transport/conn.h"
+
+/* "slot" is the incoming FIFO slot, "send" the outgoing one, src the rank's
+ * own input, dst its output. OP is the reduction; flags (REDUCE_PRE/POST)
+ * apply to the operand marked g(). */
+enum stepType {
+  stepSend,               /* send <- g(src) */
+  stepRecv,               /* dst <- g(slot) */
+  stepCopy,               /* dst <- g(src) */
+  stepCopySend,           /* dst <- src; send <- src */
+  stepRecvCopySend,       /* dst <- slot; send <- slot */
+  stepRecvReduceSend,     /* send <- slot OP g(src) */
+  stepRecvReduceCopy,     /* dst <- slot OP g(src) */
+  stepRecvReduceCopySend, /* dst <- slot OP g(src); send <- dst */
+  stepRecvAcc,            /* dst <- dst OP g(slot) */
+  stepLocalAcc,           /* dst <- dst OP g(src) */
+  stepTypeCount
+};
+
+struct step {
+  uint8_t type;
+  uint8_t flags;
+  struct conn *recv, *send;
+  const char *src;
+  char *dst;
+  size_t bytes;
+};
+
+struct task {
+  int firstStep, nsteps; /* into the schedule's step pool */
+  int dep;               /* task that must finish first (same lane), or -1 */
+  int cur;               /* progress: current step and bytes done in it */
+  size_t off;
+  int done;
+  struct redOp red;
+  struct bootstrap *boot; /* liveness of the peers */
+  volatile int *abortFlag;
+  int rank;
+  const char *what; /* operation name, for messages */
+};
+
+struct schedule {
+  struct task *tasks;
+  int ntasks, taskCap;
+  struct step *steps;
+  int nsteps, stepCap;
+};
+
+void scheduleReset(struct schedule *s);
+void scheduleFree(struct schedule *s);
+/* Returns the new task's index, or -1 when out of memory. */
+int scheduleAddTask(struct schedule *s, const struct redOp *red, int dep, struct bootstrap *boot,
+                    volatile int *abortFlag, int rank, const char *what);
+/* Appends a step to the last task added; zero-byte steps are dropped (both
+ * sides of a connection drop the same ones). Returns 0 or -1 (memory). */
+int scheduleAddStep(struct schedule *s, int type, int flags, struct conn *recv, struct conn *send,
+                    const void *src, void *dst, size_t bytes);
+void schedulePrint(const struct schedule *s, FILE *out);
+
+#endif

@@ -1,0 +1,127 @@
+#include "engine/stream.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+
+#include "chorus.h"
+#include "core/log.h"
+#include "core/wait.h"
+#include "engine/engine.h"
+
+#define STREAM_MAGIC 0x73747265616d2121ull
+
+struct CUstream_st {
+  uint64_t magic;
+  pthread_mutex_t lock;
+  pthread_cond_t cond;
+  struct streamWork *head, *tail;
+  int pending; /* queued or running */
+  int stop;
+  ncclResult_t error; /* first error since the last synchronize */
+  pthread_t thread;
+};
+
+int streamValid(cudaStream_t s) { return s != NULL && s->magic == STREAM_MAGIC; }
+
+/* The worker sleeps on a condition variable only while its queue is empty;
+ * waiting for peers happens inside engineRun, through the one wait. */
+static void *streamWorker(void *arg) {
+  cudaStream_t s = arg;
+  pthread_mutex_lock(&s->lock);
+  for (;;) {
+    while (s->head == NULL && !s->stop) pthread_cond_wait(&s->cond, &s->lock);
+    if (s->head == NULL) break;
+    struct streamWork *w = s->head;
+    s->head = w->next;
+    if (s->head == NULL) s->tail = NULL;
+    pthread_mutex_unlock(&s->lock);
+    ncclResult_t res = engineRun(&w->sched);
+    w->done(w, res);
+    pthread_mutex_lock(&s->lock);
+    if (res != ncclSuccess && s->error == ncclSuccess) s->error = res;
+    __atomic_store_n(&s->pending, s->pending - 1, __ATOMIC_RELEASE);
+  }
+  pthread_mutex_unlock(&s->lock);
+  return NULL;
+}
+
+void streamEnqueue(cudaStream_t s, struct streamWork *w) {
+  w->next = NULL;
+  pthread_mutex_lock(&s->lock);
+  if (s->tail) s->tail->next = w;
+  else s->head = w;
+  s->tail = w;
+  s->pending++;
+  pthread_cond_signal(&s->cond);
+  pthread_mutex_unlock(&s->lock);
+}
+
+ncclResult_t chorusStreamCreate(cudaStream_t *stream) {
+  if (stream == NULL) {
+    WARN("chorusStreamCreate : stream argument is NULL");
+    return ncclInvalidArgument;
+  }
+  cudaStream_t s = calloc(1, sizeof *s);
+  if (!s) return ncclSystemError;
+  pthread_mutex_init(&s->lock, NULL);
+  pthread_cond_init(&s->cond, NULL);
+  s->magic = STREAM_MAGIC;
+  if (pthread_create(&s->thread, NULL, streamWorker, s) != 0) {
+    WARN("chorusStreamCreate : cannot start the stream's thread");
+    free(s);
+    return ncclSystemError;
+  }
+  *stream = s;
+  return ncclSuccess;
+}
+
+static ncclResult_t checkStream(cudaStream_t s, const char *call) {
+  if (!streamValid(s)) {
+    WARN("%s : stream %p was not created by chorusStreamCreate (or was destroyed)", call, (void *)s);
+    return ncclInvalidArgument;
+  }
+  return ncclSuccess;
+}
+
+ncclResult_t chorusStreamQuery(cudaStream_t s) {
+  if (s == NULL) return ncclSuccess; /* the NULL stream is always complete */
+  ncclResult_t res = checkStream(s, "chorusStreamQuery");
+  if (res != ncclSuccess) return res;
+  if (__atomic_load_n(&s->pending, __ATOMIC_ACQUIRE) > 0) return ncclInProgress;
+  pthread_mutex_lock(&s->lock);
+  res = s->error;
+  pthread_mutex_unlock(&s->lock);
+  return res;
+}
+
+ncclResult_t chorusStreamSynchronize(cudaStream_t s) {
+  if (s == NULL) return ncclSuccess;
+  ncclResult_t res = checkStream(s, "chorusStreamSynchronize");
+  if (res != ncclSuccess) return res;
+  /* Queued work fails by itself within CHORUS_TIMEOUT, so this ends. */
+  struct waitState w;
+  waitBegin(&w, NULL, NULL, NULL, "chorusStreamSynchronize");
+  w.timeoutNs = 0;
+  while (__atomic_load_n(&s->pending, __ATOMIC_ACQUIRE) > 0) waitPause(&w);
+  pthread_mutex_lock(&s->lock);
+  res = s->error;
+  s->error = ncclSuccess;
+  pthread_mutex_unlock(&s->lock);
+  return res;
+}
+
+ncclResult_t chorusStreamDestroy(cudaStream_t s) {
+  ncclResult_t res = checkStream(s, "chorusStreamDestroy");
+  if (res != ncclSuccess) return res;
+  res = chorusStreamSynchronize(s);
+  pthread_mutex_lock(&s->lock);
+  s->stop = 1;
+  pthread_cond_signal(&s->cond);
+  pthread_mutex_unlock(&s->lock);
+  pthread_join(s->thread, NULL);
+  s->magic = 0;
+  pthread_mutex_destroy(&s->lock);
+  pthread_cond_destroy(&s->cond);
+  free(s);
+  return res;
+}

@@ -1,0 +1,27 @@
+/* The Simple protocol: the sender fills a free slot and publishes it by
+ * advancing tail (release); the receiver sees tail move (acquire), consumes
+ * the slot and releases it by advancing head. Counters only grow. */
+#ifndef CHORUS_PROTO_SIMPLE_H
+#define CHORUS_PROTO_SIMPLE_H
+#include "transport/conn.h"
+
+/* A free slot to write into, or NULL while the FIFO is full. */
+static inline char *simpleSendSlot(struct conn *c) {
+  if (c->step - c->headCache >= c->nslots) {
+    c->headCache = __atomic_load_n(&c->ctrl->head, __ATOMIC_ACQUIRE);
+    if (c->step - c->headCache >= c->nslots) return 0;
+  }
+  return c->slots + (size_t)(c->step % c->nslots) * c->slotBytes;
+}
+static inline void simpleSendPost(struct conn *c) {
+  __atomic_store_n(&c->ctrl->tail, ++c->step, __ATOMIC_RELEASE);
+}
+/* The next filled slot, or NULL while none has arrived. */
+static inline const char *simpleRecvSlot(struct conn *c) {
+  if (__atomic_load_n(&c->ctrl->tail, __ATOMIC_ACQUIRE) <= c->step) return 0;
+  return c->slots + (size_t)(c->step % c->nslots) * c->slotBytes;
+}
+static inline void simpleRecvDone(struct conn *c) {
+  __atomic_store_n(&c->ctrl->head, ++c->step, __ATOMIC_RELEASE);
+}
+#endif

@@ -1,0 +1,171 @@
+#include "reduce/reduce.h"
+
+#include <string.h>
+
+#include "reduce/floatconv.h"
+
+size_t dtypeSize(int dtype) {
+  static const size_t sizes[ncclNumTypes] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1};
+  return (dtype >= 0 && dtype < ncclNumTypes) ? sizes[dtype] : 0;
+}
+
+const char *dtypeName(int dtype) {
+  static const char *names[ncclNumTypes] = {"int8",   "uint8",  "int32",   "uint32",
+                                            "int64",  "uint64", "half",    "float",
+                                            "double", "bfloat16", "f8e4m3", "f8e5m2"};
+  return (dtype >= 0 && dtype < ncclNumTypes) ? names[dtype] : "unknown";
+}
+
+int dtypeIsFloat(int dtype) { return dtype >= ncclFloat16; }
+
+#define CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+
+/* Binary operators on values in the computation type. */
+#define OP_SUM(a, b) ((a) + (b))
+#define OP_PROD(a, b) ((a) * (b))
+#define OP_MAX(a, b) ((a) > (b) ? (a) : (b))
+#define OP_MIN(a, b) ((a) < (b) ? (a) : (b))
+
+/* Native types: T is both storage and computation type. */
+#define NATIVE_KERNELS(NAME, T)                                                                       \
+  CLONES static void two_##NAME##_sum(T *restrict d, const T *a, const T *b, size_t n) {             \
+    for (size_t i = 0; i < n; i++) d[i] = OP_SUM(a[i], b[i]);                                         \
+  }                                                                                                   \
+  CLONES static void two_##NAME##_prod(T *restrict d, const T *a, const T *b, size_t n) {            \
+    for (size_t i = 0; i < n; i++) d[i] = OP_PROD(a[i], b[i]);                                        \
+  }                                                                                                   \
+  CLONES static void two_##NAME##_max(T *restrict d, const T *a, const T *b, size_t n) {             \
+    for (size_t i = 0; i < n; i++) d[i] = OP_MAX(a[i], b[i]);                                         \
+  }                                                                                                   \
+  CLONES static void two_##NAME##_min(T *restrict d, const T *a, const T *b, size_t n) {             \
+    for (size_t i = 0; i < n; i++) d[i] = OP_MIN(a[i], b[i]);                                         \
+  }                                                                                                   \
+  CLONES static void two_##NAME##_premul(T *restrict d, const T *a, const T *b, size_t n, T s) {     \
+    for (size_t i = 0; i < n; i++) d[i] = a[i] + b[i] * s;                                            \
+  }                                                                                                   \
+  CLONES static void one_##NAME##_scale(T *restrict d, const T *a, size_t n, T s) {                  \
+    for (size_t i = 0; i < n; i++) d[i] = a[i] * s;                                                   \
+  }                                                                                                   \
+  static void two_##NAME##_div(T *d, const T *a, const T *b, size_t n, T div, int post) {            \
+    two_##NAME##_sum(d, a, b, n);                                                                     \
+    if (post)                                                                                         \
+      for (size_t i = 0; i < n; i++) d[i] = (T)(d[i] / div);                                          \
+  }                                                                                                   \
+  static void native_##NAME(const struct redOp *op, void *dst, const void *acc, const void *in,      \
+                            size_t n, int post) {                                                     \
+    T *d = dst;                                                                                       \
+    const T *a = acc, *b = in;                                                                        \
+    T sF = (T)(dtypeIsFloat(op->dtype) ? op->scaleF : (double)op->scaleI);                           \
+    if (sizeof(T) == 8 && !dtypeIsFloat(op->dtype)) sF = (T)op->scaleI;                               \
+    if (a == NULL) { /* copy mode */                                                                  \
+      if (op->kind == redPreMulSum) one_##NAME##_scale(d, b, n, sF);                                  \
+      else if (d != b) memmove(d, b, n * sizeof(T));                                                  \
+      if (post && op->kind == redSumPostDiv)                                                          \
+        for (size_t i = 0; i < n; i++) d[i] = (T)(d[i] / (T)op->divisor);                             \
+      return;                                                                                         \
+    }                                                                                                 \
+    switch (op->kind) {                                                                               \
+      case redSum: two_##NAME##_sum(d, a, b, n); break;                                               \
+      case redProd: two_##NAME##_prod(d, a, b, n); break;                                             \
+      case redMax: two_##NAME##_max(d, a, b, n); break;                                               \
+      case redMin: two_##NAME##_min(d, a, b, n); break;                                               \
+      case redPreMulSum: two_##NAME##_premul(d, a, b, n, sF); break;                                  \
+      case redSumPostDiv: two_##NAME##_div(d, a, b, n, (T)op->divisor, post); break;                  \
+    }                                                                                                 \
+  }
+
+NATIVE_KERNELS(i8, int8_t)
+NATIVE_KERNELS(u8, uint8_t)
+NATIVE_KERNELS(i32, int32_t)
+NATIVE_KERNELS(u32, uint32_t)
+NATIVE_KERNELS(i64, int64_t)
+NATIVE_KERNELS(u64, uint64_t)
+NATIVE_KERNELS(f32, float)
+NATIVE_KERNELS(f64, double)
+
+/* Narrow float types compute in float, one block at a time, and round once
+ * per result so every rank rounds the same way. */
+typedef float (*loadFn)(const void *p, size_t i);
+typedef void (*storeFn)(void *p, size_t i, float v);
+static float ldHalf(const void *p, size_t i) { return halfToFloat(((const uint16_t *)p)[i]); }
+static void stHalf(void *p, size_t i, float v) { ((uint16_t *)p)[i] = floatToHalf(v); }
+static float ldBf16(const void *p, size_t i) { return bf16ToFloat(((const uint16_t *)p)[i]); }
+static void stBf16(void *p, size_t i, float v) { ((uint16_t *)p)[i] = floatToBf16(v); }
+static float ldE4m3(const void *p, size_t i) { return fp8ToFloat(((const uint8_t *)p)[i], 1); }
+static void stE4m3(void *p, size_t i, float v) { ((uint8_t *)p)[i] = floatToFp8(v, 1); }
+static float ldE5m2(const void *p, size_t i) { return fp8ToFloat(((const uint8_t *)p)[i], 0); }
+static void stE5m2(void *p, size_t i, float v) { ((uint8_t *)p)[i] = floatToFp8(v, 0); }
+
+static void narrowFloat(const struct redOp *op, void *dst, const void *acc, const void *in, size_t n,
+                        int post, loadFn ld, storeFn st) {
+  enum { block = 256 };
+  float a[block], b[block];
+  size_t esz = dtypeSize(op->dtype);
+  float s = (float)op->scaleF;
+  for (size_t base = 0; base < n; base += block) {
+    size_t m = n - base < block ? n - base : block;
+    const char *inp = (const char *)in + base * esz;
+    for (size_t i = 0; i < m; i++) b[i] = ld(inp, i);
+    if (op->kind == redPreMulSum) /* round the product as the type would */
+      for (size_t i = 0; i < m; i++) {
+        char tmp[8];
+        st(tmp, 0, b[i] * s);
+        b[i] = ld(tmp, 0);
+      }
+    if (acc == NULL) {
+      for (size_t i = 0; i < m; i++) a[i] = b[i];
+    } else {
+      const char *ap = (const char *)acc + base * esz;
+      for (size_t i = 0; i < m; i++) a[i] = ld(ap, i);
+      switch (op->kind) {
+        case redProd: for (size_t i = 0; i < m; i++) a[i] = OP_PROD(a[i], b[i]); break;
+        case redMax: for (size_t i = 0; i < m; i++) a[i] = OP_MAX(a[i], b[i]); break;
+        case redMin: for (size_t i = 0; i < m; i++) a[i] = OP_MIN(a[i], b[i]); break;
+        default: for (size_t i = 0; i < m; i++) a[i] = OP_SUM(a[i], b[i]); break;
+      }
+    }
+    (void)post; /* float avg is PreMulSum: nothing to do after the sum */
+    char *dp = (char *)dst + base * esz;
+    for (size_t i = 0; i < m; i++) st(dp, i, a[i]);
+  }
+}
+
+static void dispatch(const struct redOp *op, void *dst, const void *acc, const void *in, size_t n,
+                     int post) {
+  switch (op->dtype) {
+    case ncclInt8: native_i8(op, dst, acc, in, n, post); break;
+    case ncclUint8: native_u8(op, dst, acc, in, n, post); break;
+    case ncclInt32: native_i32(op, dst, acc, in, n, post); break;
+    case ncclUint32: native_u32(op, dst, acc, in, n, post); break;
+    case ncclInt64: native_i64(op, dst, acc, in, n, post); break;
+    case ncclUint64: native_u64(op, dst, acc, in, n, post); break;
+    case ncclFloat32: native_f32(op, dst, acc, in, n, post); break;
+    case ncclFloat64: native_f64(op, dst, acc, in, n, post); break;
+    case ncclFloat16: narrowFloat(op, dst, acc, in, n, post, ldHalf, stHalf); break;
+    case ncclBfloat16: narrowFloat(op, dst, acc, in, n, post, ldBf16, stBf16); break;
+    case ncclFloat8e4m3: narrowFloat(op, dst, acc, in, n, post, ldE4m3, stE4m3); break;
+    case ncclFloat8e5m2: narrowFloat(op, dst, acc, in, n, post, ldE5m2, stE5m2); break;
+  }
+}
+
+/* The kernels apply PRE whenever the op is PreMulSum; an op without PRE is
+ * evaluated as plain Sum. */
+static struct redOp effective(const struct redOp *op, int flags) {
+  struct redOp e = *op;
+  if (e.kind == redPreMulSum && !(flags & REDUCE_PRE)) e.kind = redSum;
+  return e;
+}
+
+void reduceCopy(const struct redOp *op, void *dst, const void *in, size_t n, int flags) {
+  struct redOp e = effective(op, flags);
+  if (e.kind != redPreMulSum && !((flags & REDUCE_POST) && e.kind == redSumPostDiv)) {
+    if (dst != in) memcpy(dst, in, n * dtypeSize(op->dtype));
+    return;
+  }
+  dispatch(&e, dst, NULL, in, n, flags & REDUCE_POST);
+}
+
+void reduceTwo(const struct redOp *op, void *dst, const void *acc, const void *in, size_t n, int flags) {
+  struct redOp e = effective(op, flags);
+  dispatch(&e, dst, acc, in, n, flags & REDUCE_POST);
+}

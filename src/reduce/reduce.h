@@ -1,0 +1,38 @@
+/* Element kernels: every datatype × reduction, vectorized (AVX-512, AVX2 or
+ * portable, picked at run time through target_clones). */
+#ifndef CHORUS_REDUCE_REDUCE_H
+#define CHORUS_REDUCE_REDUCE_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "nccl.h"
+
+/* What the kernels do, after ncclAvg and user ops are lowered (as NCCL's
+ * hostToDevRedOp does): integer avg is sum then divide by nranks, float avg
+ * and PreMulSum multiply each input by a scalar, then sum. */
+enum redKind { redSum, redProd, redMax, redMin, redPreMulSum, redSumPostDiv, redKindCount };
+
+struct redOp {
+  int dtype;      /* ncclDataType_t */
+  int kind;       /* enum redKind */
+  double scaleF;  /* PreMulSum scalar for float types */
+  int64_t scaleI; /* PreMulSum scalar for integer types */
+  int64_t divisor; /* SumPostDiv */
+};
+
+size_t dtypeSize(int dtype);
+const char *dtypeName(int dtype);
+int dtypeIsFloat(int dtype);
+
+/* Flags: REDUCE_PRE multiplies the input by the PreMulSum scalar first;
+ * REDUCE_POST applies the final division (SumPostDiv) to the result. */
+#define REDUCE_PRE 1
+#define REDUCE_POST 2
+
+/* dst = in, with the flags applied. */
+void reduceCopy(const struct redOp *op, void *dst, const void *in, size_t n, int flags);
+/* dst = acc OP in, with the flags applied (PRE to in only). dst may alias
+ * acc or in. */
+void reduceTwo(const struct redOp *op, void *dst, const void *acc, const void *in, size_t n, int flags);
+
+#endif

@@ -1,0 +1,55 @@
+/* A connection between two ranks, as the protocol layer sees it: a FIFO of
+ * slots with monotonically increasing head and tail counters (DESIGN.md
+ * invariant 5). The control block and slots live in the receiver's shared
+ * memory; each side keeps its own step counter. */
+#ifndef CHORUS_TRANSPORT_CONN_H
+#define CHORUS_TRANSPORT_CONN_H
+#include <stddef.h>
+#include <stdint.h>
+
+#define CONN_CTRL_BYTES 4096
+#define CONN_MAX_SLOTS 64
+
+struct connCtrl {
+  _Alignas(64) uint64_t tail; /* slots filled by the sender */
+  char pad0[56];
+  _Alignas(64) uint64_t head; /* slots released by the receiver */
+  char pad1[56];
+  /* Single-copy mode: where the sender's data for each slot lives. */
+  _Alignas(64) struct {
+    uint64_t addr;
+    uint64_t bytes;
+  } direct[CONN_MAX_SLOTS];
+};
+
+struct conn {
+  struct connCtrl *ctrl;
+  char *slots;
+  uint32_t nslots;
+  uint32_t slotBytes;
+  uint64_t step;      /* slots this side has posted (sender) or released (receiver) */
+  uint64_t headCache; /* sender: last head seen */
+  int peer;
+  int peerPid;      /* for process_vm_readv */
+  int sameProcess;  /* peer memory is directly addressable */
+};
+
+/* Connections of one communicator: for each peer, nch ring channels plus one
+ * point-to-point lane. */
+struct connTable {
+  int nranks, nch;
+  struct conn *send; /* [peer][nch + 1] */
+  struct conn *recv;
+};
+static inline int connIndex(const struct connTable *t, int peer, int lane) {
+  return peer * (t->nch + 1) + lane;
+}
+static inline struct conn *connSend(struct connTable *t, int peer, int lane) {
+  return &t->send[connIndex(t, peer, lane)];
+}
+static inline struct conn *connRecv(struct connTable *t, int peer, int lane) {
+  return &t->recv[connIndex(t, peer, lane)];
+}
+#define CONN_P2P_LANE(t) ((t)->nch)
+
+#endif

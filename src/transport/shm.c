@@ -1,0 +1,216 @@
+#define _GNU_SOURCE
+#include "transport/shm.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "core/err.h"
+#include "core/log.h"
+#include "core/param.h"
+
+int shmCanConnect(const struct bootstrap *b, int peer) {
+  return paramInt(paramShmDisable) == 0 && b->peers[peer].hostHash == b->peers[b->rank].hostHash;
+}
+
+static socklen_t udsName(struct sockaddr_un *a, uint64_t nonce, int rank) {
+  memset(a, 0, sizeof *a);
+  a->sun_family = AF_UNIX;
+  /* Abstract namespace (leading NUL): no file is ever created. */
+  int n = snprintf(a->sun_path + 1, sizeof a->sun_path - 1, "chorus-%016llx-%d", (unsigned long long)nonce, rank);
+  return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n);
+}
+
+static ncclResult_t sendFd(int sock, int fd) {
+  char dummy = 'f';
+  struct iovec iov = {&dummy, 1};
+  union {
+    char buf[CMSG_SPACE(sizeof(int))];
+    struct cmsghdr align;
+  } u;
+  struct msghdr msg = {0};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = u.buf;
+  msg.msg_controllen = sizeof u.buf;
+  struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(sizeof(int));
+  memcpy(CMSG_DATA(c), &fd, sizeof(int));
+  if (sendmsg(sock, &msg, MSG_NOSIGNAL) != 1) {
+    WARN("SHM : cannot pass the segment to a local peer: %s", strerror(errno));
+    return ncclSystemError;
+  }
+  return ncclSuccess;
+}
+
+/* Returns 1 with *fd set, 0 if nothing arrived yet, -1 on error. */
+static int tryRecvFd(int sock, int *fd) {
+  char dummy;
+  struct iovec iov = {&dummy, 1};
+  union {
+    char buf[CMSG_SPACE(sizeof(int))];
+    struct cmsghdr align;
+  } u;
+  struct msghdr msg = {0};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = u.buf;
+  msg.msg_controllen = sizeof u.buf;
+  ssize_t n = recvmsg(sock, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return 0;
+  struct cmsghdr *c = n == 1 ? CMSG_FIRSTHDR(&msg) : NULL;
+  if (c == NULL || c->cmsg_type != SCM_RIGHTS) return -1;
+  memcpy(fd, CMSG_DATA(c), sizeof(int));
+  return 1;
+}
+
+static void fillConn(struct conn *c, char *base, size_t buffSize, int peer, int peerPid, int samePid) {
+  c->ctrl = (struct connCtrl *)base;
+  c->slots = base + CONN_CTRL_BYTES;
+  uint32_t nslots = (uint32_t)(buffSize / (128 * 1024));
+  if (nslots < 8) nslots = 8;
+  if (nslots > CONN_MAX_SLOTS) nslots = CONN_MAX_SLOTS;
+  c->nslots = nslots;
+  c->slotBytes = (uint32_t)((buffSize / nslots) & ~(size_t)63);
+  c->step = 0;
+  c->headCache = 0;
+  c->peer = peer;
+  c->peerPid = peerPid;
+  c->sameProcess = samePid;
+}
+
+ncclResult_t shmSetup(struct shmState *s, struct bootstrap *b, struct connTable *t, size_t buffSize) {
+  int me = b->rank, n = b->nranks, lanes = t->nch + 1;
+  memset(s, 0, sizeof *s);
+  s->nranks = n;
+  s->connBytes = CONN_CTRL_BYTES + ((buffSize + 4095) & ~(size_t)4095);
+  s->segBytes = s->connBytes * lanes * n;
+  s->segs = calloc(n, sizeof(void *));
+  if (!s->segs) return ncclSystemError;
+  int nlocal = 0;
+  for (int p = 0; p < n; p++) nlocal += shmCanConnect(b, p);
+
+  int memfd = memfd_create("chorus-fifo", MFD_CLOEXEC);
+  SYSCHECK(memfd, "memfd_create");
+  ncclResult_t res = ncclSuccess;
+  int listenFd = -1, *peerSock = NULL;
+  if (ftruncate(memfd, (off_t)s->segBytes) < 0) {
+    WARN("Call to ftruncate failed: %s", strerror(errno));
+    res = ncclSystemError;
+    goto out;
+  }
+  s->segs[me] = mmap(NULL, s->segBytes, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
+  if (s->segs[me] == MAP_FAILED) {
+    s->segs[me] = NULL;
+    WARN("Call to mmap failed: %s (%zu bytes)", strerror(errno), s->segBytes);
+    res = ncclSystemError;
+    goto out;
+  }
+  peerSock = malloc(sizeof(int) * n);
+  if (!peerSock) {
+    res = ncclSystemError;
+    goto out;
+  }
+  for (int p = 0; p < n; p++) peerSock[p] = -1;
+
+  uint64_t nonce = b->peers[0].nonce;
+  struct sockaddr_un addr;
+  if (nlocal > 1) {
+    listenFd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    socklen_t len = udsName(&addr, nonce, me);
+    if (listenFd < 0 || bind(listenFd, (struct sockaddr *)&addr, len) < 0 || listen(listenFd, n) < 0) {
+      WARN("SHM : cannot listen on a Unix socket: %s", strerror(errno));
+      res = ncclSystemError;
+      goto out;
+    }
+  }
+  /* Everyone listens before anyone connects. */
+  CHECKGOTO(bootstrapBarrier(b), res, out);
+  int toReceive = 0, toServe = nlocal - 1;
+  for (int p = 0; p < n; p++) {
+    if (p == me || !shmCanConnect(b, p)) continue;
+    peerSock[p] = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    socklen_t len = udsName(&addr, nonce, p);
+    if (peerSock[p] < 0 || connect(peerSock[p], (struct sockaddr *)&addr, len) < 0) {
+      WARN("SHM : cannot reach local rank %d over a Unix socket: %s", p, strerror(errno));
+      res = ncclSystemError;
+      goto out;
+    }
+    toReceive++;
+  }
+  struct waitState w;
+  waitBegin(&w, b->abortFlag, bootstrapLiveness, b, "shared-memory setup");
+  while (toReceive > 0 || toServe > 0) {
+    int progressed = 0;
+    if (toServe > 0) {
+      int c = accept4(listenFd, NULL, NULL, SOCK_CLOEXEC);
+      if (c >= 0) {
+        res = sendFd(c, memfd);
+        close(c);
+        if (res != ncclSuccess) goto out;
+        toServe--;
+        progressed = 1;
+      }
+    }
+    for (int p = 0; p < n; p++) {
+      if (peerSock[p] < 0) continue;
+      int fd, r = tryRecvFd(peerSock[p], &fd);
+      if (r == 0) continue;
+      close(peerSock[p]);
+      peerSock[p] = -1;
+      if (r < 0) {
+        WARN("SHM : local rank %d did not hand over its segment", p);
+        res = ncclSystemError;
+        goto out;
+      }
+      s->segs[p] = mmap(NULL, s->segBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+      close(fd);
+      if (s->segs[p] == MAP_FAILED) {
+        s->segs[p] = NULL;
+        WARN("Call to mmap failed: %s", strerror(errno));
+        res = ncclSystemError;
+        goto out;
+      }
+      toReceive--;
+      progressed = 1;
+    }
+    if (progressed) waitProgress(&w);
+    else CHECKGOTO(waitPause(&w), res, out);
+  }
+  for (int p = 0; p < n; p++) {
+    if (!s->segs[p]) continue;
+    int samePid = b->peers[p].pid == b->peers[me].pid && b->peers[p].nonce != 0 &&
+                  b->peers[p].hostHash == b->peers[me].hostHash;
+    for (int l = 0; l < lanes; l++) {
+      /* I send into the peer's segment at my index; I receive in mine at theirs. */
+      fillConn(connSend(t, p, l), (char *)s->segs[p] + s->connBytes * (size_t)(me * lanes + l), buffSize, p,
+               b->peers[p].pid, samePid);
+      fillConn(connRecv(t, p, l), (char *)s->segs[me] + s->connBytes * (size_t)(p * lanes + l), buffSize, p,
+               b->peers[p].pid, samePid);
+    }
+  }
+  INFO(subsysShm, "SHM : segment of %zu bytes per rank, %d local ranks", s->segBytes, nlocal);
+out:
+  if (peerSock)
+    for (int p = 0; p < n; p++)
+      if (peerSock[p] >= 0) close(peerSock[p]);
+  free(peerSock);
+  if (listenFd >= 0) close(listenFd);
+  close(memfd);
+  return res;
+}
+
+void shmClose(struct shmState *s) {
+  for (int p = 0; s->segs && p < s->nranks; p++)
+    if (s->segs[p]) munmap(s->segs[p], s->segBytes);
+  free(s->segs);
+  s->segs = NULL;
+}

@@ -1,0 +1,29 @@
+#include "tune/tune.h"
+
+#include "algo/algo.h"
+#include "core/param.h"
+
+/* Channels pay off once each carries enough bytes to amortize a pass over
+ * its FIFO; below that one channel has the least overhead. */
+#define TUNE_BYTES_PER_CHANNEL (1u << 20)
+
+struct tuneChoice tuneChoose(int coll, size_t bytes, int nranks, int maxNch, size_t slotBytes) {
+  struct tuneChoice c = {algoRing, 1};
+  if (coll == collSend || coll == collRecv) {
+    c.algo = algoP2p;
+    return c;
+  }
+  if (nranks == 1) {
+    c.algo = algoLocal;
+    return c;
+  }
+  if (coll == collBroadcast || coll == collReduce) c.algo = algoChain;
+  size_t small = (size_t)paramInt(paramLLThreshold);
+  if (coll == collAllReduce && bytes <= small && bytes <= slotBytes) {
+    c.algo = algoOneHop;
+    return c;
+  }
+  size_t want = bytes / TUNE_BYTES_PER_CHANNEL;
+  c.nch = want < 1 ? 1 : want > (size_t)maxNch ? maxNch : (int)want;
+  return c;
+}

@@ -1,0 +1,42 @@
+/* Test harness: forks one process per rank (real processes, as users run
+ * chorus), each running the same function, and fails on any nonzero exit,
+ * crash or overrun of the deadline. */
+#ifndef CHORUS_TESTS_HARNESS_H
+#define CHORUS_TESTS_HARNESS_H
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "nccl.h"
+
+typedef int (*rankFn)(int rank, int nranks, ncclUniqueId id, void *arg);
+
+/* Runs fn on nranks forked processes; returns the number of ranks that
+ * failed (0 = all passed). deadlineSec bounds the whole run. */
+int runRanks(int nranks, rankFn fn, void *arg, int deadlineSec);
+
+#define NCCLCHECK(call)                                                                          \
+  do {                                                                                           \
+    ncclResult_t r_ = (call);                                                                    \
+    if (r_ != ncclSuccess) {                                                                     \
+      fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #call, ncclGetErrorString(r_)); \
+      return 1;                                                                                  \
+    }                                                                                            \
+  } while (0)
+
+#define EXPECT(cond, ...)                                               \
+  do {                                                                  \
+    if (!(cond)) {                                                      \
+      fprintf(stderr, "%s:%d: expected %s: ", __FILE__, __LINE__, #cond); \
+      fprintf(stderr, __VA_ARGS__);                                     \
+      fprintf(stderr, "\n");                                            \
+      return 1;                                                         \
+    }                                                                   \
+  } while (0)
+
+/* Buffers with guard bytes on both sides. */
+void *guardAlloc(size_t bytes);
+int guardCheck(void *p); /* 0 when both guards are intact */
+void guardFree(void *p);
+
+double nowSec(void);
+#endif

@@ -1,0 +1,256 @@
+/* Every collective × datatype × op × in-place/out-of-place × count, on
+ * forked processes (one per rank) or on ncclCommInitAll ranks driven from
+ * one thread with group calls; results checked against an independent
+ * reference, with guard bytes around every buffer.
+ *   test_coll <nranks> [fork|threads] [quick] */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+#include "values.h"
+
+enum { AR, BC, RED, AG, RS, NCOLL };
+static const char *collNames[] = {"AllReduce", "Broadcast", "Reduce", "AllGather", "ReduceScatter"};
+#define OP_PREMUL 5
+static const char *opNames[] = {"sum", "prod", "max", "min", "avg", "premulsum"};
+
+struct testCase {
+  int coll, dtype, op, inplace, root;
+  size_t count;
+};
+
+struct rankState {
+  void *send, *recv; /* what is passed to the call */
+  void *sendAlloc, *recvAlloc;
+  ncclRedOp_t op;
+};
+
+static double inputVal(const struct testCase *c, int rank, size_t i) {
+  if (c->op == ncclProd) return ((rank + i) % 3 == 0) ? 2 : 1;
+  int maxv = typeIsFp8(c->dtype) ? 2 : 4;
+  return (double)((rank * 7 + i * 3 + 1) % maxv);
+}
+
+static double reduced(const struct testCase *c, int nranks, size_t i) {
+  double acc = inputVal(c, 0, i);
+  for (int r = 1; r < nranks; r++) {
+    double v = inputVal(c, r, i);
+    switch (c->op) {
+      case ncclProd: acc *= v; break;
+      case ncclMax: acc = v > acc ? v : acc; break;
+      case ncclMin: acc = v < acc ? v : acc; break;
+      default: acc += v; break;
+    }
+  }
+  if (c->op == ncclAvg) acc = typeIsFloat(c->dtype) ? acc / nranks : (double)((int64_t)acc / nranks);
+  if (c->op == OP_PREMUL) acc *= 2;
+  return acc;
+}
+
+static int isReduction(int coll) { return coll == AR || coll == RED || coll == RS; }
+
+static size_t sendCount(const struct testCase *c, int n) { return c->coll == RS ? c->count * n : c->count; }
+static size_t recvCount(const struct testCase *c, int n) { return c->coll == AG ? c->count * n : c->count; }
+
+static int prepare(const struct testCase *c, int rank, int n, ncclComm_t comm, struct rankState *s) {
+  size_t esz = typeSize(c->dtype), sc = sendCount(c, n), rc = recvCount(c, n);
+  memset(s, 0, sizeof *s);
+  s->recvAlloc = guardAlloc(rc * esz);
+  memset(s->recvAlloc, 0x5c, rc * esz); /* sentinel: must be overwritten (or kept on Reduce non-roots) */
+  if (c->inplace) {
+    s->recv = s->recvAlloc;
+    if (c->coll == AG) s->send = (char *)s->recv + rank * c->count * esz;
+    else if (c->coll == RS) {
+      /* In place: recvbuff = sendbuff + rank*recvcount, so the send buffer is the big one. */
+      guardFree(s->recvAlloc);
+      s->recvAlloc = NULL;
+      s->sendAlloc = guardAlloc(sc * esz);
+      s->send = s->sendAlloc;
+      s->recv = (char *)s->send + rank * c->count * esz;
+    } else s->send = s->recv;
+  } else {
+    s->sendAlloc = guardAlloc(sc * esz);
+    s->send = s->sendAlloc;
+    s->recv = s->recvAlloc;
+  }
+  /* Fill the input where the call reads it. */
+  if (c->coll == RS) {
+    for (size_t i = 0; i < sc; i++) putValue(c->dtype, s->send, i, inputVal(c, rank, i));
+  } else {
+    for (size_t i = 0; i < c->count; i++) putValue(c->dtype, s->send, i, inputVal(c, rank, i));
+  }
+  s->op = (ncclRedOp_t)c->op;
+  if (c->op == OP_PREMUL) {
+    char scalar[8];
+    putValue(c->dtype, scalar, 0, 2.0);
+    NCCLCHECK(ncclRedOpCreatePreMulSum(&s->op, scalar, c->dtype, ncclScalarHostImmediate, comm));
+  }
+  return 0;
+}
+
+static ncclResult_t issue(const struct testCase *c, ncclComm_t comm, struct rankState *s) {
+  switch (c->coll) {
+    case AR: return ncclAllReduce(s->send, s->recv, c->count, c->dtype, s->op, comm, NULL);
+    case BC: return ncclBroadcast(s->send, s->recv, c->count, c->dtype, c->root, comm, NULL);
+    case RED: return ncclReduce(s->send, s->recv, c->count, c->dtype, s->op, c->root, comm, NULL);
+    case AG: return ncclAllGather(s->send, s->recv, c->count, c->dtype, comm, NULL);
+    default: return ncclReduceScatter(s->send, s->recv, c->count, c->dtype, s->op, comm, NULL);
+  }
+}
+
+static double tolerance(const struct testCase *c) {
+  if (c->op != ncclAvg || !typeIsFloat(c->dtype)) return 0;
+  switch (c->dtype) {
+    case ncclFloat32: return 1e-5;
+    case ncclFloat64: return 1e-12;
+    case ncclFloat16: return 5e-3;
+    case ncclBfloat16: return 3e-2;
+    default: return 0.3;
+  }
+}
+
+static int check(const struct testCase *c, int rank, int n, ncclComm_t comm, struct rankState *s) {
+  size_t rc = recvCount(c, n);
+  double tol = tolerance(c);
+  int bad = 0;
+  size_t firstBad = 0;
+  double got = 0, want = 0;
+  int checkOutput = !(c->coll == RED && rank != c->root);
+  for (size_t i = 0; i < rc; i++) {
+    double w;
+    if (c->coll == BC) w = inputVal(c, c->root, i);
+    else if (c->coll == AG) w = inputVal(c, (int)(i / c->count), i % c->count);
+    else if (c->coll == RS) w = reduced(c, n, rank * c->count + i);
+    else w = reduced(c, n, i);
+    double g;
+    if (!checkOutput) {
+      /* A Reduce non-root's recvbuff is not written (sentinel stays) unless in place. */
+      if (c->inplace) break;
+      unsigned char b = ((unsigned char *)s->recv)[i * typeSize(c->dtype)];
+      if (b != 0x5c) {
+        bad++;
+        firstBad = i;
+      }
+      continue;
+    }
+    g = getValue(c->dtype, s->recv, i);
+    int ok = tol == 0 ? g == w : (g - w <= tol * (1 + (w < 0 ? -w : w)) && w - g <= tol * (1 + (w < 0 ? -w : w)));
+    if (!ok) {
+      if (!bad) {
+        firstBad = i;
+        got = g;
+        want = w;
+      }
+      bad++;
+    }
+  }
+  int guards = (s->sendAlloc && guardCheck(s->sendAlloc)) || (s->recvAlloc && guardCheck(s->recvAlloc));
+  if (c->op == OP_PREMUL) NCCLCHECK(ncclRedOpDestroy(s->op, comm));
+  guardFree(s->sendAlloc);
+  guardFree(s->recvAlloc);
+  if (bad || guards) {
+    fprintf(stderr,
+            "rank %d/%d: %s %s %s count %zu root %d %s: %d wrong (first at %zu: got %g want %g)%s\n", rank, n,
+            collNames[c->coll], opNames[c->op], "", c->count, c->root, c->inplace ? "in-place" : "out-of-place",
+            bad, firstBad, got, want, guards ? " GUARD BYTES OVERWRITTEN" : "");
+    return 1;
+  }
+  return 0;
+}
+
+struct config {
+  int quick;
+};
+
+/* Calls fn for every test case, in the same order on every rank. */
+typedef int (*caseFn)(const struct testCase *c, void *arg);
+static int forEachCase(int n, int quick, caseFn fn, void *arg) {
+  static const size_t counts[] = {0, 1, 7, 1001, 70001};
+  int ncounts = quick ? 4 : 5;
+  for (int ci = 0; ci < ncounts; ci++)
+    for (int coll = 0; coll < NCOLL; coll++)
+      for (int t = 0; t < ncclNumTypes; t++)
+        for (int op = 0; op < (isReduction(coll) ? 6 : 1); op++)
+          for (int inplace = 0; inplace < 2; inplace++) {
+            struct testCase c = {coll, t, op, inplace, (int)((counts[ci] + coll + t) % n), counts[ci]};
+            if (fn(&c, arg)) return 1;
+          }
+  /* Large messages: several slots, several channels. */
+  for (int coll = 0; coll < NCOLL; coll++)
+    for (int inplace = 0; inplace < 2; inplace++) {
+      struct testCase c = {coll, ncclFloat32, ncclSum, inplace, n - 1, (1 << 20) + 3};
+      if (fn(&c, arg)) return 1;
+    }
+  return 0;
+}
+
+struct forkArg {
+  int rank, n;
+  ncclComm_t comm;
+};
+
+static int forkCase(const struct testCase *c, void *argp) {
+  struct forkArg *a = argp;
+  struct rankState s;
+  if (prepare(c, a->rank, a->n, a->comm, &s)) return 1;
+  ncclResult_t res = issue(c, a->comm, &s);
+  if (res != ncclSuccess) {
+    fprintf(stderr, "rank %d: %s failed: %s\n", a->rank, collNames[c->coll], ncclGetErrorString(res));
+    return 1;
+  }
+  return check(c, a->rank, a->n, a->comm, &s);
+}
+
+static int forkRank(int rank, int n, ncclUniqueId id, void *arg) {
+  struct config *cfg = arg;
+  struct forkArg a = {rank, n, NULL};
+  NCCLCHECK(ncclCommInitRank(&a.comm, n, id, rank));
+  int rc = forEachCase(n, cfg->quick, forkCase, &a);
+  NCCLCHECK(ncclCommDestroy(a.comm));
+  return rc;
+}
+
+struct threadArg {
+  int n;
+  ncclComm_t *comms;
+  struct rankState *states;
+};
+
+static int threadCase(const struct testCase *c, void *argp) {
+  struct threadArg *a = argp;
+  for (int r = 0; r < a->n; r++)
+    if (prepare(c, r, a->n, a->comms[r], &a->states[r])) return 1;
+  NCCLCHECK(ncclGroupStart());
+  for (int r = 0; r < a->n; r++) NCCLCHECK(issue(c, a->comms[r], &a->states[r]));
+  NCCLCHECK(ncclGroupEnd());
+  int rc = 0;
+  for (int r = 0; r < a->n; r++) rc |= check(c, r, a->n, a->comms[r], &a->states[r]);
+  return rc;
+}
+
+int main(int argc, char **argv) {
+  int n = argc > 1 ? atoi(argv[1]) : 2;
+  int threads = argc > 2 && strcmp(argv[2], "threads") == 0;
+  struct config cfg = {argc > 3 && strcmp(argv[3], "quick") == 0};
+  double t0 = nowSec();
+  int failed;
+  if (threads) {
+    struct threadArg a = {n, calloc(n, sizeof(ncclComm_t)), calloc(n, sizeof(struct rankState))};
+    NCCLCHECK(ncclCommInitAll(a.comms, n, NULL));
+    for (int r = 0; r < n; r++) {
+      int dev = -1, rank = -1, count = -1;
+      NCCLCHECK(ncclCommCuDevice(a.comms[r], &dev));
+      NCCLCHECK(ncclCommUserRank(a.comms[r], &rank));
+      NCCLCHECK(ncclCommCount(a.comms[r], &count));
+      EXPECT(dev == r && rank == r && count == n, "rank %d: dev %d rank %d count %d", r, dev, rank, count);
+    }
+    failed = forEachCase(n, cfg.quick, threadCase, &a);
+    for (int r = 0; r < n; r++) NCCLCHECK(ncclCommDestroy(a.comms[r]));
+  } else {
+    failed = runRanks(n, forkRank, &cfg, 300);
+  }
+  printf("test_coll %d ranks (%s): %s in %.1f s\n", n, threads ? "threads" : "processes", failed ? "FAILED" : "passed",
+         nowSec() - t0);
+  return failed ? 1 : 0;
+}
