@@ -185,21 +185,38 @@ static ncclResult_t buildP2p(struct schedule *s, struct algoCtx *c, const struct
   return ncclSuccess;
 }
 
+/* The largest piece a ring step may carry: a rank sends its first piece of
+ * every loop before it receives anything, so the piece must fit in half of
+ * the peer's FIFO or all ranks would wait on full FIFOs forever. */
+static size_t ringChunkElems(const struct algoCtx *c, size_t esz) {
+  const struct conn *k = &c->conns->send[0];
+  size_t bytes = (size_t)k->nslots * k->slotBytes / 2;
+  return bytes / 64 * 64 / esz;
+}
+
+/* Runs a per-channel builder over pieces of at most loop elements. */
+typedef ncclResult_t (*pieceFn)(struct schedule *, struct algoCtx *, const struct collDesc *, int, size_t, size_t);
+static ncclResult_t inPieces(pieceFn fn, struct schedule *s, struct algoCtx *c, const struct collDesc *d, int ch,
+                             size_t off, size_t cnt, size_t loop) {
+  for (size_t o = off; o < off + cnt; o += loop) CHECK(fn(s, c, d, ch, o, off + cnt - o < loop ? off + cnt - o : loop));
+  return ncclSuccess;
+}
+
 ncclResult_t algoBuild(struct schedule *s, struct algoCtx *c, const struct collDesc *d, int algo, int nch) {
   if (algo == algoP2p) return buildP2p(s, c, d);
   if (algo == algoLocal) return buildLocal(s, c, d);
   if (algo == algoOneHop) return buildOneHopAllReduce(s, c, d);
-  size_t esz = dtypeSize(d->dtype);
+  size_t esz = dtypeSize(d->dtype), chunk = ringChunkElems(c, esz);
   for (int ch = 0; ch < nch; ch++) {
     size_t off, cnt;
     channelPart(d->count, esz, nch, ch, &off, &cnt);
     if (cnt == 0) continue;
     switch (d->coll) {
-      case collAllReduce: CHECK(buildRingAllReduce(s, c, d, ch, off, cnt)); break;
+      case collAllReduce: CHECK(inPieces(buildRingAllReduce, s, c, d, ch, off, cnt, chunk * c->nranks)); break;
       case collBroadcast: CHECK(buildChainBroadcast(s, c, d, ch, off, cnt)); break;
       case collReduce: CHECK(buildChainReduce(s, c, d, ch, off, cnt)); break;
-      case collAllGather: CHECK(buildRingAllGather(s, c, d, ch, off, cnt)); break;
-      case collReduceScatter: CHECK(buildRingReduceScatter(s, c, d, ch, off, cnt)); break;
+      case collAllGather: CHECK(inPieces(buildRingAllGather, s, c, d, ch, off, cnt, chunk)); break;
+      case collReduceScatter: CHECK(inPieces(buildRingReduceScatter, s, c, d, ch, off, cnt, chunk)); break;
       default: return ncclInternalError;
     }
   }
