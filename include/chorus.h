@@ -9,25 +9,31 @@
 #define CHORUS_PATCH 0
 #define CHORUS_VERSION_CODE (CHORUS_MAJOR * 10000 + CHORUS_MINOR * 100 + CHORUS_PATCH)
 
+#if defined(__GNUC__)
+#define CHORUS_EXPORT __attribute__((visibility("default")))
+#else
+#define CHORUS_EXPORT
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 /* chorus's own version (CHORUS_VERSION_CODE), as opposed to the NCCL API level. */
-ncclResult_t chorusGetVersion(int *version);
+CHORUS_EXPORT ncclResult_t chorusGetVersion(int *version);
 
 /* Asynchronous streams: operations issued on such a stream return at once and
  * run in issue order on a background thread, so communication overlaps
  * computation. A NULL stream means "return when complete". */
-ncclResult_t chorusStreamCreate(cudaStream_t *stream);
+CHORUS_EXPORT ncclResult_t chorusStreamCreate(cudaStream_t *stream);
 /* Waits until everything issued on the stream has completed; returns the
  * first error any of it met (and clears it). */
-ncclResult_t chorusStreamSynchronize(cudaStream_t stream);
+CHORUS_EXPORT ncclResult_t chorusStreamSynchronize(cudaStream_t stream);
 /* ncclSuccess when the stream is idle, ncclInProgress while work is pending,
  * or the error the stream's work met. */
-ncclResult_t chorusStreamQuery(cudaStream_t stream);
+CHORUS_EXPORT ncclResult_t chorusStreamQuery(cudaStream_t stream);
 /* Synchronizes, then frees the stream. */
-ncclResult_t chorusStreamDestroy(cudaStream_t stream);
+CHORUS_EXPORT ncclResult_t chorusStreamDestroy(cudaStream_t stream);
 
 #ifdef __cplusplus
 }

@@ -80,7 +80,7 @@ static ncclResult_t scheduleLiveness(void *arg) {
     if (t->boot) {
       ncclResult_t res = bootstrapLiveness(t->boot);
       if (res != ncclSuccess) {
-        WARN("%s on rank %d failed: a peer is gone", t->what, t->rank);
+        INFO(subsysColl, "%s on rank %d failed: a peer is gone", t->what, t->rank);
         return res;
       }
     }

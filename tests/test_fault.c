@@ -1,0 +1,140 @@
+/* Faults end in errors, never hangs:
+ *   kill     - a rank SIGKILLs itself mid-run; every survivor's call returns
+ *              ncclRemoteError within 2 s, naming the dead rank; later calls too.
+ *   abort    - ncclCommAbort from a second thread ends a blocked call within 100 ms.
+ *   timeout  - a rank that never shows up makes the others return ncclTimeout
+ *              after CHORUS_TIMEOUT.
+ *   shm      - nothing is left in /dev/shm after a SIGKILL.
+ *   test_fault <case> */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <pthread.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+static double *shared; /* [0]: when the victim died */
+
+static int killRank(int rank, int n, ncclUniqueId id, void *arg) {
+  int victim = n / 2;
+  ncclComm_t comm;
+  NCCLCHECK(ncclCommInitRank(&comm, n, id, rank));
+  size_t count = 1 << 20;
+  float *buf = malloc(count * sizeof(float));
+  for (size_t i = 0; i < count; i++) buf[i] = 1;
+  for (int iter = 0;; iter++) {
+    if (rank == victim && iter == 20) {
+      shared[0] = nowSec();
+      raise(SIGKILL);
+    }
+    double t0 = nowSec();
+    ncclResult_t res = ncclAllReduce(buf, buf, count, ncclFloat, ncclSum, comm, NULL);
+    if (res == ncclSuccess) continue;
+    double t = nowSec(), sinceDeath = t - shared[0];
+    EXPECT(res == ncclRemoteError, "rank %d: got %s", rank, ncclGetErrorString(res));
+    EXPECT(shared[0] > 0 && sinceDeath < 2.0, "rank %d: error %.3f s after the death (call began %.3f s before)", rank,
+           sinceDeath, t - t0);
+    char want[32];
+    snprintf(want, sizeof want, "rank %d", victim);
+    EXPECT(strstr(ncclGetLastError(comm), want) != NULL, "last error '%s' does not name %s", ncclGetLastError(comm), want);
+    ncclResult_t async;
+    NCCLCHECK(ncclCommGetAsyncError(comm, &async));
+    EXPECT(async == ncclRemoteError, "async error %s", ncclGetErrorString(async));
+    res = ncclAllReduce(buf, buf, 1, ncclFloat, ncclSum, comm, NULL);
+    EXPECT(res == ncclRemoteError, "later call returned %s", ncclGetErrorString(res));
+    fprintf(stderr, "rank %d: ncclRemoteError %.0f ms after rank %d died\n", rank, sinceDeath * 1e3, victim);
+    NCCLCHECK(ncclCommAbort(comm));
+    free(buf);
+    return 0;
+  }
+}
+
+struct abortArg {
+  ncclComm_t comm;
+  double when;
+};
+static void *aborter(void *p) {
+  struct abortArg *a = p;
+  usleep(300000);
+  a->when = nowSec();
+  ncclCommAbort(a->comm);
+  return NULL;
+}
+
+static int abortRank(int rank, int n, ncclUniqueId id, void *arg) {
+  ncclComm_t comm;
+  NCCLCHECK(ncclCommInitRank(&comm, n, id, rank));
+  if (rank == 1) { /* never joins the collective; leaves after rank 0 has aborted */
+    usleep(1500000);
+    NCCLCHECK(ncclCommDestroy(comm));
+    return 0;
+  }
+  struct abortArg a = {comm, 0};
+  pthread_t t;
+  pthread_create(&t, NULL, aborter, &a);
+  float x = 1, y;
+  ncclResult_t res = ncclAllReduce(&x, &y, 1, ncclFloat, ncclSum, comm, NULL);
+  double end = nowSec();
+  pthread_join(t, NULL);
+  EXPECT(res != ncclSuccess, "aborted call succeeded");
+  EXPECT(end - a.when < 0.1, "call returned %.0f ms after the abort", (end - a.when) * 1e3);
+  fprintf(stderr, "rank 0: call returned %s %.1f ms after ncclCommAbort\n", ncclGetErrorString(res), (end - a.when) * 1e3);
+  return 0;
+}
+
+static int timeoutRank(int rank, int n, ncclUniqueId id, void *arg) {
+  ncclComm_t comm;
+  NCCLCHECK(ncclCommInitRank(&comm, n, id, rank));
+  if (rank == n - 1) { /* stalls without calling */
+    usleep(3500000);
+    NCCLCHECK(ncclCommAbort(comm));
+    return 0;
+  }
+  float x = 1, y;
+  double t0 = nowSec();
+  ncclResult_t res = ncclAllReduce(&x, &y, 1, ncclFloat, ncclSum, comm, NULL);
+  double t = nowSec() - t0;
+  EXPECT(res == ncclTimeout, "got %s", ncclGetErrorString(res));
+  EXPECT(t >= 0.9 && t < 3.0, "timed out after %.2f s with CHORUS_TIMEOUT=1", t);
+  NCCLCHECK(ncclCommAbort(comm));
+  return 0;
+}
+
+static int countShm(void) {
+  DIR *d = opendir("/dev/shm");
+  if (!d) return 0;
+  int n = 0;
+  for (struct dirent *e; (e = readdir(d));) n += e->d_name[0] != '.';
+  closedir(d);
+  return n;
+}
+
+int main(int argc, char **argv) {
+  const char *which = argc > 1 ? argv[1] : "kill";
+  shared = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  int failed;
+  if (strcmp(which, "kill") == 0) {
+    int before = countShm();
+    failed = 0;
+    for (int n = 2; n <= 4; n++) {
+      shared[0] = 0;
+      /* The victim counts as failed (killed); every survivor must pass. */
+      failed += runRanks(n, killRank, NULL, 30) != 1;
+    }
+    int after = countShm();
+    if (after != before) {
+      fprintf(stderr, "/dev/shm had %d entries before and %d after\n", before, after);
+      failed++;
+    }
+  } else if (strcmp(which, "abort") == 0) {
+    failed = runRanks(2, abortRank, NULL, 30);
+  } else {
+    setenv("CHORUS_TIMEOUT", "1", 1);
+    failed = runRanks(3, timeoutRank, NULL, 30);
+  }
+  printf("test_fault %s: %s\n", which, failed ? "FAILED" : "passed");
+  return failed != 0;
+}

@@ -1,0 +1,85 @@
+/* Send/Recv: ring shifts and all-to-all inside groups (self included),
+ * ping-pong outside groups, messages larger than a FIFO, every datatype.
+ *   test_p2p <nranks> */
+#include <string.h>
+
+#include "harness.h"
+#include "values.h"
+
+static double val(int from, int to, size_t i) { return (double)((from * 5 + to * 3 + i) % 4); }
+
+static int checkBuf(int t, const void *buf, size_t count, int from, int to, const char *what) {
+  for (size_t i = 0; i < count; i++)
+    EXPECT(getValue(t, buf, i) == val(from, to, i), "%s: element %zu from %d to %d: got %g want %g", what, i, from, to,
+           getValue(t, buf, i), val(from, to, i));
+  return 0;
+}
+
+static int rankMain(int rank, int n, ncclUniqueId id, void *arg) {
+  ncclComm_t comm;
+  NCCLCHECK(ncclCommInitRank(&comm, n, id, rank));
+  static const size_t counts[] = {0, 1, 1001, (3 << 20) + 5};
+  for (int ci = 0; ci < 4; ci++)
+    for (int t = 0; t < ncclNumTypes; t++) {
+      size_t count = counts[ci], esz = typeSize(t);
+      if (ci == 3 && t != ncclFloat32 && t != ncclUint8) continue;
+      /* Ring shift in a group. */
+      int next = (rank + 1) % n, prev = (rank - 1 + n) % n;
+      void *s = guardAlloc(count * esz), *r = guardAlloc(count * esz);
+      for (size_t i = 0; i < count; i++) putValue(t, s, i, val(rank, next, i));
+      NCCLCHECK(ncclGroupStart());
+      NCCLCHECK(ncclSend(s, count, t, next, comm, NULL));
+      NCCLCHECK(ncclRecv(r, count, t, prev, comm, NULL));
+      NCCLCHECK(ncclGroupEnd());
+      if (checkBuf(t, r, count, prev, rank, "ring shift")) return 1;
+      EXPECT(!guardCheck(s) && !guardCheck(r), "guard bytes around ring-shift buffers");
+      guardFree(s);
+      guardFree(r);
+      if (ci == 3) continue;
+      /* All-to-all, self included. */
+      char *sa = guardAlloc(count * esz * n), *ra = guardAlloc(count * esz * n);
+      for (int p = 0; p < n; p++)
+        for (size_t i = 0; i < count; i++) putValue(t, sa + p * count * esz, i, val(rank, p, i));
+      NCCLCHECK(ncclGroupStart());
+      for (int p = 0; p < n; p++) {
+        NCCLCHECK(ncclSend(sa + p * count * esz, count, t, p, comm, NULL));
+        NCCLCHECK(ncclRecv(ra + p * count * esz, count, t, p, comm, NULL));
+      }
+      NCCLCHECK(ncclGroupEnd());
+      for (int p = 0; p < n; p++)
+        if (checkBuf(t, ra + p * count * esz, count, p, rank, "all-to-all")) return 1;
+      EXPECT(!guardCheck(sa) && !guardCheck(ra), "guard bytes around all-to-all buffers");
+      guardFree(sa);
+      guardFree(ra);
+    }
+  /* Ping-pong without groups, larger than the FIFO: even ranks send first. */
+  if (n >= 2 && rank < n / 2 * 2) {
+    size_t count = (5 << 20) + 1;
+    int peer = rank ^ 1;
+    float *s = guardAlloc(count * 4), *r = guardAlloc(count * 4);
+    for (size_t i = 0; i < count; i++) s[i] = (float)val(rank, peer, i);
+    if (rank % 2 == 0) {
+      NCCLCHECK(ncclSend(s, count, ncclFloat, peer, comm, NULL));
+      NCCLCHECK(ncclRecv(r, count, ncclFloat, peer, comm, NULL));
+    } else {
+      NCCLCHECK(ncclRecv(r, count, ncclFloat, peer, comm, NULL));
+      NCCLCHECK(ncclSend(s, count, ncclFloat, peer, comm, NULL));
+    }
+    if (checkBuf(ncclFloat, r, count, peer, rank, "ping-pong")) return 1;
+    guardFree(s);
+    guardFree(r);
+  }
+  /* A send to self outside a group has no matching receive. */
+  float x = 1;
+  ncclResult_t res = ncclSend(&x, 1, ncclFloat, rank, comm, NULL);
+  EXPECT(res == ncclInvalidUsage, "self send without recv returned %s", ncclGetErrorString(res));
+  NCCLCHECK(ncclCommDestroy(comm));
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  int n = argc > 1 ? atoi(argv[1]) : 2;
+  int failed = runRanks(n, rankMain, NULL, 300);
+  printf("test_p2p %d ranks: %s\n", n, failed ? "FAILED" : "passed");
+  return failed != 0;
+}
