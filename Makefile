@@ -20,7 +20,9 @@ perf: all
 	$(BUILD)/bin/allreduce_sweep -n 2 -b 8 -e 128M -f 2
 
 install: all
-	cmake --install $(BUILD) --prefix $(PREFIX)
+	cmake -S . -B $(BUILD) -DCMAKE_INSTALL_PREFIX=$(PREFIX) >/dev/null
+	@$(MAKE) --no-print-directory -C $(BUILD) -j$(JOBS)
+	cmake --install $(BUILD)
 
 asan:
 	$(MAKE) BUILD=build-asan CMAKE_FLAGS="-DCHORUS_SANITIZE=address,undefined -DCMAKE_BUILD_TYPE=RelWithDebInfo" test

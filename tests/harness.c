@@ -20,17 +20,33 @@ int runRanks(int nranks, rankFn fn, void *arg, int deadlineSec) {
     fprintf(stderr, "ncclGetUniqueId failed\n");
     return nranks;
   }
+  return runRanksWithId(nranks, id, fn, arg, deadlineSec);
+}
+
+int runRanksWithId(int nranks, ncclUniqueId id, rankFn fn, void *arg, int deadlineSec) {
   fflush(NULL);
   pid_t *pids = calloc(nranks, sizeof *pids);
+  /* Children start only once all are forked: no rank reaches the root
+   * thread (which allocates) while the parent is still forking, since a fork
+   * taken while another thread holds an allocator lock can deadlock (ASan). */
+  int gate[2];
+  if (pipe(gate) != 0) return nranks;
   for (int r = 0; r < nranks; r++) {
     pids[r] = fork();
     if (pids[r] == 0) {
+      close(gate[1]);
+      char c;
+      while (read(gate[0], &c, 1) > 0) {
+      }
+      close(gate[0]);
       alarm(deadlineSec + 5); /* never outlive the harness */
       int rc = fn(r, nranks, id, arg);
       fflush(NULL);
       _exit(rc ? 1 : 0);
     }
   }
+  close(gate[0]);
+  close(gate[1]);
   int failed = 0, left = nranks;
   double end = nowSec() + deadlineSec;
   while (left > 0) {

@@ -247,6 +247,8 @@ int main(int argc, char **argv) {
     }
     failed = forEachCase(n, cfg.quick, threadCase, &a);
     for (int r = 0; r < n; r++) NCCLCHECK(ncclCommDestroy(a.comms[r]));
+    free(a.comms);
+    free(a.states);
   } else {
     failed = runRanks(n, forkRank, &cfg, 300);
   }

@@ -43,7 +43,6 @@ static int rankMain(int rank, int n, ncclUniqueId id, void *arg) {
   NCCLCHECK(chorusStreamSynchronize(st));
   EXPECT(b == n * (n - 1) / 2, "grouped stream allreduce got %d", b);
   NCCLCHECK(chorusStreamDestroy(st));
-  EXPECT(chorusStreamQuery(st) == ncclInvalidArgument || 1, "destroyed stream");
   NCCLCHECK(ncclCommDestroy(comm));
   fprintf(stderr, "rank %d: issued %d ops in %.1f us\n", rank, N_OPS, issue * 1e6);
   return 0;
@@ -75,7 +74,8 @@ int main(int argc, char **argv) {
   int n = argc > 1 ? atoi(argv[1]) : 2;
   int failed = runRanks(n, rankMain, NULL, 120) + threadsMain(n);
   /* Bad stream handles are rejected. */
-  cudaStream_t bogus = (cudaStream_t)&failed;
+  static uint64_t fake[16]; /* not a stream, but readable */
+  cudaStream_t bogus = (cudaStream_t)fake;
   if (chorusStreamSynchronize(bogus) != ncclInvalidArgument) failed++;
   if (chorusStreamCreate(NULL) != ncclInvalidArgument) failed++;
   printf("test_stream %d ranks: %s\n", n, failed ? "FAILED" : "passed");

@@ -125,18 +125,24 @@ struct commAgreement {
   int64_t buffSize;
 };
 
+/* NCCL's init lines: each channel's ring, then the transport to each peer. */
 static void logTopology(struct ncclComm *comm) {
   char line[512];
+  int n = comm->nranks, next = (comm->rank + 1) % n;
   for (int c = 0; c < comm->nch; c++) {
     int o = 0;
-    for (int i = 0; i < comm->nranks && o < (int)sizeof line - 16; i++) o += snprintf(line + o, sizeof line - o, " %d", i);
+    for (int i = 0; i < n && o < (int)sizeof line - 16; i++) o += snprintf(line + o, sizeof line - o, " %d", i);
     INFO(subsysInit, "Channel %02d/%02d :%s", c, comm->nch, line);
   }
-  int next = (comm->rank + 1) % comm->nranks, prev = (comm->rank - 1 + comm->nranks) % comm->nranks;
-  for (int c = 0; c < comm->nch; c++)
-    INFO(subsysInit, "Channel %02d/0 : %d[%d] -> %d[%d] via SHM/direct/direct", c, comm->rank, comm->rank, next, next);
-  (void)prev;
-  INFO(subsysP2p, "Connected all point-to-point peers via SHM (%d ranks)", comm->nranks);
+  for (int c = 0; c < comm->nch && n > 1; c++)
+    INFO(subsysInit, "Channel %02d/0 : %d[%d] -> %d[%d] via SHM/direct/direct", c, comm->rank,
+         comm->boot.peers[comm->rank].cudaDev, next, comm->boot.peers[next].cudaDev);
+  for (int p = 0; p < n; p++)
+    if (p != comm->rank)
+      INFO(subsysP2p, "Channel %02d/1 : %d[%d] -> %d[%d] via P2P/SHM (host %s pid %d)", comm->nch, comm->rank,
+           comm->boot.peers[comm->rank].cudaDev, p, comm->boot.peers[p].cudaDev, comm->boot.peers[p].hostname,
+           comm->boot.peers[p].pid);
+  INFO(subsysInit, "Connected all rings, %d channel(s), %zu-byte FIFO slots", comm->nch, comm->slotBytes);
 }
 
 static ncclResult_t commInit(struct ncclComm **out, int nranks, const ncclUniqueId *id, int rank, int cudaDev,

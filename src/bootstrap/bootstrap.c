@@ -55,7 +55,8 @@ uint64_t bootstrapHostHash(void) {
 struct rootArgs {
   int listenFd;
   uint64_t secret;
-  int nranks; /* 0: learned from the first hello */
+  int nranks;   /* 0: learned from the first hello */
+  int *started; /* set once the thread runs; spawnRoot's, touched once */
 };
 
 /* Reads one fixed-size hello with a short deadline, so a connection that
@@ -68,8 +69,10 @@ static ncclResult_t recvHello(int fd, void *buf, size_t len) {
 }
 
 static void *rootThread(void *argp) {
+  /* argp is freed only at the end: the thread touches no allocator until a
+   * rank calls in, so a process may fork right after ncclGetUniqueId. */
   struct rootArgs a = *(struct rootArgs *)argp;
-  free(argp);
+  __atomic_store_n(a.started, 1, __ATOMIC_RELEASE);
   int nranks = a.nranks, got = 0;
   int *fds = NULL;
   struct bootstrapPeerInfo *infos = NULL;
@@ -121,15 +124,18 @@ static void *rootThread(void *argp) {
   free(fds);
   free(infos);
   close(a.listenFd);
+  free(argp);
   return NULL;
 }
 
 static ncclResult_t spawnRoot(int listenFd, uint64_t secret, int nranks) {
   struct rootArgs *a = malloc(sizeof *a);
   if (!a) return ncclSystemError;
+  int started = 0;
   a->listenFd = listenFd;
   a->secret = secret;
   a->nranks = nranks;
+  a->started = &started;
   pthread_t t;
   pthread_attr_t attr;
   pthread_attr_init(&attr);
@@ -142,6 +148,12 @@ static ncclResult_t spawnRoot(int listenFd, uint64_t secret, int nranks) {
     WARN("Bootstrap : cannot start the root thread: %s", strerror(err));
     return ncclSystemError;
   }
+  /* Return only once the thread is running: thread start-up allocates, and
+   * a fork during it (common right after ncclGetUniqueId) could inherit a
+   * locked allocator. */
+  struct waitState w;
+  waitBegin(&w, NULL, NULL, NULL, "bootstrap root start");
+  while (!__atomic_load_n(&started, __ATOMIC_ACQUIRE)) CHECK(waitPause(&w));
   return ncclSuccess;
 }
 

@@ -17,6 +17,7 @@
 int logLevelCached = -1;
 static unsigned logSubsysMask;
 static FILE *logFile;
+static int logFilePid; /* the process that opened logFile: a forked child opens its own */
 static char logHost[64];
 static pthread_once_t logOnce = PTHREAD_ONCE_INIT;
 static pthread_mutex_t logLock = PTHREAD_MUTEX_INITIALIZER;
@@ -85,6 +86,7 @@ static void logInit(void) {
   if (file[0] && level > logVersion) {
     FILE *f = openLogFile(file);
     if (f) logFile = f;
+    logFilePid = getpid();
   }
   __atomic_store_n(&logLevelCached, level, __ATOMIC_RELEASE);
 }
@@ -114,6 +116,11 @@ void logMessage(int level, unsigned subsys, const char *file, int line, const ch
   else
     snprintf(head, sizeof head, "%s:%d:%d", logHost, (int)getpid(), (int)syscall(SYS_gettid));
   pthread_mutex_lock(&logLock);
+  if (logFilePid && logFilePid != getpid()) { /* %p must name this process */
+    FILE *f = openLogFile(paramStr(paramDebugFile));
+    if (f) logFile = f;
+    logFilePid = getpid();
+  }
   if (level == logWarn)
     fprintf(logFile, "\n%s NCCL WARN %s (%s:%d)\n", head, msg, file, line);
   else

@@ -39,6 +39,7 @@ static void paramLoadFile(const char *path) {
     if (eq == NULL) continue;
     *eq = 0;
     char *val = eq + 1;
+    while (*val == ' ' || *val == '\t') val++;
     size_t n = strlen(val);
     while (n > 0 && (val[n - 1] == '\n' || val[n - 1] == '\r' || val[n - 1] == ' ')) val[--n] = 0;
     char *end = eq;

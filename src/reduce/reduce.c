@@ -26,13 +26,15 @@ int dtypeIsFloat(int dtype) { return dtype >= ncclFloat16; }
 #define OP_MAX(a, b) ((a) > (b) ? (a) : (b))
 #define OP_MIN(a, b) ((a) < (b) ? (a) : (b))
 
-/* Native types: T is both storage and computation type. */
-#define NATIVE_KERNELS(NAME, T)                                                                       \
+/* Native types: T is the storage type; sums and products are computed in
+ * U (the unsigned twin for signed integers) so that overflow wraps, as on
+ * the GPU, instead of being undefined. */
+#define NATIVE_KERNELS(NAME, T, U)                                                                    \
   CLONES static void two_##NAME##_sum(T *restrict d, const T *a, const T *b, size_t n) {             \
-    for (size_t i = 0; i < n; i++) d[i] = OP_SUM(a[i], b[i]);                                         \
+    for (size_t i = 0; i < n; i++) d[i] = (T)OP_SUM((U)a[i], (U)b[i]);                                \
   }                                                                                                   \
   CLONES static void two_##NAME##_prod(T *restrict d, const T *a, const T *b, size_t n) {            \
-    for (size_t i = 0; i < n; i++) d[i] = OP_PROD(a[i], b[i]);                                        \
+    for (size_t i = 0; i < n; i++) d[i] = (T)OP_PROD((U)a[i], (U)b[i]);                               \
   }                                                                                                   \
   CLONES static void two_##NAME##_max(T *restrict d, const T *a, const T *b, size_t n) {             \
     for (size_t i = 0; i < n; i++) d[i] = OP_MAX(a[i], b[i]);                                         \
@@ -41,10 +43,10 @@ int dtypeIsFloat(int dtype) { return dtype >= ncclFloat16; }
     for (size_t i = 0; i < n; i++) d[i] = OP_MIN(a[i], b[i]);                                         \
   }                                                                                                   \
   CLONES static void two_##NAME##_premul(T *restrict d, const T *a, const T *b, size_t n, T s) {     \
-    for (size_t i = 0; i < n; i++) d[i] = a[i] + b[i] * s;                                            \
+    for (size_t i = 0; i < n; i++) d[i] = (T)((U)a[i] + (U)b[i] * (U)s);                              \
   }                                                                                                   \
   CLONES static void one_##NAME##_scale(T *restrict d, const T *a, size_t n, T s) {                  \
-    for (size_t i = 0; i < n; i++) d[i] = a[i] * s;                                                   \
+    for (size_t i = 0; i < n; i++) d[i] = (T)((U)a[i] * (U)s);                                        \
   }                                                                                                   \
   static void two_##NAME##_div(T *d, const T *a, const T *b, size_t n, T div, int post) {            \
     two_##NAME##_sum(d, a, b, n);                                                                     \
@@ -74,14 +76,14 @@ int dtypeIsFloat(int dtype) { return dtype >= ncclFloat16; }
     }                                                                                                 \
   }
 
-NATIVE_KERNELS(i8, int8_t)
-NATIVE_KERNELS(u8, uint8_t)
-NATIVE_KERNELS(i32, int32_t)
-NATIVE_KERNELS(u32, uint32_t)
-NATIVE_KERNELS(i64, int64_t)
-NATIVE_KERNELS(u64, uint64_t)
-NATIVE_KERNELS(f32, float)
-NATIVE_KERNELS(f64, double)
+NATIVE_KERNELS(i8, int8_t, uint8_t)
+NATIVE_KERNELS(u8, uint8_t, uint8_t)
+NATIVE_KERNELS(i32, int32_t, uint32_t)
+NATIVE_KERNELS(u32, uint32_t, uint32_t)
+NATIVE_KERNELS(i64, int64_t, uint64_t)
+NATIVE_KERNELS(u64, uint64_t, uint64_t)
+NATIVE_KERNELS(f32, float, float)
+NATIVE_KERNELS(f64, double, double)
 
 /* Narrow float types compute in float, one block at a time, and round once
  * per result so every rank rounds the same way. */

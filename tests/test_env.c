@@ -1,0 +1,109 @@
+/* Parameters and logs: environment over NCCL_CONF_FILE, NCCL_DEBUG=INFO
+ * lines in NCCL's shape in NCCL_DEBUG_FILE (%h, %p), and a rendezvous that
+ * strangers on the root's port cannot break. Linked statically to read the
+ * parameter table directly. */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "bootstrap/bootstrap.h"
+#include "core/param.h"
+#include "harness.h"
+
+static char logDir[] = "/tmp/chorus-test-env-XXXXXX";
+
+static int rankMain(int rank, int n, ncclUniqueId id, void *arg) {
+  ncclComm_t comm;
+  NCCLCHECK(ncclCommInitRank(&comm, n, id, rank));
+  float x = 1, y = 0;
+  NCCLCHECK(ncclAllReduce(&x, &y, 1, ncclFloat, ncclSum, comm, NULL));
+  EXPECT(y == n, "allreduce gave %g", y);
+  NCCLCHECK(ncclCommDestroy(comm));
+  return 0;
+}
+
+static int fileHas(const char *path, const char *needle) {
+  FILE *f = fopen(path, "r");
+  if (!f) return 0;
+  char line[1024];
+  int found = 0;
+  while (!found && fgets(line, sizeof line, f)) found = strstr(line, needle) != NULL;
+  fclose(f);
+  return found;
+}
+
+int main(void) {
+  int failed = 0;
+  if (!mkdtemp(logDir)) return 1;
+  char conf[256], logPattern[256];
+  snprintf(conf, sizeof conf, "%s/nccl.conf", logDir);
+  FILE *f = fopen(conf, "w");
+  fprintf(f, "# a comment\nNCCL_DEBUG=INFO\nNCCL_DEBUG_SUBSYS = INIT,COLL\nNCCL_MAX_NCHANNELS=5\nNCCL_BUFFSIZE=131072\n");
+  fclose(f);
+  snprintf(logPattern, sizeof logPattern, "%s/log.%%h.%%p", logDir);
+  setenv("NCCL_CONF_FILE", conf, 1);
+  setenv("NCCL_MAX_NCHANNELS", "3", 1); /* the environment wins over the file */
+  setenv("NCCL_DEBUG_FILE", logPattern, 1);
+  EXPECT(paramInt(paramMaxNChannels) == 3, "NCCL_MAX_NCHANNELS = %lld", (long long)paramInt(paramMaxNChannels));
+  EXPECT(paramInt(paramBuffSize) == 131072, "NCCL_BUFFSIZE = %lld", (long long)paramInt(paramBuffSize));
+  EXPECT(strcmp(paramStr(paramDebug), "INFO") == 0, "NCCL_DEBUG = '%s'", paramStr(paramDebug));
+  EXPECT(strcmp(paramStr(paramDebugSubsys), "INIT,COLL") == 0, "NCCL_DEBUG_SUBSYS = '%s'", paramStr(paramDebugSubsys));
+
+  ncclUniqueId id;
+  NCCLCHECK(ncclGetUniqueId(&id));
+  /* Strangers at the root: garbage, a wrong secret, and a silent connection. */
+  struct bootstrapHandle h;
+  memcpy(&h, id.internal, sizeof h);
+  socklen_t len = h.addr.sa.sa_family == AF_INET6 ? sizeof h.addr.sin6 : sizeof h.addr.sin;
+  int silent = socket(h.addr.sa.sa_family, SOCK_STREAM, 0);
+  EXPECT(connect(silent, &h.addr.sa, len) == 0, "connect to the root");
+  for (int k = 0; k < 2; k++) {
+    int s = socket(h.addr.sa.sa_family, SOCK_STREAM, 0);
+    EXPECT(connect(s, &h.addr.sa, len) == 0, "connect to the root");
+    char junk[200];
+    memset(junk, k ? 0x41 : 0xff, sizeof junk);
+    if (write(s, junk, sizeof junk) < 0) perror("write");
+    close(s);
+  }
+  int n = 3;
+  /* Our id, with the strangers queued at its root. */
+  double t0 = nowSec();
+  failed += runRanksWithId(n, id, rankMain, NULL, 60);
+  double took = nowSec() - t0;
+  close(silent);
+  EXPECT(took < 10, "rendezvous with strangers took %.1f s", took);
+
+  char host[64] = "";
+  gethostname(host, sizeof host - 1);
+  char *dot = strchr(host, '.');
+  if (dot) *dot = 0;
+  DIR *d = opendir(logDir);
+  int logs = 0;
+  for (struct dirent *e; d && (e = readdir(d));) {
+    char prefix[128];
+    snprintf(prefix, sizeof prefix, "log.%s.", host);
+    if (strncmp(e->d_name, prefix, strlen(prefix)) != 0) continue;
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", logDir, e->d_name);
+    if (!fileHas(path, "Init COMPLETE")) continue; /* the parent's own log holds only the root */
+    logs++;
+    static const char *needles[] = {"NCCL INFO Channel 00/03 : 0 1 2", "NCCL INFO comm", "nranks 3",
+                                    "NCCL INFO AllReduce: opCount 0 sendbuff", "via SHM"};
+    for (size_t i = 0; i < sizeof needles / sizeof *needles; i++)
+      if (!fileHas(path, needles[i])) {
+        fprintf(stderr, "%s lacks '%s'\n", path, needles[i]);
+        failed++;
+      }
+  }
+  if (d) closedir(d);
+  EXPECT(logs == n, "found %d rank logs in %s, expected %d", logs, logDir, n);
+  if (!failed) {
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", logDir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", logDir);
+  }
+  printf("test_env: %s\n", failed ? "FAILED" : "passed");
+  return failed != 0;
+}
