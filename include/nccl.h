@@ -16,14 +16,17 @@
 typedef struct CUstream_st *cudaStream_t;
 #endif
 
+/* Types, enum values and struct layouts are NCCL 2.30's. The version is the
+ * newest NCCL API level whose functions chorus implements in full: 2.17
+ * (ncclCommSplit, 2.18, is not there yet), so code that tests
+ * NCCL_VERSION_CODE before calling newer functions keeps compiling. */
 #define NCCL_MAJOR 2
-#define NCCL_MINOR 30
-#define NCCL_PATCH 7
+#define NCCL_MINOR 17
+#define NCCL_PATCH 1
 #define NCCL_SUFFIX ""
 #define NCCL_VERSION(X, Y, Z) \
   (((X) <= 2 && (Y) <= 8) ? (X)*1000 + (Y)*100 + (Z) : (X)*10000 + (Y)*100 + (Z))
-/* The newest NCCL API level whose functions chorus implements in full. */
-#define NCCL_VERSION_CODE NCCL_VERSION(2, 30, 7)
+#define NCCL_VERSION_CODE NCCL_VERSION(NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH)
 
 #ifdef __cplusplus
 extern "C" {

@@ -2,7 +2,7 @@
  * forked processes (one per rank) or on ncclCommInitAll ranks driven from
  * one thread with group calls; results checked against an independent
  * reference, with guard bytes around every buffer.
- *   test_coll <nranks> [fork|threads] [quick] */
+ *   test_coll <nranks> [fork|threads] [quick|full] [groupinit] */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -237,13 +237,23 @@ int main(int argc, char **argv) {
   int failed;
   if (threads) {
     struct threadArg a = {n, calloc(n, sizeof(ncclComm_t)), calloc(n, sizeof(struct rankState))};
-    NCCLCHECK(ncclCommInitAll(a.comms, n, NULL));
+    if (argc > 4 && strcmp(argv[4], "groupinit") == 0) {
+      /* NCCL's "several devices per thread" init: InitRank calls in a group. */
+      ncclUniqueId id;
+      NCCLCHECK(ncclGetUniqueId(&id));
+      NCCLCHECK(ncclGroupStart());
+      for (int r = 0; r < n; r++) NCCLCHECK(ncclCommInitRank(&a.comms[r], n, id, r));
+      NCCLCHECK(ncclGroupEnd());
+      for (int r = 0; r < n; r++) EXPECT(a.comms[r] != NULL, "comm %d not created by ncclGroupEnd", r);
+    } else {
+      NCCLCHECK(ncclCommInitAll(a.comms, n, NULL));
+    }
     for (int r = 0; r < n; r++) {
       int dev = -1, rank = -1, count = -1;
       NCCLCHECK(ncclCommCuDevice(a.comms[r], &dev));
       NCCLCHECK(ncclCommUserRank(a.comms[r], &rank));
       NCCLCHECK(ncclCommCount(a.comms[r], &count));
-      EXPECT(dev == r && rank == r && count == n, "rank %d: dev %d rank %d count %d", r, dev, rank, count);
+      EXPECT((dev == r || argc > 4) && rank == r && count == n, "rank %d: dev %d rank %d count %d", r, dev, rank, count);
     }
     failed = forEachCase(n, cfg.quick, threadCase, &a);
     for (int r = 0; r < n; r++) NCCLCHECK(ncclCommDestroy(a.comms[r]));

@@ -90,7 +90,7 @@ int main(void) {
   int v = 0;
   BAD(ncclGetVersion(NULL), ncclInvalidArgument, "version");
   NCCLCHECK(ncclGetVersion(&v));
-  EXPECT(v == NCCL_VERSION_CODE && v == 23007, "version %d", v);
+  EXPECT(v == NCCL_VERSION_CODE && v == 21701, "version %d", v);
   NCCLCHECK(chorusGetVersion(&v));
   EXPECT(v == CHORUS_VERSION_CODE, "chorus version %d", v);
   EXPECT(NCCL_VERSION(2, 30, 7) == 23007 && NCCL_VERSION(2, 8, 4) == 2804, "NCCL_VERSION formula");

@@ -16,6 +16,8 @@ static _Thread_local int groupDepth;
 static _Thread_local struct groupItem *groupItems;
 static _Thread_local int groupCount, groupCap;
 static _Thread_local ncclResult_t groupError;
+static _Thread_local struct initJob *groupInits;
+static _Thread_local int groupInitCount, groupInitCap;
 /* The NULL stream's schedule, reused so blocking calls do not allocate. */
 static _Thread_local struct schedule inlineSched;
 static uint64_t buildGeneration;
@@ -157,6 +159,22 @@ ncclResult_t groupEnqueue(const struct groupItem *item) {
   return ncclSuccess;
 }
 
+ncclResult_t groupInit(const struct initJob *job) {
+  if (groupDepth == 0) {
+    struct initJob j = *job;
+    return initJobsRun(&j, 1);
+  }
+  if (groupInitCount == groupInitCap) {
+    int cap = groupInitCap ? 2 * groupInitCap : 8;
+    struct initJob *g = realloc(groupInits, sizeof *g * cap);
+    if (!g) return groupNoteError(ncclSystemError);
+    groupInits = g;
+    groupInitCap = cap;
+  }
+  groupInits[groupInitCount++] = *job;
+  return ncclSuccess;
+}
+
 ncclResult_t groupNoteError(ncclResult_t res) {
   if (res != ncclSuccess && groupDepth > 0 && groupError == ncclSuccess) groupError = res;
   return res;
@@ -174,8 +192,10 @@ NCCL_API(ncclResult_t, ncclGroupEnd, void) {
   }
   if (--groupDepth > 0) return ncclSuccess;
   ncclResult_t res = groupError;
+  if (res == ncclSuccess && groupInitCount > 0) res = initJobsRun(groupInits, groupInitCount);
   if (res == ncclSuccess) res = launch(groupItems, groupCount);
   groupCount = 0;
+  groupInitCount = 0;
   groupError = ncclSuccess;
   return res;
 }
@@ -193,6 +213,7 @@ NCCL_API(ncclResult_t, ncclGroupSimulateEnd, ncclSimInfo_t *simInfo) {
   simInfo->estimatedTime = 0.0f;
   if (--groupDepth == 0) {
     groupCount = 0;
+    groupInitCount = 0;
     groupError = ncclSuccess;
   }
   return ncclSuccess;

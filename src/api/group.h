@@ -13,6 +13,20 @@ struct groupItem {
   struct collDesc desc;
 };
 
+/* A communicator to create: ncclCommInitRank inside a group only records it
+ * (as NCCL does), so that one thread can create several ranks; ncclGroupEnd
+ * runs all recorded inits concurrently. */
+struct initJob {
+  ncclComm_t *comm;
+  int nranks, rank, cudaDev, blocking;
+  ncclUniqueId id;
+  ncclResult_t res;
+};
+/* Runs inits concurrently, one thread each (init.c). */
+ncclResult_t initJobsRun(struct initJob *jobs, int n);
+/* Records (in a group) or runs (outside one) a checked init. */
+ncclResult_t groupInit(const struct initJob *job);
+
 /* Records (in a group) or runs (outside one) an already-checked call. */
 ncclResult_t groupEnqueue(const struct groupItem *item);
 /* Inside a group, a call that failed its checks fails ncclGroupEnd too, and

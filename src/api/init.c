@@ -11,6 +11,7 @@
 #include "algo/algo.h"
 #include "api/api.h"
 #include "api/comm.h"
+#include "api/group.h"
 #include "chorus.h"
 #include "core/clock.h"
 #include "core/err.h"
@@ -72,8 +73,8 @@ NCCL_API(const char *, ncclGetLastError, ncclComm_t comm) {
 
 static pthread_once_t versionOnce = PTHREAD_ONCE_INIT;
 static void printVersion(void) {
-  CHORUS_LOG(logVersion, subsysInit, "NCCL version %d.%d.%d (chorus %d.%d.%d, host memory)", NCCL_MAJOR,
-             NCCL_MINOR, NCCL_PATCH, CHORUS_MAJOR, CHORUS_MINOR, CHORUS_PATCH);
+  CHORUS_LOG(logVersion, subsysInit, "NCCL version %d.%d.%d+chorus%d.%d.%d (host memory)", NCCL_MAJOR, NCCL_MINOR,
+             NCCL_PATCH, CHORUS_MAJOR, CHORUS_MINOR, CHORUS_PATCH);
 }
 
 NCCL_API(ncclResult_t, ncclGetUniqueId, ncclUniqueId *uniqueId) {
@@ -241,7 +242,8 @@ static ncclResult_t checkInitArgs(ncclComm_t *comm, int nranks, int rank, const 
 NCCL_API(ncclResult_t, ncclCommInitRank, ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank) {
   CHECK(checkInitArgs(comm, nranks, rank, "ncclCommInitRank"));
   *comm = NULL;
-  return commInit(comm, nranks, &commId, rank, 0, 1);
+  struct initJob job = {comm, nranks, rank, 0, 1, commId, ncclSuccess};
+  return groupInit(&job);
 }
 
 NCCL_API(ncclResult_t, ncclCommInitRankConfig, ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank,
@@ -270,21 +272,51 @@ NCCL_API(ncclResult_t, ncclCommInitRankConfig, ncclComm_t *comm, int nranks, ncc
     }
   }
   *comm = NULL;
-  /* Init completes before returning, so nonblocking callers see success. */
-  return commInit(comm, nranks, &commId, rank, 0, blocking);
+  /* Init completes before returning (or before ncclGroupEnd returns), so
+   * nonblocking callers see success. */
+  struct initJob job = {comm, nranks, rank, 0, blocking, commId, ncclSuccess};
+  return groupInit(&job);
 }
 
-struct initAllArg {
-  ncclComm_t *comm;
-  int n, rank, dev;
-  ncclUniqueId id;
-  ncclResult_t res;
-};
-
-static void *initAllThread(void *p) {
-  struct initAllArg *a = p;
-  a->res = commInit(a->comm, a->n, &a->id, a->rank, a->dev, 1);
+static void *initJobThread(void *p) {
+  struct initJob *j = p;
+  j->res = commInit(j->comm, j->nranks, &j->id, j->rank, j->cudaDev, j->blocking);
   return NULL;
+}
+
+/* Ranks of one communicator in one process must rendezvous at the same
+ * time, so each init runs on its own thread; returns the first error, and
+ * on error no communicator is left behind. */
+ncclResult_t initJobsRun(struct initJob *jobs, int n) {
+  if (n == 1) {
+    initJobThread(&jobs[0]);
+    return jobs[0].res;
+  }
+  pthread_t *th = calloc(n, sizeof *th);
+  if (!th) return ncclSystemError;
+  ncclResult_t res = ncclSuccess;
+  int started = 0;
+  for (int i = 0; i < n; i++) {
+    *jobs[i].comm = NULL;
+    if (pthread_create(&th[i], NULL, initJobThread, &jobs[i]) != 0) {
+      WARN("ncclCommInitRank : cannot start an init thread: %s", strerror(errno));
+      res = ncclSystemError;
+      break;
+    }
+    started++;
+  }
+  for (int i = 0; i < started; i++) {
+    pthread_join(th[i], NULL);
+    if (jobs[i].res != ncclSuccess && res == ncclSuccess) res = jobs[i].res;
+  }
+  if (res != ncclSuccess)
+    for (int i = 0; i < started; i++)
+      if (*jobs[i].comm) {
+        commFree(*jobs[i].comm);
+        *jobs[i].comm = NULL;
+      }
+  free(th);
+  return res;
 }
 
 NCCL_API(ncclResult_t, ncclCommInitAll, ncclComm_t *comms, int ndev, const int *devlist) {
@@ -303,37 +335,12 @@ NCCL_API(ncclResult_t, ncclCommInitAll, ncclComm_t *comms, int ndev, const int *
     }
   ncclUniqueId id;
   CHECK(ncclGetUniqueId(&id));
-  struct initAllArg *args = calloc(ndev, sizeof *args);
-  pthread_t *th = calloc(ndev, sizeof *th);
-  if (!args || !th) {
-    free(args);
-    free(th);
-    return ncclSystemError;
-  }
-  ncclResult_t res = ncclSuccess;
-  int started = 0;
-  for (int i = 0; i < ndev; i++) {
-    comms[i] = NULL;
-    args[i] = (struct initAllArg){&comms[i], ndev, i, devlist ? devlist[i] : i, id, ncclSuccess};
-    if (pthread_create(&th[i], NULL, initAllThread, &args[i]) != 0) {
-      WARN("ncclCommInitAll : cannot start an init thread: %s", strerror(errno));
-      res = ncclSystemError;
-      break;
-    }
-    started++;
-  }
-  for (int i = 0; i < started; i++) {
-    pthread_join(th[i], NULL);
-    if (args[i].res != ncclSuccess && res == ncclSuccess) res = args[i].res;
-  }
-  if (res != ncclSuccess)
-    for (int i = 0; i < ndev; i++)
-      if (comms[i]) {
-        commFree(comms[i]);
-        comms[i] = NULL;
-      }
-  free(args);
-  free(th);
+  struct initJob *jobs = calloc(ndev, sizeof *jobs);
+  if (!jobs) return ncclSystemError;
+  for (int i = 0; i < ndev; i++)
+    jobs[i] = (struct initJob){&comms[i], ndev, i, devlist ? devlist[i] : i, 1, id, ncclSuccess};
+  ncclResult_t res = initJobsRun(jobs, ndev);
+  free(jobs);
   return res;
 }
 
