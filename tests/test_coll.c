@@ -32,10 +32,13 @@ static double inputVal(const struct testCase *c, int rank, size_t i) {
   return (double)((rank * 7 + i * 3 + 1) % maxv);
 }
 
+/* PreMulSum scalars differ per rank, as in nccl-tests: 1 on even ranks, 2 on odd. */
+static double premulScalar(int rank) { return rank % 2 ? 2.0 : 1.0; }
+
 static double reduced(const struct testCase *c, int nranks, size_t i) {
-  double acc = inputVal(c, 0, i);
+  double acc = inputVal(c, 0, i) * (c->op == OP_PREMUL ? premulScalar(0) : 1);
   for (int r = 1; r < nranks; r++) {
-    double v = inputVal(c, r, i);
+    double v = inputVal(c, r, i) * (c->op == OP_PREMUL ? premulScalar(r) : 1);
     switch (c->op) {
       case ncclProd: acc *= v; break;
       case ncclMax: acc = v > acc ? v : acc; break;
@@ -44,7 +47,6 @@ static double reduced(const struct testCase *c, int nranks, size_t i) {
     }
   }
   if (c->op == ncclAvg) acc = typeIsFloat(c->dtype) ? acc / nranks : (double)((int64_t)acc / nranks);
-  if (c->op == OP_PREMUL) acc *= 2;
   return acc;
 }
 
@@ -83,7 +85,7 @@ static int prepare(const struct testCase *c, int rank, int n, ncclComm_t comm, s
   s->op = (ncclRedOp_t)c->op;
   if (c->op == OP_PREMUL) {
     char scalar[8];
-    putValue(c->dtype, scalar, 0, 2.0);
+    putValue(c->dtype, scalar, 0, premulScalar(rank));
     NCCLCHECK(ncclRedOpCreatePreMulSum(&s->op, scalar, c->dtype, ncclScalarHostImmediate, comm));
   }
   return 0;

@@ -86,8 +86,10 @@ static ncclResult_t buildRingAllReduce(struct schedule *s, struct algoCtx *c, co
   return ncclSuccess;
 }
 
-/* Small AllReduce in one hop: every rank sends its input to every peer and
- * reduces all inputs in rank order, so all ranks get the same bits. */
+/* Small AllReduce in one hop: every rank sends its pre-multiplied input to
+ * every peer (each rank scales by its own scalar, as PreMulSum allows ranks
+ * to differ) and adds all inputs in rank order, so all ranks get the same
+ * bits. */
 static ncclResult_t buildOneHopAllReduce(struct schedule *s, struct algoCtx *c, const struct collDesc *d) {
   int n = c->nranks, r = c->rank;
   size_t bytes = d->count * dtypeSize(d->dtype);
@@ -96,19 +98,19 @@ static ncclResult_t buildOneHopAllReduce(struct schedule *s, struct algoCtx *c, 
   CHECK(laneTask(s, c, d, 0));
   for (int j = 1; j < n; j++) {
     int p = mod(r + j, n);
-    ADD(s, stepSend, 0, NULL, connSend(c->conns, p, 0), own, NULL, bytes);
+    ADD(s, stepSend, REDUCE_PRE, NULL, connSend(c->conns, p, 0), own, NULL, bytes);
   }
   if (own == dst && r != 0) { /* the output is written before our own turn */
     ADD(s, stepCopy, 0, NULL, NULL, own, c->scratch, bytes);
     own = c->scratch;
   }
   for (int i = 0; i < n; i++) {
-    int flags = REDUCE_PRE | (i == n - 1 ? REDUCE_POST : 0);
+    int post = i == n - 1 ? REDUCE_POST : 0;
     struct conn *in = i == r ? NULL : connRecv(c->conns, i, 0);
     if (i == 0)
-      ADD(s, in ? stepRecv : stepCopy, flags, in, NULL, own, dst, bytes);
+      ADD(s, in ? stepRecv : stepCopy, in ? post : REDUCE_PRE | post, in, NULL, own, dst, bytes);
     else
-      ADD(s, in ? stepRecvAcc : stepLocalAcc, flags, in, NULL, own, dst, bytes);
+      ADD(s, in ? stepRecvAcc : stepLocalAcc, in ? post : REDUCE_PRE | post, in, NULL, own, dst, bytes);
   }
   return ncclSuccess;
 }

@@ -18,7 +18,13 @@ const char *dtypeName(int dtype) {
 
 int dtypeIsFloat(int dtype) { return dtype >= ncclFloat16; }
 
+/* The ifunc resolvers of target_clones run during relocation, before a
+ * sanitizer runtime is ready, so sanitizer builds use the portable path. */
+#ifdef CHORUS_NO_CLONES
+#define CLONES
+#else
 #define CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
 
 /* Binary operators on values in the computation type. */
 #define OP_SUM(a, b) ((a) + (b))
@@ -103,7 +109,10 @@ static void narrowFloat(const struct redOp *op, void *dst, const void *acc, cons
   enum { block = 256 };
   float a[block], b[block];
   size_t esz = dtypeSize(op->dtype);
-  float s = (float)op->scaleF;
+  /* The scalar in the type itself, as NCCL stores it (1/n for avg too). */
+  char sbuf[8];
+  st(sbuf, 0, (float)op->scaleF);
+  float s = ld(sbuf, 0);
   for (size_t base = 0; base < n; base += block) {
     size_t m = n - base < block ? n - base : block;
     const char *inp = (const char *)in + base * esz;
