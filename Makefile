@@ -17,7 +17,7 @@ test: all
 
 # The main job: an AllReduce size sweep over 2 local ranks.
 perf: all
-	$(BUILD)/bin/allreduce_sweep -n 2 -b 8 -e 128M -f 2
+	$(BUILD)/bin/chorusrun -n 2 $(BUILD)/bin/all_reduce_perf -b 8 -e 128M -f 2
 
 install: all
 	cmake -S . -B $(BUILD) -DCMAKE_INSTALL_PREFIX=$(PREFIX) >/dev/null

@@ -35,6 +35,16 @@ CHORUS_EXPORT ncclResult_t chorusStreamQuery(cudaStream_t stream);
 /* Synchronizes, then frees the stream. */
 CHORUS_EXPORT ncclResult_t chorusStreamDestroy(cudaStream_t stream);
 
+/* Creates this process's rank of a communicator from a launcher's
+ * environment: rank and size from CHORUS_RANK/CHORUS_NRANKS (chorusrun),
+ * RANK/WORLD_SIZE (torchrun), OMPI_COMM_WORLD_RANK/SIZE (Open MPI),
+ * PMI_RANK/PMI_SIZE (MPICH) or SLURM_PROCID/SLURM_NTASKS (Slurm); the
+ * rendezvous at NCCL_COMM_ID or MASTER_ADDR:MASTER_PORT, hosted by rank 0. */
+CHORUS_EXPORT ncclResult_t chorusCommInitFromEnv(ncclComm_t *comm);
+/* The rank and size chorusCommInitFromEnv would use (ncclInvalidUsage when
+ * no launcher set them). */
+CHORUS_EXPORT ncclResult_t chorusEnvRank(int *rank, int *nranks);
+
 #ifdef __cplusplus
 }
 #endif

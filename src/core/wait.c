@@ -24,16 +24,18 @@ void waitBegin(struct waitState *w, volatile int *abortFlag, waitLivenessFn live
   w->liveness = liveness;
   w->livenessArg = arg;
   w->what = what;
+  w->passive = 0;
 }
 
 ncclResult_t waitPause(struct waitState *w) {
   uint32_t r = w->rounds++;
+  if (r == 0) w->stallStartNs = 0; /* a new stall */
+  if (w->passive && r < waitYieldRounds) w->rounds = (r = waitYieldRounds) + 1;
   if (w->abortFlag && __atomic_load_n(w->abortFlag, __ATOMIC_ACQUIRE)) {
     INFO(subsysAll, "%s: communicator aborted", w->what);
     return ncclInvalidUsage;
   }
   if (r < waitSpinRounds) {
-    if (r == 0) w->stallStartNs = 0;
     cpuRelax();
     return ncclSuccess;
   }

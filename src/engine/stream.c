@@ -16,6 +16,7 @@ struct CUstream_st {
   pthread_cond_t cond;
   struct streamWork *head, *tail;
   int pending; /* queued or running */
+  int running; /* someone (worker or a synchronizing caller) runs the head */
   int stop;
   ncclResult_t error; /* first error since the last synchronize */
   pthread_t thread;
@@ -23,23 +24,32 @@ struct CUstream_st {
 
 int streamValid(cudaStream_t s) { return s != NULL && s->magic == STREAM_MAGIC; }
 
-/* The worker sleeps on a condition variable only while its queue is empty;
- * waiting for peers happens inside engineRun, through the one wait. */
+/* Runs the queue's head if nobody else is running one (called with the
+ * lock held; returns with it held). Work runs one item at a time, in issue
+ * order, by whichever thread takes it. Returns 1 if it ran something. */
+static int streamRunOne(cudaStream_t s) {
+  if (s->running || s->head == NULL) return 0;
+  struct streamWork *w = s->head;
+  s->head = w->next;
+  if (s->head == NULL) s->tail = NULL;
+  s->running = 1;
+  pthread_mutex_unlock(&s->lock);
+  ncclResult_t res = engineRun(&w->sched);
+  w->done(w, res);
+  pthread_mutex_lock(&s->lock);
+  s->running = 0;
+  if (res != ncclSuccess && s->error == ncclSuccess) s->error = res;
+  __atomic_store_n(&s->pending, s->pending - 1, __ATOMIC_RELEASE);
+  return 1;
+}
+
+/* The worker sleeps on a condition variable only while there is nothing it
+ * may run; waiting for peers happens inside engineRun, through the one wait. */
 static void *streamWorker(void *arg) {
   cudaStream_t s = arg;
   pthread_mutex_lock(&s->lock);
-  for (;;) {
-    while (s->head == NULL && !s->stop) pthread_cond_wait(&s->cond, &s->lock);
-    if (s->head == NULL) break;
-    struct streamWork *w = s->head;
-    s->head = w->next;
-    if (s->head == NULL) s->tail = NULL;
-    pthread_mutex_unlock(&s->lock);
-    ncclResult_t res = engineRun(&w->sched);
-    w->done(w, res);
-    pthread_mutex_lock(&s->lock);
-    if (res != ncclSuccess && s->error == ncclSuccess) s->error = res;
-    __atomic_store_n(&s->pending, s->pending - 1, __ATOMIC_RELEASE);
+  while (!(s->stop && s->head == NULL)) {
+    if (!streamRunOne(s)) pthread_cond_wait(&s->cond, &s->lock);
   }
   pthread_mutex_unlock(&s->lock);
   return NULL;
@@ -98,11 +108,25 @@ ncclResult_t chorusStreamSynchronize(cudaStream_t s) {
   if (s == NULL) return ncclSuccess;
   ncclResult_t res = checkStream(s, "chorusStreamSynchronize");
   if (res != ncclSuccess) return res;
-  /* Queued work fails by itself within CHORUS_TIMEOUT, so this ends. */
+  /* The caller runs queued work itself rather than wait for the worker to
+   * wake up (the difference is most of a small operation's latency). Queued
+   * work fails by itself within CHORUS_TIMEOUT, so this ends. */
   struct waitState w;
   waitBegin(&w, NULL, NULL, NULL, "chorusStreamSynchronize");
   w.timeoutNs = 0;
-  while (__atomic_load_n(&s->pending, __ATOMIC_ACQUIRE) > 0) waitPause(&w);
+  for (;;) {
+    pthread_mutex_lock(&s->lock);
+    int ran = streamRunOne(s), left = s->pending;
+    pthread_mutex_unlock(&s->lock);
+    if (left == 0) break;
+    if (ran) {
+      waitProgress(&w);
+    } else {
+      /* The worker is running our work: leave it the core. */
+      w.passive = 1;
+      waitPause(&w);
+    }
+  }
   pthread_mutex_lock(&s->lock);
   res = s->error;
   s->error = ncclSuccess;
@@ -116,7 +140,7 @@ ncclResult_t chorusStreamDestroy(cudaStream_t s) {
   res = chorusStreamSynchronize(s);
   pthread_mutex_lock(&s->lock);
   s->stop = 1;
-  pthread_cond_signal(&s->cond);
+  pthread_cond_broadcast(&s->cond);
   pthread_mutex_unlock(&s->lock);
   pthread_join(s->thread, NULL);
   s->magic = 0;

@@ -1,0 +1,191 @@
+/* chorusrun: starts N local ranks of a program, like `torchrun --standalone`.
+ *   chorusrun -n N [--tag-output] [--] PROGRAM [ARGS...]
+ * Each rank gets CHORUS_RANK/CHORUS_NRANKS/CHORUS_LOCAL_RANK, the torchrun
+ * names (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR,
+ * MASTER_PORT) and NCCL_COMM_ID for the rendezvous (chorusCommInitFromEnv).
+ * SIGINT/SIGTERM/SIGHUP are forwarded; when a rank fails the others are
+ * killed and chorusrun exits with that rank's status. */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static pid_t *pids;
+static int nranks;
+static volatile sig_atomic_t pendingSignal;
+
+static void onSignal(int sig) { pendingSignal = sig; }
+
+static void killAll(int sig) {
+  for (int r = 0; r < nranks; r++)
+    if (pids[r] > 0) kill(pids[r], sig);
+}
+
+static int freePort(void) {
+  int s = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {0};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  if (s < 0 || bind(s, (struct sockaddr *)&a, sizeof a) < 0 || getsockname(s, (struct sockaddr *)&a, &len) < 0) {
+    perror("chorusrun: cannot find a free port");
+    exit(1);
+  }
+  close(s);
+  return ntohs(a.sin_port);
+}
+
+static void usage(void) {
+  fprintf(stderr, "usage: chorusrun -n N [--tag-output] [--] PROGRAM [ARGS...]\n");
+  exit(2);
+}
+
+/* Copies complete lines from fd to out with a "[rank] " prefix. */
+struct tagBuf {
+  char data[8192];
+  size_t len;
+};
+static int pumpTagged(int fd, int rank, struct tagBuf *b, FILE *out) {
+  ssize_t n = read(fd, b->data + b->len, sizeof b->data - b->len - 1);
+  if (n <= 0) {
+    if (b->len) fprintf(out, "[%d] %.*s\n", rank, (int)b->len, b->data);
+    b->len = 0;
+    return 0;
+  }
+  b->len += (size_t)n;
+  char *start = b->data, *nl;
+  while ((nl = memchr(start, '\n', b->len - (start - b->data)))) {
+    fprintf(out, "[%d] %.*s\n", rank, (int)(nl - start), start);
+    start = nl + 1;
+  }
+  size_t rest = b->len - (start - b->data);
+  if (rest == sizeof b->data - 1) { /* a very long line: flush it as is */
+    fprintf(out, "[%d] %.*s\n", rank, (int)rest, start);
+    rest = 0;
+  }
+  memmove(b->data, start, rest);
+  b->len = rest;
+  fflush(out);
+  return 1;
+}
+
+int main(int argc, char **argv) {
+  int i = 1, tag = 0;
+  nranks = 0;
+  for (; i < argc; i++) {
+    if (!strcmp(argv[i], "-n") || !strcmp(argv[i], "--nproc")) {
+      if (++i >= argc) usage();
+      nranks = atoi(argv[i]);
+    } else if (!strncmp(argv[i], "-n", 2) && argv[i][2]) {
+      nranks = atoi(argv[i] + 2);
+    } else if (!strcmp(argv[i], "--tag-output")) {
+      tag = 1;
+    } else if (!strcmp(argv[i], "--")) {
+      i++;
+      break;
+    } else if (argv[i][0] == '-') {
+      usage();
+    } else {
+      break;
+    }
+  }
+  if (nranks < 1 || i >= argc) usage();
+  char **prog = &argv[i];
+  int port = freePort();
+  char buf[64];
+  snprintf(buf, sizeof buf, "127.0.0.1:%d", port);
+  setenv("NCCL_COMM_ID", buf, 1);
+  setenv("MASTER_ADDR", "127.0.0.1", 1);
+  snprintf(buf, sizeof buf, "%d", port);
+  setenv("MASTER_PORT", buf, 1);
+  snprintf(buf, sizeof buf, "%d", nranks);
+  setenv("CHORUS_NRANKS", buf, 1);
+  setenv("WORLD_SIZE", buf, 1);
+  setenv("LOCAL_WORLD_SIZE", buf, 1);
+
+  struct sigaction sa = {0};
+  sa.sa_handler = onSignal;
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
+  sigaction(SIGHUP, &sa, NULL);
+
+  pids = calloc(nranks, sizeof *pids);
+  int (*pipes)[2] = calloc(nranks * 2, sizeof *pipes);
+  struct tagBuf *bufs = calloc(nranks * 2, sizeof *bufs);
+  fflush(NULL);
+  for (int r = 0; r < nranks; r++) {
+    if (tag && (pipe(pipes[2 * r]) < 0 || pipe(pipes[2 * r + 1]) < 0)) {
+      perror("chorusrun: pipe");
+      killAll(SIGKILL);
+      return 1;
+    }
+    pids[r] = fork();
+    if (pids[r] == 0) {
+      snprintf(buf, sizeof buf, "%d", r);
+      setenv("CHORUS_RANK", buf, 1);
+      setenv("CHORUS_LOCAL_RANK", buf, 1);
+      setenv("RANK", buf, 1);
+      setenv("LOCAL_RANK", buf, 1);
+      if (tag) {
+        dup2(pipes[2 * r][1], 1);
+        dup2(pipes[2 * r + 1][1], 2);
+        for (int k = 0; k <= 2 * r + 1; k++) close(pipes[k][0]), close(pipes[k][1]);
+      }
+      signal(SIGINT, SIG_DFL);
+      signal(SIGTERM, SIG_DFL);
+      signal(SIGHUP, SIG_DFL);
+      execvp(prog[0], prog);
+      fprintf(stderr, "chorusrun: cannot run %s: %s\n", prog[0], strerror(errno));
+      _exit(127);
+    }
+    if (tag) close(pipes[2 * r][1]), close(pipes[2 * r + 1][1]);
+  }
+  int left = nranks, status = 0, failedRank = -1, open = tag ? 2 * nranks : 0;
+  struct pollfd *pfd = calloc(2 * nranks, sizeof *pfd);
+  for (int k = 0; tag && k < 2 * nranks; k++) pfd[k] = (struct pollfd){pipes[k][0], POLLIN, 0};
+  time_t killAt = 0;
+  while (left > 0 || open > 0) {
+    if (pendingSignal) {
+      killAll(pendingSignal);
+      if (!killAt) killAt = time(NULL) + 5;
+      pendingSignal = 0;
+    }
+    if (open > 0 && poll(pfd, 2 * nranks, 20) > 0)
+      for (int k = 0; k < 2 * nranks; k++)
+        if (pfd[k].fd >= 0 && (pfd[k].revents & (POLLIN | POLLHUP)))
+          if (!pumpTagged(pfd[k].fd, k / 2, &bufs[k], k % 2 ? stderr : stdout)) {
+            close(pfd[k].fd);
+            pfd[k].fd = -1;
+            open--;
+          }
+    int st;
+    pid_t p = left > 0 ? waitpid(-1, &st, open > 0 ? WNOHANG : 0) : 0;
+    if (p < 0 && errno == EINTR) continue;
+    if (p > 0) {
+      left--;
+      int r = 0;
+      while (r < nranks && pids[r] != p) r++;
+      if (r < nranks) pids[r] = 0;
+      int bad = !WIFEXITED(st) || WEXITSTATUS(st) != 0;
+      if (bad && failedRank < 0) {
+        failedRank = r;
+        status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+        if (WIFSIGNALED(st)) fprintf(stderr, "chorusrun: rank %d killed by signal %d; stopping the others\n", r, WTERMSIG(st));
+        else fprintf(stderr, "chorusrun: rank %d exited with status %d; stopping the others\n", r, WEXITSTATUS(st));
+        killAll(SIGTERM);
+        killAt = time(NULL) + 5;
+      }
+    }
+    if (killAt && time(NULL) >= killAt) killAll(SIGKILL);
+  }
+  return status;
+}

@@ -1,0 +1,653 @@
+/* The perf driver: nccl-tests' flags, launch modes, timing method, data
+ * check and v2.13-2.17 output format, on chorus. */
+#define _GNU_SOURCE
+#include "common.h"
+
+#include <getopt.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "perf_colls.h"
+#ifdef CHORUS_PERF_MPI
+#include <mpi.h>
+#endif
+
+#define PERF_VERSION "2.17.1"
+
+static const char *typeNames[ncclNumTypes] = {"int8", "uint8", "int32", "uint32", "int64", "uint64",
+                                              "half", "float", "double", "bfloat16", "f8e4m3", "f8e5m2"};
+static const size_t typeSizes[ncclNumTypes] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1};
+static const char *opNames[] = {"sum", "prod", "max", "min", "avg", "mulsum"};
+
+struct options {
+  int nThreads, nGpus, iters, aggIters, warmup, cycles, check, op, type, root, blocking, streamNull, timeout,
+      cputime, average;
+  size_t minBytes, maxBytes, stepBytes, stepFactor;
+  const char *json;
+};
+static struct options opt = {1, 1, 20, 1, 1, 1, 1, ncclSum, ncclFloat, 0, 0, 0, 0, 0, 1,
+                             32 << 20, 32 << 20, 1 << 20, 1, NULL};
+
+static const struct testColl *coll;
+static int nProcs = 1, proc = 0, totalRanks = 1;
+static ncclUniqueId commId;
+static int isMain; /* process 0 prints */
+static FILE *jsonOut;
+static int jsonRows;
+
+/* ---- values: exact in every datatype, so any reduction order gives the same bits ---- */
+/* Each thread sets these the same way (same sequence of checks). */
+static _Thread_local int curType, curOp, curRep;
+static double inputValue(int r, size_t j) {
+  uint64_t h = (uint64_t)(j * 2654435761u) ^ ((uint64_t)(r + 1) * 40503u) ^ ((uint64_t)curRep * 977u);
+  h ^= h >> 13;
+  int fp8 = curType == ncclFloat8e4m3 || curType == ncclFloat8e5m2;
+  int isUnsigned = curType == ncclUint8 || curType == ncclUint32 || curType == ncclUint64;
+  if (curOp == ncclProd) return (h % 3 == 0) ? 2 : 1;
+  int span = fp8 ? 2 : 4;
+  double v = (double)(h % span);
+  if (!isUnsigned && (h >> 8) % 2) v = -v;
+  return v;
+}
+
+static double premulScalar(int r) { return r % 2 ? 2.0 : 1.0; }
+
+double perfReduce(int n, size_t j, int op, double (*in)(int, size_t)) {
+  double acc = 0;
+  for (int r = 0; r < n; r++) {
+    double v = in(r, j) * (op == PERF_OP_MULSUM ? premulScalar(r) : 1);
+    if (r == 0) acc = v;
+    else if (op == ncclProd) acc *= v;
+    else if (op == ncclMax) acc = v > acc ? v : acc;
+    else if (op == ncclMin) acc = v < acc ? v : acc;
+    else acc += v;
+  }
+  if (op == ncclAvg) acc = curType >= ncclFloat16 ? acc / n : trunc(acc / n);
+  return acc;
+}
+
+static void putValue(int t, void *buf, size_t i, double v) {
+  switch (t) {
+    case ncclInt8: ((int8_t *)buf)[i] = (int8_t)v; break;
+    case ncclUint8: ((uint8_t *)buf)[i] = (uint8_t)v; break;
+    case ncclInt32: ((int32_t *)buf)[i] = (int32_t)v; break;
+    case ncclUint32: ((uint32_t *)buf)[i] = (uint32_t)v; break;
+    case ncclInt64: ((int64_t *)buf)[i] = (int64_t)v; break;
+    case ncclUint64: ((uint64_t *)buf)[i] = (uint64_t)v; break;
+    case ncclFloat16: ((_Float16 *)buf)[i] = (_Float16)v; break;
+    case ncclFloat32: ((float *)buf)[i] = (float)v; break;
+    case ncclFloat64: ((double *)buf)[i] = v; break;
+    case ncclBfloat16: {
+      float f = (float)v;
+      uint32_t u;
+      memcpy(&u, &f, 4);
+      ((uint16_t *)buf)[i] = (uint16_t)(u >> 16); /* exact for the small integers used */
+      break;
+    }
+    default: { /* fp8: small integers, sign-magnitude with the exponent bias of each format */
+      int e4 = t == ncclFloat8e4m3, mb = e4 ? 3 : 2, bias = e4 ? 7 : 15;
+      double a = fabs(v);
+      uint8_t code = 0;
+      if (a != 0) {
+        int e;
+        double m = frexp(a, &e); /* a = m * 2^e, m in [0.5, 1) */
+        int man = (int)((m * 2 - 1) * (1 << mb) + 0.5);
+        code = (uint8_t)(((e - 1 + bias) << mb) | man);
+      }
+      ((uint8_t *)buf)[i] = code | (v < 0 ? 0x80 : 0);
+    }
+  }
+}
+
+static double getValue(int t, const void *buf, size_t i) {
+  switch (t) {
+    case ncclInt8: return ((const int8_t *)buf)[i];
+    case ncclUint8: return ((const uint8_t *)buf)[i];
+    case ncclInt32: return ((const int32_t *)buf)[i];
+    case ncclUint32: return ((const uint32_t *)buf)[i];
+    case ncclInt64: return (double)((const int64_t *)buf)[i];
+    case ncclUint64: return (double)((const uint64_t *)buf)[i];
+    case ncclFloat16: return (double)((const _Float16 *)buf)[i];
+    case ncclFloat32: return ((const float *)buf)[i];
+    case ncclFloat64: return ((const double *)buf)[i];
+    case ncclBfloat16: {
+      uint32_t u = (uint32_t)((const uint16_t *)buf)[i] << 16;
+      float f;
+      memcpy(&f, &u, 4);
+      return f;
+    }
+    default: {
+      uint8_t c = ((const uint8_t *)buf)[i];
+      int e4 = t == ncclFloat8e4m3, mb = e4 ? 3 : 2, eb = e4 ? 4 : 5, bias = e4 ? 7 : 15;
+      int e = (c >> mb) & ((1 << eb) - 1), m = c & ((1 << mb) - 1);
+      if (e4 && e == 15 && m == 7) return NAN;
+      if (!e4 && e == 31) return m ? NAN : INFINITY;
+      double v = e ? ldexp((1 << mb) + m, e - bias - mb) : ldexp(m, 1 - bias - mb);
+      return c & 0x80 ? -v : v;
+    }
+  }
+}
+
+/* Avg on floating types is not exact: allow 2 units in the last place. */
+static int matches(int t, int op, double got, double want) {
+  if (got == want) return 1;
+  if (op != ncclAvg || t < ncclFloat16) return 0;
+  static const int mant[] = {0, 0, 0, 0, 0, 0, 10, 23, 52, 7, 3, 2};
+  double ulp = ldexp(fabs(want) > 1e-300 ? fabs(want) : 1, -mant[t]);
+  return fabs(got - want) <= 2 * ulp + 1e-300;
+}
+
+/* ---- one thread drives nGpus ranks ---- */
+struct threadState {
+  int thread;
+  int firstRank; /* global rank of its first comm */
+  ncclComm_t *comms;
+  cudaStream_t *streams;
+  char **sendBufs, **recvBufs;
+  ncclRedOp_t *ops;
+  double time;
+  int64_t wrong;
+  int errors;
+  double bwSum;
+  int bwCount;
+};
+
+static double nowSec(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+#define CK(call)                                                                                        \
+  do {                                                                                                  \
+    ncclResult_t r_ = (call);                                                                           \
+    if (r_ != ncclSuccess) {                                                                            \
+      char h_[64] = "";                                                                                 \
+      gethostname(h_, sizeof h_ - 1);                                                                   \
+      fprintf(stderr, "%s: Test NCCL failure %s:%d '%s'\n", h_, __FILE__, __LINE__, ncclGetErrorString(r_)); \
+      exit(2);                                                                                          \
+    }                                                                                                   \
+  } while (0)
+
+static void syncAll(struct threadState *ts) {
+  for (int g = 0; g < opt.nGpus; g++) CK(chorusStreamSynchronize(ts->streams[g]));
+}
+
+/* A value combined over all ranks through the library itself. */
+static double combine(struct threadState *ts, double v, ncclRedOp_t op) {
+  double *in = malloc(sizeof(double) * opt.nGpus), *out = malloc(sizeof(double) * opt.nGpus);
+  CK(ncclGroupStart());
+  for (int g = 0; g < opt.nGpus; g++) {
+    in[g] = v;
+    CK(ncclAllReduce(&in[g], &out[g], 1, ncclDouble, op, ts->comms[g], NULL));
+  }
+  CK(ncclGroupEnd());
+  double r = out[0];
+  free(in);
+  free(out);
+  return r;
+}
+
+static void barrier(struct threadState *ts) { combine(ts, 0, ncclSum); }
+
+static void runOnce(struct threadState *ts, size_t pc, int type, int root, int inPlace, size_t sendOff,
+                    size_t recvOff) {
+  size_t esz = typeSizes[type];
+  /* Grouped only with several ranks per thread, as nccl-tests does: a tool
+   * made of dependent steps (hypercube) needs each of its groups to end. */
+  if (opt.nGpus > 1) CK(ncclGroupStart());
+  for (int g = 0; g < opt.nGpus; g++) {
+    int rank = ts->firstRank + g;
+    char *send = ts->sendBufs[g], *recv = ts->recvBufs[g];
+    if (inPlace) {
+      if (sendOff) send = recv + (size_t)rank * sendOff * esz; /* AllGather: sendbuff inside recvbuff */
+      else if (recvOff) recv = send + (size_t)rank * recvOff * esz; /* ReduceScatter */
+      else send = recv;
+    }
+    CK(coll->run(send, recv, pc, type, ts->ops[g], root, rank, totalRanks, ts->comms[g], ts->streams[g]));
+  }
+  if (opt.nGpus > 1) CK(ncclGroupEnd());
+}
+
+static void makeOps(struct threadState *ts, int type, int op) {
+  for (int g = 0; g < opt.nGpus; g++) {
+    ts->ops[g] = (ncclRedOp_t)op;
+    if (op == PERF_OP_MULSUM) {
+      char scalar[8];
+      putValue(type, scalar, 0, premulScalar(ts->firstRank + g));
+      CK(ncclRedOpCreatePreMulSum(&ts->ops[g], scalar, type, ncclScalarHostImmediate, ts->comms[g]));
+    }
+  }
+}
+
+static void freeOps(struct threadState *ts, int op) {
+  if (op != PERF_OP_MULSUM) return;
+  for (int g = 0; g < opt.nGpus; g++) CK(ncclRedOpDestroy(ts->ops[g], ts->comms[g]));
+}
+
+/* Fills inputs, runs once, counts wrong elements on this thread's ranks. */
+static int64_t checkOnce(struct threadState *ts, size_t sc, size_t rc, size_t pc, int type, int op, int root,
+                         int inPlace, size_t sendOff, size_t recvOff) {
+  size_t esz = typeSizes[type];
+  curType = type;
+  curOp = op;
+  curRep++;
+  for (int g = 0; g < opt.nGpus; g++) {
+    int rank = ts->firstRank + g;
+    char *send = ts->sendBufs[g], *recv = ts->recvBufs[g];
+    memset(recv, 0, rc * esz);
+    size_t n = sc;
+    if (inPlace && sendOff) send = recv + (size_t)rank * sendOff * esz;
+    else if (inPlace && !recvOff) send = recv;
+    for (size_t i = 0; i < n; i++) putValue(type, send, i, inputValue(rank, i));
+  }
+  runOnce(ts, pc, type, root, inPlace, sendOff, recvOff);
+  syncAll(ts);
+  int64_t wrong = 0;
+  for (int g = 0; g < opt.nGpus; g++) {
+    int rank = ts->firstRank + g;
+    const char *recv = ts->recvBufs[g];
+    if (inPlace && recvOff) recv = ts->sendBufs[g] + (size_t)rank * recvOff * esz;
+    for (size_t i = 0; i < rc; i++) {
+      double want = coll->expected(rank, totalRanks, i, pc, root, op, inputValue);
+      if (isnan(want)) continue;
+      if (!matches(type, op, getValue(type, recv, i), want)) {
+        if (getenv("CHORUS_PERF_DEBUG") && wrong < 8)
+          fprintf(stderr, "rank %d: element %zu is %g, expected %g\n", rank, i, getValue(type, recv, i), want);
+        wrong++;
+      }
+    }
+  }
+  return wrong;
+}
+
+static void fmtTime(char *buf, double us) {
+  if (us < 100) sprintf(buf, "%7.2f", us);
+  else if (us < 10000) sprintf(buf, "%7.1f", us);
+  else sprintf(buf, "%7.0f", us);
+}
+
+/* Times one (size, type, op, root, in-place) cell; returns seconds per op. */
+static double timeCell(struct threadState *ts, size_t pc, int type, int root, int inPlace, size_t sendOff,
+                       size_t recvOff) {
+  runOnce(ts, pc, type, root, inPlace, sendOff, recvOff);
+  syncAll(ts);
+  barrier(ts);
+  double t0 = nowSec(), cpu = 0;
+  for (int it = 0; it < opt.iters; it++) {
+    double c0 = nowSec();
+    if (opt.aggIters > 1) CK(ncclGroupStart());
+    for (int a = 0; a < opt.aggIters; a++) runOnce(ts, pc, type, root, inPlace, sendOff, recvOff);
+    if (opt.aggIters > 1) CK(ncclGroupEnd());
+    cpu += nowSec() - c0;
+    if (opt.blocking) {
+      syncAll(ts);
+      if (opt.blocking == 1) barrier(ts);
+    }
+  }
+  syncAll(ts);
+  double sec = (opt.cputime ? cpu : nowSec() - t0) / ((double)opt.iters * opt.aggIters);
+  /* -a: 0 rank 0, 1 average, 2 min, 3 max across ranks */
+  if (opt.average == 2) return combine(ts, sec, ncclMin);
+  if (opt.average == 3) return combine(ts, sec, ncclMax);
+  if (opt.average == 0) return combine(ts, ts->firstRank == 0 ? sec : 0, ncclSum);
+  return combine(ts, sec, ncclSum) / totalRanks;
+}
+
+static void jsonRow(size_t bytes, size_t count, const char *type, const char *op, int root, double t[2], double alg[2],
+                    double bus[2], int64_t wrong[2]) {
+  if (!jsonOut) return;
+  fprintf(jsonOut, "%s\n    {\"size\": %zu, \"count\": %zu, \"type\": \"%s\", \"redop\": \"%s\", \"root\": \"%6i\"",
+          jsonRows++ ? "," : "", bytes, count, type, op, root);
+  for (int k = 0; k < 2; k++) {
+    fprintf(jsonOut, ", \"%s\": {\"%s\": %g, \"alg_bw\": %g, \"bus_bw\": %g, \"nwrong\": ", k ? "in_place" : "out_of_place",
+            opt.cputime ? "cpu_time" : "time", t[k], alg[k], bus[k]);
+    if (wrong[k] < 0) fprintf(jsonOut, "null}");
+    else fprintf(jsonOut, "%g}", (double)wrong[k]);
+  }
+  fprintf(jsonOut, "}");
+}
+
+static void runSize(struct threadState *ts, size_t bytes, int type, int op, int root) {
+  size_t esz = typeSizes[type], count = bytes / esz;
+  perfCollsSetEltSize(esz);
+  size_t sc, rc, pc, so, ro;
+  coll->getCounts(count, totalRanks, &sc, &rc, &pc, &so, &ro);
+  if (coll == &allGatherColl || coll == &hypercubeColl) so = pc;
+  if (coll == &reduceScatterColl) ro = pc;
+  double t[2], alg[2], bus[2];
+  int64_t wrong[2];
+  for (int inPlace = 0; inPlace < 2; inPlace++) {
+    double sec = timeCell(ts, pc, type, root, inPlace, so, ro);
+    coll->getBw(pc, esz, sec, totalRanks, &alg[inPlace], &bus[inPlace]);
+    t[inPlace] = sec * 1e6;
+    wrong[inPlace] = -1;
+    if (opt.check) {
+      int64_t w = 0;
+      for (int c = 0; c < opt.check && w == 0; c++) w = checkOnce(ts, sc, rc, pc, type, op, root, inPlace, so, ro);
+      wrong[inPlace] = (int64_t)combine(ts, (double)w, ncclSum);
+      if (wrong[inPlace]) ts->errors++;
+    }
+    ts->bwSum += bus[inPlace];
+    ts->bwCount++;
+  }
+  if (!(isMain && ts->thread == 0)) return;
+  size_t size = (sc > rc ? sc : rc) * esz;
+  char rootStr[16];
+  sprintf(rootStr, "%6i", coll->rooted ? root : -1);
+  printf("%12zu  %12zu  %8s  %6s  %6s", size, pc, typeNames[type],
+         coll->reduction ? opNames[op] : (coll == &sendRecvColl ? opNames[op] : "none"), rootStr);
+  for (int k = 0; k < 2; k++) {
+    char tb[32];
+    fmtTime(tb, t[k]);
+    if (wrong[k] < 0) printf("  %7s  %6.2f  %6.2f  %5s", tb, alg[k], bus[k], "N/A");
+    else printf("  %7s  %6.2f  %6.2f  %5g", tb, alg[k], bus[k], (double)wrong[k]);
+  }
+  printf("\n");
+  fflush(stdout);
+  jsonRow(size, pc, typeNames[type], coll->reduction ? opNames[op] : "none", coll->rooted ? root : -1, t, alg, bus, wrong);
+}
+
+static size_t nextSize(size_t s) { return opt.stepFactor > 1 ? s * opt.stepFactor : s + opt.stepBytes; }
+
+static void *threadMain(void *arg) {
+  struct threadState *ts = arg;
+  int G = opt.nGpus;
+  ts->comms = calloc(G, sizeof *ts->comms);
+  ts->streams = calloc(G, sizeof *ts->streams);
+  ts->sendBufs = calloc(G, sizeof(char *));
+  ts->recvBufs = calloc(G, sizeof(char *));
+  ts->ops = calloc(G, sizeof *ts->ops);
+  CK(ncclGroupStart());
+  for (int g = 0; g < G; g++) CK(ncclCommInitRank(&ts->comms[g], totalRanks, commId, ts->firstRank + g));
+  CK(ncclGroupEnd());
+  size_t bufBytes = opt.maxBytes * (size_t)totalRanks + 4096; /* ReduceScatter sends n blocks */
+  if (coll == &allReduceColl || coll == &broadcastColl || coll == &reduceColl || coll == &sendRecvColl)
+    bufBytes = opt.maxBytes + 4096;
+  for (int g = 0; g < G; g++) {
+    if (!opt.streamNull) CK(chorusStreamCreate(&ts->streams[g]));
+    ts->sendBufs[g] = aligned_alloc(4096, (bufBytes + 4095) / 4096 * 4096);
+    ts->recvBufs[g] = aligned_alloc(4096, (bufBytes + 4095) / 4096 * 4096);
+    memset(ts->sendBufs[g], 0, bufBytes);
+    memset(ts->recvBufs[g], 0, bufBytes);
+  }
+  int t0 = opt.type < 0 ? 0 : opt.type, t1 = opt.type < 0 ? ncclNumTypes - 1 : opt.type;
+  int loopOps = coll->reduction || coll == &sendRecvColl;
+  int o0 = !loopOps ? 0 : opt.op < 0 ? 0 : opt.op, o1 = !loopOps ? 0 : opt.op < 0 ? PERF_OP_MULSUM : opt.op;
+  int r0 = !coll->rooted ? 0 : opt.root < 0 ? 0 : opt.root, r1 = !coll->rooted ? 0 : opt.root < 0 ? totalRanks - 1 : opt.root;
+  /* Warm-up at every size, out of place. */
+  for (size_t b = opt.minBytes; b <= opt.maxBytes && b > 0; b = nextSize(b)) {
+    size_t sc, rc, pc, so, ro, esz = typeSizes[t0];
+    perfCollsSetEltSize(esz);
+    coll->getCounts(b / esz, totalRanks, &sc, &rc, &pc, &so, &ro);
+    makeOps(ts, t0, o0 == PERF_OP_MULSUM ? ncclSum : o0);
+    for (int w = 0; w < opt.warmup; w++) runOnce(ts, pc, t0, r0, 0, 0, 0);
+    syncAll(ts);
+    if (opt.stepFactor <= 1 && opt.stepBytes == 0) break;
+  }
+  for (int cyc = 0; opt.cycles == 0 || cyc < opt.cycles; cyc++)
+    for (int t = t0; t <= t1; t++)
+      for (int o = o0; o <= o1; o++)
+        for (int r = r0; r <= r1; r++) {
+          makeOps(ts, t, o);
+          for (size_t b = opt.minBytes; b <= opt.maxBytes && b > 0; b = nextSize(b)) {
+            runSize(ts, b, t, o, r);
+            if (opt.stepFactor <= 1 && opt.stepBytes == 0) break;
+          }
+          freeOps(ts, o);
+        }
+  for (int g = 0; g < G; g++) {
+    if (ts->streams[g]) CK(chorusStreamDestroy(ts->streams[g]));
+    CK(ncclCommDestroy(ts->comms[g]));
+    free(ts->sendBufs[g]);
+    free(ts->recvBufs[g]);
+  }
+  return NULL;
+}
+
+static size_t parseSize(const char *s, const char *what) {
+  char *end;
+  double v = strtod(s, &end);
+  if (*end == 'K' || *end == 'k') v *= 1024, end++;
+  else if (*end == 'M' || *end == 'm') v *= 1024 * 1024, end++;
+  else if (*end == 'G' || *end == 'g') v *= 1024.0 * 1024 * 1024, end++;
+  if (*end || v < 0) {
+    fprintf(stderr, "invalid size specified for '%s'\n", what);
+    exit(-1);
+  }
+  return (size_t)v;
+}
+
+static void usage(const char *prog) {
+  printf("USAGE: %s \n\t[-t,--nthreads <num threads>] \n\t[-g,--ngpus <ranks per thread>] \n\t[-b,--minbytes <min size in bytes>] \n"
+         "\t[-e,--maxbytes <max size in bytes>] \n\t[-i,--stepbytes <increment size>] \n\t[-f,--stepfactor <increment factor>] \n"
+         "\t[-n,--iters <iteration count>] \n\t[-m,--agg_iters <aggregated iteration count>] \n\t[-w,--warmup_iters <warmup iteration count>] \n"
+         "\t[-N,--run_cycles <cycle count> run & print each cycle (default: 1; 0=infinite)] \n"
+         "\t[-c,--check <check iteration count>] \n\t[-o,--op <sum/prod/min/max/avg/mulsum/all>] \n"
+         "\t[-d,--datatype <nccltype/all>] \n\t[-r,--root <root>] \n\t[-z,--blocking <0/1/2>] \n"
+         "\t[-y,--stream_null <0/1>] \n\t[-T,--timeout <time in seconds>] \n\t[-C,--report_cputime <0/1>] \n"
+         "\t[-a,--average <0/1/2/3> report average iteration time <0=RANK0/1=AVG/2=MIN/3=MAX>] \n"
+         "\t[-J,--output_file <file>] \n\t[-h,--help]\n",
+         prog);
+}
+
+static void parseArgs(int argc, char **argv) {
+  static struct option longOpts[] = {
+      {"nthreads", required_argument, 0, 't'},     {"ngpus", required_argument, 0, 'g'},
+      {"minbytes", required_argument, 0, 'b'},     {"maxbytes", required_argument, 0, 'e'},
+      {"stepbytes", required_argument, 0, 'i'},    {"stepfactor", required_argument, 0, 'f'},
+      {"iters", required_argument, 0, 'n'},        {"agg_iters", required_argument, 0, 'm'},
+      {"warmup_iters", required_argument, 0, 'w'}, {"run_cycles", required_argument, 0, 'N'},
+      {"parallel_init", required_argument, 0, 'p'}, {"check", required_argument, 0, 'c'},
+      {"op", required_argument, 0, 'o'},           {"datatype", required_argument, 0, 'd'},
+      {"root", required_argument, 0, 'r'},         {"blocking", required_argument, 0, 'z'},
+      {"stream_null", required_argument, 0, 'y'},  {"timeout", required_argument, 0, 'T'},
+      {"cudagraph", required_argument, 0, 'G'},    {"report_cputime", required_argument, 0, 'C'},
+      {"average", required_argument, 0, 'a'},      {"local_register", required_argument, 0, 'R'},
+      {"output_file", required_argument, 0, 'J'},  {"help", no_argument, 0, 'h'},
+      {0, 0, 0, 0}};
+  int c;
+  while ((c = getopt_long(argc, argv, "t:g:b:e:i:f:n:m:w:N:p:c:o:d:r:z:y:T:G:C:a:R:J:h", longOpts, NULL)) != -1) {
+    switch (c) {
+      case 't': opt.nThreads = atoi(optarg); break;
+      case 'g': opt.nGpus = atoi(optarg); break;
+      case 'b': opt.minBytes = parseSize(optarg, "minbytes"); break;
+      case 'e': opt.maxBytes = parseSize(optarg, "maxbytes"); break;
+      case 'i': opt.stepBytes = parseSize(optarg, "stepbytes"); break;
+      case 'f': opt.stepFactor = strtoul(optarg, NULL, 0); break;
+      case 'n': opt.iters = atoi(optarg); break;
+      case 'm': opt.aggIters = atoi(optarg); break;
+      case 'w': opt.warmup = atoi(optarg); break;
+      case 'N': opt.cycles = atoi(optarg); break;
+      case 'p': break; /* every thread inits its own ranks already */
+      case 'c': opt.check = atoi(optarg); break;
+      case 'o':
+        opt.op = -2;
+        if (!strcmp(optarg, "all")) opt.op = -1;
+        for (int k = 0; k < 6; k++)
+          if (!strcmp(optarg, opNames[k])) opt.op = k;
+        if (opt.op == -2) {
+          printf("invalid op %s, defaulting to sum\n", optarg);
+          opt.op = ncclSum;
+        }
+        break;
+      case 'd':
+        opt.type = -2;
+        if (!strcmp(optarg, "all")) opt.type = -1;
+        for (int k = 0; k < ncclNumTypes; k++)
+          if (!strcmp(optarg, typeNames[k])) opt.type = k;
+        if (!strcmp(optarg, "bf16")) opt.type = ncclBfloat16;
+        if (opt.type == -2) {
+          printf("invalid type %s, defaulting to float\n", optarg);
+          opt.type = ncclFloat;
+        }
+        break;
+      case 'r': opt.root = (int)strtol(optarg, NULL, 0); break;
+      case 'z': opt.blocking = atoi(optarg); break;
+      case 'y': opt.streamNull = atoi(optarg); break;
+      case 'T': opt.timeout = atoi(optarg); break;
+      case 'G':
+        if (atoi(optarg)) printf("Option -G (CUDA graph) not supported, ignoring\n");
+        break;
+      case 'C': opt.cputime = atoi(optarg); break;
+      case 'a': opt.average = atoi(optarg); break;
+      case 'R':
+        if (atoi(optarg)) printf("Option -R (buffer registration) not supported, ignoring\n");
+        break;
+      case 'J': opt.json = optarg; break;
+      case 'h': usage(argv[0]); exit(0);
+      default:
+        printf("invalid option \n");
+        usage(argv[0]);
+        exit(0);
+    }
+  }
+  if (opt.minBytes > opt.maxBytes) {
+    fprintf(stderr, "invalid sizes for 'minbytes' and 'maxbytes': %zu > %zu\n", opt.minBytes, opt.maxBytes);
+    exit(-1);
+  }
+  if (opt.nThreads < 1 || opt.nGpus < 1 || opt.iters < 1 || opt.aggIters < 1) {
+    fprintf(stderr, "invalid -t, -g, -n or -m value\n");
+    exit(-1);
+  }
+}
+
+/* Ranks come from the launcher: mpirun (when built with MPI), chorusrun,
+ * torchrun-style variables, PMI or Slurm; none means one process. */
+static void setupProcesses(int *argc, char ***argv) {
+  int useMpi = 0;
+#ifdef CHORUS_PERF_MPI
+  useMpi = getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK");
+  if (useMpi) {
+    MPI_Init(argc, argv);
+    MPI_Comm_size(MPI_COMM_WORLD, &nProcs);
+    MPI_Comm_rank(MPI_COMM_WORLD, &proc);
+  }
+#endif
+  if (!useMpi && chorusEnvRank(&proc, &nProcs) != ncclSuccess) {
+    proc = 0;
+    nProcs = 1;
+  }
+  totalRanks = nProcs * opt.nThreads * opt.nGpus;
+  isMain = proc == 0;
+  if (nProcs == 1 || getenv("NCCL_COMM_ID") || useMpi) {
+    if (!useMpi || proc == 0) CK(ncclGetUniqueId(&commId));
+#ifdef CHORUS_PERF_MPI
+    if (useMpi) MPI_Bcast(&commId, sizeof commId, MPI_BYTE, 0, MPI_COMM_WORLD);
+#endif
+    return;
+  }
+  /* torchrun/Slurm style: the rendezvous at MASTER_ADDR:MASTER_PORT. */
+  const char *host = getenv("MASTER_ADDR"), *port = getenv("MASTER_PORT");
+  if (!host || !port) {
+    fprintf(stderr, "%d processes but no rendezvous address: set NCCL_COMM_ID or MASTER_ADDR/MASTER_PORT, "
+                    "or launch with chorusrun%s\n", nProcs,
+#ifdef CHORUS_PERF_MPI
+            ""
+#else
+            " (this build has no MPI support)"
+#endif
+    );
+    exit(2);
+  }
+  char addr[300];
+  snprintf(addr, sizeof addr, "%s:%s", host, port);
+  setenv("NCCL_COMM_ID", addr, 1);
+  CK(ncclGetUniqueId(&commId));
+}
+
+int perfMain(int argc, char **argv, const struct testColl *c) {
+  coll = c;
+  parseArgs(argc, argv);
+  if (opt.timeout > 0) {
+    char buf[32];
+    snprintf(buf, sizeof buf, "%d", opt.timeout);
+    setenv("CHORUS_TIMEOUT", buf, 1);
+  }
+  setupProcesses(&argc, &argv);
+  int ver;
+  ncclGetVersion(&ver);
+  if (coll == &hypercubeColl && (totalRanks & (totalRanks - 1))) {
+    if (isMain) printf("nRanks %d is not a power of 2, skipping\n", totalRanks);
+    return 0;
+  }
+  if (isMain) {
+    printf("# nccl-tests version %s nccl-headers=%d nccl-library=%d\n", PERF_VERSION, NCCL_VERSION_CODE, ver);
+    printf("# Collective test starting: %s\n", coll->name);
+    char step[64];
+    if (opt.stepFactor > 1) snprintf(step, sizeof step, "%zu(factor)", opt.stepFactor);
+    else snprintf(step, sizeof step, "%zu(bytes)", opt.stepBytes);
+    printf("# nThread %d nGpus %d minBytes %zu maxBytes %zu step: %s warmup iters: %d iters: %d agg iters: %d "
+           "validation: %d graph: %d\n", opt.nThreads, opt.nGpus, opt.minBytes, opt.maxBytes, step, opt.warmup,
+           opt.iters, opt.aggIters, opt.check, 0);
+    if (opt.blocking) printf("# Blocking Enabled: wait for completion and barrier after each collective \n");
+    printf("#\n# Using devices\n");
+    char host[64] = "";
+    gethostname(host, sizeof host - 1);
+    for (int r = 0; r < opt.nThreads * opt.nGpus; r++)
+      printf("#  Rank %2d Group %2d Pid %6d on %10s device %2d [0x00] %s\n", r, 0, (int)getpid(), host, r % opt.nGpus,
+             "host memory (chorus)");
+    if (nProcs > 1) printf("#  (and %d more process(es) with %d rank(s) each)\n", nProcs - 1, opt.nThreads * opt.nGpus);
+    printf("#\n");
+    printf("#                                                              out-of-place                       in-place          \n");
+    printf("#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n");
+    printf("#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)       \n");
+    fflush(stdout);
+    if (opt.json) {
+      char path[1024];
+      snprintf(path, sizeof path, "%s", opt.json);
+      for (int k = 0; !(jsonOut = fopen(path, "wx")) && k < 100; k++) snprintf(path, sizeof path, "%s.%d", opt.json, k);
+      if (jsonOut) {
+        printf("# Writing JSON output to %s\n", path);
+        fprintf(jsonOut, "{\n  \"version\": 3,\n  \"nccl_version\": %d,\n  \"collective\": \"%s\",\n", ver, coll->name);
+        fprintf(jsonOut, "  \"config\": {\"nthreads\": %d, \"ngpus\": %d, \"nranks\": %d, \"minimum_bytes\": %zu, "
+                         "\"maximum_bytes\": %zu, \"step_factor\": %zu, \"warmup_iters\": %d, \"iterations\": %d, "
+                         "\"aggregated_iterations\": %d, \"validation\": %d, \"blocking_collectives\": %d},\n  \"results\": [",
+                opt.nThreads, opt.nGpus, totalRanks, opt.minBytes, opt.maxBytes, opt.stepFactor, opt.warmup,
+                opt.iters, opt.aggIters, opt.check, opt.blocking);
+      }
+    }
+  }
+  struct threadState *ts = calloc(opt.nThreads, sizeof *ts);
+  pthread_t *th = calloc(opt.nThreads, sizeof *th);
+  for (int t = 0; t < opt.nThreads; t++) {
+    ts[t].thread = t;
+    ts[t].firstRank = (proc * opt.nThreads + t) * opt.nGpus;
+    pthread_create(&th[t], NULL, threadMain, &ts[t]);
+  }
+  int errors = 0;
+  double bwSum = 0;
+  int bwCount = 0;
+  for (int t = 0; t < opt.nThreads; t++) {
+    pthread_join(th[t], NULL);
+    errors += ts[t].errors;
+    bwSum += ts[t].bwSum;
+    bwCount += ts[t].bwCount;
+  }
+  /* Every rank counted the same rows; thread 0's view is the report. */
+  double avgBw = ts[0].bwCount ? ts[0].bwSum / ts[0].bwCount : 0;
+  errors = ts[0].errors;
+  (void)bwSum;
+  (void)bwCount;
+  if (isMain) {
+    printf("# %-20s : %d %s\n", "Out of bounds values", errors, errors ? "FAILED" : "OK");
+    printf("# %-20s : %g %s\n", "Avg bus bandwidth", avgBw, "");
+    printf("#\n# Collective test concluded: %s\n#\n\n", coll->name);
+    if (jsonOut) {
+      fprintf(jsonOut, "\n  ],\n  \"out_of_bounds\": {\"count\": %d, \"okay\": \"%s\"},\n", errors, errors ? "false" : "true");
+      fprintf(jsonOut, "  \"average_bus_bandwidth\": {\"bandwidth\": %g, \"okay\": \"unchecked\"}\n}\n", avgBw);
+      fclose(jsonOut);
+    }
+  }
+#ifdef CHORUS_PERF_MPI
+  if (getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK")) MPI_Finalize();
+#endif
+  return errors ? 1 : 0;
+}
