@@ -24,8 +24,6 @@ struct waitState {
   waitLivenessFn liveness;  /* may be NULL */
   void *livenessArg;
   const char *what; /* what is being waited for, for the timeout message */
-  int passive;      /* skip spinning and yielding: the awaited work runs on
-                       another thread of this process, which needs the core */
 };
 
 void waitBegin(struct waitState *w, volatile int *abortFlag, waitLivenessFn liveness, void *arg,

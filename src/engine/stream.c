@@ -17,6 +17,7 @@ struct CUstream_st {
   struct streamWork *head, *tail;
   int pending; /* queued or running */
   int running; /* someone (worker or a synchronizing caller) runs the head */
+  int syncing; /* callers inside chorusStreamSynchronize: they run the queue */
   int stop;
   ncclResult_t error; /* first error since the last synchronize */
   pthread_t thread;
@@ -43,13 +44,16 @@ static int streamRunOne(cudaStream_t s) {
   return 1;
 }
 
-/* The worker sleeps on a condition variable only while there is nothing it
- * may run; waiting for peers happens inside engineRun, through the one wait. */
+/* The worker runs queued work in the background; while a caller is in
+ * chorusStreamSynchronize the caller runs it instead (one thread per rank
+ * then, not two competing for the cores). The worker sleeps on a condition
+ * variable only while there is nothing it may run; waiting for peers happens
+ * inside engineRun, through the one wait. */
 static void *streamWorker(void *arg) {
   cudaStream_t s = arg;
   pthread_mutex_lock(&s->lock);
   while (!(s->stop && s->head == NULL)) {
-    if (!streamRunOne(s)) pthread_cond_wait(&s->cond, &s->lock);
+    if (s->syncing || !streamRunOne(s)) pthread_cond_wait(&s->cond, &s->lock);
   }
   pthread_mutex_unlock(&s->lock);
   return NULL;
@@ -114,20 +118,17 @@ ncclResult_t chorusStreamSynchronize(cudaStream_t s) {
   struct waitState w;
   waitBegin(&w, NULL, NULL, NULL, "chorusStreamSynchronize");
   w.timeoutNs = 0;
-  for (;;) {
-    pthread_mutex_lock(&s->lock);
-    int ran = streamRunOne(s), left = s->pending;
-    pthread_mutex_unlock(&s->lock);
-    if (left == 0) break;
-    if (ran) {
-      waitProgress(&w);
-    } else {
-      /* The worker is running our work: leave it the core. */
-      w.passive = 1;
-      waitPause(&w);
-    }
-  }
   pthread_mutex_lock(&s->lock);
+  s->syncing++;
+  for (;;) {
+    int ran = streamRunOne(s);
+    if (s->pending == 0) break;
+    pthread_mutex_unlock(&s->lock);
+    if (ran) waitProgress(&w);
+    else waitPause(&w); /* the worker is finishing the item it had started */
+    pthread_mutex_lock(&s->lock);
+  }
+  if (--s->syncing == 0 && s->head) pthread_cond_signal(&s->cond);
   res = s->error;
   s->error = ncclSuccess;
   pthread_mutex_unlock(&s->lock);
