@@ -73,7 +73,7 @@ int main(int argc, char **argv) {
     for (int i = 0; i < iters; i++) run();
     double t = (now() - t0) / iters;
     // Check: integer-valued inputs, exact in any order. Gloo's reduce-scatter
-    // works in place: rank r's result lands in its block of the input.
+    // works in place and leaves rank r's block at the start of the buffer.
     size_t in = rs ? c * n : c;
     for (size_t i = 0; i < in; i++) send[i] = (float)((rank + 1) * ((i % 5) + 1));
     std::fill(recv.begin(), recv.begin() + (ag ? c * n : c), 0.0f);
@@ -84,11 +84,20 @@ int main(int argc, char **argv) {
       for (int r = 0; r < n; r++)
         for (size_t i = 0; i < c; i++) wrong += recv[r * c + i] != (float)((r + 1) * ((i % 5) + 1));
     } else if (rs) {
-      for (size_t i = 0; i < c; i++) wrong += send[rank * c + i] != rsum * (float)(((rank * c + i) % 5) + 1);
+      for (size_t i = 0; i < c; i++) wrong += send[i] != rsum * (float)(((rank * c + i) % 5) + 1);
     } else if (bc) {
       for (size_t i = 0; i < c; i++) wrong += send[i] != (float)((i % 5) + 1);
     } else {
       for (size_t i = 0; i < c; i++) wrong += recv[i] != rsum * (float)((i % 5) + 1);
+    }
+    {  // every rank's count, summed, as the MPI side reports it
+      float w = (float)wrong, sum = 0;
+      gloo::AllreduceOptions o(ctx);
+      o.setInput(&w, 1);
+      o.setOutput(&sum, 1);
+      o.setReduceFunction(static_cast<void (*)(void *, const void *, const void *, size_t)>(&gloo::sum<float>));
+      gloo::allreduce(o);
+      wrong = (long)sum;
     }
     wrongTotal += wrong;
     double algBytes = (ag || rs) ? (double)c * 4 * n : (double)c * 4;

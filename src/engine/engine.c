@@ -21,29 +21,36 @@ static int stepAdvance(struct task *t, struct step *st) {
   const char *src = st->src ? st->src + off : NULL;
   char *dst = st->dst ? st->dst + off : NULL;
   const struct redOp *op = &t->red;
+  /* Whatever goes to the next rank is written and posted first, so the next
+   * hop starts while this rank makes its local copy. */
+  int posted = 1;
   switch (st->type) {
-    case stepSend: reduceCopy(op, slotOut, src, n, st->flags); break;
+    case stepSend: reduceCopy(op, slotOut, src, n, st->flags); posted = 0; break;
     case stepRecv: reduceCopy(op, dst, slotIn, n, st->flags); break;
     case stepCopy: reduceCopy(op, dst, src, n, st->flags); break;
     case stepCopySend:
-      if (dst != src) memcpy(dst, src, nb);
       memcpy(slotOut, src, nb);
+      simpleSendPost(st->send);
+      if (dst != src) memcpy(dst, src, nb);
       break;
     case stepRecvCopySend:
-      memcpy(dst, slotIn, nb);
       memcpy(slotOut, slotIn, nb);
+      simpleSendPost(st->send);
+      memcpy(dst, slotIn, nb);
       break;
-    case stepRecvReduceSend: reduceTwo(op, slotOut, slotIn, src, n, st->flags); break;
+    case stepRecvReduceSend: reduceTwo(op, slotOut, slotIn, src, n, st->flags); posted = 0; break;
     case stepRecvReduceCopy: reduceTwo(op, dst, slotIn, src, n, st->flags); break;
     case stepRecvReduceCopySend:
-      reduceTwo(op, dst, slotIn, src, n, st->flags);
-      memcpy(slotOut, dst, nb);
+      /* The receiver only reads the slot, so it may be read back after posting. */
+      reduceTwo(op, slotOut, slotIn, src, n, st->flags);
+      simpleSendPost(st->send);
+      memcpy(dst, slotOut, nb);
       break;
     case stepRecvAcc: reduceTwo(op, dst, dst, slotIn, n, st->flags); break;
     case stepLocalAcc: reduceTwo(op, dst, dst, src, n, st->flags); break;
   }
   if (st->recv) simpleRecvDone(st->recv);
-  if (st->send) simpleSendPost(st->send);
+  if (!posted) simpleSendPost(st->send);
   t->off = off + nb;
   return 1;
 }
