@@ -197,6 +197,18 @@ ncclResult_t shmSetup(struct shmState *s, struct bootstrap *b, struct connTable 
                b->peers[p].pid, samePid);
     }
   }
+  /* Fault in the control block and each slot's first page on both sides now
+   * (each process has its own page tables), so that small messages never
+   * pay for a page fault later. Nothing is in flight before the barrier that
+   * follows setup, so writing zeros is safe. */
+  for (int p = 0; p < n; p++)
+    for (int l = 0; s->segs[p] && l < lanes; l++) {
+      struct conn *cs[2] = {connSend(t, p, l), connRecv(t, p, l)};
+      for (int k = 0; k < 2; k++) {
+        ((volatile char *)cs[k]->ctrl)[CONN_CTRL_BYTES - 1] = 0;
+        for (uint32_t i = 0; i < cs[k]->nslots; i++) ((volatile char *)cs[k]->slots)[(size_t)i * cs[k]->slotBytes] = 0;
+      }
+    }
   INFO(subsysShm, "SHM : segment of %zu bytes per rank, %d local ranks", s->segBytes, nlocal);
 out:
   if (peerSock)
