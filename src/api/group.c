@@ -1,5 +1,6 @@
 #include "api/group.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -81,22 +82,71 @@ static void busyAdd(const struct groupItem *items, int n, cudaStream_t stream, i
 
 struct streamJob {
   struct streamWork work;
-  int n;
-  struct groupItem items[];
+  int n, cap;
+  struct groupItem *items;
+  struct streamJob *nextFree;
 };
+
+/* Finished jobs are kept (with their schedule's capacity) for the next
+ * launch: calls on a stream then allocate nothing, and the caller's thread
+ * does not free into the worker's malloc arena or the other way round. */
+#define STREAM_JOB_CACHE 64
+static pthread_mutex_t jobCacheLock = PTHREAD_MUTEX_INITIALIZER;
+static struct streamJob *jobCache;
+static int jobCacheCount;
+
+static struct streamJob *jobGet(int n) {
+  pthread_mutex_lock(&jobCacheLock);
+  struct streamJob *job = jobCache;
+  if (job) {
+    jobCache = job->nextFree;
+    jobCacheCount--;
+  }
+  pthread_mutex_unlock(&jobCacheLock);
+  if (!job && !(job = calloc(1, sizeof *job))) return NULL;
+  if (job->cap < n) {
+    struct groupItem *items = realloc(job->items, sizeof *items * n);
+    if (!items) {
+      scheduleFree(&job->work.sched);
+      free(job->items);
+      free(job);
+      return NULL;
+    }
+    job->items = items;
+    job->cap = n;
+  }
+  job->n = 0;
+  scheduleReset(&job->work.sched);
+  return job;
+}
+
+static void jobPut(struct streamJob *job) {
+  pthread_mutex_lock(&jobCacheLock);
+  if (jobCacheCount < STREAM_JOB_CACHE) {
+    job->nextFree = jobCache;
+    jobCache = job;
+    jobCacheCount++;
+    job = NULL;
+  }
+  pthread_mutex_unlock(&jobCacheLock);
+  if (job) {
+    scheduleFree(&job->work.sched);
+    free(job->items);
+    free(job);
+  }
+}
 
 static void streamJobDone(struct streamWork *w, ncclResult_t res) {
   struct streamJob *job = (struct streamJob *)w;
   markFailed(&w->sched, job->items, job->n, job->items[0].stream, res);
   busyAdd(job->items, job->n, job->items[0].stream, -1);
-  scheduleFree(&w->sched);
-  free(job);
+  jobPut(job);
 }
 
 static ncclResult_t launchStream(const struct groupItem *items, int n, cudaStream_t stream) {
   int m = 0;
   for (int i = 0; i < n; i++) m += items[i].stream == stream;
-  struct streamJob *job = calloc(1, sizeof *job + sizeof(struct groupItem) * m);
+  struct streamJob *job = jobGet(m);
   if (!job) return ncclSystemError;
   uint64_t gen = __atomic_add_fetch(&buildGeneration, 1, __ATOMIC_RELAXED);
   ncclResult_t res = ncclSuccess;
@@ -106,8 +156,7 @@ static ncclResult_t launchStream(const struct groupItem *items, int n, cudaStrea
       res = buildItem(&job->work.sched, &items[i], gen);
     }
   if (res != ncclSuccess) {
-    scheduleFree(&job->work.sched);
-    free(job);
+    jobPut(job);
     return res;
   }
   if (paramInt(paramDumpSchedule)) schedulePrint(&job->work.sched, stdout);

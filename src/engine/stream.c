@@ -2,13 +2,21 @@
 
 #include <pthread.h>
 #include <stdlib.h>
+#include <sys/prctl.h>
+#include <time.h>
 
 #include "chorus.h"
+#include "core/clock.h"
 #include "core/log.h"
 #include "core/wait.h"
 #include "engine/engine.h"
 
 #define STREAM_MAGIC 0x73747265616d2121ull
+/* The worker starts an item only once it has been queued this long: a caller
+ * that synchronizes right away (the common issue-then-wait pattern) runs the
+ * work itself on its own core, instead of two threads per rank competing for
+ * the cores; work nobody waits for still starts within this delay. */
+#define STREAM_START_DELAY_NS 20000ull
 
 struct CUstream_st {
   uint64_t magic;
@@ -44,16 +52,31 @@ static int streamRunOne(cudaStream_t s) {
   return 1;
 }
 
-/* The worker runs queued work in the background; while a caller is in
- * chorusStreamSynchronize the caller runs it instead (one thread per rank
- * then, not two competing for the cores). The worker sleeps on a condition
- * variable only while there is nothing it may run; waiting for peers happens
- * inside engineRun, through the one wait. */
+/* The worker runs queued work in the background, STREAM_START_DELAY_NS after
+ * it was queued; while a caller is in chorusStreamSynchronize the caller runs
+ * it instead. The worker sleeps on a condition variable while there is
+ * nothing it may run; waiting for peers happens inside engineRun, through the
+ * one wait. */
 static void *streamWorker(void *arg) {
   cudaStream_t s = arg;
+  prctl(PR_SET_TIMERSLACK, 1000UL); /* wake on time: the delay is short */
   pthread_mutex_lock(&s->lock);
   while (!(s->stop && s->head == NULL)) {
-    if (s->syncing || !streamRunOne(s)) pthread_cond_wait(&s->cond, &s->lock);
+    if (s->syncing || s->running || s->head == NULL) {
+      pthread_cond_wait(&s->cond, &s->lock);
+      continue;
+    }
+    uint64_t due = s->head->enqueuedNs + STREAM_START_DELAY_NS, now = clockNs();
+    if (now < due && !s->stop) {
+      struct timespec ts;
+      clock_gettime(CLOCK_MONOTONIC, &ts);
+      uint64_t ns = (uint64_t)ts.tv_nsec + (due - now);
+      ts.tv_sec += (time_t)(ns / 1000000000ull);
+      ts.tv_nsec = (long)(ns % 1000000000ull);
+      pthread_cond_timedwait(&s->cond, &s->lock, &ts);
+      continue;
+    }
+    streamRunOne(s);
   }
   pthread_mutex_unlock(&s->lock);
   return NULL;
@@ -61,12 +84,16 @@ static void *streamWorker(void *arg) {
 
 void streamEnqueue(cudaStream_t s, struct streamWork *w) {
   w->next = NULL;
+  w->enqueuedNs = clockNs();
   pthread_mutex_lock(&s->lock);
+  int wasEmpty = s->head == NULL;
   if (s->tail) s->tail->next = w;
   else s->head = w;
   s->tail = w;
   s->pending++;
-  pthread_cond_signal(&s->cond);
+  /* Behind another item the worker is already on its way (it wakes for the
+   * head's start time or after running it): no wake-up call needed. */
+  if (wasEmpty) pthread_cond_signal(&s->cond);
   pthread_mutex_unlock(&s->lock);
 }
 
@@ -78,7 +105,11 @@ ncclResult_t chorusStreamCreate(cudaStream_t *stream) {
   cudaStream_t s = calloc(1, sizeof *s);
   if (!s) return ncclSystemError;
   pthread_mutex_init(&s->lock, NULL);
-  pthread_cond_init(&s->cond, NULL);
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&s->cond, &ca);
+  pthread_condattr_destroy(&ca);
   s->magic = STREAM_MAGIC;
   if (pthread_create(&s->thread, NULL, streamWorker, s) != 0) {
     WARN("chorusStreamCreate : cannot start the stream's thread");

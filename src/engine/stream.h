@@ -11,6 +11,7 @@ struct streamWork {
   /* Called on the worker after the schedule ran; frees the work. */
   void (*done)(struct streamWork *w, ncclResult_t res);
   void *arg;
+  uint64_t enqueuedNs; /* set by streamEnqueue */
 };
 
 /* 1 when stream was made by chorusStreamCreate and not destroyed. */
