@@ -17,12 +17,13 @@ typedef struct CUstream_st *cudaStream_t;
 #endif
 
 /* Types, enum values and struct layouts are NCCL 2.30's. The version is the
- * newest NCCL API level whose functions chorus implements in full: 2.17
- * (ncclCommSplit, 2.18, is not there yet), so code that tests
- * NCCL_VERSION_CODE before calling newer functions keeps compiling. */
+ * newest NCCL API level whose functions chorus implements in full: 2.19
+ * (ncclGroupSimulateEnd and ncclCommInitRankScalable of later releases are
+ * not there yet), so code that tests NCCL_VERSION_CODE before calling newer
+ * functions keeps compiling. */
 #define NCCL_MAJOR 2
-#define NCCL_MINOR 17
-#define NCCL_PATCH 1
+#define NCCL_MINOR 19
+#define NCCL_PATCH 3
 #define NCCL_SUFFIX ""
 #define NCCL_VERSION(X, Y, Z) \
   (((X) <= 2 && (Y) <= 8) ? (X)*1000 + (Y)*100 + (Z) : (X)*10000 + (Y)*100 + (Z))
@@ -156,6 +157,10 @@ CHORUS_DECL(ncclResult_t, ncclCommInitAll, (ncclComm_t * comm, int ndev, const i
 CHORUS_DECL(ncclResult_t, ncclCommFinalize, (ncclComm_t comm));
 CHORUS_DECL(ncclResult_t, ncclCommDestroy, (ncclComm_t comm));
 CHORUS_DECL(ncclResult_t, ncclCommAbort, (ncclComm_t comm));
+CHORUS_DECL(ncclResult_t, ncclCommSplit,
+            (ncclComm_t comm, int color, int key, ncclComm_t *newcomm, ncclConfig_t *config));
+CHORUS_DECL(ncclResult_t, ncclCommRegister, (const ncclComm_t comm, void *buff, size_t size, void **handle));
+CHORUS_DECL(ncclResult_t, ncclCommDeregister, (const ncclComm_t comm, void *handle));
 CHORUS_DECL(const char *, ncclGetErrorString, (ncclResult_t result));
 CHORUS_DECL(const char *, ncclGetLastError, (ncclComm_t comm));
 CHORUS_DECL(ncclResult_t, ncclCommGetAsyncError, (ncclComm_t comm, ncclResult_t *asyncError));

@@ -63,6 +63,12 @@ static int rankMain(int rank, int n, ncclUniqueId id, void *arg) {
   BAD(ncclAllReduce(send, recv, 16, ncclFloat, (ncclRedOp_t)99, comm, NULL), ncclInvalidArgument, "operation");
   BAD(ncclGroupEnd(), ncclInvalidArgument, NULL);
   BAD(ncclGroupEnd(), ncclInvalidUsage, "not in a group");
+  /* Registration is optional; handles are checked. */
+  void *h = NULL;
+  NCCLCHECK(ncclCommRegister(comm, send, sizeof send, &h));
+  NCCLCHECK(ncclCommDeregister(comm, h));
+  BAD(ncclCommDeregister(comm, recv), ncclInvalidUsage, "Could not find handle");
+  BAD(ncclCommRegister(comm, send, 16, NULL), ncclInvalidArgument, "handle");
   /* Queries. */
   int v;
   BAD(ncclCommCount(NULL, &v), ncclInvalidArgument, "comm");
@@ -90,7 +96,7 @@ int main(void) {
   int v = 0;
   BAD(ncclGetVersion(NULL), ncclInvalidArgument, "version");
   NCCLCHECK(ncclGetVersion(&v));
-  EXPECT(v == NCCL_VERSION_CODE && v == 21701, "version %d", v);
+  EXPECT(v == NCCL_VERSION_CODE && v == 21903, "version %d", v);
   NCCLCHECK(chorusGetVersion(&v));
   EXPECT(v == CHORUS_VERSION_CODE, "chorus version %d", v);
   EXPECT(NCCL_VERSION(2, 30, 7) == 23007 && NCCL_VERSION(2, 8, 4) == 2804, "NCCL_VERSION formula");
@@ -111,6 +117,10 @@ int main(void) {
   BAD(ncclCommInitAll(comms, 0, NULL), ncclInvalidArgument, "ndev");
   int badDev[2] = {0, -1};
   BAD(ncclCommInitAll(comms, 2, badDev), ncclInvalidArgument, "devlist");
+  BAD(ncclGroupEnd(), ncclInvalidUsage, "not in a group");
+  ncclSimInfo_t sim = NCCL_SIM_INFO_INITIALIZER;
+  NCCLCHECK(ncclGroupStart());
+  BAD(ncclGroupSimulateEnd(&sim), ncclInvalidUsage, "not supported");
   BAD(ncclGroupEnd(), ncclInvalidUsage, "not in a group");
   NCCLCHECK(ncclCommDestroy(NULL));
   NCCLCHECK(ncclCommAbort(NULL));

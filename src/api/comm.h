@@ -43,6 +43,11 @@ struct ncclComm {
   uint64_t endMagic;
 };
 
+/* Creates one rank of a communicator (init.c); blocks until all its ranks
+ * have joined. */
+ncclResult_t commInit(struct ncclComm **out, int nranks, const ncclUniqueId *id, int rank, int cudaDev,
+                      int blocking);
+
 /* ncclInvalidArgument with a WARN naming the call when comm is NULL,
  * corrupted or destroyed. */
 ncclResult_t commCheck(const struct ncclComm *comm, const char *call);

@@ -258,12 +258,13 @@ NCCL_API(ncclResult_t, ncclGroupSimulateEnd, ncclSimInfo_t *simInfo) {
     WARN("ncclGroupSimulateEnd: not in a group call.");
     return ncclInvalidUsage;
   }
-  /* Nothing runs: the recorded operations are dropped, as NCCL does. */
-  simInfo->estimatedTime = 0.0f;
+  /* No cost model to answer with yet (NCCL_VERSION_CODE says 2.19, before
+   * this call existed): say so, and drop the group as an error would. */
   if (--groupDepth == 0) {
     groupCount = 0;
     groupInitCount = 0;
     groupError = ncclSuccess;
   }
-  return ncclSuccess;
+  WARN("ncclGroupSimulateEnd is not supported by chorus yet; the group was dropped");
+  return ncclInvalidUsage;
 }

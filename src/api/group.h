@@ -21,7 +21,13 @@ struct initJob {
   int nranks, rank, cudaDev, blocking;
   ncclUniqueId id;
   ncclResult_t res;
+  /* ncclCommSplit: a split of parent (nranks, rank and id are worked out
+   * with the parent's other ranks) */
+  struct ncclComm *parent;
+  int color, key;
 };
+/* The split itself, on the init thread (split.c). */
+ncclResult_t commSplitRun(struct initJob *job);
 /* Runs inits concurrently, one thread each (init.c). */
 ncclResult_t initJobsRun(struct initJob *jobs, int n);
 /* Records (in a group) or runs (outside one) a checked init. */

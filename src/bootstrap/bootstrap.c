@@ -165,6 +165,11 @@ ncclResult_t bootstrapGetUniqueId(struct bootstrapHandle *h) {
     h->secret = BOOTSTRAP_COMM_ID_SECRET;
     return ncclSuccess;
   }
+  return bootstrapNewRoot(h);
+}
+
+ncclResult_t bootstrapNewRoot(struct bootstrapHandle *h) {
+  memset(h, 0, sizeof *h);
   char ifname[64];
   CHECK(sockPickAddr(&h->addr, ifname, sizeof ifname));
   if (getrandom(&h->secret, sizeof h->secret, 0) != sizeof h->secret) {

@@ -42,6 +42,9 @@ struct bootstrap {
 /* Fills a handle for ncclGetUniqueId: NCCL_COMM_ID, or a fresh root thread
  * listening on this host with a random secret. */
 ncclResult_t bootstrapGetUniqueId(struct bootstrapHandle *h);
+/* A fresh root thread with a random secret, whatever NCCL_COMM_ID says
+ * (communicators made by splitting another need their own). */
+ncclResult_t bootstrapNewRoot(struct bootstrapHandle *h);
 /* With NCCL_COMM_ID, rank 0 hosts the root. */
 ncclResult_t bootstrapStartRoot(const struct bootstrapHandle *h, int nranks);
 ncclResult_t bootstrapInit(struct bootstrap *b, const struct bootstrapHandle *h, int rank, int nranks,
