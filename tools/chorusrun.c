@@ -187,5 +187,9 @@ int main(int argc, char **argv) {
     }
     if (killAt && time(NULL) >= killAt) killAll(SIGKILL);
   }
+  free(pids);
+  free(pipes);
+  free(bufs);
+  free(pfd);
   return status;
 }

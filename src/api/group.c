@@ -23,6 +23,25 @@ static _Thread_local int groupInitCount, groupInitCap;
 static _Thread_local struct schedule inlineSched;
 static uint64_t buildGeneration;
 
+/* The per-thread buffers above are freed when their thread exits. */
+static pthread_key_t threadCacheKey;
+static pthread_once_t threadCacheOnce = PTHREAD_ONCE_INIT;
+static void threadCacheFree(void *unused) {
+  (void)unused;
+  scheduleFree(&inlineSched);
+  free(groupItems);
+  free(groupInits);
+  groupItems = NULL;
+  groupInits = NULL;
+  groupCap = groupInitCap = 0;
+}
+static void threadCacheKeyCreate(void) { pthread_key_create(&threadCacheKey, threadCacheFree); }
+/* Called before a thread first allocates any of them. */
+static void threadCacheInUse(void) {
+  pthread_once(&threadCacheOnce, threadCacheKeyCreate);
+  if (pthread_getspecific(threadCacheKey) == NULL) pthread_setspecific(threadCacheKey, &threadCacheKey);
+}
+
 static ncclResult_t buildItem(struct schedule *s, const struct groupItem *it, uint64_t gen) {
   struct ncclComm *comm = it->comm;
   if (comm->laneGen != gen) {
@@ -175,6 +194,7 @@ static ncclResult_t launch(const struct groupItem *items, int n) {
     if (first) CHECK(launchStream(items, n, items[i].stream));
   }
   struct schedule *s = &inlineSched;
+  if (s->taskCap == 0) threadCacheInUse();
   scheduleReset(s);
   uint64_t gen = __atomic_add_fetch(&buildGeneration, 1, __ATOMIC_RELAXED);
   for (int i = 0; i < n; i++)
@@ -195,6 +215,7 @@ ncclResult_t groupEnqueue(const struct groupItem *item) {
   }
   if (groupDepth == 0) return launch(item, 1);
   if (groupCount == groupCap) {
+    if (groupCap == 0) threadCacheInUse();
     int cap = groupCap ? 2 * groupCap : 16;
     struct groupItem *g = realloc(groupItems, sizeof *g * cap);
     if (!g) {
@@ -214,6 +235,7 @@ ncclResult_t groupInit(const struct initJob *job) {
     return initJobsRun(&j, 1);
   }
   if (groupInitCount == groupInitCap) {
+    if (groupInitCap == 0) threadCacheInUse();
     int cap = groupInitCap ? 2 * groupInitCap : 8;
     struct initJob *g = realloc(groupInits, sizeof *g * cap);
     if (!g) return groupNoteError(ncclSystemError);

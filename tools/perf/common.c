@@ -409,6 +409,11 @@ static void *threadMain(void *arg) {
     free(ts->sendBufs[g]);
     free(ts->recvBufs[g]);
   }
+  free(ts->comms);
+  free(ts->streams);
+  free(ts->sendBufs);
+  free(ts->recvBufs);
+  free(ts->ops);
   return NULL;
 }
 
@@ -634,6 +639,8 @@ int perfMain(int argc, char **argv, const struct testColl *c) {
   /* Every rank counted the same rows; thread 0's view is the report. */
   double avgBw = ts[0].bwCount ? ts[0].bwSum / ts[0].bwCount : 0;
   errors = ts[0].errors;
+  free(ts);
+  free(th);
   (void)bwSum;
   (void)bwCount;
   if (isMain) {
