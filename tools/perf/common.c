@@ -59,6 +59,19 @@ static double inputValue(int r, size_t j) {
 
 static double premulScalar(int r) { return r % 2 ? 2.0 : 1.0; }
 
+/* Integer results wrap around as the type does (a product of many 2s
+ * overflows int8); the values used are integers well inside int64. */
+static double wrapToType(int t, double v) {
+  uint64_t u = (uint64_t)(int64_t)v;
+  switch (t) {
+    case ncclInt8: return (int8_t)(uint8_t)u;
+    case ncclUint8: return (uint8_t)u;
+    case ncclInt32: return (int32_t)(uint32_t)u;
+    case ncclUint32: return (uint32_t)u;
+    default: return v;
+  }
+}
+
 double perfReduce(int n, size_t j, int op, double (*in)(int, size_t)) {
   double acc = 0;
   for (int r = 0; r < n; r++) {
@@ -70,7 +83,7 @@ double perfReduce(int n, size_t j, int op, double (*in)(int, size_t)) {
     else acc += v;
   }
   if (op == ncclAvg) acc = curType >= ncclFloat16 ? acc / n : trunc(acc / n);
-  return acc;
+  return wrapToType(curType, acc);
 }
 
 static void putValue(int t, void *buf, size_t i, double v) {
