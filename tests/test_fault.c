@@ -2,6 +2,7 @@
  *   kill     - a rank SIGKILLs itself mid-run; every survivor's call returns
  *              ncclRemoteError within 2 s, naming the dead rank; later calls too.
  *   abort    - ncclCommAbort from a second thread ends a blocked call within 100 ms.
+ *   peerabort- a peer that calls ncclCommAbort is gone for the others (ncclRemoteError).
  *   timeout  - a rank that never shows up makes the others return ncclTimeout
  *              after CHORUS_TIMEOUT.
  *   shm      - nothing is left in /dev/shm after a SIGKILL.
@@ -103,6 +104,28 @@ static int timeoutRank(int rank, int n, ncclUniqueId id, void *arg) {
   return 0;
 }
 
+/* A rank that aborts (and stays alive) is gone for its peers: their calls
+ * end with ncclRemoteError naming it, not a wait for the timeout. */
+static int peerAbortRank(int rank, int n, ncclUniqueId id, void *arg) {
+  ncclComm_t comm;
+  NCCLCHECK(ncclCommInitRank(&comm, n, id, rank));
+  if (rank == 1) {
+    usleep(200000);
+    shared[0] = nowSec();
+    NCCLCHECK(ncclCommAbort(comm));
+    usleep(3000000);
+    return 0;
+  }
+  float x = 1, y;
+  ncclResult_t res = ncclAllReduce(&x, &y, 1, ncclFloat, ncclSum, comm, NULL);
+  double after = nowSec() - shared[0];
+  EXPECT(res == ncclRemoteError, "rank %d got %s", rank, ncclGetErrorString(res));
+  EXPECT(after < 2.0, "rank %d: error %.2f s after the abort", rank, after);
+  EXPECT(strstr(ncclGetLastError(comm), "rank 1") != NULL, "last error '%s'", ncclGetLastError(comm));
+  NCCLCHECK(ncclCommAbort(comm));
+  return 0;
+}
+
 static int countShm(void) {
   DIR *d = opendir("/dev/shm");
   if (!d) return 0;
@@ -131,6 +154,8 @@ int main(int argc, char **argv) {
     }
   } else if (strcmp(which, "abort") == 0) {
     failed = runRanks(2, abortRank, NULL, 30);
+  } else if (strcmp(which, "peerabort") == 0) {
+    failed = runRanks(3, peerAbortRank, NULL, 30);
   } else {
     setenv("CHORUS_TIMEOUT", "1", 1);
     failed = runRanks(3, timeoutRank, NULL, 30);

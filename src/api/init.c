@@ -98,8 +98,8 @@ static void commWaitIdle(struct ncclComm *comm) {
     if (waitPause(&w) != ncclSuccess) break;
 }
 
-static void commFree(struct ncclComm *comm) {
-  bootstrapClose(&comm->boot);
+static void commFree(struct ncclComm *comm, int graceful) {
+  bootstrapClose(&comm->boot, graceful);
   shmClose(&comm->shm);
   free(comm->conns.send);
   free(comm->conns.recv);
@@ -223,7 +223,7 @@ ncclResult_t commInit(struct ncclComm **out, int nranks, const ncclUniqueId *id,
   return ncclSuccess;
 fail:
   WARN("ncclCommInitRank : rank %d of %d failed to initialize: %s", rank, nranks, ncclGetErrorString(res));
-  commFree(comm);
+  commFree(comm, 0);
   return res;
 }
 
@@ -312,7 +312,7 @@ ncclResult_t initJobsRun(struct initJob *jobs, int n) {
   if (res != ncclSuccess)
     for (int i = 0; i < started; i++)
       if (*jobs[i].comm) {
-        commFree(*jobs[i].comm);
+        commFree(*jobs[i].comm, 0);
         *jobs[i].comm = NULL;
       }
   free(th);
@@ -360,7 +360,8 @@ NCCL_API(ncclResult_t, ncclCommDestroy, ncclComm_t comm) {
   CHECK(commCheck(comm, "ncclCommDestroy"));
   int rank = comm->rank, n = comm->nranks;
   commWaitIdle(comm);
-  commFree(comm);
+  /* A communicator that failed leaves like an aborted one. */
+  commFree(comm, comm->asyncError == ncclSuccess);
   INFO(subsysInit, "rank %d nranks %d - Destroy COMPLETE", rank, n);
   return ncclSuccess;
 }
@@ -372,7 +373,7 @@ NCCL_API(ncclResult_t, ncclCommAbort, ncclComm_t comm) {
   __atomic_store_n(&comm->abortFlag, 1, __ATOMIC_RELEASE);
   commWaitIdle(comm);
   int rank = comm->rank;
-  commFree(comm);
+  commFree(comm, 0);
   INFO(subsysInit, "rank %d - Abort COMPLETE", rank);
   return ncclSuccess;
 }

@@ -305,38 +305,49 @@ ncclResult_t bootstrapBarrier(struct bootstrap *b) {
 }
 
 /* A peer is gone when its end of the mesh connection shut down without the
- * goodbye that bootstrapClose sends first. */
-ncclResult_t bootstrapLiveness(void *arg) {
-  struct bootstrap *b = arg;
-  for (int i = 0; i < b->nranks; i++) {
-    if (b->peerFd[i] < 0 || b->departed[i]) continue;
-    struct pollfd p = {b->peerFd[i], POLLRDHUP, 0};
-    if (poll(&p, 1, 0) <= 0 || !(p.revents & (POLLRDHUP | POLLHUP | POLLERR))) continue;
-    int pending = 0;
-    ioctl(b->peerFd[i], FIONREAD, &pending);
-    if (pending >= (int)sizeof goodbyeMagic && !(p.revents & POLLERR)) {
-      char buf[4096];
-      ssize_t n = recv(b->peerFd[i], buf, sizeof buf, MSG_PEEK | MSG_DONTWAIT);
-      uint64_t tail;
-      if (n >= (ssize_t)sizeof tail) {
-        memcpy(&tail, buf + n - sizeof tail, sizeof tail);
-        if (tail == goodbyeMagic) {
-          b->departed[i] = 1;
-          continue;
-        }
+ * goodbye that bootstrapClose sends first. All gone peers are named: when
+ * one rank dies, others may abort because of it, and the WARN should still
+ * show the first. */
+static int peerGone(struct bootstrap *b, int i) {
+  struct pollfd p = {b->peerFd[i], POLLRDHUP, 0};
+  if (poll(&p, 1, 0) <= 0 || !(p.revents & (POLLRDHUP | POLLHUP | POLLERR))) return 0;
+  int pending = 0;
+  ioctl(b->peerFd[i], FIONREAD, &pending);
+  if (pending >= (int)sizeof goodbyeMagic && !(p.revents & POLLERR)) {
+    char buf[4096];
+    ssize_t n = recv(b->peerFd[i], buf, sizeof buf, MSG_PEEK | MSG_DONTWAIT);
+    uint64_t tail;
+    if (n >= (ssize_t)sizeof tail) {
+      memcpy(&tail, buf + n - sizeof tail, sizeof tail);
+      if (tail == goodbyeMagic) {
+        b->departed[i] = 1;
+        return 0;
       }
     }
-    WARN("rank %d (host %s, pid %d) exited or lost its connection to rank %d", i, b->peers[i].hostname,
-         b->peers[i].pid, b->rank);
-    return ncclRemoteError;
   }
-  return ncclSuccess;
+  return 1;
 }
 
-void bootstrapClose(struct bootstrap *b) {
+ncclResult_t bootstrapLiveness(void *arg) {
+  struct bootstrap *b = arg;
+  char names[512];
+  int len = 0, gone = 0;
+  for (int i = 0; i < b->nranks; i++) {
+    if (b->peerFd[i] < 0 || b->departed[i] || !peerGone(b, i)) continue;
+    if (len < (int)sizeof names - 100)
+      len += snprintf(names + len, sizeof names - len, "%srank %d (host %s, pid %d)", gone ? ", " : "", i,
+                      b->peers[i].hostname, b->peers[i].pid);
+    gone++;
+  }
+  if (!gone) return ncclSuccess;
+  WARN("%s exited, aborted or lost %s connection to rank %d", names, gone > 1 ? "their" : "its", b->rank);
+  return ncclRemoteError;
+}
+
+void bootstrapClose(struct bootstrap *b, int graceful) {
   for (int i = 0; b->peerFd && i < b->nranks; i++) {
     if (b->peerFd[i] < 0) continue;
-    send(b->peerFd[i], &goodbyeMagic, sizeof goodbyeMagic, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (graceful) send(b->peerFd[i], &goodbyeMagic, sizeof goodbyeMagic, MSG_NOSIGNAL | MSG_DONTWAIT);
     close(b->peerFd[i]);
   }
   if (b->listenFd >= 0) close(b->listenFd);

@@ -57,8 +57,10 @@ ncclResult_t bootstrapBarrier(struct bootstrap *b);
 /* The liveness check of the one wait: ncclRemoteError, with a WARN naming
  * the rank, host and pid, once a peer has gone without saying goodbye. */
 ncclResult_t bootstrapLiveness(void *bootstrap);
-/* Says goodbye to every peer and closes everything. */
-void bootstrapClose(struct bootstrap *b);
+/* Closes everything; graceful says goodbye first, so peers do not take the
+ * closed connections for a failure (ncclCommAbort does not: its peers must
+ * see it as gone). */
+void bootstrapClose(struct bootstrap *b, int graceful);
 uint64_t bootstrapHostHash(void);
 
 #endif
