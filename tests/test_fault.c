@@ -100,6 +100,10 @@ static int timeoutRank(int rank, int n, ncclUniqueId id, void *arg) {
   double t = nowSec() - t0;
   EXPECT(res == ncclTimeout, "got %s", ncclGetErrorString(res));
   EXPECT(t >= 0.9 && t < 3.0, "timed out after %.2f s with CHORUS_TIMEOUT=1", t);
+  /* Stay until the stalled rank is back: an early abort here would make the
+   * other waiting ranks see this one gone (ncclRemoteError) before their own
+   * timeout. */
+  usleep((useconds_t)((3.5 - t) * 1e6));
   NCCLCHECK(ncclCommAbort(comm));
   return 0;
 }
