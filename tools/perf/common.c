@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "perf_colls.h"
+#include "values.h"
 #ifdef CHORUS_PERF_MPI
 #include <mpi.h>
 #endif
@@ -23,7 +24,6 @@
 
 static const char *typeNames[ncclNumTypes] = {"int8", "uint8", "int32", "uint32", "int64", "uint64",
                                               "half", "float", "double", "bfloat16", "f8e4m3", "f8e5m2"};
-static const size_t typeSizes[ncclNumTypes] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1};
 static const char *opNames[] = {"sum", "prod", "max", "min", "avg", "mulsum"};
 
 struct options {
@@ -84,68 +84,6 @@ double perfReduce(int n, size_t j, int op, double (*in)(int, size_t)) {
   }
   if (op == ncclAvg) acc = curType >= ncclFloat16 ? acc / n : trunc(acc / n);
   return wrapToType(curType, acc);
-}
-
-static void putValue(int t, void *buf, size_t i, double v) {
-  switch (t) {
-    case ncclInt8: ((int8_t *)buf)[i] = (int8_t)v; break;
-    case ncclUint8: ((uint8_t *)buf)[i] = (uint8_t)v; break;
-    case ncclInt32: ((int32_t *)buf)[i] = (int32_t)v; break;
-    case ncclUint32: ((uint32_t *)buf)[i] = (uint32_t)v; break;
-    case ncclInt64: ((int64_t *)buf)[i] = (int64_t)v; break;
-    case ncclUint64: ((uint64_t *)buf)[i] = (uint64_t)v; break;
-    case ncclFloat16: ((_Float16 *)buf)[i] = (_Float16)v; break;
-    case ncclFloat32: ((float *)buf)[i] = (float)v; break;
-    case ncclFloat64: ((double *)buf)[i] = v; break;
-    case ncclBfloat16: {
-      float f = (float)v;
-      uint32_t u;
-      memcpy(&u, &f, 4);
-      ((uint16_t *)buf)[i] = (uint16_t)(u >> 16); /* exact for the small integers used */
-      break;
-    }
-    default: { /* fp8: small integers, sign-magnitude with the exponent bias of each format */
-      int e4 = t == ncclFloat8e4m3, mb = e4 ? 3 : 2, bias = e4 ? 7 : 15;
-      double a = fabs(v);
-      uint8_t code = 0;
-      if (a != 0) {
-        int e;
-        double m = frexp(a, &e); /* a = m * 2^e, m in [0.5, 1) */
-        int man = (int)((m * 2 - 1) * (1 << mb) + 0.5);
-        code = (uint8_t)(((e - 1 + bias) << mb) | man);
-      }
-      ((uint8_t *)buf)[i] = code | (v < 0 ? 0x80 : 0);
-    }
-  }
-}
-
-static double getValue(int t, const void *buf, size_t i) {
-  switch (t) {
-    case ncclInt8: return ((const int8_t *)buf)[i];
-    case ncclUint8: return ((const uint8_t *)buf)[i];
-    case ncclInt32: return ((const int32_t *)buf)[i];
-    case ncclUint32: return ((const uint32_t *)buf)[i];
-    case ncclInt64: return (double)((const int64_t *)buf)[i];
-    case ncclUint64: return (double)((const uint64_t *)buf)[i];
-    case ncclFloat16: return (double)((const _Float16 *)buf)[i];
-    case ncclFloat32: return ((const float *)buf)[i];
-    case ncclFloat64: return ((const double *)buf)[i];
-    case ncclBfloat16: {
-      uint32_t u = (uint32_t)((const uint16_t *)buf)[i] << 16;
-      float f;
-      memcpy(&f, &u, 4);
-      return f;
-    }
-    default: {
-      uint8_t c = ((const uint8_t *)buf)[i];
-      int e4 = t == ncclFloat8e4m3, mb = e4 ? 3 : 2, eb = e4 ? 4 : 5, bias = e4 ? 7 : 15;
-      int e = (c >> mb) & ((1 << eb) - 1), m = c & ((1 << mb) - 1);
-      if (e4 && e == 15 && m == 7) return NAN;
-      if (!e4 && e == 31) return m ? NAN : INFINITY;
-      double v = e ? ldexp((1 << mb) + m, e - bias - mb) : ldexp(m, 1 - bias - mb);
-      return c & 0x80 ? -v : v;
-    }
-  }
 }
 
 /* Avg on floating types is not exact: allow 2 units in the last place. */
@@ -212,7 +150,7 @@ static void barrier(struct threadState *ts) { combine(ts, 0, ncclSum); }
 
 static void runOnce(struct threadState *ts, size_t pc, int type, int root, int inPlace, size_t sendOff,
                     size_t recvOff) {
-  size_t esz = typeSizes[type];
+  size_t esz = typeSize(type);
   /* Grouped only with several ranks per thread, as nccl-tests does: a tool
    * made of dependent steps (hypercube) needs each of its groups to end. */
   if (opt.nGpus > 1) CK(ncclGroupStart());
@@ -248,7 +186,7 @@ static void freeOps(struct threadState *ts, int op) {
 /* Fills inputs, runs once, counts wrong elements on this thread's ranks. */
 static int64_t checkOnce(struct threadState *ts, size_t sc, size_t rc, size_t pc, int type, int op, int root,
                          int inPlace, size_t sendOff, size_t recvOff) {
-  size_t esz = typeSizes[type];
+  size_t esz = typeSize(type);
   curType = type;
   curOp = op;
   curRep++;
@@ -329,7 +267,7 @@ static void jsonRow(size_t bytes, size_t count, const char *type, const char *op
 }
 
 static void runSize(struct threadState *ts, size_t bytes, int type, int op, int root) {
-  size_t esz = typeSizes[type], count = bytes / esz;
+  size_t esz = typeSize(type), count = bytes / esz;
   perfCollsSetEltSize(esz);
   size_t sc, rc, pc, so, ro;
   coll->getCounts(count, totalRanks, &sc, &rc, &pc, &so, &ro);
@@ -397,7 +335,7 @@ static void *threadMain(void *arg) {
   int r0 = !coll->rooted ? 0 : opt.root < 0 ? 0 : opt.root, r1 = !coll->rooted ? 0 : opt.root < 0 ? totalRanks - 1 : opt.root;
   /* Warm-up at every size, out of place. */
   for (size_t b = opt.minBytes; b <= opt.maxBytes && b > 0; b = nextSize(b)) {
-    size_t sc, rc, pc, so, ro, esz = typeSizes[t0];
+    size_t sc, rc, pc, so, ro, esz = typeSize(t0);
     perfCollsSetEltSize(esz);
     coll->getCounts(b / esz, totalRanks, &sc, &rc, &pc, &so, &ro);
     makeOps(ts, t0, o0 == PERF_OP_MULSUM ? ncclSum : o0);

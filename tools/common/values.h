@@ -1,8 +1,8 @@
-/* Test values, written independently of the library's kernels: small
- * integers that every datatype holds exactly, and decoders to read any
- * datatype back as double. */
-#ifndef CHORUS_TESTS_VALUES_H
-#define CHORUS_TESTS_VALUES_H
+/* Typed values for the tests and the perf tools, written independently of
+ * the library's kernels: encode exactly representable values (small
+ * integers) in any datatype, and read any datatype back as double. */
+#ifndef CHORUS_TOOLS_VALUES_H
+#define CHORUS_TOOLS_VALUES_H
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
