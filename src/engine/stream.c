@@ -12,11 +12,13 @@
 #include "engine/engine.h"
 
 #define STREAM_MAGIC 0x73747265616d2121ull
-/* The worker starts an item only once it has been queued this long: a caller
- * that synchronizes right away (the common issue-then-wait pattern) runs the
- * work itself on its own core, instead of two threads per rank competing for
- * the cores; work nobody waits for still starts within this delay. */
-#define STREAM_START_DELAY_NS 20000ull
+/* The worker starts queued work only once the caller has stopped issuing for
+ * STREAM_QUIET_NS (or the oldest item has waited STREAM_MAX_DELAY_NS): a
+ * caller that issues a burst and then synchronizes (the common pattern) runs
+ * the work itself on its own core, instead of two threads per rank competing
+ * for the cores; work nobody waits for still starts within the delay. */
+#define STREAM_QUIET_NS 20000ull
+#define STREAM_MAX_DELAY_NS 200000ull
 
 struct CUstream_st {
   uint64_t magic;
@@ -26,6 +28,7 @@ struct CUstream_st {
   int pending; /* queued or running */
   int running; /* someone (worker or a synchronizing caller) runs the head */
   int syncing; /* callers inside chorusStreamSynchronize: they run the queue */
+  uint64_t lastEnqueueNs;
   int stop;
   ncclResult_t error; /* first error since the last synchronize */
   pthread_t thread;
@@ -52,9 +55,8 @@ static int streamRunOne(cudaStream_t s) {
   return 1;
 }
 
-/* The worker runs queued work in the background, STREAM_START_DELAY_NS after
- * it was queued; while a caller is in chorusStreamSynchronize the caller runs
- * it instead. The worker sleeps on a condition variable while there is
+/* The worker runs queued work in the background (see STREAM_QUIET_NS);
+ * while a caller is in chorusStreamSynchronize the caller runs it instead. The worker sleeps on a condition variable while there is
  * nothing it may run; waiting for peers happens inside engineRun, through the
  * one wait. */
 static void *streamWorker(void *arg) {
@@ -66,7 +68,8 @@ static void *streamWorker(void *arg) {
       pthread_cond_wait(&s->cond, &s->lock);
       continue;
     }
-    uint64_t due = s->head->enqueuedNs + STREAM_START_DELAY_NS, now = clockNs();
+    uint64_t due = s->lastEnqueueNs + STREAM_QUIET_NS, now = clockNs();
+    if (due > s->head->enqueuedNs + STREAM_MAX_DELAY_NS) due = s->head->enqueuedNs + STREAM_MAX_DELAY_NS;
     if (now < due && !s->stop) {
       struct timespec ts;
       clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -86,6 +89,7 @@ void streamEnqueue(cudaStream_t s, struct streamWork *w) {
   w->next = NULL;
   w->enqueuedNs = clockNs();
   pthread_mutex_lock(&s->lock);
+  s->lastEnqueueNs = w->enqueuedNs;
   int wasEmpty = s->head == NULL;
   if (s->tail) s->tail->next = w;
   else s->head = w;
