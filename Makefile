@@ -28,7 +28,7 @@ asan:
 	$(MAKE) BUILD=build-asan CMAKE_FLAGS="-DCHORUS_SANITIZE=address,undefined -DCMAKE_BUILD_TYPE=RelWithDebInfo" test
 
 tsan:
-	TSAN_OPTIONS="die_after_fork=0 $(TSAN_OPTIONS)" $(MAKE) BUILD=build-tsan CMAKE_FLAGS="-DCHORUS_SANITIZE=thread -DCMAKE_BUILD_TYPE=RelWithDebInfo" test
+	CHORUS_TEST_COMM_ID=1 TSAN_OPTIONS="die_after_fork=0 $(TSAN_OPTIONS)" $(MAKE) BUILD=build-tsan CMAKE_FLAGS="-DCHORUS_SANITIZE=thread -DCMAKE_BUILD_TYPE=RelWithDebInfo" test
 
 clean:
 	rm -rf build build-asan build-tsan

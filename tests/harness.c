@@ -7,6 +7,9 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 double nowSec(void) {
   struct timespec ts;
@@ -14,9 +17,29 @@ double nowSec(void) {
   return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+/* With CHORUS_TEST_COMM_ID=1 (make tsan) the id names a rendezvous that rank
+ * 0 hosts, the way NCCL_COMM_ID does, so the parent runs no root thread:
+ * ThreadSanitizer cannot follow children forked from a threaded process. */
+static int fixedCommId(ncclUniqueId *id) {
+  int s = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {0};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  if (s < 0 || bind(s, (struct sockaddr *)&a, sizeof a) < 0 || getsockname(s, (struct sockaddr *)&a, &len) < 0) return 1;
+  close(s);
+  /* Layout of chorus's id: 64-bit secret (the NCCL_COMM_ID one), then the address. */
+  uint64_t secret = 0x0280028002800280ull;
+  memset(id, 0, sizeof *id);
+  memcpy(id->internal, &secret, sizeof secret);
+  memcpy(id->internal + sizeof secret, &a, sizeof a);
+  return 0;
+}
+
 int runRanks(int nranks, rankFn fn, void *arg, int deadlineSec) {
   ncclUniqueId id;
-  if (ncclGetUniqueId(&id) != ncclSuccess) {
+  const char *fixed = getenv("CHORUS_TEST_COMM_ID");
+  if (fixed && *fixed == '1' ? fixedCommId(&id) != 0 : ncclGetUniqueId(&id) != ncclSuccess) {
     fprintf(stderr, "ncclGetUniqueId failed\n");
     return nranks;
   }

@@ -27,7 +27,7 @@ static ncclResult_t arRun(const void *s, void *r, size_t c, ncclDataType_t t, nc
 const struct testColl allReduceColl = {"all_reduce_perf", 1, 0, arCounts, arExpected, arBw, arRun};
 
 /* all_gather: the per-rank size is the sweep size / n (16-byte aligned) */
-static size_t perfEltSize; /* set by the driver before it asks for counts */
+static _Thread_local size_t perfEltSize; /* set by each driver thread before it asks for counts */
 void perfCollsSetEltSize(size_t esz) { perfEltSize = esz; }
 
 static void agCounts(size_t count, int n, size_t *s, size_t *r, size_t *p, size_t *so, size_t *ro) {
@@ -113,9 +113,12 @@ static ncclResult_t hcRun(const void *s, void *r, size_t c, ncclDataType_t t, nc
   char *out = r;
   ncclResult_t res;
   if ((const char *)s != out + rank * c * esz) {
-    /* the driver's out-of-place run: put our own block in place first */
-    const char *in = s;
-    for (size_t k = 0; k < c * esz; k++) out[rank * c * esz + k] = in[k];
+    /* Out of place: our own block into place first, in stream order (a
+     * send to self), since earlier calls on the stream may still use out. */
+    if ((res = ncclGroupStart()) != ncclSuccess) return res;
+    if ((res = ncclSend(s, c, t, rank, comm, st)) != ncclSuccess) return res;
+    if ((res = ncclRecv(out + rank * c * esz, c, t, rank, comm, st)) != ncclSuccess) return res;
+    if ((res = ncclGroupEnd()) != ncclSuccess) return res;
   }
   for (int mask = 1; mask < n; mask <<= 1) {
     int peer = rank ^ mask;
