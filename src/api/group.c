@@ -82,9 +82,9 @@ static ncclResult_t checkSelfP2p(const struct groupItem *items, int n) {
   return ncclSuccess;
 }
 
-static void markFailed(struct schedule *s, const struct groupItem *items, int n, cudaStream_t stream,
-                       ncclResult_t res) {
-  (void)s;
+/* A failure is sticky on every communicator of the launch (NCCL reports
+ * errors inside a group for the whole group). */
+static void markFailed(const struct groupItem *items, int n, cudaStream_t stream, ncclResult_t res) {
   if (res == ncclSuccess) return;
   for (int i = 0; i < n; i++)
     if (items[i].stream == stream) {
@@ -157,7 +157,7 @@ static void jobPut(struct streamJob *job) {
 
 static void streamJobDone(struct streamWork *w, ncclResult_t res) {
   struct streamJob *job = (struct streamJob *)w;
-  markFailed(&w->sched, job->items, job->n, job->items[0].stream, res);
+  markFailed(job->items, job->n, job->items[0].stream, res);
   busyAdd(job->items, job->n, job->items[0].stream, -1);
   jobPut(job);
 }
@@ -203,7 +203,7 @@ static ncclResult_t launch(const struct groupItem *items, int n) {
   if (paramInt(paramDumpSchedule)) schedulePrint(s, stdout);
   busyAdd(items, n, NULL, 1);
   ncclResult_t res = engineRun(s);
-  markFailed(s, items, n, NULL, res);
+  markFailed(items, n, NULL, res);
   busyAdd(items, n, NULL, -1);
   return res;
 }

@@ -6,7 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/log.h"
 
 struct paramDesc {
   const char *env;
@@ -72,7 +71,7 @@ static void paramLoad(void) {
       errno = 0;
       long long x = strtoll(v, &end, 0);
       if (errno || end == v || *end) {
-        /* Logged later: the logger itself reads parameters. */
+        /* Not logged: the logger itself reads parameters. */
         x = strtoll(paramTable[i].def, NULL, 0);
         free(paramStrValue[i]);
         paramStrValue[i] = strdup(paramTable[i].def);
