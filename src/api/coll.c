@@ -29,6 +29,11 @@ static ncclResult_t enqueueCheckArgs(const struct callArgs *a) {
   struct ncclComm *comm = a->comm;
   logSetRank(comm->rank);
   ncclResult_t async = __atomic_load_n(&comm->asyncError, __ATOMIC_ACQUIRE);
+  if (async == ncclInProgress) {
+    WARN("%s : rank %d: Attempt to use communicator before the previous operation returned ncclSuccess", name,
+         comm->rank);
+    return ncclInvalidArgument;
+  }
   if (async != ncclSuccess) {
     WARN("%s : rank %d: communicator has failed earlier (%s); abort and re-create it", name, comm->rank,
          ncclGetErrorString(async));

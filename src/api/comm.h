@@ -3,6 +3,7 @@
  * scratch (DESIGN.md invariant 6). */
 #ifndef CHORUS_API_COMM_H
 #define CHORUS_API_COMM_H
+#include <pthread.h>
 #include <stdint.h>
 
 #include "bootstrap/bootstrap.h"
@@ -40,6 +41,9 @@ struct ncclComm {
   char *scratch;
   struct userRedOp *userOps;
   int nUserOps;
+  ncclUniqueId initId;
+  pthread_t initThread; /* nonblocking init */
+  int initThreadRunning;
   uint64_t endMagic;
 };
 

@@ -99,6 +99,10 @@ static void commWaitIdle(struct ncclComm *comm) {
 }
 
 static void commFree(struct ncclComm *comm, int graceful) {
+  if (comm->initThreadRunning) { /* abort has set the flag, so it ends soon */
+    pthread_join(comm->initThread, NULL);
+    comm->initThreadRunning = 0;
+  }
   bootstrapClose(&comm->boot, graceful);
   shmClose(&comm->shm);
   free(comm->conns.send);
@@ -146,22 +150,28 @@ static void logTopology(struct ncclComm *comm) {
   INFO(subsysInit, "Connected all rings, %d channel(s), %zu-byte FIFO slots", comm->nch, comm->slotBytes);
 }
 
-ncclResult_t commInit(struct ncclComm **out, int nranks, const ncclUniqueId *id, int rank, int cudaDev,
-                             int blocking) {
-  uint64_t t0 = clockNs();
-  pthread_once(&versionOnce, printVersion);
+static struct ncclComm *commAlloc(int nranks, const ncclUniqueId *id, int rank, int cudaDev, int blocking) {
   struct ncclComm *comm = calloc(1, sizeof *comm);
-  if (!comm) return ncclSystemError;
+  if (!comm) return NULL;
   comm->startMagic = comm->endMagic = COMM_MAGIC;
   comm->rank = rank;
   comm->nranks = nranks;
   comm->cudaDev = cudaDev;
   comm->blocking = blocking;
   comm->boot.listenFd = -1;
+  comm->initId = *id;
+  return comm;
+}
+
+/* Everything that needs the other ranks: rendezvous, agreement, shared
+ * memory. On failure the communicator is left for commFree. */
+static ncclResult_t commSetup(struct ncclComm *comm) {
+  uint64_t t0 = clockNs();
+  int rank = comm->rank, nranks = comm->nranks, cudaDev = comm->cudaDev;
   logSetRank(rank);
   ncclResult_t res;
   struct bootstrapHandle h;
-  memcpy(&h, id->internal, sizeof h);
+  memcpy(&h, comm->initId.internal, sizeof h);
   if (h.secret == BOOTSTRAP_COMM_ID_SECRET && rank == 0) CHECKGOTO(bootstrapStartRoot(&h, nranks), res, fail);
 
   struct bootstrapPeerInfo me = {0};
@@ -219,12 +229,45 @@ ncclResult_t commInit(struct ncclComm **out, int nranks, const ncclUniqueId *id,
   logTopology(comm);
   INFO(subsysInit, "comm %p rank %d nranks %d cudaDev %d pid %d - Init COMPLETE (%.3f s)", (void *)comm, rank,
        nranks, cudaDev, (int)getpid(), (double)(clockNs() - t0) / 1e9);
-  *out = comm;
   return ncclSuccess;
 fail:
   WARN("ncclCommInitRank : rank %d of %d failed to initialize: %s", rank, nranks, ncclGetErrorString(res));
-  commFree(comm, 0);
   return res;
+}
+
+static void *commSetupThread(void *arg) {
+  struct ncclComm *comm = arg;
+  ncclResult_t res = commSetup(comm);
+  __atomic_store_n(&comm->asyncError, res, __ATOMIC_RELEASE);
+  return NULL;
+}
+
+ncclResult_t commInit(struct ncclComm **out, int nranks, const ncclUniqueId *id, int rank, int cudaDev,
+                      int blocking) {
+  pthread_once(&versionOnce, printVersion);
+  struct ncclComm *comm = commAlloc(nranks, id, rank, cudaDev, blocking);
+  if (!comm) return ncclSystemError;
+  if (!blocking) {
+    /* Nonblocking (config.blocking = 0): the handle is valid at once, the
+     * rendezvous runs on a thread, and ncclCommGetAsyncError says
+     * ncclInProgress until it is done; a watchdog may ncclCommAbort it. */
+    comm->asyncError = ncclInProgress;
+    if (pthread_create(&comm->initThread, NULL, commSetupThread, comm) != 0) {
+      WARN("ncclCommInitRankConfig : cannot start the init thread");
+      commFree(comm, 0);
+      return ncclSystemError;
+    }
+    comm->initThreadRunning = 1;
+    *out = comm;
+    return ncclInProgress;
+  }
+  ncclResult_t res = commSetup(comm);
+  if (res != ncclSuccess) {
+    commFree(comm, 0);
+    return res;
+  }
+  *out = comm;
+  return ncclSuccess;
 }
 
 static ncclResult_t checkInitArgs(ncclComm_t *comm, int nranks, int rank, const char *call) {
@@ -295,7 +338,7 @@ ncclResult_t initJobsRun(struct initJob *jobs, int n) {
   pthread_t *th = calloc(n, sizeof *th);
   if (!th) return ncclSystemError;
   ncclResult_t res = ncclSuccess;
-  int started = 0;
+  int started = 0, inProgress = 0;
   for (int i = 0; i < n; i++) {
     *jobs[i].comm = NULL;
     if (pthread_create(&th[i], NULL, initJobThread, &jobs[i]) != 0) {
@@ -307,7 +350,9 @@ ncclResult_t initJobsRun(struct initJob *jobs, int n) {
   }
   for (int i = 0; i < started; i++) {
     pthread_join(th[i], NULL);
-    if (jobs[i].res != ncclSuccess && res == ncclSuccess) res = jobs[i].res;
+    /* ncclInProgress: a nonblocking communicator still joining. */
+    if (jobs[i].res == ncclInProgress) inProgress = 1;
+    else if (jobs[i].res != ncclSuccess && res == ncclSuccess) res = jobs[i].res;
   }
   if (res != ncclSuccess)
     for (int i = 0; i < started; i++)
@@ -316,7 +361,7 @@ ncclResult_t initJobsRun(struct initJob *jobs, int n) {
         *jobs[i].comm = NULL;
       }
   free(th);
-  return res;
+  return res == ncclSuccess && inProgress ? ncclInProgress : res;
 }
 
 NCCL_API(ncclResult_t, ncclCommInitAll, ncclComm_t *comms, int ndev, const int *devlist) {

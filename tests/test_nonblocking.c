@@ -1,0 +1,66 @@
+/* Nonblocking communicators (config.blocking = 0): init returns
+ * ncclInProgress at once, ncclCommGetAsyncError reports progress, using
+ * the communicator early is refused, and a watchdog can abort an init whose
+ * peers never come. */
+#include <unistd.h>
+
+#include "harness.h"
+
+static ncclResult_t initNonblocking(ncclComm_t *comm, int n, ncclUniqueId id, int rank) {
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  cfg.blocking = 0;
+  return ncclCommInitRankConfig(comm, n, id, rank, &cfg);
+}
+
+static int rankMain(int rank, int n, ncclUniqueId id, void *arg) {
+  if (rank == n - 1) usleep(300000); /* the others stay in progress meanwhile */
+  ncclComm_t comm = NULL;
+  ncclResult_t res = initNonblocking(&comm, n, id, rank);
+  EXPECT(res == ncclInProgress || res == ncclSuccess, "init returned %s", ncclGetErrorString(res));
+  EXPECT(comm != NULL, "no communicator handle while in progress");
+  ncclResult_t state;
+  NCCLCHECK(ncclCommGetAsyncError(comm, &state));
+  float x = 1, y = 0;
+  if (rank == 0 && state == ncclInProgress) {
+    res = ncclAllReduce(&x, &y, 1, ncclFloat, ncclSum, comm, NULL);
+    EXPECT(res == ncclInvalidArgument, "collective on an initializing communicator returned %s", ncclGetErrorString(res));
+  }
+  double end = nowSec() + 20;
+  while (state == ncclInProgress && nowSec() < end) {
+    usleep(1000);
+    NCCLCHECK(ncclCommGetAsyncError(comm, &state));
+  }
+  EXPECT(state == ncclSuccess, "init ended with %s", ncclGetErrorString(state));
+  NCCLCHECK(ncclAllReduce(&x, &y, 1, ncclFloat, ncclSum, comm, NULL));
+  EXPECT(y == n, "allreduce gave %g", y);
+  NCCLCHECK(ncclCommDestroy(comm));
+  return 0;
+}
+
+/* Rank 1 never comes: the watchdog aborts rank 0's init. */
+static int watchdogMain(int rank, int n, ncclUniqueId id, void *arg) {
+  if (rank == 1) {
+    usleep(2000000);
+    return 0;
+  }
+  ncclComm_t comm = NULL;
+  ncclResult_t res = initNonblocking(&comm, n, id, rank);
+  EXPECT(res == ncclInProgress, "init returned %s", ncclGetErrorString(res));
+  usleep(300000);
+  ncclResult_t state;
+  NCCLCHECK(ncclCommGetAsyncError(comm, &state));
+  EXPECT(state == ncclInProgress, "init without its peer ended with %s", ncclGetErrorString(state));
+  double t0 = nowSec();
+  NCCLCHECK(ncclCommAbort(comm));
+  double took = nowSec() - t0;
+  EXPECT(took < 1.0, "ncclCommAbort of a stuck init took %.2f s", took);
+  return 0;
+}
+
+int main(void) {
+  int failed = 0;
+  for (int n = 1; n <= 4; n += 3) failed += runRanks(n, rankMain, NULL, 60);
+  failed += runRanks(2, watchdogMain, NULL, 30);
+  printf("test_nonblocking: %s\n", failed ? "FAILED" : "passed");
+  return failed != 0;
+}
