@@ -8,7 +8,6 @@
 #include "chorus.h"
 #include "core/clock.h"
 #include "core/log.h"
-#include "core/wait.h"
 #include "engine/engine.h"
 
 #define STREAM_MAGIC 0x73747265616d2121ull
@@ -24,6 +23,7 @@ struct CUstream_st {
   uint64_t magic;
   pthread_mutex_t lock;
   pthread_cond_t cond;
+  pthread_cond_t itemDone; /* a synchronizing caller waits here for the worker's item */
   struct streamWork *head, *tail;
   int pending; /* queued or running */
   int running; /* someone (worker or a synchronizing caller) runs the head */
@@ -50,6 +50,7 @@ static int streamRunOne(cudaStream_t s) {
   w->done(w, res);
   pthread_mutex_lock(&s->lock);
   s->running = 0;
+  if (s->syncing) pthread_cond_broadcast(&s->itemDone);
   if (res != ncclSuccess && s->error == ncclSuccess) s->error = res;
   __atomic_store_n(&s->pending, s->pending - 1, __ATOMIC_RELEASE);
   return 1;
@@ -113,6 +114,7 @@ ncclResult_t chorusStreamCreate(cudaStream_t *stream) {
   pthread_condattr_init(&ca);
   pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
   pthread_cond_init(&s->cond, &ca);
+  pthread_cond_init(&s->itemDone, NULL);
   pthread_condattr_destroy(&ca);
   s->magic = STREAM_MAGIC;
   if (pthread_create(&s->thread, NULL, streamWorker, s) != 0) {
@@ -148,20 +150,17 @@ ncclResult_t chorusStreamSynchronize(cudaStream_t s) {
   ncclResult_t res = checkStream(s, "chorusStreamSynchronize");
   if (res != ncclSuccess) return res;
   /* The caller runs queued work itself rather than wait for the worker to
-   * wake up (the difference is most of a small operation's latency). Queued
-   * work fails by itself within CHORUS_TIMEOUT, so this ends. */
-  struct waitState w;
-  waitBegin(&w, NULL, NULL, NULL, "chorusStreamSynchronize");
-  w.timeoutNs = 0;
+   * wake up (the difference is most of a small operation's latency). While
+   * the worker finishes an item it had started, the caller sleeps on a
+   * condition variable rather than take the core that item needs. Every
+   * item fails by itself within CHORUS_TIMEOUT (its waits go through the one
+   * wait), so this ends. */
   pthread_mutex_lock(&s->lock);
   s->syncing++;
   for (;;) {
     int ran = streamRunOne(s);
     if (s->pending == 0) break;
-    pthread_mutex_unlock(&s->lock);
-    if (ran) waitProgress(&w);
-    else waitPause(&w); /* the worker is finishing the item it had started */
-    pthread_mutex_lock(&s->lock);
+    if (!ran && s->running) pthread_cond_wait(&s->itemDone, &s->lock);
   }
   if (--s->syncing == 0 && s->head) pthread_cond_signal(&s->cond);
   res = s->error;
@@ -182,6 +181,7 @@ ncclResult_t chorusStreamDestroy(cudaStream_t s) {
   s->magic = 0;
   pthread_mutex_destroy(&s->lock);
   pthread_cond_destroy(&s->cond);
+  pthread_cond_destroy(&s->itemDone);
   free(s);
   return res;
 }
