@@ -16,8 +16,8 @@
  * caller that issues a burst and then synchronizes (the common pattern) runs
  * the work itself on its own core, instead of two threads per rank competing
  * for the cores; work nobody waits for still starts within the delay. */
-#define STREAM_QUIET_NS 20000ull
-#define STREAM_MAX_DELAY_NS 200000ull
+#define STREAM_QUIET_NS 100000ull
+#define STREAM_MAX_DELAY_NS 1000000ull
 
 struct CUstream_st {
   uint64_t magic;
