@@ -73,7 +73,8 @@ int main(void) {
   failed += runRanksWithId(n, id, rankMain, NULL, 60);
   double took = nowSec() - t0;
   close(silent);
-  EXPECT(took < 10, "rendezvous with strangers took %.1f s", took);
+  /* The silent connection stays open all along: it must not delay anyone. */
+  EXPECT(took < 1.0, "rendezvous with strangers took %.2f s", took);
 
   char host[64] = "";
   gethostname(host, sizeof host - 1);

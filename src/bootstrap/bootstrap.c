@@ -11,12 +11,12 @@
 #include <sys/random.h>
 #include <unistd.h>
 
+#include "bootstrap/acceptor.h"
 #include "core/err.h"
 #include "core/log.h"
 #include "core/param.h"
 
 #define BOOTSTRAP_MAX_RANKS (1 << 20)
-#define BOOTSTRAP_HELLO_TIMEOUT_NS 2000000000ull
 static const uint64_t goodbyeMagic = 0x6579622d73756f72ull; /* "rous-bye" */
 
 struct rootHello {
@@ -57,16 +57,8 @@ struct rootArgs {
   uint64_t secret;
   int nranks;   /* 0: learned from the first hello */
   int *started; /* set once the thread runs; spawnRoot's, touched once */
+  struct acceptor *acc; /* allocated by spawnRoot, not by the new thread */
 };
-
-/* Reads one fixed-size hello with a short deadline, so a connection that
- * never speaks cannot hold the rendezvous for long. */
-static ncclResult_t recvHello(int fd, void *buf, size_t len) {
-  struct waitState w;
-  waitBegin(&w, NULL, NULL, NULL, "bootstrap hello");
-  w.timeoutNs = BOOTSTRAP_HELLO_TIMEOUT_NS;
-  return sockRecvAll(fd, buf, len, &w);
-}
 
 static void *rootThread(void *argp) {
   /* argp is freed only at the end: the thread touches no allocator until a
@@ -78,16 +70,19 @@ static void *rootThread(void *argp) {
   struct bootstrapPeerInfo *infos = NULL;
   struct waitState w;
   waitBegin(&w, NULL, NULL, NULL, "bootstrap root waiting for ranks");
+  struct acceptor *acc = a.acc;
+  acceptorInit(acc, a.listenFd, sizeof(struct rootHello));
   while (nranks == 0 || got < nranks) {
-    int fd;
-    if (sockTryAccept(a.listenFd, &fd) != ncclSuccess) break;
+    int fd, progressed;
+    struct rootHello hello;
+    if (acceptorPoll(acc, &fd, &hello, &progressed) != ncclSuccess) break;
     if (fd < 0) {
-      if (waitPause(&w) != ncclSuccess) break;
+      if (progressed) waitProgress(&w);
+      else if (waitPause(&w) != ncclSuccess) break;
       continue;
     }
     waitProgress(&w);
-    struct rootHello hello;
-    if (recvHello(fd, &hello, sizeof hello) != ncclSuccess || hello.secret != a.secret) {
+    if (hello.secret != a.secret) {
       WARN("Bootstrap : root dropped a connection that did not present the secret");
       close(fd);
       continue;
@@ -121,6 +116,8 @@ static void *rootThread(void *argp) {
   }
   for (int i = 0; fds && i < nranks; i++)
     if (fds[i] >= 0) close(fds[i]);
+  acceptorClose(acc);
+  free(acc);
   free(fds);
   free(infos);
   close(a.listenFd);
@@ -130,12 +127,19 @@ static void *rootThread(void *argp) {
 
 static ncclResult_t spawnRoot(int listenFd, uint64_t secret, int nranks) {
   struct rootArgs *a = malloc(sizeof *a);
-  if (!a) return ncclSystemError;
+  struct acceptor *acc = malloc(sizeof *acc);
+  if (!a || !acc) {
+    free(a);
+    free(acc);
+    close(listenFd);
+    return ncclSystemError;
+  }
   int started = 0;
   a->listenFd = listenFd;
   a->secret = secret;
   a->nranks = nranks;
   a->started = &started;
+  a->acc = acc;
   pthread_t t;
   pthread_attr_t attr;
   pthread_attr_init(&attr);
@@ -144,6 +148,7 @@ static ncclResult_t spawnRoot(int listenFd, uint64_t secret, int nranks) {
   pthread_attr_destroy(&attr);
   if (err) {
     free(a);
+    free(acc);
     close(listenFd);
     WARN("Bootstrap : cannot start the root thread: %s", strerror(err));
     return ncclSystemError;
@@ -203,17 +208,21 @@ static ncclResult_t meshConnect(struct bootstrap *b) {
     CHECK(sockSendAll(b->peerFd[j], &hello, sizeof hello, &w));
   }
   int missing = b->nranks - 1 - b->rank;
+  struct acceptor *acc = missing > 0 ? malloc(sizeof *acc) : NULL;
+  if (missing > 0 && !acc) return ncclSystemError;
+  if (acc) acceptorInit(acc, b->listenFd, sizeof(struct meshHello));
+  ncclResult_t res = ncclSuccess;
   while (missing > 0) {
-    int fd;
-    CHECK(sockTryAccept(b->listenFd, &fd));
+    int fd, progressed;
+    struct meshHello hello;
+    CHECKGOTO(acceptorPoll(acc, &fd, &hello, &progressed), res, out);
     if (fd < 0) {
-      CHECK(waitPause(&w));
+      if (progressed) waitProgress(&w);
+      else CHECKGOTO(waitPause(&w), res, out);
       continue;
     }
     waitProgress(&w);
-    struct meshHello hello;
-    if (recvHello(fd, &hello, sizeof hello) != ncclSuccess || hello.secret != b->secret ||
-        hello.rank <= b->rank || hello.rank >= b->nranks || b->peerFd[hello.rank] >= 0) {
+    if (hello.secret != b->secret || hello.rank <= b->rank || hello.rank >= b->nranks || b->peerFd[hello.rank] >= 0) {
       WARN("Bootstrap : rank %d dropped a connection without the communicator's secret", b->rank);
       close(fd);
       continue;
@@ -221,7 +230,10 @@ static ncclResult_t meshConnect(struct bootstrap *b) {
     b->peerFd[hello.rank] = fd;
     missing--;
   }
-  return ncclSuccess;
+out:
+  if (acc) acceptorClose(acc);
+  free(acc);
+  return res;
 }
 
 ncclResult_t bootstrapInit(struct bootstrap *b, const struct bootstrapHandle *h, int rank, int nranks,

@@ -1,0 +1,70 @@
+#define _GNU_SOURCE
+#include "bootstrap/acceptor.h"
+
+#include <errno.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "bootstrap/socket.h"
+#include "core/clock.h"
+#include "core/log.h"
+
+#define HELLO_DEADLINE_NS 1000000000ull /* a rank sends its hello right after connecting */
+
+void acceptorInit(struct acceptor *a, int listenFd, size_t helloBytes) {
+  a->listenFd = listenFd;
+  a->helloBytes = helloBytes;
+  a->npending = 0;
+}
+
+static void dropPending(struct acceptor *a, int i, const char *why) {
+  INFO(subsysBootstrap, "Bootstrap : dropped a connection that %s", why);
+  close(a->pending[i].fd);
+  a->pending[i] = a->pending[--a->npending];
+}
+
+ncclResult_t acceptorPoll(struct acceptor *a, int *fd, void *hello, int *progressed) {
+  *fd = -1;
+  *progressed = 0;
+  for (;;) { /* accept everything that is waiting */
+    int c;
+    ncclResult_t res = sockTryAccept(a->listenFd, &c);
+    if (res != ncclSuccess) return res;
+    if (c < 0) break;
+    *progressed = 1;
+    if (a->npending == ACCEPTOR_MAX_PENDING) dropPending(a, 0, "was the oldest of too many pending ones");
+    a->pending[a->npending++] = (struct acceptorConn){c, 0, clockNs() + HELLO_DEADLINE_NS, {0}};
+  }
+  uint64_t now = 0;
+  for (int i = 0; i < a->npending; i++) {
+    struct acceptorConn *p = &a->pending[i];
+    ssize_t n = recv(p->fd, p->buf + p->got, a->helloBytes - p->got, MSG_DONTWAIT);
+    if (n > 0) {
+      *progressed = 1;
+      p->got += (size_t)n;
+      if (p->got == a->helloBytes) {
+        *fd = p->fd;
+        memcpy(hello, p->buf, a->helloBytes);
+        a->pending[i] = a->pending[--a->npending];
+        return ncclSuccess;
+      }
+      continue;
+    }
+    if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+      *progressed = 1;
+      dropPending(a, i--, "closed before sending its hello");
+      continue;
+    }
+    if (!now) now = clockNs();
+    if (now > p->deadlineNs) {
+      *progressed = 1;
+      dropPending(a, i--, "sent no complete hello in time");
+    }
+  }
+  return ncclSuccess;
+}
+
+void acceptorClose(struct acceptor *a) {
+  while (a->npending > 0) close(a->pending[--a->npending].fd);
+}
