@@ -191,6 +191,18 @@ CHORUS_DECL(ncclResult_t, ncclReduceScatter,
 CHORUS_DECL(ncclResult_t, ncclAllGather,
             (const void *sendbuff, void *recvbuff, size_t sendcount, ncclDataType_t datatype,
              ncclComm_t comm, cudaStream_t stream));
+/* Block p of sendbuff goes to rank p; block p of recvbuff comes from rank p. */
+CHORUS_DECL(ncclResult_t, ncclAlltoAll,
+            (const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, ncclComm_t comm,
+             cudaStream_t stream));
+/* In place on the root: sendbuff == recvbuff + root * count. */
+CHORUS_DECL(ncclResult_t, ncclGather,
+            (const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root,
+             ncclComm_t comm, cudaStream_t stream));
+/* In place on the root: recvbuff == sendbuff + root * count. */
+CHORUS_DECL(ncclResult_t, ncclScatter,
+            (const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root,
+             ncclComm_t comm, cudaStream_t stream));
 CHORUS_DECL(ncclResult_t, ncclSend,
             (const void *sendbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
              cudaStream_t stream));

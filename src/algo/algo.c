@@ -4,13 +4,13 @@
 #include "core/log.h"
 
 const char *collName(int coll) {
-  static const char *names[collTypeCount] = {"AllReduce",     "Broadcast", "Reduce", "AllGather",
-                                             "ReduceScatter", "Send",      "Recv"};
+  static const char *names[collTypeCount] = {"AllReduce", "Broadcast", "Reduce",   "AllGather", "ReduceScatter",
+                                             "Send",      "Recv",      "AlltoAll", "Gather",    "Scatter"};
   return coll >= 0 && coll < collTypeCount ? names[coll] : "Unknown";
 }
 
 const char *algoName(int algo) {
-  static const char *names[] = {"Local", "Ring", "OneHop", "Chain", "P2p"};
+  static const char *names[] = {"Local", "Ring", "OneHop", "Chain", "P2p", "Pairwise"};
   return names[algo];
 }
 
@@ -174,16 +174,49 @@ static ncclResult_t buildRingReduceScatter(struct schedule *s, struct algoCtx *c
   return ncclSuccess;
 }
 
-static ncclResult_t buildP2p(struct schedule *s, struct algoCtx *c, const struct collDesc *d) {
-  size_t bytes = d->count * dtypeSize(d->dtype);
-  int peer = d->root, nch = c->conns->nch;
-  int lane = d->coll == collSend ? nch + peer : nch + c->nranks + peer;
+/* One send or receive on the point-to-point lane of a peer. */
+static ncclResult_t p2pTask(struct schedule *s, struct algoCtx *c, const struct collDesc *d, int send, int peer,
+                            const void *buf, size_t bytes) {
+  int nch = c->conns->nch, lane = send ? nch + peer : nch + c->nranks + peer;
   int t = scheduleAddTask(s, &d->red, c->laneLast[lane], c->boot, c->abortFlag, c->rank, collName(d->coll));
   if (t < 0) return ncclSystemError;
   c->laneLast[lane] = t;
   int p2p = CONN_P2P_LANE(c->conns);
-  if (d->coll == collSend) ADD(s, stepSend, 0, NULL, connSend(c->conns, peer, p2p), d->sendbuff, NULL, bytes);
-  else ADD(s, stepRecv, 0, connRecv(c->conns, peer, p2p), NULL, NULL, d->recvbuff, bytes);
+  if (send) ADD(s, stepSend, 0, NULL, connSend(c->conns, peer, p2p), buf, NULL, bytes);
+  else ADD(s, stepRecv, 0, connRecv(c->conns, peer, p2p), NULL, NULL, (void *)buf, bytes);
+  return ncclSuccess;
+}
+
+static ncclResult_t buildP2p(struct schedule *s, struct algoCtx *c, const struct collDesc *d) {
+  size_t bytes = d->count * dtypeSize(d->dtype);
+  return d->coll == collSend ? p2pTask(s, c, d, 1, d->root, d->sendbuff, bytes)
+                             : p2pTask(s, c, d, 0, d->root, d->recvbuff, bytes);
+}
+
+/* AlltoAll, Gather and Scatter as NCCL builds them: grouped sends and
+ * receives between pairs (block p of a buffer is at p * count). The rank's
+ * own block is a local copy (none when already in place). */
+static ncclResult_t buildPairwise(struct schedule *s, struct algoCtx *c, const struct collDesc *d) {
+  int n = c->nranks, r = c->rank, root = d->root;
+  size_t bytes = d->count * dtypeSize(d->dtype);
+  const char *in = d->sendbuff;
+  char *out = d->recvbuff;
+  for (int j = 0; j < n; j++) {
+    int p = mod(r + j, n); /* start with different peers on different ranks */
+    int sendTo = d->coll == collAlltoAll || (d->coll == collGather && p == root) || (d->coll == collScatter && r == root);
+    int recvFrom = d->coll == collAlltoAll || (d->coll == collGather && r == root) || (d->coll == collScatter && p == root);
+    const char *sblk = d->coll == collScatter || d->coll == collAlltoAll ? in + p * bytes : in;
+    char *rblk = d->coll == collGather || d->coll == collAlltoAll ? out + p * bytes : out;
+    if (p == r) {
+      if (sendTo && recvFrom && sblk != rblk) {
+        CHECK(laneTask(s, c, d, 0));
+        ADD(s, stepCopy, 0, NULL, NULL, sblk, rblk, bytes);
+      }
+      continue;
+    }
+    if (sendTo) CHECK(p2pTask(s, c, d, 1, p, sblk, bytes));
+    if (recvFrom) CHECK(p2pTask(s, c, d, 0, p, rblk, bytes));
+  }
   return ncclSuccess;
 }
 
@@ -206,6 +239,7 @@ static ncclResult_t inPieces(pieceFn fn, struct schedule *s, struct algoCtx *c, 
 
 ncclResult_t algoBuild(struct schedule *s, struct algoCtx *c, const struct collDesc *d, int algo, int nch) {
   if (algo == algoP2p) return buildP2p(s, c, d);
+  if (algo == algoPairwise) return buildPairwise(s, c, d);
   if (algo == algoLocal) return buildLocal(s, c, d);
   if (algo == algoOneHop) return buildOneHopAllReduce(s, c, d);
   size_t esz = dtypeSize(d->dtype), chunk = ringChunkElems(c, esz);

@@ -12,11 +12,14 @@ enum collType {
   collReduceScatter,
   collSend,
   collRecv,
+  collAlltoAll,
+  collGather,
+  collScatter,
   collTypeCount
 };
 const char *collName(int coll);
 
-enum algoId { algoLocal, algoRing, algoOneHop, algoChain, algoP2p };
+enum algoId { algoLocal, algoRing, algoOneHop, algoChain, algoP2p, algoPairwise };
 const char *algoName(int algo);
 
 struct collDesc {

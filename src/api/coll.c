@@ -58,7 +58,7 @@ static ncclResult_t enqueueCheckArgs(const struct callArgs *a) {
   d->red.dtype = a->dtype;
   d->red.kind = redSum;
   if (isReduction(a->coll)) CHECK(commLowerOp(comm, a->op, a->dtype, &d->red, name));
-  int rooted = a->coll == collBroadcast || a->coll == collReduce;
+  int rooted = a->coll == collBroadcast || a->coll == collReduce || a->coll == collGather || a->coll == collScatter;
   int p2p = a->coll == collSend || a->coll == collRecv;
   if ((rooted || p2p) && (a->root < 0 || a->root >= comm->nranks)) {
     WARN("%s : invalid %s %d (nranks %d)", name, p2p ? "peer" : "root", a->root, comm->nranks);
@@ -70,8 +70,9 @@ static ncclResult_t enqueueCheckArgs(const struct callArgs *a) {
     return ncclInvalidArgument;
   }
   if (a->count > 0) {
-    int needSend = a->coll != collRecv && !(a->coll == collBroadcast && comm->rank != a->root);
-    int needRecv = a->coll != collSend && !(a->coll == collReduce && comm->rank != a->root);
+    int nonRoot = comm->rank != a->root;
+    int needSend = a->coll != collRecv && !((a->coll == collBroadcast || a->coll == collScatter) && nonRoot);
+    int needRecv = a->coll != collSend && !((a->coll == collReduce || a->coll == collGather) && nonRoot);
     if (needSend && a->sendbuff == NULL) {
       WARN("%s : sendbuff argument is NULL with count %zu", name, a->count);
       return ncclInvalidArgument;
@@ -80,6 +81,10 @@ static ncclResult_t enqueueCheckArgs(const struct callArgs *a) {
       WARN("%s : recvbuff argument is NULL with count %zu", name, a->count);
       return ncclInvalidArgument;
     }
+  }
+  if (a->coll == collAlltoAll && a->count > 0 && a->sendbuff == a->recvbuff && comm->nranks > 1) {
+    WARN("AlltoAll : in-place operation (sendbuff == recvbuff) is not supported; use separate buffers");
+    return ncclInvalidArgument;
   }
   INFO(p2p ? subsysP2p : subsysColl,
        "%s: opCount %llx sendbuff %p recvbuff %p count %zu datatype %d op %d root %d comm %p [nranks=%d] stream %p",
@@ -125,6 +130,24 @@ NCCL_API(ncclResult_t, ncclAllGather, const void *sendbuff, void *recvbuff, size
 NCCL_API(ncclResult_t, ncclReduceScatter, const void *sendbuff, void *recvbuff, size_t recvcount,
          ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
   struct callArgs a = {collReduceScatter, sendbuff, recvbuff, recvcount, datatype, op, 0, comm, stream};
+  return enqueueCheck(&a);
+}
+
+NCCL_API(ncclResult_t, ncclAlltoAll, const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
+         ncclComm_t comm, cudaStream_t stream) {
+  struct callArgs a = {collAlltoAll, sendbuff, recvbuff, count, datatype, ncclSum, 0, comm, stream};
+  return enqueueCheck(&a);
+}
+
+NCCL_API(ncclResult_t, ncclGather, const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
+         int root, ncclComm_t comm, cudaStream_t stream) {
+  struct callArgs a = {collGather, sendbuff, recvbuff, count, datatype, ncclSum, root, comm, stream};
+  return enqueueCheck(&a);
+}
+
+NCCL_API(ncclResult_t, ncclScatter, const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
+         int root, ncclComm_t comm, cudaStream_t stream) {
+  struct callArgs a = {collScatter, sendbuff, recvbuff, count, datatype, ncclSum, root, comm, stream};
   return enqueueCheck(&a);
 }
 

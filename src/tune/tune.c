@@ -13,6 +13,10 @@ struct tuneChoice tuneChoose(int coll, size_t bytes, int nranks, int maxNch, siz
     c.algo = algoP2p;
     return c;
   }
+  if (coll == collAlltoAll || coll == collGather || coll == collScatter) {
+    c.algo = algoPairwise;
+    return c;
+  }
   if (nranks == 1) {
     c.algo = algoLocal;
     return c;
