@@ -27,6 +27,10 @@ for t in all_reduce all_gather broadcast reduce reduce_scatter sendrecv; do
   run "$bin/${t}_perf" -t 2 -g 2 -b 1K -e 256K -f 16 -n 2 -w 1
 done
 run "$bin/chorusrun" -n 4 "$bin/hypercube_perf" -b 64 -e 64K -f 32 -n 2
+for t in alltoall gather scatter; do
+  run "$bin/chorusrun" -n 3 "$bin/${t}_perf" -b 8 -e 256K -f 8 -n 2 -r -1 -d all
+  run "$bin/${t}_perf" -t 2 -g 2 -b 1K -e 256K -f 16 -n 2 -w 1
+done
 run "$bin/all_reduce_perf" -g 3 -b 8 -e 4K -f 8 -n 1 -w 0 -d all -o all
 run "$bin/reduce_scatter_perf" -g 2 -b 64 -e 4K -f 8 -n 1 -w 0 -d all -o all
 run "$bin/broadcast_perf" -g 3 -b 8 -e 4K -f 8 -n 1 -r -1 -y 1 -z 1

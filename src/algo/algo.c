@@ -201,6 +201,15 @@ static ncclResult_t buildPairwise(struct schedule *s, struct algoCtx *c, const s
   size_t bytes = d->count * dtypeSize(d->dtype);
   const char *in = d->sendbuff;
   char *out = d->recvbuff;
+  int staged = -1; /* in-place AlltoAll: the copy every send and receive waits for */
+  if (d->coll == collAlltoAll && in == out && n > 1) {
+    char *stage = scheduleTemp(s, bytes * n);
+    if (!stage) return ncclSystemError;
+    CHECK(laneTask(s, c, d, 0));
+    ADD(s, stepCopy, 0, NULL, NULL, in, stage, bytes * n);
+    staged = s->ntasks - 1;
+    in = stage;
+  }
   for (int j = 0; j < n; j++) {
     int p = mod(r + j, n); /* start with different peers on different ranks */
     int sendTo = d->coll == collAlltoAll || (d->coll == collGather && p == root) || (d->coll == collScatter && r == root);
@@ -214,8 +223,14 @@ static ncclResult_t buildPairwise(struct schedule *s, struct algoCtx *c, const s
       }
       continue;
     }
-    if (sendTo) CHECK(p2pTask(s, c, d, 1, p, sblk, bytes));
-    if (recvFrom) CHECK(p2pTask(s, c, d, 0, p, rblk, bytes));
+    if (sendTo) {
+      CHECK(p2pTask(s, c, d, 1, p, sblk, bytes));
+      s->tasks[s->ntasks - 1].dep2 = staged;
+    }
+    if (recvFrom) {
+      CHECK(p2pTask(s, c, d, 0, p, rblk, bytes));
+      s->tasks[s->ntasks - 1].dep2 = staged;
+    }
   }
   return ncclSuccess;
 }

@@ -82,10 +82,6 @@ static ncclResult_t enqueueCheckArgs(const struct callArgs *a) {
       return ncclInvalidArgument;
     }
   }
-  if (a->coll == collAlltoAll && a->count > 0 && a->sendbuff == a->recvbuff && comm->nranks > 1) {
-    WARN("AlltoAll : in-place operation (sendbuff == recvbuff) is not supported; use separate buffers");
-    return ncclInvalidArgument;
-  }
   INFO(p2p ? subsysP2p : subsysColl,
        "%s: opCount %llx sendbuff %p recvbuff %p count %zu datatype %d op %d root %d comm %p [nranks=%d] stream %p",
        name, (unsigned long long)comm->opCount, a->sendbuff, a->recvbuff, a->count, (int)a->dtype,

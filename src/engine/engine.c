@@ -107,7 +107,7 @@ ncclResult_t engineRun(struct schedule *s) {
     int moved = 0;
     for (int i = 0; i < s->ntasks; i++) {
       struct task *t = &s->tasks[i];
-      if (t->done || (t->dep >= 0 && !s->tasks[t->dep].done)) continue;
+      if (t->done || (t->dep >= 0 && !s->tasks[t->dep].done) || (t->dep2 >= 0 && !s->tasks[t->dep2].done)) continue;
       moved |= taskProgress(s, t);
       if (t->done) remaining--;
     }

@@ -6,12 +6,28 @@
 void scheduleReset(struct schedule *s) {
   s->ntasks = 0;
   s->nsteps = 0;
+  while (s->ntemps > 0) free(s->temps[--s->ntemps]);
 }
 
 void scheduleFree(struct schedule *s) {
+  scheduleReset(s);
   free(s->tasks);
   free(s->steps);
+  free(s->temps);
   memset(s, 0, sizeof *s);
+}
+
+void *scheduleTemp(struct schedule *s, size_t bytes) {
+  if (s->ntemps == s->tempCap) {
+    int cap = s->tempCap ? 2 * s->tempCap : 4;
+    void **t = realloc(s->temps, sizeof *t * cap);
+    if (!t) return NULL;
+    s->temps = t;
+    s->tempCap = cap;
+  }
+  void *p = malloc(bytes ? bytes : 1);
+  if (p) s->temps[s->ntemps++] = p;
+  return p;
 }
 
 int scheduleAddTask(struct schedule *s, const struct redOp *red, int dep, struct bootstrap *boot,
@@ -27,6 +43,7 @@ int scheduleAddTask(struct schedule *s, const struct redOp *red, int dep, struct
   memset(t, 0, sizeof *t);
   t->firstStep = s->nsteps;
   t->dep = dep;
+  t->dep2 = -1;
   t->red = *red;
   t->boot = boot;
   t->abortFlag = abortFlag;

@@ -41,6 +41,7 @@ struct step {
 struct task {
   int firstStep, nsteps; /* into the schedule's step pool */
   int dep;               /* task that must finish first (same lane), or -1 */
+  int dep2;              /* a second such task (e.g. a staging copy), or -1 */
   int cur;               /* progress: current step and bytes done in it */
   size_t off;
   int done;
@@ -56,6 +57,8 @@ struct schedule {
   int ntasks, taskCap;
   struct step *steps;
   int nsteps, stepCap;
+  void **temps; /* staging buffers, freed at the next reset */
+  int ntemps, tempCap;
 };
 
 void scheduleReset(struct schedule *s);
@@ -68,5 +71,7 @@ int scheduleAddTask(struct schedule *s, const struct redOp *red, int dep, struct
 int scheduleAddStep(struct schedule *s, int type, int flags, struct conn *recv, struct conn *send,
                     const void *src, void *dst, size_t bytes);
 void schedulePrint(const struct schedule *s, FILE *out);
+/* A staging buffer that lives as long as the schedule's current content. */
+void *scheduleTemp(struct schedule *s, size_t bytes);
 
 #endif

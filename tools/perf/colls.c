@@ -35,7 +35,7 @@ static void agCounts(size_t count, int n, size_t *s, size_t *r, size_t *p, size_
   *s = b;
   *r = b * n;
   *p = b;
-  *so = 0; /* sendbuff = recvbuff + rank * b: set per rank by the driver */
+  *so = b; /* in place: sendbuff = recvbuff + rank * b */
   *ro = 0;
 }
 static double agExpected(int rank, int n, size_t i, size_t pc, int root, int op, double (*in)(int, size_t)) {
@@ -57,7 +57,8 @@ static void rsCounts(size_t count, int n, size_t *s, size_t *r, size_t *p, size_
   *s = b * n;
   *r = b;
   *p = b;
-  *so = *ro = 0;
+  *so = 0;
+  *ro = b; /* in place: recvbuff = sendbuff + rank * b */
 }
 static double rsExpected(int rank, int n, size_t i, size_t pc, int root, int op, double (*in)(int, size_t)) {
   return perfReduce(n, rank * pc + i, op, in);
@@ -135,3 +136,39 @@ static void hcBw(size_t pc, size_t esz, double sec, int n, double *alg, double *
   *bus = *alg;
 }
 const struct testColl hypercubeColl = {"hypercube_perf", 0, 0, agCounts, agExpected, hcBw, hcRun};
+
+/* alltoall: block p of every send buffer goes to rank p */
+static void a2aCounts(size_t count, int n, size_t *s, size_t *r, size_t *p, size_t *so, size_t *ro) {
+  size_t b = base(count, n, perfEltSize);
+  *s = *r = b * n;
+  *p = b;
+  *so = *ro = 0;
+}
+static double a2aExpected(int rank, int n, size_t i, size_t pc, int root, int op, double (*in)(int, size_t)) {
+  return in((int)(i / pc), rank * pc + i % pc);
+}
+static ncclResult_t a2aRun(const void *s, void *r, size_t c, ncclDataType_t t, ncclRedOp_t op, int root, int rank,
+                           int n, ncclComm_t comm, cudaStream_t st) {
+  return ncclAlltoAll(s, r, c, t, comm, st);
+}
+const struct testColl alltoallColl = {"alltoall_perf", 0, 0, a2aCounts, a2aExpected, agBw, a2aRun};
+
+/* gather: every rank's block lands on the root at rank * count */
+static double gaExpected(int rank, int n, size_t i, size_t pc, int root, int op, double (*in)(int, size_t)) {
+  return rank == root ? in((int)(i / pc), i % pc) : NAN;
+}
+static ncclResult_t gaRun(const void *s, void *r, size_t c, ncclDataType_t t, ncclRedOp_t op, int root, int rank,
+                          int n, ncclComm_t comm, cudaStream_t st) {
+  return ncclGather(s, r, c, t, root, comm, st);
+}
+const struct testColl gatherColl = {"gather_perf", 0, 1, agCounts, gaExpected, agBw, gaRun};
+
+/* scatter: the root's block p lands on rank p */
+static double scExpected(int rank, int n, size_t i, size_t pc, int root, int op, double (*in)(int, size_t)) {
+  return in(root, rank * pc + i);
+}
+static ncclResult_t scRun(const void *s, void *r, size_t c, ncclDataType_t t, ncclRedOp_t op, int root, int rank,
+                          int n, ncclComm_t comm, cudaStream_t st) {
+  return ncclScatter(s, r, c, t, root, comm, st);
+}
+const struct testColl scatterColl = {"scatter_perf", 0, 1, rsCounts, scExpected, agBw, scRun};

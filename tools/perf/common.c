@@ -271,8 +271,6 @@ static void runSize(struct threadState *ts, size_t bytes, int type, int op, int 
   perfCollsSetEltSize(esz);
   size_t sc, rc, pc, so, ro;
   coll->getCounts(count, totalRanks, &sc, &rc, &pc, &so, &ro);
-  if (coll == &allGatherColl || coll == &hypercubeColl) so = pc;
-  if (coll == &reduceScatterColl) ro = pc;
   double t[2], alg[2], bus[2];
   int64_t wrong[2];
   for (int inPlace = 0; inPlace < 2; inPlace++) {
