@@ -41,8 +41,7 @@ struct algoCtx {
   struct connTable *conns;
   struct bootstrap *boot;
   volatile int *abortFlag;
-  char *scratch; /* at least scratchBytes, for in-place one-hop */
-  size_t scratchBytes;
+  char *scratch; /* COMM_SCRATCH_BYTES, for in-place one-hop (tune keeps it below) */
   int *laneLast;
 };
 

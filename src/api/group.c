@@ -51,8 +51,8 @@ static ncclResult_t buildItem(struct schedule *s, const struct groupItem *it, ui
   size_t bytes = it->desc.count * dtypeSize(it->desc.dtype);
   size_t smallCap = comm->slotBytes < COMM_SCRATCH_BYTES ? comm->slotBytes : COMM_SCRATCH_BYTES;
   struct tuneChoice c = tuneChoose(it->desc.coll, bytes, comm->nranks, comm->nch, smallCap);
-  struct algoCtx ctx = {comm->rank, comm->nranks, &comm->conns, &comm->boot, &comm->abortFlag,
-                        comm->scratch, COMM_SCRATCH_BYTES, comm->laneLast};
+  struct algoCtx ctx = {comm->rank, comm->nranks, &comm->conns, &comm->boot, &comm->abortFlag, comm->scratch,
+                        comm->laneLast};
   TRACE(subsysTuning, "%s %zu bytes: algorithm %s, %d channel(s)", collName(it->desc.coll), bytes,
         algoName(c.algo), c.nch);
   ncclResult_t res = algoBuild(s, &ctx, &it->desc, c.algo, c.nch);

@@ -22,10 +22,6 @@
   X(SocketFamily, "NCCL_SOCKET_FAMILY", 1, "", "AF_INET or AF_INET6")                             \
   X(Timeout, "CHORUS_TIMEOUT", 0, "600", "seconds without progress before an operation fails")   \
   X(DumpSchedule, "CHORUS_DUMP_SCHEDULE", 0, "0", "1 prints every schedule built")                \
-  X(SingleCopy, "CHORUS_SINGLE_COPY", 0, "1",                                                     \
-    "1 lets large messages be read straight from the peer's buffer (process_vm_readv)")           \
-  X(SingleCopyMin, "CHORUS_SINGLE_COPY_MIN", 0, "262144",                                         \
-    "smallest per-rank chunk in bytes that uses the single-copy path")                           \
   X(LLThreshold, "CHORUS_SMALL_THRESHOLD", 0, "16384",                                            \
     "largest AllReduce in bytes that uses the one-hop small-message algorithm")
 

@@ -10,7 +10,6 @@ struct streamWork {
   struct schedule sched;
   /* Called on the worker after the schedule ran; frees the work. */
   void (*done)(struct streamWork *w, ncclResult_t res);
-  void *arg;
   uint64_t enqueuedNs; /* set by streamEnqueue */
 };
 

@@ -15,11 +15,6 @@ struct connCtrl {
   char pad0[56];
   _Alignas(64) uint64_t head; /* slots released by the receiver */
   char pad1[56];
-  /* Single-copy mode: where the sender's data for each slot lives. */
-  _Alignas(64) struct {
-    uint64_t addr;
-    uint64_t bytes;
-  } direct[CONN_MAX_SLOTS];
 };
 
 struct conn {
@@ -30,8 +25,6 @@ struct conn {
   uint64_t step;      /* slots this side has posted (sender) or released (receiver) */
   uint64_t headCache; /* sender: last head seen */
   int peer;
-  int peerPid;      /* for process_vm_readv */
-  int sameProcess;  /* peer memory is directly addressable */
 };
 
 /* Connections of one communicator: for each peer, nch ring channels plus one

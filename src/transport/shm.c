@@ -27,24 +27,35 @@ static socklen_t udsName(struct sockaddr_un *a, uint64_t nonce, int rank) {
   return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n);
 }
 
-static ncclResult_t sendFd(int sock, int fd) {
-  char dummy = 'f';
-  struct iovec iov = {&dummy, 1};
+/* A one-byte message with room for one file descriptor (SCM_RIGHTS). */
+struct fdMsg {
+  char byte;
+  struct iovec iov;
   union {
     char buf[CMSG_SPACE(sizeof(int))];
     struct cmsghdr align;
   } u;
-  struct msghdr msg = {0};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = u.buf;
-  msg.msg_controllen = sizeof u.buf;
-  struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+  struct msghdr msg;
+};
+
+static void fdMsgInit(struct fdMsg *m) {
+  memset(m, 0, sizeof *m);
+  m->iov = (struct iovec){&m->byte, 1};
+  m->msg.msg_iov = &m->iov;
+  m->msg.msg_iovlen = 1;
+  m->msg.msg_control = m->u.buf;
+  m->msg.msg_controllen = sizeof m->u.buf;
+}
+
+static ncclResult_t sendFd(int sock, int fd) {
+  struct fdMsg m;
+  fdMsgInit(&m);
+  struct cmsghdr *c = CMSG_FIRSTHDR(&m.msg);
   c->cmsg_level = SOL_SOCKET;
   c->cmsg_type = SCM_RIGHTS;
   c->cmsg_len = CMSG_LEN(sizeof(int));
   memcpy(CMSG_DATA(c), &fd, sizeof(int));
-  if (sendmsg(sock, &msg, MSG_NOSIGNAL) != 1) {
+  if (sendmsg(sock, &m.msg, MSG_NOSIGNAL) != 1) {
     WARN("SHM : cannot pass the segment to a local peer: %s", strerror(errno));
     return ncclSystemError;
   }
@@ -53,26 +64,17 @@ static ncclResult_t sendFd(int sock, int fd) {
 
 /* Returns 1 with *fd set, 0 if nothing arrived yet, -1 on error. */
 static int tryRecvFd(int sock, int *fd) {
-  char dummy;
-  struct iovec iov = {&dummy, 1};
-  union {
-    char buf[CMSG_SPACE(sizeof(int))];
-    struct cmsghdr align;
-  } u;
-  struct msghdr msg = {0};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = u.buf;
-  msg.msg_controllen = sizeof u.buf;
-  ssize_t n = recvmsg(sock, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+  struct fdMsg m;
+  fdMsgInit(&m);
+  ssize_t n = recvmsg(sock, &m.msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
   if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return 0;
-  struct cmsghdr *c = n == 1 ? CMSG_FIRSTHDR(&msg) : NULL;
+  struct cmsghdr *c = n == 1 ? CMSG_FIRSTHDR(&m.msg) : NULL;
   if (c == NULL || c->cmsg_type != SCM_RIGHTS) return -1;
   memcpy(fd, CMSG_DATA(c), sizeof(int));
   return 1;
 }
 
-static void fillConn(struct conn *c, char *base, size_t buffSize, int peer, int peerPid, int samePid) {
+static void fillConn(struct conn *c, char *base, size_t buffSize, int peer) {
   c->ctrl = (struct connCtrl *)base;
   c->slots = base + CONN_CTRL_BYTES;
   uint32_t nslots = (uint32_t)(buffSize / (128 * 1024));
@@ -83,8 +85,6 @@ static void fillConn(struct conn *c, char *base, size_t buffSize, int peer, int 
   c->step = 0;
   c->headCache = 0;
   c->peer = peer;
-  c->peerPid = peerPid;
-  c->sameProcess = samePid;
 }
 
 ncclResult_t shmSetup(struct shmState *s, struct bootstrap *b, struct connTable *t, size_t buffSize) {
@@ -187,14 +187,10 @@ ncclResult_t shmSetup(struct shmState *s, struct bootstrap *b, struct connTable 
   }
   for (int p = 0; p < n; p++) {
     if (!s->segs[p]) continue;
-    int samePid = b->peers[p].pid == b->peers[me].pid && b->peers[p].nonce != 0 &&
-                  b->peers[p].hostHash == b->peers[me].hostHash;
     for (int l = 0; l < lanes; l++) {
       /* I send into the peer's segment at my index; I receive in mine at theirs. */
-      fillConn(connSend(t, p, l), (char *)s->segs[p] + s->connBytes * (size_t)(me * lanes + l), buffSize, p,
-               b->peers[p].pid, samePid);
-      fillConn(connRecv(t, p, l), (char *)s->segs[me] + s->connBytes * (size_t)(p * lanes + l), buffSize, p,
-               b->peers[p].pid, samePid);
+      fillConn(connSend(t, p, l), (char *)s->segs[p] + s->connBytes * (size_t)(me * lanes + l), buffSize, p);
+      fillConn(connRecv(t, p, l), (char *)s->segs[me] + s->connBytes * (size_t)(p * lanes + l), buffSize, p);
     }
   }
   /* Fault in the control block and each slot's first page on both sides now
