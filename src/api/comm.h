@@ -9,6 +9,7 @@
 #include "bootstrap/bootstrap.h"
 #include "reduce/reduce.h"
 #include "transport/conn.h"
+#include "transport/net.h"
 #include "transport/shm.h"
 
 #define COMM_MAGIC 0x0280028002800280ull /* as NCCL: nickel is element 28 */
@@ -29,6 +30,7 @@ struct ncclComm {
   int blocking;
   struct bootstrap boot;
   struct shmState shm;
+  struct netState net;
   struct connTable conns;
   size_t slotBytes;
   volatile int abortFlag;

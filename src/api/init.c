@@ -104,6 +104,7 @@ static void commFree(struct ncclComm *comm, int graceful) {
     comm->initThreadRunning = 0;
   }
   bootstrapClose(&comm->boot, graceful);
+  netClose(&comm->net);
   shmClose(&comm->shm);
   free(comm->conns.send);
   free(comm->conns.recv);
@@ -140,12 +141,14 @@ static void logTopology(struct ncclComm *comm) {
     INFO(subsysInit, "Channel %02d/%02d :%s", c, comm->nch, line);
   }
   for (int c = 0; c < comm->nch && n > 1; c++)
-    INFO(subsysInit, "Channel %02d/0 : %d[%d] -> %d[%d] via SHM/direct/direct", c, comm->rank,
-         comm->boot.peers[comm->rank].cudaDev, next, comm->boot.peers[next].cudaDev);
+    INFO(subsysInit, "Channel %02d/0 : %d[%d] -> %d[%d] via %s", c, comm->rank,
+         comm->boot.peers[comm->rank].cudaDev, next, comm->boot.peers[next].cudaDev,
+         netNeeded(&comm->boot, next) ? "NET/Socket/0" : "SHM/direct/direct");
   for (int p = 0; p < n; p++)
     if (p != comm->rank)
-      INFO(subsysP2p, "Channel %02d/1 : %d[%d] -> %d[%d] via P2P/SHM (host %s pid %d)", comm->nch, comm->rank,
-           comm->boot.peers[comm->rank].cudaDev, p, comm->boot.peers[p].cudaDev, comm->boot.peers[p].hostname,
+      INFO(subsysP2p, "Channel %02d/1 : %d[%d] -> %d[%d] via %s (host %s pid %d)", comm->nch, comm->rank,
+           comm->boot.peers[comm->rank].cudaDev, p, comm->boot.peers[p].cudaDev,
+           netNeeded(&comm->boot, p) ? "NET/Socket/0" : "P2P/SHM", comm->boot.peers[p].hostname,
            comm->boot.peers[p].pid);
   INFO(subsysInit, "Connected all rings, %d channel(s), %zu-byte FIFO slots", comm->nch, comm->slotBytes);
 }
@@ -159,6 +162,7 @@ static struct ncclComm *commAlloc(int nranks, const ncclUniqueId *id, int rank, 
   comm->cudaDev = cudaDev;
   comm->blocking = blocking;
   comm->boot.listenFd = -1;
+  comm->net.listenFd = -1;
   comm->initId = *id;
   return comm;
 }
@@ -178,6 +182,7 @@ static ncclResult_t commSetup(struct ncclComm *comm) {
   me.rank = rank;
   me.pid = getpid();
   me.cudaDev = cudaDev;
+  me.shmDisable = paramInt(paramShmDisable) != 0;
   me.hostHash = bootstrapHostHash();
   gethostname(me.hostname, sizeof me.hostname - 1);
   if (getrandom(&me.nonce, sizeof me.nonce, 0) != sizeof me.nonce) me.nonce = clockNs() ^ (uint64_t)me.pid;
@@ -203,13 +208,6 @@ static ncclResult_t commSetup(struct ncclComm *comm) {
   if (a0.buffSize < 64 * 1024) a0.buffSize = 64 * 1024;
   comm->nch = a0.nch;
 
-  for (int p = 0; p < nranks; p++)
-    if (!shmCanConnect(&comm->boot, p)) {
-      WARN("No transport found for rank %d -> rank %d (host %s)%s", rank, p, comm->boot.peers[p].hostname,
-           paramInt(paramShmDisable) ? ": NCCL_SHM_DISABLE=1 and no socket transport yet" : "");
-      res = ncclSystemError;
-      goto fail;
-    }
   comm->conns.nranks = nranks;
   comm->conns.nch = comm->nch;
   size_t nconn = (size_t)nranks * (comm->nch + 1);
@@ -223,6 +221,7 @@ static ncclResult_t commSetup(struct ncclComm *comm) {
     goto fail;
   }
   CHECKGOTO(shmSetup(&comm->shm, &comm->boot, &comm->conns, (size_t)a0.buffSize), res, fail);
+  CHECKGOTO(netSetup(&comm->net, &comm->boot, &comm->conns, (size_t)a0.buffSize), res, fail);
   comm->slotBytes = connSend(&comm->conns, rank, 0)->slotBytes;
   /* Everyone has mapped everyone's segment before anyone sends. */
   CHECKGOTO(bootstrapBarrier(&comm->boot), res, fail);

@@ -22,7 +22,7 @@ struct bootstrapPeerInfo {
   int rank;
   int pid;
   int cudaDev;
-  int pad;
+  int shmDisable; /* NCCL_SHM_DISABLE: either side's 1 keeps a pair off shared memory */
   uint64_t nonce;    /* random per rank; rank 0's names the communicator */
   uint64_t hostHash; /* hostname + boot id, or NCCL_HOSTID */
   char hostname[64];

@@ -20,6 +20,12 @@
   X(MaxNChannels, "NCCL_MAX_NCHANNELS", 0, "-2", "most channels (-2: auto)")                      \
   X(SocketIfname, "NCCL_SOCKET_IFNAME", 1, "", "interfaces for sockets: prefixes, ^ excludes, = exact") \
   X(SocketFamily, "NCCL_SOCKET_FAMILY", 1, "", "AF_INET or AF_INET6")                             \
+  X(SocketNThreads, "NCCL_SOCKET_NTHREADS", 0, "-2", "helper threads per socket connection, 0..16 (-2: auto)") \
+  X(NSocksPerThread, "NCCL_NSOCKS_PERTHREAD", 0, "-2", "data sockets per helper thread (-2: auto)")  \
+  X(SocketInline, "NCCL_SOCKET_INLINE", 0, "128", "largest message sent inline with its size header") \
+  X(SocketMinTaskSize, "NCCL_SOCKET_MIN_TASKSIZE", 0, "65536", "smallest piece a message is split into across sockets") \
+  X(IbDisable, "NCCL_IB_DISABLE", 0, "0", "1 disables InfiniBand (chorus has sockets only)")        \
+  X(Net, "NCCL_NET", 1, "", "network transport by name: Socket (the only one)")                     \
   X(Timeout, "CHORUS_TIMEOUT", 0, "600", "seconds without progress before an operation fails")   \
   X(DumpSchedule, "CHORUS_DUMP_SCHEDULE", 0, "0", "1 prints every schedule built")                \
   X(LLThreshold, "CHORUS_SMALL_THRESHOLD", 0, "16384",                                            \

@@ -26,6 +26,8 @@ void waitBegin(struct waitState *w, volatile int *abortFlag, waitLivenessFn live
   w->liveness = liveness;
   w->livenessArg = arg;
   w->what = what;
+  w->block = NULL;
+  w->blockArg = NULL;
 }
 
 ncclResult_t waitPause(struct waitState *w) {
@@ -63,8 +65,12 @@ ncclResult_t waitPause(struct waitState *w) {
      * flag is still seen within a millisecond. */
     uint64_t ns = 20000ull << ((r - waitYieldRounds) / 64 > 5 ? 5 : (r - waitYieldRounds) / 64);
     if (ns > 1000000ull) ns = 1000000ull;
-    struct timespec ts = {0, (long)ns};
-    nanosleep(&ts, NULL);
+    if (w->block) {
+      w->block(w->blockArg, ns);
+    } else {
+      struct timespec ts = {0, (long)ns};
+      nanosleep(&ts, NULL);
+    }
   }
   return ncclSuccess;
 }

@@ -24,10 +24,18 @@ struct waitState {
   waitLivenessFn liveness;  /* may be NULL */
   void *livenessArg;
   const char *what; /* what is being waited for, for the timeout message */
+  void (*block)(void *arg, uint64_t ns); /* sleeps up to ns; NULL: nanosleep */
+  void *blockArg;
 };
 
 void waitBegin(struct waitState *w, volatile int *abortFlag, waitLivenessFn liveness, void *arg,
                const char *what);
+/* Sleeps through fn instead of nanosleep, e.g. in poll() on sockets, so
+ * that the sleep ends as soon as there is something to do. */
+static inline void waitSetBlock(struct waitState *w, void (*fn)(void *, uint64_t), void *arg) {
+  w->block = fn;
+  w->blockArg = arg;
+}
 /* Call after a round that made progress. */
 static inline void waitProgress(struct waitState *w) { w->rounds = 0; }
 /* Call after a round without progress. ncclSuccess means "try again";

@@ -1,7 +1,11 @@
+#define _GNU_SOURCE
 #include "engine/engine.h"
 
+#include <poll.h>
 #include <string.h>
+#include <time.h>
 
+#include "core/err.h"
 #include "core/log.h"
 #include "core/wait.h"
 #include "proto/simple.h"
@@ -30,12 +34,12 @@ static int stepAdvance(struct task *t, struct step *st) {
     case stepCopy: reduceCopy(op, dst, src, n, st->flags); break;
     case stepCopySend:
       memcpy(slotOut, src, nb);
-      simpleSendPost(st->send);
+      simpleSendPost(st->send, nb);
       if (dst != src) memcpy(dst, src, nb);
       break;
     case stepRecvCopySend:
       memcpy(slotOut, slotIn, nb);
-      simpleSendPost(st->send);
+      simpleSendPost(st->send, nb);
       memcpy(dst, slotIn, nb);
       break;
     case stepRecvReduceSend: reduceTwo(op, slotOut, slotIn, src, n, st->flags); posted = 0; break;
@@ -43,14 +47,14 @@ static int stepAdvance(struct task *t, struct step *st) {
     case stepRecvReduceCopySend:
       /* The receiver only reads the slot, so it may be read back after posting. */
       reduceTwo(op, slotOut, slotIn, src, n, st->flags);
-      simpleSendPost(st->send);
+      simpleSendPost(st->send, nb);
       memcpy(dst, slotOut, nb);
       break;
     case stepRecvAcc: reduceTwo(op, dst, dst, slotIn, n, st->flags); break;
     case stepLocalAcc: reduceTwo(op, dst, dst, src, n, st->flags); break;
   }
   if (st->recv) simpleRecvDone(st->recv);
-  if (!posted) simpleSendPost(st->send);
+  if (!posted) simpleSendPost(st->send, nb);
   t->off = off + nb;
   return 1;
 }
@@ -95,6 +99,75 @@ static ncclResult_t scheduleLiveness(void *arg) {
   return ncclSuccess;
 }
 
+/* The socket connections of one run: they need the running thread to move
+ * their bytes while it waits, and before it returns (a posted slot not yet
+ * handed to the kernel would otherwise wait for the next call). */
+#define ENGINE_MAX_NET 256
+struct engineNet {
+  int n;
+  struct conn *c[ENGINE_MAX_NET];
+};
+
+static void netAdd(struct engineNet *en, struct conn *c) {
+  if (!c || !c->net) return;
+  for (int i = 0; i < en->n; i++)
+    if (en->c[i] == c) return;
+  if (en->n < ENGINE_MAX_NET) en->c[en->n++] = c;
+}
+
+static void netCollect(const struct schedule *s, struct engineNet *en) {
+  en->n = 0;
+  for (int i = 0; i < s->nsteps; i++) {
+    netAdd(en, s->steps[i].recv);
+    netAdd(en, s->steps[i].send);
+  }
+}
+
+/* Progress on every socket connection; *busy says whether a sender still
+ * holds slots the kernel has not taken, *moved whether any bytes moved (a
+ * slow link is no stall). */
+static ncclResult_t netPump(struct engineNet *en, int *busy, int *moved) {
+  *busy = 0;
+  for (int i = 0; i < en->n; i++) {
+    struct conn *c = en->c[i];
+    uint64_t before = c->net->bytes;
+    CHECK(netProgress(c));
+    if (c->net->bytes != before) *moved = 1;
+    if (c->net->isSend && netSendPending(c)) *busy = 1;
+  }
+  return ncclSuccess;
+}
+
+/* A broken socket usually means a dead peer, and the first peer to notice a
+ * death may abort and close its own sockets: ask the bootstrap which ranks
+ * are gone, so that the last error names them all, the first one included. */
+static ncclResult_t netBroken(struct schedule *s, ncclResult_t res) {
+  ncclResult_t live = scheduleLiveness(s);
+  return live != ncclSuccess ? live : res;
+}
+
+/* A stalled step that waits on a socket whose peer has closed it fails. */
+static ncclResult_t netCheckStalled(struct schedule *s) {
+  for (int i = 0; i < s->ntasks; i++) {
+    struct task *t = &s->tasks[i];
+    if (t->done || t->cur >= t->nsteps) continue;
+    struct step *st = &s->steps[t->firstStep + t->cur];
+    if (st->recv && st->recv->net) CHECK(netCheckNeeded(st->recv));
+  }
+  return ncclSuccess;
+}
+
+/* The one wait's sleep, for runs with sockets: sleep in poll(), so that
+ * arriving bytes or room to send end the sleep at once. */
+static void netBlock(void *arg, uint64_t ns) {
+  struct engineNet *en = arg;
+  struct pollfd fds[64];
+  int nf = 0;
+  for (int i = 0; i < en->n && nf < 64; i++) nf += netPollFds(en->c[i], fds + nf, 64 - nf);
+  struct timespec ts = {(time_t)(ns / 1000000000ull), (long)(ns % 1000000000ull)};
+  ppoll(fds, (nfds_t)nf, &ts, NULL);
+}
+
 ncclResult_t engineRun(struct schedule *s) {
   int remaining = 0;
   for (int i = 0; i < s->ntasks; i++) {
@@ -103,6 +176,9 @@ ncclResult_t engineRun(struct schedule *s) {
   }
   struct waitState w;
   waitBegin(&w, s->ntasks ? s->tasks[0].abortFlag : NULL, scheduleLiveness, s, "collective operation");
+  struct engineNet en;
+  netCollect(s, &en);
+  if (en.n) waitSetBlock(&w, netBlock, &en);
   while (remaining > 0) {
     int moved = 0;
     for (int i = 0; i < s->ntasks; i++) {
@@ -110,6 +186,12 @@ ncclResult_t engineRun(struct schedule *s) {
       if (t->done || (t->dep >= 0 && !s->tasks[t->dep].done) || (t->dep2 >= 0 && !s->tasks[t->dep2].done)) continue;
       moved |= taskProgress(s, t);
       if (t->done) remaining--;
+    }
+    int busy;
+    if (!moved && en.n) {
+      ncclResult_t res = netPump(&en, &busy, &moved);
+      if (res == ncclSuccess && !moved) res = netCheckStalled(s);
+      if (res != ncclSuccess) return netBroken(s, res);
     }
     if (moved) {
       waitProgress(&w);
@@ -125,5 +207,12 @@ ncclResult_t engineRun(struct schedule *s) {
       }
     }
   }
-  return ncclSuccess;
+  for (;;) {
+    int busy = 0, moved = 0;
+    ncclResult_t res = en.n ? netPump(&en, &busy, &moved) : ncclSuccess;
+    if (res != ncclSuccess) return netBroken(s, res);
+    if (!busy) return ncclSuccess;
+    if (moved) waitProgress(&w);
+    else CHECK(waitPause(&w));
+  }
 }

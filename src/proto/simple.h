@@ -1,24 +1,35 @@
 /* The Simple protocol: the sender fills a free slot and publishes it by
  * advancing tail (release); the receiver sees tail move (acquire), consumes
- * the slot and releases it by advancing head. Counters only grow. */
+ * the slot and releases it by advancing head. Counters only grow. Over the
+ * socket transport the same calls also move bytes: a full FIFO or an empty
+ * one asks the transport to make progress before answering "not yet". */
 #ifndef CHORUS_PROTO_SIMPLE_H
 #define CHORUS_PROTO_SIMPLE_H
 #include "transport/conn.h"
+#include "transport/net.h"
 
 /* A free slot to write into, or NULL while the FIFO is full. */
 static inline char *simpleSendSlot(struct conn *c) {
   if (c->step - c->headCache >= c->nslots) {
+    if (c->net) netProgress(c); /* an error sticks; the engine reports it */
     c->headCache = __atomic_load_n(&c->ctrl->head, __ATOMIC_ACQUIRE);
     if (c->step - c->headCache >= c->nslots) return 0;
   }
   return c->slots + (size_t)(c->step % c->nslots) * c->slotBytes;
 }
-static inline void simpleSendPost(struct conn *c) {
+/* Publishes the slot simpleSendSlot gave, holding bytes bytes. */
+static inline void simpleSendPost(struct conn *c, size_t bytes) {
+  if (c->net) c->net->sizes[c->step % c->nslots] = (uint32_t)bytes;
   __atomic_store_n(&c->ctrl->tail, ++c->step, __ATOMIC_RELEASE);
+  if (c->net) netProgress(c); /* on the wire at once: latency */
 }
 /* The next filled slot, or NULL while none has arrived. */
 static inline const char *simpleRecvSlot(struct conn *c) {
-  if (__atomic_load_n(&c->ctrl->tail, __ATOMIC_ACQUIRE) <= c->step) return 0;
+  if (__atomic_load_n(&c->ctrl->tail, __ATOMIC_ACQUIRE) <= c->step) {
+    if (!c->net) return 0;
+    netProgress(c);
+    if (__atomic_load_n(&c->ctrl->tail, __ATOMIC_ACQUIRE) <= c->step) return 0;
+  }
   return c->slots + (size_t)(c->step % c->nslots) * c->slotBytes;
 }
 static inline void simpleRecvDone(struct conn *c) {

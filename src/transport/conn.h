@@ -1,7 +1,9 @@
 /* A connection between two ranks, as the protocol layer sees it: a FIFO of
  * slots with monotonically increasing head and tail counters (DESIGN.md
- * invariant 5). The control block and slots live in the receiver's shared
- * memory; each side keeps its own step counter. */
+ * invariant 5). Over shared memory the control block and slots live in the
+ * receiver's segment and both sides use them; over sockets each side has its
+ * own FIFO and the transport moves filled slots between them (net != NULL).
+ * Each side keeps its own step counter. */
 #ifndef CHORUS_TRANSPORT_CONN_H
 #define CHORUS_TRANSPORT_CONN_H
 #include <stddef.h>
@@ -25,7 +27,16 @@ struct conn {
   uint64_t step;      /* slots this side has posted (sender) or released (receiver) */
   uint64_t headCache; /* sender: last head seen */
   int peer;
+  struct netConn *net; /* socket transport state; NULL over shared memory */
 };
+
+/* Lays a connection's control block and slots out in buffSize bytes of FIFO
+ * memory at base (CONN_CTRL_BYTES + buffSize): every transport uses the same
+ * slot count and size, so both ends cut a step into the same pieces. */
+void connLayout(struct conn *c, char *base, size_t buffSize, int peer);
+/* Touches the control block and each slot's first page, so that small
+ * messages never pay for a page fault later. */
+void connPrefault(struct conn *c);
 
 /* Connections of one communicator: for each peer, nch ring channels plus one
  * point-to-point lane. */

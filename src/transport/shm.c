@@ -16,7 +16,11 @@
 #include "core/param.h"
 
 int shmCanConnect(const struct bootstrap *b, int peer) {
-  return paramInt(paramShmDisable) == 0 && b->peers[peer].hostHash == b->peers[b->rank].hostHash;
+  /* A rank's connection to itself is always local memory, as NCCL's self
+   * transport is whatever NCCL_SHM_DISABLE says. */
+  if (peer == b->rank) return 1;
+  const struct bootstrapPeerInfo *me = &b->peers[b->rank], *them = &b->peers[peer];
+  return !me->shmDisable && !them->shmDisable && them->hostHash == me->hostHash;
 }
 
 static socklen_t udsName(struct sockaddr_un *a, uint64_t nonce, int rank) {
@@ -72,19 +76,6 @@ static int tryRecvFd(int sock, int *fd) {
   if (c == NULL || c->cmsg_type != SCM_RIGHTS) return -1;
   memcpy(fd, CMSG_DATA(c), sizeof(int));
   return 1;
-}
-
-static void fillConn(struct conn *c, char *base, size_t buffSize, int peer) {
-  c->ctrl = (struct connCtrl *)base;
-  c->slots = base + CONN_CTRL_BYTES;
-  uint32_t nslots = (uint32_t)(buffSize / (128 * 1024));
-  if (nslots < 8) nslots = 8;
-  if (nslots > CONN_MAX_SLOTS) nslots = CONN_MAX_SLOTS;
-  c->nslots = nslots;
-  c->slotBytes = (uint32_t)((buffSize / nslots) & ~(size_t)63);
-  c->step = 0;
-  c->headCache = 0;
-  c->peer = peer;
 }
 
 ncclResult_t shmSetup(struct shmState *s, struct bootstrap *b, struct connTable *t, size_t buffSize) {
@@ -189,8 +180,8 @@ ncclResult_t shmSetup(struct shmState *s, struct bootstrap *b, struct connTable 
     if (!s->segs[p]) continue;
     for (int l = 0; l < lanes; l++) {
       /* I send into the peer's segment at my index; I receive in mine at theirs. */
-      fillConn(connSend(t, p, l), (char *)s->segs[p] + s->connBytes * (size_t)(me * lanes + l), buffSize, p);
-      fillConn(connRecv(t, p, l), (char *)s->segs[me] + s->connBytes * (size_t)(p * lanes + l), buffSize, p);
+      connLayout(connSend(t, p, l), (char *)s->segs[p] + s->connBytes * (size_t)(me * lanes + l), buffSize, p);
+      connLayout(connRecv(t, p, l), (char *)s->segs[me] + s->connBytes * (size_t)(p * lanes + l), buffSize, p);
     }
   }
   /* Fault in the control block and each slot's first page on both sides now
@@ -199,11 +190,8 @@ ncclResult_t shmSetup(struct shmState *s, struct bootstrap *b, struct connTable 
    * follows setup, so writing zeros is safe. */
   for (int p = 0; p < n; p++)
     for (int l = 0; s->segs[p] && l < lanes; l++) {
-      struct conn *cs[2] = {connSend(t, p, l), connRecv(t, p, l)};
-      for (int k = 0; k < 2; k++) {
-        ((volatile char *)cs[k]->ctrl)[CONN_CTRL_BYTES - 1] = 0;
-        for (uint32_t i = 0; i < cs[k]->nslots; i++) ((volatile char *)cs[k]->slots)[(size_t)i * cs[k]->slotBytes] = 0;
-      }
+      connPrefault(connSend(t, p, l));
+      connPrefault(connRecv(t, p, l));
     }
   INFO(subsysShm, "SHM : segment of %zu bytes per rank, %d local ranks", s->segBytes, nlocal);
 out:

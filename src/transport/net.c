@@ -1,0 +1,411 @@
+#define _GNU_SOURCE
+#include "transport/net.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "bootstrap/acceptor.h"
+#include "core/err.h"
+#include "core/log.h"
+#include "core/param.h"
+#include "transport/shm.h"
+
+/* What each rank tells the others about its socket transport. */
+struct netInfo {
+  union sockAddr addr;
+  struct netCut cut;
+  int32_t listening;
+};
+
+/* The first bytes on every transport socket: whose it is and where it goes. */
+struct netHello {
+  uint64_t secret, nonce;
+  int32_t rank, lane, sock, pad;
+};
+
+int netNeeded(const struct bootstrap *b, int peer) { return !shmCanConnect(b, peer); }
+
+/* NCCL's defaults when unset: the calling thread drives one control socket
+ * per connection, no helpers. At most 64 data sockets, as NCCL. */
+static struct netCut netLocalCut(void) {
+  struct netCut cut;
+  int64_t threads = paramInt(paramSocketNThreads), socks = paramInt(paramNSocksPerThread);
+  if (threads < 0) threads = 0;
+  if (threads > 16) threads = 16;
+  if (socks < 0) socks = threads > 0 ? 1 : 0;
+  int64_t ndata = socks * (threads > 0 ? threads : 1);
+  if (ndata > NET_MAX_SOCKS - 1) ndata = NET_MAX_SOCKS - 1;
+  cut.ndata = (int32_t)ndata;
+  int64_t inl = paramInt(paramSocketInline), task = paramInt(paramSocketMinTaskSize);
+  cut.inlineBytes = (uint32_t)(inl < 0 ? 0 : inl > (1 << 20) ? (1 << 20) : inl);
+  cut.minTask = (uint32_t)(task < 4096 ? 4096 : task > (1 << 24) ? (1 << 24) : task);
+  return cut;
+}
+
+static ncclResult_t netFail(struct conn *c, const char *what, int err) {
+  struct netConn *n = c->net;
+  if (n->err == ncclSuccess) {
+    WARN("NET/Socket : rank %d lost its connection %s rank %d (host %s, lane %d) while %s: %s", n->rank,
+         n->isSend ? "to" : "from", c->peer, n->peerHost, n->lane, what,
+         err ? strerror(err) : "closed by the peer");
+    n->err = ncclRemoteError;
+  }
+  return n->err;
+}
+
+static void sockPush(struct netSock *k, char *ptr, uint32_t len, uint64_t step) {
+  struct netTask *t = &k->q[k->qtail % k->qcap];
+  t->ptr = ptr;
+  t->len = len;
+  t->step = step;
+  k->qtail++;
+}
+
+/* Queues slot `step`'s data on the sockets as the sender's cut says; returns
+ * the number of pieces. */
+static uint32_t cutSlot(struct netConn *n, uint64_t step, char *slot, uint32_t size) {
+  if (n->cut.ndata == 0 || size <= n->cut.inlineBytes) {
+    sockPush(&n->socks[0], slot, size, step);
+    return 1;
+  }
+  uint32_t nd = (uint32_t)n->cut.ndata;
+  uint32_t task = (size + nd - 1) / nd;
+  if (task < n->cut.minTask) task = n->cut.minTask;
+  uint32_t pieces = 0;
+  for (uint32_t off = 0; off < size; off += task, pieces++) {
+    struct netSock *k = &n->socks[1 + n->rr];
+    n->rr = (n->rr + 1) % nd;
+    sockPush(k, slot + off, size - off < task ? size - off : task, step);
+  }
+  return pieces;
+}
+
+static void pieceDone(struct conn *c, struct netSock *k) {
+  struct netTask *t = &k->q[k->qhead % k->qcap];
+  c->net->pending[t->step % c->nslots]--;
+  k->qhead++;
+  k->off = 0;
+}
+
+/* Writes as many queued pieces as the socket takes, several per call. */
+static ncclResult_t sockSend(struct conn *c, struct netSock *k) {
+  while (k->qhead < k->qtail) {
+    struct iovec iov[16];
+    int niov = 0;
+    for (uint64_t i = k->qhead; i < k->qtail && niov < 16; i++, niov++) {
+      struct netTask *t = &k->q[i % k->qcap];
+      size_t skip = i == k->qhead ? k->off : 0;
+      iov[niov].iov_base = t->ptr + skip;
+      iov[niov].iov_len = t->len - skip;
+    }
+    struct msghdr m = {0};
+    m.msg_iov = iov;
+    m.msg_iovlen = (size_t)niov;
+    ssize_t r = sendmsg(k->fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (r < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return ncclSuccess;
+      if (errno == EINTR) continue;
+      return netFail(c, "sending", errno);
+    }
+    size_t left = (size_t)r;
+    c->net->bytes += left;
+    while (left > 0) {
+      struct netTask *t = &k->q[k->qhead % k->qcap];
+      size_t rest = t->len - k->off;
+      if (left < rest) {
+        k->off += left;
+        left = 0;
+      } else {
+        left -= rest;
+        pieceDone(c, k);
+      }
+    }
+  }
+  return ncclSuccess;
+}
+
+/* Reads into queued pieces as far as bytes have arrived. */
+static ncclResult_t sockRecv(struct conn *c, struct netSock *k) {
+  while (k->qhead < k->qtail) {
+    struct netTask *t = &k->q[k->qhead % k->qcap];
+    ssize_t r = recv(k->fd, t->ptr + k->off, t->len - k->off, MSG_DONTWAIT);
+    if (r > 0) {
+      k->off += (size_t)r;
+      c->net->bytes += (size_t)r;
+      if (k->off == t->len) pieceDone(c, k);
+      continue;
+    }
+    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return ncclSuccess;
+    if (r < 0 && errno == EINTR) continue;
+    return netFail(c, "receiving", r == 0 ? 0 : errno);
+  }
+  return ncclSuccess;
+}
+
+/* Reads the next size header off the control socket: 1 when complete. */
+static int readHeader(struct conn *c, ncclResult_t *res) {
+  struct netConn *n = c->net;
+  while (n->hdrGot < sizeof n->hdr) {
+    ssize_t r = recv(n->socks[0].fd, (char *)&n->hdr + n->hdrGot, sizeof n->hdr - n->hdrGot, MSG_DONTWAIT);
+    if (r > 0) {
+      n->hdrGot += (uint32_t)r;
+      continue;
+    }
+    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
+    if (r < 0 && errno == EINTR) continue;
+    if (r == 0 && n->hdrGot == 0) {
+      n->eof = 1; /* a clean end, unless something still needs data */
+      return 0;
+    }
+    *res = netFail(c, "receiving", r == 0 ? 0 : errno);
+    return 0;
+  }
+  n->hdrGot = 0;
+  return 1;
+}
+
+static ncclResult_t sendProgress(struct conn *c) {
+  struct netConn *n = c->net;
+  while (n->queued < c->step) {
+    uint64_t step = n->queued++;
+    uint32_t k = (uint32_t)(step % c->nslots);
+    sockPush(&n->socks[0], (char *)&n->sizes[k], sizeof n->sizes[k], step);
+    n->pending[k] = 1 + cutSlot(n, step, c->slots + (size_t)k * c->slotBytes, n->sizes[k]);
+  }
+  for (int i = 0; i < n->nsocks; i++)
+    if (n->socks[i].qhead < n->socks[i].qtail) CHECK(sockSend(c, &n->socks[i]));
+  uint64_t done = n->done;
+  while (done < n->queued && n->pending[done % c->nslots] == 0) done++;
+  if (done != n->done) {
+    n->done = done;
+    __atomic_store_n(&c->ctrl->head, done, __ATOMIC_RELEASE);
+  }
+  return ncclSuccess;
+}
+
+static ncclResult_t recvProgress(struct conn *c) {
+  struct netConn *n = c->net;
+  uint64_t head = __atomic_load_n(&c->ctrl->head, __ATOMIC_ACQUIRE);
+  ncclResult_t res = ncclSuccess;
+  for (;;) {
+    /* The control socket carries headers and inline data in order: finish
+     * what is queued on it before reading the next header. */
+    CHECK(sockRecv(c, &n->socks[0]));
+    if (n->socks[0].qhead < n->socks[0].qtail || n->queued - head >= c->nslots || n->eof) break;
+    if (!readHeader(c, &res)) break;
+    uint32_t size = n->hdr;
+    if (size == 0 || size > c->slotBytes) {
+      WARN("NET/Socket : rank %d got a %u-byte piece from rank %d (host %s) for %u-byte slots: the ranks "
+           "disagree on NCCL_BUFFSIZE or the stream is corrupt",
+           n->rank, size, c->peer, n->peerHost, c->slotBytes);
+      return n->err = ncclRemoteError;
+    }
+    uint64_t step = n->queued++;
+    uint32_t k = (uint32_t)(step % c->nslots);
+    n->sizes[k] = size;
+    n->pending[k] = cutSlot(n, step, c->slots + (size_t)k * c->slotBytes, size);
+  }
+  CHECK(res);
+  for (int i = 1; i < n->nsocks; i++)
+    if (n->socks[i].qhead < n->socks[i].qtail) CHECK(sockRecv(c, &n->socks[i]));
+  uint64_t done = n->done;
+  while (done < n->queued && n->pending[done % c->nslots] == 0) done++;
+  if (done != n->done) {
+    n->done = done;
+    __atomic_store_n(&c->ctrl->tail, done, __ATOMIC_RELEASE);
+  }
+  return ncclSuccess;
+}
+
+ncclResult_t netProgress(struct conn *c) {
+  if (c->net->err != ncclSuccess) return c->net->err;
+  return c->net->isSend ? sendProgress(c) : recvProgress(c);
+}
+
+ncclResult_t netCheckNeeded(struct conn *c) {
+  struct netConn *n = c->net;
+  if (n->err != ncclSuccess || !n->eof || n->queued > c->step) return n->err;
+  return netFail(c, "waiting for data", 0);
+}
+
+int netPollFds(const struct conn *c, struct pollfd *fds, int max) {
+  const struct netConn *n = c->net;
+  int nf = 0;
+  for (int i = 0; i < n->nsocks && nf < max; i++) {
+    const struct netSock *k = &n->socks[i];
+    int busy = k->qhead < k->qtail;
+    if (n->isSend) {
+      if (busy) fds[nf++] = (struct pollfd){k->fd, POLLOUT, 0};
+    } else if (busy || (i == 0 && !n->eof)) {
+      fds[nf++] = (struct pollfd){k->fd, POLLIN, 0};
+    }
+  }
+  return nf;
+}
+
+/* ---- setup ---- */
+
+static ncclResult_t netConnAlloc(struct netState *s, struct conn *c, int peer, int isSend, int lane,
+                                 const struct netCut *cut, const struct bootstrap *b, size_t buffSize) {
+  char *mem = mmap(NULL, s->memBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (mem == MAP_FAILED) {
+    WARN("Call to mmap failed: %s (%zu bytes)", strerror(errno), s->memBytes);
+    return ncclSystemError;
+  }
+  struct netConn *n = calloc(1, sizeof *n);
+  if (!n) {
+    munmap(mem, s->memBytes);
+    return ncclSystemError;
+  }
+  s->mem[s->nconns] = mem;
+  s->conns[s->nconns++] = c;
+  connLayout(c, mem, buffSize, peer);
+  connPrefault(c);
+  c->net = n;
+  n->isSend = isSend;
+  n->lane = lane;
+  n->rank = b->rank;
+  n->peerHost = b->peers[peer].hostname;
+  n->cut = *cut;
+  n->nsocks = 1 + cut->ndata;
+  for (int i = 0; i < n->nsocks; i++) n->socks[i].fd = -1;
+  for (int i = 0; i < n->nsocks; i++) {
+    n->socks[i].qcap = 2 * c->nslots + 2;
+    n->socks[i].q = calloc(n->socks[i].qcap, sizeof(struct netTask));
+    if (!n->socks[i].q) return ncclSystemError;
+  }
+  return ncclSuccess;
+}
+
+static ncclResult_t netAcceptAll(struct netState *s, struct bootstrap *b, struct connTable *t,
+                                 const struct netInfo *info, int expected) {
+  int lanes = t->nch + 1;
+  struct acceptor *acc = malloc(sizeof *acc);
+  if (!acc) return ncclSystemError;
+  acceptorInit(acc, s->listenFd, sizeof(struct netHello));
+  struct waitState w;
+  waitBegin(&w, b->abortFlag, bootstrapLiveness, b, "socket transport setup");
+  ncclResult_t res = ncclSuccess;
+  while (expected > 0) {
+    int fd, progressed;
+    struct netHello h;
+    CHECKGOTO(acceptorPoll(acc, &fd, &h, &progressed), res, out);
+    if (fd < 0) {
+      if (progressed) waitProgress(&w);
+      else CHECKGOTO(waitPause(&w), res, out);
+      continue;
+    }
+    waitProgress(&w);
+    struct netConn *n = NULL;
+    if (h.secret == b->secret && h.nonce == b->peers[0].nonce && h.rank >= 0 && h.rank < b->nranks &&
+        netNeeded(b, h.rank) && h.lane >= 0 && h.lane < lanes && h.sock >= 0 &&
+        h.sock <= info[h.rank].cut.ndata)
+      n = connRecv(t, h.rank, h.lane)->net;
+    if (!n || n->socks[h.sock].fd >= 0) {
+      WARN("NET/Socket : rank %d dropped a connection that is not one of this communicator's", b->rank);
+      close(fd);
+      continue;
+    }
+    n->socks[h.sock].fd = fd;
+    expected--;
+  }
+out:
+  acceptorClose(acc);
+  free(acc);
+  return res;
+}
+
+ncclResult_t netSetup(struct netState *s, struct bootstrap *b, struct connTable *t, size_t buffSize) {
+  int me = b->rank, n = b->nranks, lanes = t->nch + 1;
+  memset(s, 0, sizeof *s);
+  s->listenFd = -1;
+  int nremote = 0;
+  for (int p = 0; p < n; p++) nremote += netNeeded(b, p);
+
+  struct netInfo *info = calloc(n, sizeof *info);
+  if (!info) return ncclSystemError;
+  ncclResult_t res = ncclSuccess;
+  info[me].cut = netLocalCut();
+  if (nremote > 0) {
+    /* Listen where the bootstrap listens: the interface NCCL_SOCKET_IFNAME picked. */
+    info[me].addr = b->peers[me].listenAddr;
+    if (info[me].addr.sa.sa_family == AF_INET6) info[me].addr.sin6.sin6_port = 0;
+    else info[me].addr.sin.sin_port = 0;
+    CHECKGOTO(sockListen(&info[me].addr, &s->listenFd), res, out);
+    info[me].listening = 1;
+  }
+  CHECKGOTO(bootstrapAllGather(b, info, sizeof *info), res, out);
+  if (nremote == 0) goto out;
+
+  s->memBytes = CONN_CTRL_BYTES + ((buffSize + 4095) & ~(size_t)4095);
+  size_t maxConns = (size_t)2 * nremote * lanes;
+  s->conns = calloc(maxConns, sizeof *s->conns);
+  s->mem = calloc(maxConns, sizeof *s->mem);
+  if (!s->conns || !s->mem) {
+    res = ncclSystemError;
+    goto out;
+  }
+  int expected = 0;
+  for (int p = 0; p < n; p++) {
+    if (!netNeeded(b, p)) continue;
+    if (!info[p].listening) {
+      WARN("NET/Socket : rank %d needs sockets to reach rank %d, which does not listen (NCCL_SHM_DISABLE "
+           "differs between the ranks?)", me, p);
+      res = ncclInvalidUsage;
+      goto out;
+    }
+    for (int l = 0; l < lanes; l++) {
+      CHECKGOTO(netConnAlloc(s, connSend(t, p, l), p, 1, l, &info[me].cut, b, buffSize), res, out);
+      CHECKGOTO(netConnAlloc(s, connRecv(t, p, l), p, 0, l, &info[p].cut, b, buffSize), res, out);
+      expected += 1 + info[p].cut.ndata;
+    }
+  }
+  /* Every rank listens before the all-gather returns, so connecting first
+   * and accepting after cannot deadlock: the kernel queues the connections. */
+  struct waitState w;
+  waitBegin(&w, b->abortFlag, bootstrapLiveness, b, "socket transport connect");
+  for (int p = 0; p < n; p++) {
+    if (!netNeeded(b, p)) continue;
+    for (int l = 0; l < lanes; l++) {
+      struct netConn *nc = connSend(t, p, l)->net;
+      for (int i = 0; i < nc->nsocks; i++) {
+        CHECKGOTO(sockConnect(&info[p].addr, &nc->socks[i].fd, &w), res, out);
+        struct netHello h = {b->secret, b->peers[0].nonce, me, l, i, 0};
+        CHECKGOTO(sockSendAll(nc->socks[i].fd, &h, sizeof h, &w), res, out);
+      }
+    }
+  }
+  CHECKGOTO(netAcceptAll(s, b, t, info, expected), res, out);
+  char buf[80];
+  INFO(subsysNet, "NET/Socket : %d remote peer(s), %d lane(s), %d socket(s) per connection, listening on %s",
+       nremote, lanes, 1 + info[me].cut.ndata, sockAddrStr(&info[me].addr, buf, sizeof buf));
+out:
+  free(info);
+  return res;
+}
+
+void netClose(struct netState *s) {
+  for (int i = 0; i < s->nconns; i++) {
+    struct netConn *n = s->conns[i]->net;
+    for (int k = 0; n && k < n->nsocks; k++) {
+      if (n->socks[k].fd >= 0) close(n->socks[k].fd);
+      free(n->socks[k].q);
+    }
+    free(n);
+    s->conns[i]->net = NULL;
+    munmap(s->mem[i], s->memBytes);
+  }
+  free(s->conns);
+  free(s->mem);
+  s->conns = NULL;
+  s->mem = NULL;
+  s->nconns = 0;
+  if (s->listenFd >= 0) close(s->listenFd);
+  s->listenFd = -1;
+}

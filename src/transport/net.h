@@ -1,0 +1,95 @@
+/* The socket transport (NCCL's "NET/Socket"): ranks on different hosts, or
+ * on one host with NCCL_SHM_DISABLE=1, connect over TCP. It plugs under the
+ * same FIFO of slots as shared memory (DESIGN.md invariant 5): each side of
+ * a connection has its own FIFO in private memory; netProgress() sends the
+ * slots the engine posted and receives into the slots it released, with
+ * nonblocking I/O only, from whichever thread runs the operation.
+ *
+ * Wire format, per slot: a 4-byte size on the connection's first socket
+ * (the control socket), followed there by the data when it is at most
+ * NCCL_SOCKET_INLINE bytes or the connection has no data sockets; larger
+ * data goes over the data sockets in pieces of at least
+ * NCCL_SOCKET_MIN_TASKSIZE bytes, assigned round-robin. The receiver cuts
+ * with the sender's settings, which it learns at setup. Both ends must have
+ * the same byte order (x86-64 and AArch64 Linux are both little-endian). */
+#ifndef CHORUS_TRANSPORT_NET_H
+#define CHORUS_TRANSPORT_NET_H
+#include <poll.h>
+#include <stdint.h>
+
+#include "bootstrap/bootstrap.h"
+#include "transport/conn.h"
+
+#define NET_MAX_SOCKS 65 /* one control socket and up to 64 data sockets */
+
+/* A piece of a slot on one socket. */
+struct netTask {
+  char *ptr;
+  uint32_t len;
+  uint64_t step; /* the slot it belongs to */
+};
+
+/* One TCP socket and the pieces queued on it, in wire order. */
+struct netSock {
+  int fd;
+  struct netTask *q;
+  uint32_t qcap;
+  uint64_t qhead, qtail;
+  size_t off; /* bytes of q[qhead] already moved */
+};
+
+/* Settings a sender cuts slots with; the receiver cuts the same way. */
+struct netCut {
+  int32_t ndata;   /* data sockets besides the control socket */
+  uint32_t inlineBytes;
+  uint32_t minTask;
+};
+
+struct netConn {
+  int isSend, lane;
+  const char *peerHost;
+  struct netCut cut;
+  int nsocks; /* 1 + cut.ndata */
+  struct netSock socks[NET_MAX_SOCKS];
+  uint32_t rr;        /* next data socket */
+  uint64_t queued;    /* slots cut into pieces */
+  uint64_t done;      /* slots entirely sent (sender) or received (receiver) */
+  uint32_t pending[CONN_MAX_SLOTS]; /* pieces outstanding per slot */
+  uint32_t sizes[CONN_MAX_SLOTS];   /* bytes per slot: the size header */
+  uint32_t hdr;                     /* receiver: size header being read */
+  uint32_t hdrGot;
+  uint64_t bytes;   /* moved so far: progress for the one wait */
+  int eof;          /* receiver: the peer closed between messages */
+  ncclResult_t err; /* sticky: the connection broke */
+  int rank;         /* own rank, for messages */
+};
+
+struct netState {
+  int nconns;
+  struct conn **conns; /* every socket connection, send and receive */
+  char **mem;          /* FIFO memory of each */
+  size_t memBytes;
+  int listenFd;
+};
+
+/* 1 when the socket transport is the way to peer (not self, not shared memory). */
+int netNeeded(const struct bootstrap *b, int peer);
+/* Connects to every peer that needs sockets (all ranks call it: it
+ * all-gathers listening addresses) and fills those connections of t. */
+ncclResult_t netSetup(struct netState *s, struct bootstrap *b, struct connTable *t, size_t buffSize);
+void netClose(struct netState *s);
+
+/* Moves what it can without blocking: a sender's posted slots out, a
+ * receiver's free slots in. ncclRemoteError (named in a WARN, once) when the
+ * connection broke; the error sticks. */
+ncclResult_t netProgress(struct conn *c);
+/* A receiver whose peer closed the connection between messages (as
+ * ncclCommDestroy does) is no failure until a step needs data from it:
+ * then this WARNs and returns ncclRemoteError; otherwise ncclSuccess. */
+ncclResult_t netCheckNeeded(struct conn *c);
+/* 1 while a sender has posted slots not yet handed to the kernel. */
+static inline int netSendPending(const struct conn *c) { return c->net->done < c->step; }
+/* Adds the sockets c waits on to fds (at most max entries); returns how many. */
+int netPollFds(const struct conn *c, struct pollfd *fds, int max);
+
+#endif
