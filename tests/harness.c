@@ -1,6 +1,8 @@
 #define _GNU_SOURCE
 #include "harness.h"
 
+#include "chorus.h"
+
 #include <signal.h>
 #include <stdint.h>
 #include <string.h>
@@ -36,7 +38,27 @@ static int fixedCommId(ncclUniqueId *id) {
   return 0;
 }
 
+/* With CHORUS_TEST_LAUNCHED=1 a launcher started every rank (tests/netns.sh
+ * runs them on several "hosts"): this process runs only its own rank, from
+ * CHORUS_RANK/CHORUS_NRANKS (or another launcher's variables), meeting the
+ * others at NCCL_COMM_ID. */
+static int runLaunchedRank(int nranks, rankFn fn, void *arg, int deadlineSec) {
+  int rank, n;
+  ncclUniqueId id;
+  if (chorusEnvRank(&rank, &n) != ncclSuccess || n != nranks || !getenv("NCCL_COMM_ID")) {
+    fprintf(stderr, "CHORUS_TEST_LAUNCHED=1 needs CHORUS_RANK, CHORUS_NRANKS=%d and NCCL_COMM_ID\n", nranks);
+    return 1;
+  }
+  if (ncclGetUniqueId(&id) != ncclSuccess) return 1;
+  alarm(deadlineSec);
+  int rc = fn(rank, n, id, arg);
+  if (rc) fprintf(stderr, "rank %d failed\n", rank);
+  return rc ? 1 : 0;
+}
+
 int runRanks(int nranks, rankFn fn, void *arg, int deadlineSec) {
+  const char *launched = getenv("CHORUS_TEST_LAUNCHED");
+  if (launched && *launched == '1') return runLaunchedRank(nranks, fn, arg, deadlineSec);
   ncclUniqueId id;
   const char *fixed = getenv("CHORUS_TEST_COMM_ID");
   if (fixed && *fixed == '1' ? fixedCommId(&id) != 0 : ncclGetUniqueId(&id) != ncclSuccess) {

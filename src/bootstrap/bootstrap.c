@@ -176,7 +176,7 @@ ncclResult_t bootstrapGetUniqueId(struct bootstrapHandle *h) {
 ncclResult_t bootstrapNewRoot(struct bootstrapHandle *h) {
   memset(h, 0, sizeof *h);
   char ifname[64];
-  CHECK(sockPickAddr(&h->addr, ifname, sizeof ifname));
+  CHECK(sockPickAddr(NULL, &h->addr, ifname, sizeof ifname));
   if (getrandom(&h->secret, sizeof h->secret, 0) != sizeof h->secret) {
     WARN("Call to getrandom failed: %s", strerror(errno));
     return ncclSystemError;
@@ -252,10 +252,15 @@ ncclResult_t bootstrapInit(struct bootstrap *b, const struct bootstrapHandle *h,
 
   struct rootHello hello = {h->secret, rank, nranks, *me};
   /* Listen on the interface that reaches the root's network. */
-  char ifname[64];
-  CHECK(sockPickAddr(&hello.info.listenAddr, ifname, sizeof ifname));
+  CHECK(sockPickAddr(&h->addr, &hello.info.listenAddr, b->ifname, sizeof b->ifname));
   if (hello.info.listenAddr.sa.sa_family == AF_INET) hello.info.listenAddr.sin.sin_port = 0;
   else hello.info.listenAddr.sin6.sin6_port = 0;
+  char buf[80];
+  /* NCCL's line, the address without its port */
+  sockAddrStr(&hello.info.listenAddr, buf, sizeof buf);
+  char *colon = strrchr(buf, ':');
+  if (colon) *colon = 0;
+  INFO(subsysBootstrap | subsysInit, "Bootstrap : Using %s:%s<0>", b->ifname, buf);
   CHECK(sockListen(&hello.info.listenAddr, &b->listenFd));
 
   struct waitState w;

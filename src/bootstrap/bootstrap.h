@@ -37,6 +37,7 @@ struct bootstrap {
   char *departed;   /* peer said goodbye: its EOF is no failure */
   struct bootstrapPeerInfo *peers;
   volatile int *abortFlag;
+  char ifname[64]; /* the interface this rank listens on */
 };
 
 /* Fills a handle for ncclGetUniqueId: NCCL_COMM_ID, or a fresh root thread

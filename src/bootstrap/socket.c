@@ -90,17 +90,55 @@ static int ifnameMatches(const char *name, const char *spec, int *excludeOut) {
   return exclude;
 }
 
-ncclResult_t sockPickAddr(union sockAddr *out, char *ifname, size_t ifnameLen) {
+/* 1 when addr lies in the subnet of the interface address ifa/mask. */
+static int sameSubnet(const struct sockaddr *ifa, const struct sockaddr *mask, const union sockAddr *addr) {
+  if (!mask || ifa->sa_family != addr->sa.sa_family) return 0;
+  const unsigned char *x, *y, *m;
+  size_t n;
+  if (ifa->sa_family == AF_INET) {
+    x = (const unsigned char *)&((const struct sockaddr_in *)ifa)->sin_addr;
+    m = (const unsigned char *)&((const struct sockaddr_in *)mask)->sin_addr;
+    y = (const unsigned char *)&addr->sin.sin_addr;
+    n = 4;
+  } else {
+    x = (const unsigned char *)&((const struct sockaddr_in6 *)ifa)->sin6_addr;
+    m = (const unsigned char *)&((const struct sockaddr_in6 *)mask)->sin6_addr;
+    y = (const unsigned char *)&addr->sin6.sin6_addr;
+    n = 16;
+  }
+  for (size_t i = 0; i < n; i++)
+    if ((x[i] & m[i]) != (y[i] & m[i])) return 0;
+  return 1;
+}
+
+/* The passes of the automatic choice, in NCCL's order (no InfiniBand). */
+enum { pickSpec, pickSubnet, pickPlain, pickDocker, pickLoopback, pickVirbr, pickPasses };
+
+static int pickMatches(int pass, const struct ifaddrs *i, const char *spec, const union sockAddr *reach) {
+  int excl, lo = (i->ifa_flags & IFF_LOOPBACK) || !strncmp(i->ifa_name, "lo", 2);
+  int docker = !strncmp(i->ifa_name, "docker", 6), virbr = !strncmp(i->ifa_name, "virbr", 5);
+  switch (pass) {
+    case pickSpec: return spec[0] && ifnameMatches(i->ifa_name, spec, &excl);
+    case pickSubnet: return reach && sameSubnet(i->ifa_addr, i->ifa_netmask, reach);
+    case pickPlain: return !lo && !docker && !virbr;
+    case pickDocker: return docker;
+    case pickLoopback: return lo;
+    case pickVirbr: return virbr;
+  }
+  return 0;
+}
+
+ncclResult_t sockPickAddr(const union sockAddr *reach, union sockAddr *out, char *ifname, size_t ifnameLen) {
   const char *spec = paramStr(paramSocketIfname);
   const char *fam = paramStr(paramSocketFamily);
   int family = strcmp(fam, "AF_INET") == 0 ? AF_INET : strcmp(fam, "AF_INET6") == 0 ? AF_INET6 : 0;
   struct ifaddrs *ifs;
   SYSCHECK(getifaddrs(&ifs), "getifaddrs");
-  /* Pass 0: user spec, or the default preference; pass 1: loopback. */
+  /* NCCL_SOCKET_IFNAME, when set, is the only pass. */
   int found = 0;
-  for (int pass = 0; pass < 2 && !found; pass++) {
+  for (int pass = spec[0] ? pickSpec : pickSubnet; pass < (spec[0] ? pickSpec + 1 : pickPasses) && !found; pass++) {
     for (struct ifaddrs *i = ifs; i && !found; i = i->ifa_next) {
-      if (!i->ifa_addr || !(i->ifa_flags & IFF_UP)) continue;
+      if (!i->ifa_addr || !(i->ifa_flags & IFF_UP) || !(i->ifa_flags & IFF_RUNNING)) continue;
       int f = i->ifa_addr->sa_family;
       if (f != AF_INET && f != AF_INET6) continue;
       if (family && f != family) continue;
@@ -108,16 +146,7 @@ ncclResult_t sockPickAddr(union sockAddr *out, char *ifname, size_t ifnameLen) {
         struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)i->ifa_addr;
         if (IN6_IS_ADDR_LOOPBACK(&s6->sin6_addr) || IN6_IS_ADDR_LINKLOCAL(&s6->sin6_addr)) continue;
       }
-      int excl;
-      if (spec[0]) {
-        if (pass == 1 || !ifnameMatches(i->ifa_name, spec, &excl)) continue;
-      } else if (pass == 0) {
-        if (!strncmp(i->ifa_name, "docker", 6) || !strncmp(i->ifa_name, "lo", 2) ||
-            !strncmp(i->ifa_name, "virbr", 5) || (i->ifa_flags & IFF_LOOPBACK))
-          continue;
-      } else if (!(i->ifa_flags & IFF_LOOPBACK)) {
-        continue;
-      }
+      if (!pickMatches(pass, i, spec, reach)) continue;
       memset(out, 0, sizeof *out);
       memcpy(out, i->ifa_addr, f == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6));
       snprintf(ifname, ifnameLen, "%s", i->ifa_name);
@@ -126,7 +155,8 @@ ncclResult_t sockPickAddr(union sockAddr *out, char *ifname, size_t ifnameLen) {
   }
   freeifaddrs(ifs);
   if (!found) {
-    WARN("Bootstrap : no socket interface found%s%s", spec[0] ? " matching NCCL_SOCKET_IFNAME=" : "", spec);
+    WARN("Bootstrap : no socket interface found%s%s%s%s", spec[0] ? " matching NCCL_SOCKET_IFNAME=" : "", spec,
+         family ? " with NCCL_SOCKET_FAMILY=" : "", family ? fam : "");
     return ncclInvalidUsage;
   }
   return ncclSuccess;

@@ -19,9 +19,12 @@ union sockAddr {
 const char *sockAddrStr(const union sockAddr *a, char *buf, size_t len);
 /* Parses NCCL_COMM_ID's forms: ipv4:port, [ipv6]:port, host:port. */
 ncclResult_t sockAddrParse(const char *text, union sockAddr *out);
-/* The address to listen on: NCCL_SOCKET_IFNAME / NCCL_SOCKET_FAMILY, else
- * the first interface that is not docker, virbr or loopback, else loopback. */
-ncclResult_t sockPickAddr(union sockAddr *out, char *ifname, size_t ifnameLen);
+/* The address to listen on, as NCCL picks it: the first running interface
+ * that NCCL_SOCKET_IFNAME names (prefixes; ^ excludes; = exact), else the
+ * one on the subnet of reach (the bootstrap root; may be NULL), else any but
+ * docker*, lo*, virbr*, then docker, then loopback, then virbr;
+ * NCCL_SOCKET_FAMILY (AF_INET, AF_INET6) restricts every pass. */
+ncclResult_t sockPickAddr(const union sockAddr *reach, union sockAddr *out, char *ifname, size_t ifnameLen);
 /* Listens on addr (port 0: any); writes the bound address back. Nonblocking. */
 ncclResult_t sockListen(union sockAddr *addr, int *fd);
 /* Connects, retrying while the listener is not up yet; nonblocking fd. */

@@ -28,6 +28,7 @@ void waitBegin(struct waitState *w, volatile int *abortFlag, waitLivenessFn live
   w->what = what;
   w->block = NULL;
   w->blockArg = NULL;
+  w->blockNow = 0;
 }
 
 ncclResult_t waitPause(struct waitState *w) {
@@ -58,7 +59,11 @@ ncclResult_t waitPause(struct waitState *w) {
       return ncclTimeout;
     }
   }
-  if (r < waitYieldRounds) {
+  if (w->block && w->blockNow) {
+    /* What is awaited wakes block() itself (bytes on a socket): sleep in it
+     * at once rather than yield, which would burn a core other ranks need. */
+    w->block(w->blockArg, 1000000ull);
+  } else if (r < waitYieldRounds) {
     sched_yield();
   } else {
     /* Back off from 20 us to 1 ms: long waits cost little CPU, and the abort

@@ -26,6 +26,7 @@ struct waitState {
   const char *what; /* what is being waited for, for the timeout message */
   void (*block)(void *arg, uint64_t ns); /* sleeps up to ns; NULL: nanosleep */
   void *blockArg;
+  int blockNow; /* set per round: block() wakes when the awaited thing happens, so skip yielding */
 };
 
 void waitBegin(struct waitState *w, volatile int *abortFlag, waitLivenessFn liveness, void *arg,

@@ -157,6 +157,21 @@ static ncclResult_t netCheckStalled(struct schedule *s) {
   return ncclSuccess;
 }
 
+/* 1 when every task that can run waits on a socket (data to arrive, or
+ * room to send): then poll() wakes the wait when it can go on. */
+static int netOnlyWait(struct schedule *s) {
+  for (int i = 0; i < s->ntasks; i++) {
+    struct task *t = &s->tasks[i];
+    if (t->done || t->cur >= t->nsteps || (t->dep >= 0 && !s->tasks[t->dep].done) ||
+        (t->dep2 >= 0 && !s->tasks[t->dep2].done))
+      continue;
+    struct step *st = &s->steps[t->firstStep + t->cur];
+    struct conn *c = st->recv ? st->recv : st->send;
+    if (!c || !c->net) return 0;
+  }
+  return 1;
+}
+
 /* The one wait's sleep, for runs with sockets: sleep in poll(), so that
  * arriving bytes or room to send end the sleep at once. */
 static void netBlock(void *arg, uint64_t ns) {
@@ -192,6 +207,7 @@ ncclResult_t engineRun(struct schedule *s) {
       ncclResult_t res = netPump(&en, &busy, &moved);
       if (res == ncclSuccess && !moved) res = netCheckStalled(s);
       if (res != ncclSuccess) return netBroken(s, res);
+      w.blockNow = !moved && netOnlyWait(s);
     }
     if (moved) {
       waitProgress(&w);
@@ -212,6 +228,7 @@ ncclResult_t engineRun(struct schedule *s) {
     ncclResult_t res = en.n ? netPump(&en, &busy, &moved) : ncclSuccess;
     if (res != ncclSuccess) return netBroken(s, res);
     if (!busy) return ncclSuccess;
+    w.blockNow = 1;
     if (moved) waitProgress(&w);
     else CHECK(waitPause(&w));
   }

@@ -2,9 +2,12 @@
 #include "transport/net.h"
 
 #include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -57,6 +60,17 @@ static ncclResult_t netFail(struct conn *c, const char *what, int err) {
     n->err = ncclRemoteError;
   }
   return n->err;
+}
+
+/* A link that goes silent (cable pulled, host frozen) leaves sent bytes
+ * unacknowledged: let the kernel break the connection after half of
+ * CHORUS_TIMEOUT, so that the error names the peer, and the ranks that only
+ * wait see the failed rank leave, before the stall timeout fires. */
+static void setUserTimeout(int fd) {
+  int64_t t = paramInt(paramTimeout);
+  if (t <= 0) return;
+  unsigned int ms = (unsigned int)(t * 500 < 1000 ? 1000 : t * 500 > 0x7fffffff ? 0x7fffffff : t * 500);
+  setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &ms, sizeof ms);
 }
 
 static void sockPush(struct netSock *k, char *ptr, uint32_t len, uint64_t step) {
@@ -313,6 +327,7 @@ static ncclResult_t netAcceptAll(struct netState *s, struct bootstrap *b, struct
       continue;
     }
     n->socks[h.sock].fd = fd;
+    setUserTimeout(fd);
     expected--;
   }
 out:
@@ -333,6 +348,20 @@ ncclResult_t netSetup(struct netState *s, struct bootstrap *b, struct connTable 
   ncclResult_t res = ncclSuccess;
   info[me].cut = netLocalCut();
   if (nremote > 0) {
+    const char *net = paramStr(paramNet);
+    if (net[0] && strcasecmp(net, "Socket") != 0) {
+      WARN("NCCL_NET=%s : no such network transport (chorus has Socket only)", net);
+      res = ncclInvalidUsage;
+      goto out;
+    }
+    INFO(subsysNet | subsysInit, "NET/IB : InfiniBand is not supported%s; using sockets",
+         paramInt(paramIbDisable) ? " (NCCL_IB_DISABLE=1)" : "");
+    char ip[80];
+    sockAddrStr(&b->peers[me].listenAddr, ip, sizeof ip);
+    char *colon = strrchr(ip, ':');
+    if (colon) *colon = 0;
+    INFO(subsysNet | subsysInit, "NET/Socket : Using [0]%s:%s<0>", b->ifname, ip);
+    INFO(subsysNet | subsysInit, "Using network Socket");
     /* Listen where the bootstrap listens: the interface NCCL_SOCKET_IFNAME picked. */
     info[me].addr = b->peers[me].listenAddr;
     if (info[me].addr.sa.sa_family == AF_INET6) info[me].addr.sin6.sin6_port = 0;
@@ -376,6 +405,7 @@ ncclResult_t netSetup(struct netState *s, struct bootstrap *b, struct connTable 
       struct netConn *nc = connSend(t, p, l)->net;
       for (int i = 0; i < nc->nsocks; i++) {
         CHECKGOTO(sockConnect(&info[p].addr, &nc->socks[i].fd, &w), res, out);
+        setUserTimeout(nc->socks[i].fd);
         struct netHello h = {b->secret, b->peers[0].nonce, me, l, i, 0};
         CHECKGOTO(sockSendAll(nc->socks[i].fd, &h, sizeof h, &w), res, out);
       }

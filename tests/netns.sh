@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# Several "hosts" on one machine: each host is a network namespace with its
+# own eth0 (a veth pair into a bridge in a switch namespace), its own
+# address and its own NCCL_HOSTID, so ranks on different hosts talk over
+# the socket transport and ranks on one host over shared memory.
+#
+#   netns.sh BIN suite     the correctness suites (test_coll, test_p2p,
+#                          test_alltoall, every perf tool with -c) on 2 and 3
+#                          hosts with 1 and 2 ranks each, IPv4 and IPv6
+#   netns.sh BIN shaped    the same AllReduce check over a 1 Gbit/s tbf link
+#   netns.sh BIN linkdown  eth0 of one host goes down mid-run: every rank
+#                          must fail (not hang) within the timeout
+#
+# Exit 77 (ctest: skipped) when namespaces cannot be made here: never a
+# silent pass. Everything made is removed on exit, failure included.
+set -uo pipefail
+bin=$1
+mode=${2:-suite}
+. "$(dirname "$0")/netns_lib.sh"
+
+case $mode in
+suite)
+  # Logs show the transports and the interface picked: eth0 on every host
+  # (not aa0, which sorts first), sockets across hosts, memory within one.
+  NCCL_DEBUG=INFO launch 2 2 10.77.0.1 120 "$bin/all_reduce_perf" -b 8 -e 64K -f 8 -n 1 -c 1
+  for r in 0 1 2 3; do
+    # The ring 0 1 2 3: ranks 1 and 3 send to the next host, 0 and 2 within theirs.
+    for want in "NET/Socket : Using \[0\]eth0:10.77.0.$((r / 2 + 1))<0>" "Bootstrap : Using eth0:10.77.0.$((r / 2 + 1))<0>" \
+      "Channel 00/0 : $r\[0\] -> $(((r + 1) % 4))\[0\] via $([ $((r % 2)) = 1 ] && echo NET/Socket || echo SHM)"; do
+      grep -q "$want" "$logs/rank$r" || { echo "FAILED: rank $r's log lacks '$want'"; fail=1; }
+    done
+  done
+  for cfg in "2 1" "2 2" "3 1" "3 2"; do
+    set -- $cfg
+    n=$(($1 * $2))
+    launch $1 $2 10.77.0.1 300 "$bin/test_coll" $n fork $([ $n -gt 4 ] && echo quick)
+    launch $1 $2 10.77.0.1 120 "$bin/test_p2p" $n
+    launch $1 $2 10.77.0.1 120 "$bin/test_alltoall" $n
+  done
+  # Every perf tool with validation: every root on 3 hosts x 2 ranks; every
+  # datatype on 2 hosts (test_coll above covers every dtype x op as well).
+  for t in all_reduce all_gather broadcast reduce reduce_scatter sendrecv alltoall gather scatter; do
+    launch 3 2 10.77.0.1 120 "$bin/${t}_perf" -b 8 -e 1M -f 8 -n 2 -w 1 -c 1 -r -1
+    launch 2 1 10.77.0.1 120 "$bin/${t}_perf" -b 8 -e 256K -f 32 -n 1 -w 1 -c 1 -d all
+  done
+  launch 2 2 10.77.0.1 120 "$bin/hypercube_perf" -b 64 -e 64K -f 32 -n 2
+  # IPv6 all the way: rendezvous, bootstrap mesh and transport.
+  NCCL_SOCKET_FAMILY=AF_INET6 launch 2 1 "[fd77::1]" 120 "$bin/all_reduce_perf" -b 8 -e 4M -f 8 -n 2 -c 1 -o all
+  NCCL_SOCKET_FAMILY=AF_INET6 launch 3 1 "[fd77::1]" 120 "$bin/test_p2p" 3
+  # Several data sockets per connection across hosts.
+  NCCL_NSOCKS_PERTHREAD=4 launch 2 1 10.77.0.1 120 "$bin/all_reduce_perf" -b 8 -e 16M -f 8 -n 2 -c 1
+  ;;
+shaped)
+  # tbf on both directions of host 1's link: 1 Gbit/s, nothing assumes loopback speed.
+  ip netns exec ${tag}h1 tc qdisc add dev eth0 root tbf rate 1gbit burst 64kb latency 50ms ||
+    skip "tc tbf is not available"
+  ip netns exec ${tag}sw tc qdisc add dev p1 root tbf rate 1gbit burst 64kb latency 50ms
+  launch 2 1 10.77.0.1 300 "$bin/all_reduce_perf" -b 8 -e 32M -f 4 -n 3 -w 1 -c 1
+  cat "$logs/rank0"
+  launch 2 2 10.77.0.1 300 "$bin/test_coll" 4 fork quick
+  ;;
+linkdown)
+  # Host 1's link goes down while AllReduce runs: every rank must end with
+  # an error within CHORUS_TIMEOUT (+ margin), none may hang or pass.
+  export CHORUS_TIMEOUT=3
+  port=$((port + 1))
+  pids=()
+  start=$(date +%s.%N)
+  for r in 0 1 2 3; do
+    h=$((r / 2))
+    hostrun $h env NCCL_HOSTID=host$h NCCL_COMM_ID=10.77.0.1:$port CHORUS_RANK=$r CHORUS_NRANKS=4 NCCL_DEBUG=WARN \
+      timeout 60 "$bin/all_reduce_perf" -b 64M -e 64M -n 1000000 -w 0 -c 0 >"$logs/rank$r" 2>&1 &
+    pids+=($!)
+  done
+  sleep 2
+  ip -n ${tag}h1 link set eth0 down
+  down=$(date +%s.%N)
+  for r in 0 1 2 3; do
+    wait ${pids[$r]}
+    rc=$?
+    end=$(date +%s.%N)
+    t=$(awk "BEGIN{printf \"%.1f\", $end - $down}")
+    if [ $rc -eq 0 ] || [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
+      echo "FAILED: rank $r exited with $rc (0: no error; 124/137: hung until killed)"
+      tail -5 "$logs/rank$r"
+      fail=1
+    else
+      echo "ok: rank $r failed with exit $rc, $t s after the link went down: $(grep -m1 -o 'NCCL WARN.*' "$logs/rank$r" | cut -c1-160)"
+    fi
+  done
+  ;;
+exec) # netns.sh BIN exec 'commands': a shell with the hosts set up, for experiments
+  eval "$3"
+  ;;
+*)
+  echo "unknown mode $mode"
+  exit 2
+  ;;
+esac
+exit $fail
