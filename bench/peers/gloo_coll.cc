@@ -1,7 +1,8 @@
 // The Gloo side of bench/compare: allreduce, allgather, reduce-scatter
 // (halving-doubling) or broadcast over Gloo's TCP transport on loopback,
 // timed and checked like mpi_coll.c. Ranks come from chorusrun
-// (CHORUS_RANK / CHORUS_NRANKS); the rendezvous is a FileStore directory.
+// (CHORUS_RANK / CHORUS_NRANKS); the rendezvous is a FileStore directory,
+// which works across network namespaces on one machine too.
 //   gloo_coll <allreduce|allgather|reducescatter|broadcast> <minbytes> <maxbytes> <iters> <storedir>
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
@@ -32,7 +33,14 @@ int main(int argc, char **argv) {
   std::string coll = argv[1];
   size_t minB = strtoull(argv[2], nullptr, 0), maxB = strtoull(argv[3], nullptr, 0);
   int iters = atoi(argv[4]);
+  // GLOO_SOCKET_IFNAME (PyTorch's name for it) picks the interface across
+  // hosts; loopback otherwise.
   gloo::transport::tcp::attr attr("127.0.0.1");
+  const char *ifname = getenv("GLOO_SOCKET_IFNAME");
+  if (ifname && *ifname) {
+    attr = gloo::transport::tcp::attr();
+    attr.iface = ifname;
+  }
   auto dev = gloo::transport::tcp::CreateDevice(attr);
   gloo::rendezvous::FileStore store(argv[5]);
   auto ctx = std::make_shared<gloo::rendezvous::Context>(rank, n);

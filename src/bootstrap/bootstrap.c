@@ -345,6 +345,12 @@ static int peerGone(struct bootstrap *b, int i) {
   return 1;
 }
 
+int bootstrapGoneCount(struct bootstrap *b) {
+  int gone = 0;
+  for (int i = 0; i < b->nranks; i++) gone += b->peerFd[i] >= 0 && !b->departed[i] && peerGone(b, i);
+  return gone;
+}
+
 ncclResult_t bootstrapLiveness(void *arg) {
   struct bootstrap *b = arg;
   char names[512];

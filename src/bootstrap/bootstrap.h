@@ -61,6 +61,8 @@ ncclResult_t bootstrapLiveness(void *bootstrap);
 /* Closes everything; graceful says goodbye first, so peers do not take the
  * closed connections for a failure (ncclCommAbort does not: its peers must
  * see it as gone). */
+/* How many peers are gone (as bootstrapLiveness sees them), quietly. */
+int bootstrapGoneCount(struct bootstrap *b);
 void bootstrapClose(struct bootstrap *b, int graceful);
 uint64_t bootstrapHostHash(void);
 

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/clock.h"
 #include "core/err.h"
 #include "core/log.h"
 #include "core/wait.h"
@@ -29,26 +30,42 @@ static int stepAdvance(struct task *t, struct step *st) {
    * hop starts while this rank makes its local copy. */
   int posted = 1;
   switch (st->type) {
-    case stepSend: reduceCopy(op, slotOut, src, n, st->flags); posted = 0; break;
+    case stepSend:
+      if (st->flags) {
+        reduceCopy(op, slotOut, src, n, st->flags);
+        posted = 0;
+      } else {
+        simpleSendPostFrom(st->send, src, nb);
+      }
+      break;
     case stepRecv: reduceCopy(op, dst, slotIn, n, st->flags); break;
     case stepCopy: reduceCopy(op, dst, src, n, st->flags); break;
     case stepCopySend:
-      memcpy(slotOut, src, nb);
-      simpleSendPost(st->send, nb);
+      simpleSendPostFrom(st->send, src, nb);
       if (dst != src) memcpy(dst, src, nb);
       break;
     case stepRecvCopySend:
-      memcpy(slotOut, slotIn, nb);
-      simpleSendPost(st->send, nb);
-      memcpy(dst, slotIn, nb);
+      if (st->send->net) { /* one copy: the socket reads dst */
+        memcpy(dst, slotIn, nb);
+        simpleSendPostFrom(st->send, dst, nb);
+      } else {
+        memcpy(slotOut, slotIn, nb);
+        simpleSendPost(st->send, nb);
+        memcpy(dst, slotIn, nb);
+      }
       break;
     case stepRecvReduceSend: reduceTwo(op, slotOut, slotIn, src, n, st->flags); posted = 0; break;
     case stepRecvReduceCopy: reduceTwo(op, dst, slotIn, src, n, st->flags); break;
     case stepRecvReduceCopySend:
-      /* The receiver only reads the slot, so it may be read back after posting. */
-      reduceTwo(op, slotOut, slotIn, src, n, st->flags);
-      simpleSendPost(st->send, nb);
-      memcpy(dst, slotOut, nb);
+      if (st->send->net) { /* one pass: the socket reads dst */
+        reduceTwo(op, dst, slotIn, src, n, st->flags);
+        simpleSendPostFrom(st->send, dst, nb);
+      } else {
+        /* The receiver only reads the slot, so it may be read back after posting. */
+        reduceTwo(op, slotOut, slotIn, src, n, st->flags);
+        simpleSendPost(st->send, nb);
+        memcpy(dst, slotOut, nb);
+      }
       break;
     case stepRecvAcc: reduceTwo(op, dst, dst, slotIn, n, st->flags); break;
     case stepLocalAcc: reduceTwo(op, dst, dst, src, n, st->flags); break;
@@ -139,9 +156,26 @@ static ncclResult_t netPump(struct engineNet *en, int *busy, int *moved) {
 }
 
 /* A broken socket usually means a dead peer, and the first peer to notice a
- * death may abort and close its own sockets: ask the bootstrap which ranks
- * are gone, so that the last error names them all, the first one included. */
+ * death may abort and close its own sockets before the dead process's other
+ * connections have all closed (a killed process unmaps its memory before
+ * its files are closed). So let the bootstrap's view settle, up to 200 ms,
+ * until the set of gone ranks holds still for 20 ms: then the last error
+ * names them all, the first one included. */
 static ncclResult_t netBroken(struct schedule *s, ncclResult_t res) {
+  struct bootstrap *b = s->ntasks ? s->tasks[0].boot : NULL;
+  if (b) {
+    uint64_t t0 = clockNs(), stable = t0;
+    int last = bootstrapGoneCount(b);
+    while (clockNs() - t0 < 200000000ull && (last == 0 || clockNs() - stable < 20000000ull)) {
+      struct timespec ts = {0, 1000000};
+      nanosleep(&ts, NULL);
+      int now = bootstrapGoneCount(b);
+      if (now != last) {
+        last = now;
+        stable = clockNs();
+      }
+    }
+  }
   ncclResult_t live = scheduleLiveness(s);
   return live != ncclSuccess ? live : res;
 }

@@ -5,6 +5,8 @@
  * one asks the transport to make progress before answering "not yet". */
 #ifndef CHORUS_PROTO_SIMPLE_H
 #define CHORUS_PROTO_SIMPLE_H
+#include <string.h>
+
 #include "transport/conn.h"
 #include "transport/net.h"
 
@@ -22,6 +24,17 @@ static inline void simpleSendPost(struct conn *c, size_t bytes) {
   if (c->net) c->net->sizes[c->step % c->nslots] = (uint32_t)bytes;
   __atomic_store_n(&c->ctrl->tail, ++c->step, __ATOMIC_RELEASE);
   if (c->net) netProgress(c); /* on the wire at once: latency */
+}
+/* Publishes the slot simpleSendSlot gave with bytes copied from data. Over
+ * sockets the kernel reads them from data itself (a copy saved); either
+ * way data may change once this returns. */
+static inline void simpleSendPostFrom(struct conn *c, const void *data, size_t bytes) {
+  if (c->net) {
+    netPostFrom(c, (const char *)data, bytes);
+  } else {
+    memcpy(c->slots + (size_t)(c->step % c->nslots) * c->slotBytes, data, bytes);
+    __atomic_store_n(&c->ctrl->tail, ++c->step, __ATOMIC_RELEASE);
+  }
 }
 /* The next filled slot, or NULL while none has arrived. */
 static inline const char *simpleRecvSlot(struct conn *c) {

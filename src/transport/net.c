@@ -146,8 +146,18 @@ static ncclResult_t sockSend(struct conn *c, struct netSock *k) {
 
 /* Reads into queued pieces as far as bytes have arrived. */
 static ncclResult_t sockRecv(struct conn *c, struct netSock *k) {
+  struct netConn *n = c->net;
   while (k->qhead < k->qtail) {
     struct netTask *t = &k->q[k->qhead % k->qcap];
+    if (k == &n->socks[0] && n->stageTail > n->stageHead) { /* read ahead with the header */
+      size_t take = n->stageTail - n->stageHead;
+      if (take > t->len - k->off) take = t->len - k->off;
+      memcpy(t->ptr + k->off, n->stage + n->stageHead, take);
+      n->stageHead += (uint32_t)take;
+      k->off += take;
+      if (k->off == t->len) pieceDone(c, k);
+      continue;
+    }
     ssize_t r = recv(k->fd, t->ptr + k->off, t->len - k->off, MSG_DONTWAIT);
     if (r > 0) {
       k->off += (size_t)r;
@@ -162,25 +172,34 @@ static ncclResult_t sockRecv(struct conn *c, struct netSock *k) {
   return ncclSuccess;
 }
 
-/* Reads the next size header off the control socket: 1 when complete. */
-static int readHeader(struct conn *c, ncclResult_t *res) {
+/* Reads the next size header off the control socket: 1 when complete.
+ * Reads up to a stage-full at once; what follows the header is used by the
+ * next pieces on that socket. */
+static int readHeader(struct conn *c, uint32_t *size, ncclResult_t *res) {
   struct netConn *n = c->net;
-  while (n->hdrGot < sizeof n->hdr) {
-    ssize_t r = recv(n->socks[0].fd, (char *)&n->hdr + n->hdrGot, sizeof n->hdr - n->hdrGot, MSG_DONTWAIT);
+  while (n->stageTail - n->stageHead < sizeof *size) {
+    if (n->stageHead > 0) {
+      memmove(n->stage, n->stage + n->stageHead, n->stageTail - n->stageHead);
+      n->stageTail -= n->stageHead;
+      n->stageHead = 0;
+    }
+    ssize_t r = recv(n->socks[0].fd, n->stage + n->stageTail, sizeof n->stage - n->stageTail, MSG_DONTWAIT);
     if (r > 0) {
-      n->hdrGot += (uint32_t)r;
+      n->stageTail += (uint32_t)r;
+      n->bytes += (size_t)r;
       continue;
     }
     if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
     if (r < 0 && errno == EINTR) continue;
-    if (r == 0 && n->hdrGot == 0) {
+    if (r == 0 && n->stageTail == n->stageHead) {
       n->eof = 1; /* a clean end, unless something still needs data */
       return 0;
     }
     *res = netFail(c, "receiving", r == 0 ? 0 : errno);
     return 0;
   }
-  n->hdrGot = 0;
+  memcpy(size, n->stage + n->stageHead, sizeof *size);
+  n->stageHead += sizeof *size;
   return 1;
 }
 
@@ -190,7 +209,8 @@ static ncclResult_t sendProgress(struct conn *c) {
     uint64_t step = n->queued++;
     uint32_t k = (uint32_t)(step % c->nslots);
     sockPush(&n->socks[0], (char *)&n->sizes[k], sizeof n->sizes[k], step);
-    n->pending[k] = 1 + cutSlot(n, step, c->slots + (size_t)k * c->slotBytes, n->sizes[k]);
+    char *data = n->refs[k] ? (char *)n->refs[k] : c->slots + (size_t)k * c->slotBytes;
+    n->pending[k] = 1 + cutSlot(n, step, data, n->sizes[k]);
   }
   for (int i = 0; i < n->nsocks; i++)
     if (n->socks[i].qhead < n->socks[i].qtail) CHECK(sockSend(c, &n->socks[i]));
@@ -212,8 +232,8 @@ static ncclResult_t recvProgress(struct conn *c) {
      * what is queued on it before reading the next header. */
     CHECK(sockRecv(c, &n->socks[0]));
     if (n->socks[0].qhead < n->socks[0].qtail || n->queued - head >= c->nslots || n->eof) break;
-    if (!readHeader(c, &res)) break;
-    uint32_t size = n->hdr;
+    uint32_t size;
+    if (!readHeader(c, &size, &res)) break;
     if (size == 0 || size > c->slotBytes) {
       WARN("NET/Socket : rank %d got a %u-byte piece from rank %d (host %s) for %u-byte slots: the ranks "
            "disagree on NCCL_BUFFSIZE or the stream is corrupt",
@@ -240,6 +260,28 @@ static ncclResult_t recvProgress(struct conn *c) {
 ncclResult_t netProgress(struct conn *c) {
   if (c->net->err != ncclSuccess) return c->net->err;
   return c->net->isSend ? sendProgress(c) : recvProgress(c);
+}
+
+void netPostFrom(struct conn *c, const char *data, size_t bytes) {
+  struct netConn *n = c->net;
+  uint32_t k = (uint32_t)(c->step % c->nslots);
+  n->sizes[k] = (uint32_t)bytes;
+  n->refs[k] = data;
+  __atomic_store_n(&c->ctrl->tail, ++c->step, __ATOMIC_RELEASE);
+  netProgress(c);
+  n->refs[k] = NULL;
+  /* What the kernel has not taken yet moves into the slot, at the same offset. */
+  char *slot = c->slots + (size_t)k * c->slotBytes;
+  for (int i = 0; i < n->nsocks; i++) {
+    struct netSock *q = &n->socks[i];
+    for (uint64_t j = q->qhead; j < q->qtail; j++) {
+      struct netTask *t = &q->q[j % q->qcap];
+      if (t->ptr < data || t->ptr >= data + bytes) continue;
+      size_t at = (size_t)(t->ptr - data), skip = j == q->qhead ? q->off : 0;
+      memcpy(slot + at + skip, t->ptr + skip, t->len - skip);
+      t->ptr = slot + at;
+    }
+  }
 }
 
 ncclResult_t netCheckNeeded(struct conn *c) {

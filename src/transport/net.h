@@ -56,8 +56,11 @@ struct netConn {
   uint64_t done;      /* slots entirely sent (sender) or received (receiver) */
   uint32_t pending[CONN_MAX_SLOTS]; /* pieces outstanding per slot */
   uint32_t sizes[CONN_MAX_SLOTS];   /* bytes per slot: the size header */
-  uint32_t hdr;                     /* receiver: size header being read */
-  uint32_t hdrGot;
+  const char *refs[CONN_MAX_SLOTS]; /* sender: where a slot's bytes are, when not in the slot */
+  /* Receiver: bytes read off the control socket ahead of need, so that a
+   * small message and its header arrive in one system call. */
+  uint32_t stageHead, stageTail;
+  char stage[512];
   uint64_t bytes;   /* moved so far: progress for the one wait */
   int eof;          /* receiver: the peer closed between messages */
   ncclResult_t err; /* sticky: the connection broke */
@@ -83,6 +86,11 @@ void netClose(struct netState *s);
  * receiver's free slots in. ncclRemoteError (named in a WARN, once) when the
  * connection broke; the error sticks. */
 ncclResult_t netProgress(struct conn *c);
+/* Posts the next slot with bytes taken from data, not from the slot: the
+ * kernel copies them straight from data, and whatever it does not take at
+ * once is copied into the slot before this returns, so data may change
+ * afterwards. Saves a copy when the socket has room. */
+void netPostFrom(struct conn *c, const char *data, size_t bytes);
 /* A receiver whose peer closed the connection between messages (as
  * ncclCommDestroy does) is no failure until a step needs data from it:
  * then this WARNs and returns ncclRemoteError; otherwise ncclSuccess. */
