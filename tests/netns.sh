@@ -49,6 +49,9 @@ suite)
   NCCL_SOCKET_FAMILY=AF_INET6 launch 3 1 "[fd77::1]" 120 "$bin/test_p2p" 3
   # Several data sockets per connection across hosts.
   NCCL_NSOCKS_PERTHREAD=4 launch 2 1 10.77.0.1 120 "$bin/all_reduce_perf" -b 8 -e 16M -f 8 -n 2 -c 1
+  # Helper threads moving the data sockets' pieces.
+  NCCL_SOCKET_NTHREADS=2 NCCL_NSOCKS_PERTHREAD=2 launch 2 2 10.77.0.1 120 "$bin/all_reduce_perf" -b 8 -e 16M -f 8 -n 2 -c 1
+  NCCL_SOCKET_NTHREADS=2 NCCL_NSOCKS_PERTHREAD=2 launch 3 1 10.77.0.1 120 "$bin/sendrecv_perf" -b 8 -e 16M -f 8 -n 2 -c 1
   ;;
 shaped)
   # tbf on both directions of host 1's link: 1 Gbit/s, nothing assumes loopback speed.

@@ -122,6 +122,7 @@ static ncclResult_t scheduleLiveness(void *arg) {
 #define ENGINE_MAX_NET 256
 struct engineNet {
   int n;
+  int helped; /* some connection has helper threads (they do not wake poll) */
   struct conn *c[ENGINE_MAX_NET];
 };
 
@@ -130,10 +131,12 @@ static void netAdd(struct engineNet *en, struct conn *c) {
   for (int i = 0; i < en->n; i++)
     if (en->c[i] == c) return;
   if (en->n < ENGINE_MAX_NET) en->c[en->n++] = c;
+  en->helped |= c->net->helped;
 }
 
 static void netCollect(const struct schedule *s, struct engineNet *en) {
   en->n = 0;
+  en->helped = 0;
   for (int i = 0; i < s->nsteps; i++) {
     netAdd(en, s->steps[i].recv);
     netAdd(en, s->steps[i].send);
@@ -201,7 +204,8 @@ static int netOnlyWait(struct schedule *s) {
       continue;
     struct step *st = &s->steps[t->firstStep + t->cur];
     struct conn *c = st->recv ? st->recv : st->send;
-    if (!c || !c->net) return 0;
+    /* Helper threads finish pieces without waking poll(): keep yielding. */
+    if (!c || !c->net || c->net->helped) return 0;
   }
   return 1;
 }
@@ -262,7 +266,7 @@ ncclResult_t engineRun(struct schedule *s) {
     ncclResult_t res = en.n ? netPump(&en, &busy, &moved) : ncclSuccess;
     if (res != ncclSuccess) return netBroken(s, res);
     if (!busy) return ncclSuccess;
-    w.blockNow = 1;
+    w.blockNow = !en.helped;
     if (moved) waitProgress(&w);
     else CHECK(waitPause(&w));
   }

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/mman.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -53,13 +54,14 @@ static struct netCut netLocalCut(void) {
 
 static ncclResult_t netFail(struct conn *c, const char *what, int err) {
   struct netConn *n = c->net;
-  if (n->err == ncclSuccess) {
+  ncclResult_t ok = ncclSuccess;
+  /* Once, from whichever thread saw it first (a helper or the caller). */
+  if (__atomic_compare_exchange_n(&n->err, &ok, ncclRemoteError, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
     WARN("NET/Socket : rank %d lost its connection %s rank %d (host %s, lane %d) while %s: %s", n->rank,
          n->isSend ? "to" : "from", c->peer, n->peerHost, n->lane, what,
          err ? strerror(err) : "closed by the peer");
-    n->err = ncclRemoteError;
   }
-  return n->err;
+  return ncclRemoteError;
 }
 
 /* A link that goes silent (cable pulled, host frozen) leaves sent bytes
@@ -78,7 +80,12 @@ static void sockPush(struct netSock *k, char *ptr, uint32_t len, uint64_t step) 
   t->ptr = ptr;
   t->len = len;
   t->step = step;
-  k->qtail++;
+  __atomic_store_n(&k->qtail, k->qtail + 1, __ATOMIC_SEQ_CST);
+  if (k->helper && __atomic_load_n(&k->helper->sleeping, __ATOMIC_SEQ_CST)) {
+    uint64_t one = 1;
+    if (write(k->helper->efd, &one, sizeof one) < 0) { /* the counter is full: it is awake anyway */
+    }
+  }
 }
 
 /* Queues slot `step`'s data on the sockets as the sender's cut says; returns
@@ -102,17 +109,18 @@ static uint32_t cutSlot(struct netConn *n, uint64_t step, char *slot, uint32_t s
 
 static void pieceDone(struct conn *c, struct netSock *k) {
   struct netTask *t = &k->q[k->qhead % k->qcap];
-  c->net->pending[t->step % c->nslots]--;
-  k->qhead++;
+  __atomic_fetch_sub(&c->net->pending[t->step % c->nslots], 1, __ATOMIC_RELEASE);
+  __atomic_store_n(&k->qhead, k->qhead + 1, __ATOMIC_RELEASE);
   k->off = 0;
 }
 
 /* Writes as many queued pieces as the socket takes, several per call. */
 static ncclResult_t sockSend(struct conn *c, struct netSock *k) {
-  while (k->qhead < k->qtail) {
+  uint64_t tail;
+  while (k->qhead < (tail = __atomic_load_n(&k->qtail, __ATOMIC_ACQUIRE))) {
     struct iovec iov[16];
     int niov = 0;
-    for (uint64_t i = k->qhead; i < k->qtail && niov < 16; i++, niov++) {
+    for (uint64_t i = k->qhead; i < tail && niov < 16; i++, niov++) {
       struct netTask *t = &k->q[i % k->qcap];
       size_t skip = i == k->qhead ? k->off : 0;
       iov[niov].iov_base = t->ptr + skip;
@@ -128,7 +136,7 @@ static ncclResult_t sockSend(struct conn *c, struct netSock *k) {
       return netFail(c, "sending", errno);
     }
     size_t left = (size_t)r;
-    c->net->bytes += left;
+    __atomic_fetch_add(&c->net->bytes, left, __ATOMIC_RELAXED);
     while (left > 0) {
       struct netTask *t = &k->q[k->qhead % k->qcap];
       size_t rest = t->len - k->off;
@@ -147,7 +155,7 @@ static ncclResult_t sockSend(struct conn *c, struct netSock *k) {
 /* Reads into queued pieces as far as bytes have arrived. */
 static ncclResult_t sockRecv(struct conn *c, struct netSock *k) {
   struct netConn *n = c->net;
-  while (k->qhead < k->qtail) {
+  while (k->qhead < __atomic_load_n(&k->qtail, __ATOMIC_ACQUIRE)) {
     struct netTask *t = &k->q[k->qhead % k->qcap];
     if (k == &n->socks[0] && n->stageTail > n->stageHead) { /* read ahead with the header */
       size_t take = n->stageTail - n->stageHead;
@@ -161,7 +169,7 @@ static ncclResult_t sockRecv(struct conn *c, struct netSock *k) {
     ssize_t r = recv(k->fd, t->ptr + k->off, t->len - k->off, MSG_DONTWAIT);
     if (r > 0) {
       k->off += (size_t)r;
-      c->net->bytes += (size_t)r;
+      __atomic_fetch_add(&c->net->bytes, (size_t)r, __ATOMIC_RELAXED);
       if (k->off == t->len) pieceDone(c, k);
       continue;
     }
@@ -186,7 +194,7 @@ static int readHeader(struct conn *c, uint32_t *size, ncclResult_t *res) {
     ssize_t r = recv(n->socks[0].fd, n->stage + n->stageTail, sizeof n->stage - n->stageTail, MSG_DONTWAIT);
     if (r > 0) {
       n->stageTail += (uint32_t)r;
-      n->bytes += (size_t)r;
+      __atomic_fetch_add(&n->bytes, (size_t)r, __ATOMIC_RELAXED);
       continue;
     }
     if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
@@ -210,12 +218,16 @@ static ncclResult_t sendProgress(struct conn *c) {
     uint32_t k = (uint32_t)(step % c->nslots);
     sockPush(&n->socks[0], (char *)&n->sizes[k], sizeof n->sizes[k], step);
     char *data = n->refs[k] ? (char *)n->refs[k] : c->slots + (size_t)k * c->slotBytes;
-    n->pending[k] = 1 + cutSlot(n, step, data, n->sizes[k]);
+    /* The header is one piece; it holds the count above zero while helpers
+     * may already finish the data pieces. */
+    __atomic_store_n(&n->pending[k], 1, __ATOMIC_RELAXED);
+    uint32_t pieces = cutSlot(n, step, data, n->sizes[k]);
+    __atomic_fetch_add(&n->pending[k], pieces, __ATOMIC_ACQ_REL);
   }
   for (int i = 0; i < n->nsocks; i++)
-    if (n->socks[i].qhead < n->socks[i].qtail) CHECK(sockSend(c, &n->socks[i]));
+    if (!n->socks[i].helper && n->socks[i].qhead < n->socks[i].qtail) CHECK(sockSend(c, &n->socks[i]));
   uint64_t done = n->done;
-  while (done < n->queued && n->pending[done % c->nslots] == 0) done++;
+  while (done < n->queued && __atomic_load_n(&n->pending[done % c->nslots], __ATOMIC_ACQUIRE) == 0) done++;
   if (done != n->done) {
     n->done = done;
     __atomic_store_n(&c->ctrl->head, done, __ATOMIC_RELEASE);
@@ -238,18 +250,21 @@ static ncclResult_t recvProgress(struct conn *c) {
       WARN("NET/Socket : rank %d got a %u-byte piece from rank %d (host %s) for %u-byte slots: the ranks "
            "disagree on NCCL_BUFFSIZE or the stream is corrupt",
            n->rank, size, c->peer, n->peerHost, c->slotBytes);
-      return n->err = ncclRemoteError;
+      __atomic_store_n(&n->err, ncclRemoteError, __ATOMIC_RELEASE);
+      return ncclRemoteError;
     }
     uint64_t step = n->queued++;
     uint32_t k = (uint32_t)(step % c->nslots);
     n->sizes[k] = size;
-    n->pending[k] = cutSlot(n, step, c->slots + (size_t)k * c->slotBytes, size);
+    __atomic_store_n(&n->pending[k], 1, __ATOMIC_RELAXED); /* held until every piece is queued */
+    uint32_t pieces = cutSlot(n, step, c->slots + (size_t)k * c->slotBytes, size);
+    __atomic_fetch_add(&n->pending[k], pieces - 1, __ATOMIC_ACQ_REL);
   }
   CHECK(res);
   for (int i = 1; i < n->nsocks; i++)
-    if (n->socks[i].qhead < n->socks[i].qtail) CHECK(sockRecv(c, &n->socks[i]));
+    if (!n->socks[i].helper && n->socks[i].qhead < n->socks[i].qtail) CHECK(sockRecv(c, &n->socks[i]));
   uint64_t done = n->done;
-  while (done < n->queued && n->pending[done % c->nslots] == 0) done++;
+  while (done < n->queued && __atomic_load_n(&n->pending[done % c->nslots], __ATOMIC_ACQUIRE) == 0) done++;
   if (done != n->done) {
     n->done = done;
     __atomic_store_n(&c->ctrl->tail, done, __ATOMIC_RELEASE);
@@ -258,13 +273,22 @@ static ncclResult_t recvProgress(struct conn *c) {
 }
 
 ncclResult_t netProgress(struct conn *c) {
-  if (c->net->err != ncclSuccess) return c->net->err;
+  ncclResult_t err = __atomic_load_n(&c->net->err, __ATOMIC_ACQUIRE);
+  if (err != ncclSuccess) return err;
   return c->net->isSend ? sendProgress(c) : recvProgress(c);
 }
 
 void netPostFrom(struct conn *c, const char *data, size_t bytes) {
   struct netConn *n = c->net;
   uint32_t k = (uint32_t)(c->step % c->nslots);
+  if (n->helped && n->cut.ndata > 0 && bytes > n->cut.inlineBytes) {
+    /* Its pieces go to helpers, which may read them at any time: copy. */
+    memcpy(c->slots + (size_t)k * c->slotBytes, data, bytes);
+    n->sizes[k] = (uint32_t)bytes;
+    __atomic_store_n(&c->ctrl->tail, ++c->step, __ATOMIC_RELEASE);
+    netProgress(c);
+    return;
+  }
   n->sizes[k] = (uint32_t)bytes;
   n->refs[k] = data;
   __atomic_store_n(&c->ctrl->tail, ++c->step, __ATOMIC_RELEASE);
@@ -274,6 +298,7 @@ void netPostFrom(struct conn *c, const char *data, size_t bytes) {
   char *slot = c->slots + (size_t)k * c->slotBytes;
   for (int i = 0; i < n->nsocks; i++) {
     struct netSock *q = &n->socks[i];
+    if (q->helper) continue; /* nothing of this slot went there */
     for (uint64_t j = q->qhead; j < q->qtail; j++) {
       struct netTask *t = &q->q[j % q->qcap];
       if (t->ptr < data || t->ptr >= data + bytes) continue;
@@ -286,7 +311,8 @@ void netPostFrom(struct conn *c, const char *data, size_t bytes) {
 
 ncclResult_t netCheckNeeded(struct conn *c) {
   struct netConn *n = c->net;
-  if (n->err != ncclSuccess || !n->eof || n->queued > c->step) return n->err;
+  ncclResult_t err = __atomic_load_n(&n->err, __ATOMIC_ACQUIRE);
+  if (err != ncclSuccess || !n->eof || n->queued > c->step) return err;
   return netFail(c, "waiting for data", 0);
 }
 
@@ -295,6 +321,7 @@ int netPollFds(const struct conn *c, struct pollfd *fds, int max) {
   int nf = 0;
   for (int i = 0; i < n->nsocks && nf < max; i++) {
     const struct netSock *k = &n->socks[i];
+    if (k->helper) continue;
     int busy = k->qhead < k->qtail;
     if (n->isSend) {
       if (busy) fds[nf++] = (struct pollfd){k->fd, POLLOUT, 0};
@@ -303,6 +330,128 @@ int netPollFds(const struct conn *c, struct pollfd *fds, int max) {
     }
   }
   return nf;
+}
+
+/* ---- helper threads ---- */
+
+static void *helperMain(void *arg) {
+  struct netHelper *h = arg;
+  struct pollfd *fds = malloc(sizeof *fds * (size_t)(h->nsocks + 1));
+  if (!fds) return NULL;
+  while (!__atomic_load_n(&h->stop, __ATOMIC_ACQUIRE)) {
+    int moved = 0;
+    for (int i = 0; i < h->nsocks; i++) {
+      struct netSock *k = h->socks[i];
+      struct conn *c = h->conns[i];
+      if (__atomic_load_n(&c->net->err, __ATOMIC_ACQUIRE) != ncclSuccess) continue;
+      uint64_t head = k->qhead;
+      size_t off = k->off;
+      if (head == __atomic_load_n(&k->qtail, __ATOMIC_ACQUIRE)) continue;
+      if (c->net->isSend) sockSend(c, k);
+      else sockRecv(c, k);
+      moved |= k->qhead != head || k->off != off;
+    }
+    if (moved) continue;
+    /* Nothing moved: sleep until a socket is ready or new pieces come. The
+     * queues are looked at again after saying so (the caller looks at
+     * sleeping after queueing), so no wake-up is lost. */
+    __atomic_store_n(&h->sleeping, 1, __ATOMIC_SEQ_CST);
+    int nf = 0;
+    for (int i = 0; i < h->nsocks; i++) {
+      struct netSock *k = h->socks[i];
+      if (k->qhead == __atomic_load_n(&k->qtail, __ATOMIC_SEQ_CST) ||
+          __atomic_load_n(&h->conns[i]->net->err, __ATOMIC_ACQUIRE) != ncclSuccess)
+        continue;
+      fds[nf++] = (struct pollfd){k->fd, h->conns[i]->net->isSend ? POLLOUT : POLLIN, 0};
+    }
+    fds[nf++] = (struct pollfd){h->efd, POLLIN, 0};
+    poll(fds, (nfds_t)nf, 100);
+    __atomic_store_n(&h->sleeping, 0, __ATOMIC_SEQ_CST);
+    if (fds[nf - 1].revents & POLLIN) {
+      uint64_t v;
+      if (read(h->efd, &v, sizeof v) < 0) { /* nothing to drain */
+      }
+    }
+  }
+  free(fds);
+  return NULL;
+}
+
+static ncclResult_t helperAdd(struct netHelper *h, struct conn *c, struct netSock *k) {
+  if (h->nsocks == h->cap) {
+    int cap = h->cap ? 2 * h->cap : 16;
+    struct conn **cs = realloc(h->conns, sizeof *cs * (size_t)cap);
+    if (cs) h->conns = cs;
+    struct netSock **ks = realloc(h->socks, sizeof *ks * (size_t)cap);
+    if (ks) h->socks = ks;
+    if (!cs || !ks) return ncclSystemError;
+    h->cap = cap;
+  }
+  h->conns[h->nsocks] = c;
+  h->socks[h->nsocks++] = k;
+  k->helper = h;
+  return ncclSuccess;
+}
+
+/* NCCL_SOCKET_NTHREADS helpers per communicator, each owning a share of the
+ * data sockets of every connection. */
+static ncclResult_t helpersStart(struct netState *s) {
+  int64_t nt = paramInt(paramSocketNThreads);
+  if (nt > 16) nt = 16;
+  int ndata = 0;
+  for (int i = 0; i < s->nconns; i++) ndata += s->conns[i]->net->cut.ndata;
+  if (nt <= 0 || ndata == 0) return ncclSuccess;
+  s->helpers = calloc((size_t)nt, sizeof *s->helpers);
+  if (!s->helpers) return ncclSystemError;
+  s->helperSlots = (int)nt;
+  for (int t = 0; t < nt; t++) s->helpers[t].efd = -1;
+  for (int t = 0; t < nt; t++) {
+    s->helpers[t].efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (s->helpers[t].efd < 0) {
+      WARN("Call to eventfd failed: %s", strerror(errno));
+      return ncclSystemError;
+    }
+  }
+  int next = 0;
+  for (int i = 0; i < s->nconns; i++) {
+    struct netConn *n = s->conns[i]->net;
+    for (int k = 1; k < n->nsocks; k++, next = (next + 1) % (int)nt)
+      CHECK(helperAdd(&s->helpers[next], s->conns[i], &n->socks[k]));
+    n->helped = n->nsocks > 1;
+  }
+  for (int t = 0; t < nt; t++) {
+    int err = pthread_create(&s->helpers[t].thread, NULL, helperMain, &s->helpers[t]);
+    if (err) {
+      WARN("NET/Socket : cannot start a helper thread: %s", strerror(err));
+      return ncclSystemError;
+    }
+    s->nhelpers = t + 1;
+  }
+  INFO(subsysNet | subsysInit, "NET/Socket : %d helper thread(s) for %d data socket(s)", s->nhelpers, ndata);
+  return ncclSuccess;
+}
+
+static void helpersStop(struct netState *s) {
+  for (int t = 0; t < s->nhelpers; t++) {
+    __atomic_store_n(&s->helpers[t].stop, 1, __ATOMIC_RELEASE);
+    uint64_t one = 1;
+    if (write(s->helpers[t].efd, &one, sizeof one) < 0) { /* it wakes within 100 ms anyway */
+    }
+    pthread_join(s->helpers[t].thread, NULL);
+  }
+  s->nhelpers = 0;
+  for (int i = 0; s->helpers && s->conns && i < s->nconns; i++) {
+    struct netConn *n = s->conns[i]->net;
+    for (int k = 0; n && k < n->nsocks; k++) n->socks[k].helper = NULL;
+  }
+  for (int t = 0; t < s->helperSlots; t++) {
+    if (s->helpers[t].efd >= 0) close(s->helpers[t].efd);
+    free(s->helpers[t].conns);
+    free(s->helpers[t].socks);
+  }
+  free(s->helpers);
+  s->helpers = NULL;
+  s->helperSlots = 0;
 }
 
 /* ---- setup ---- */
@@ -454,6 +603,7 @@ ncclResult_t netSetup(struct netState *s, struct bootstrap *b, struct connTable 
     }
   }
   CHECKGOTO(netAcceptAll(s, b, t, info, expected), res, out);
+  CHECKGOTO(helpersStart(s), res, out);
   char buf[80];
   INFO(subsysNet, "NET/Socket : %d remote peer(s), %d lane(s), %d socket(s) per connection, listening on %s",
        nremote, lanes, 1 + info[me].cut.ndata, sockAddrStr(&info[me].addr, buf, sizeof buf));
@@ -463,6 +613,7 @@ out:
 }
 
 void netClose(struct netState *s) {
+  helpersStop(s);
   for (int i = 0; i < s->nconns; i++) {
     struct netConn *n = s->conns[i]->net;
     for (int k = 0; n && k < n->nsocks; k++) {

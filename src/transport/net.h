@@ -15,6 +15,7 @@
 #ifndef CHORUS_TRANSPORT_NET_H
 #define CHORUS_TRANSPORT_NET_H
 #include <poll.h>
+#include <pthread.h>
 #include <stdint.h>
 
 #include "bootstrap/bootstrap.h"
@@ -29,13 +30,29 @@ struct netTask {
   uint64_t step; /* the slot it belongs to */
 };
 
-/* One TCP socket and the pieces queued on it, in wire order. */
+/* One TCP socket and the pieces queued on it, in wire order. A data socket
+ * may belong to a helper thread: then the thread running the operation
+ * only appends pieces (qtail) and the helper moves them (qhead, off). */
 struct netSock {
   int fd;
   struct netTask *q;
   uint32_t qcap;
   uint64_t qhead, qtail;
   size_t off; /* bytes of q[qhead] already moved */
+  struct netHelper *helper; /* NULL: driven by the operation's thread */
+};
+
+/* A helper thread (NCCL_SOCKET_NTHREADS): moves the pieces of the data
+ * sockets it owns, sleeping in poll() on them and on an eventfd that the
+ * operation's thread writes when it queues work while the helper sleeps. */
+struct netHelper {
+  pthread_t thread;
+  int efd;
+  int stop;
+  int sleeping;
+  int nsocks, cap;
+  struct conn **conns;
+  struct netSock **socks;
 };
 
 /* Settings a sender cuts slots with; the receiver cuts the same way. */
@@ -50,6 +67,7 @@ struct netConn {
   const char *peerHost;
   struct netCut cut;
   int nsocks; /* 1 + cut.ndata */
+  int helped; /* its data sockets belong to helper threads */
   struct netSock socks[NET_MAX_SOCKS];
   uint32_t rr;        /* next data socket */
   uint64_t queued;    /* slots cut into pieces */
@@ -68,6 +86,9 @@ struct netConn {
 };
 
 struct netState {
+  int nhelpers;      /* running */
+  int helperSlots;   /* allocated */
+  struct netHelper *helpers;
   int nconns;
   struct conn **conns; /* every socket connection, send and receive */
   char **mem;          /* FIFO memory of each */
