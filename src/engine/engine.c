@@ -150,9 +150,9 @@ static ncclResult_t netPump(struct engineNet *en, int *busy, int *moved) {
   *busy = 0;
   for (int i = 0; i < en->n; i++) {
     struct conn *c = en->c[i];
-    uint64_t before = c->net->bytes;
+    uint64_t before = __atomic_load_n(&c->net->bytes, __ATOMIC_RELAXED); /* helpers add to it */
     CHECK(netProgress(c));
-    if (c->net->bytes != before) *moved = 1;
+    if (__atomic_load_n(&c->net->bytes, __ATOMIC_RELAXED) != before) *moved = 1;
     if (c->net->isSend && netSendPending(c)) *busy = 1;
   }
   return ncclSuccess;
