@@ -211,6 +211,18 @@ static int readHeader(struct conn *c, uint32_t *size, ncclResult_t *res) {
   return 1;
 }
 
+/* Slots whose pieces have all moved, in order, are done: publish them
+ * (a sender frees them for reuse: head; a receiver hands them over: tail). */
+static void slotsComplete(struct conn *c, uint64_t *counter) {
+  struct netConn *n = c->net;
+  uint64_t done = n->done;
+  while (done < n->queued && __atomic_load_n(&n->pending[done % c->nslots], __ATOMIC_ACQUIRE) == 0) done++;
+  if (done != n->done) {
+    n->done = done;
+    __atomic_store_n(counter, done, __ATOMIC_RELEASE);
+  }
+}
+
 static ncclResult_t sendProgress(struct conn *c) {
   struct netConn *n = c->net;
   while (n->queued < c->step) {
@@ -226,12 +238,7 @@ static ncclResult_t sendProgress(struct conn *c) {
   }
   for (int i = 0; i < n->nsocks; i++)
     if (!n->socks[i].helper && n->socks[i].qhead < n->socks[i].qtail) CHECK(sockSend(c, &n->socks[i]));
-  uint64_t done = n->done;
-  while (done < n->queued && __atomic_load_n(&n->pending[done % c->nslots], __ATOMIC_ACQUIRE) == 0) done++;
-  if (done != n->done) {
-    n->done = done;
-    __atomic_store_n(&c->ctrl->head, done, __ATOMIC_RELEASE);
-  }
+  slotsComplete(c, &c->ctrl->head);
   return ncclSuccess;
 }
 
@@ -263,12 +270,7 @@ static ncclResult_t recvProgress(struct conn *c) {
   CHECK(res);
   for (int i = 1; i < n->nsocks; i++)
     if (!n->socks[i].helper && n->socks[i].qhead < n->socks[i].qtail) CHECK(sockRecv(c, &n->socks[i]));
-  uint64_t done = n->done;
-  while (done < n->queued && __atomic_load_n(&n->pending[done % c->nslots], __ATOMIC_ACQUIRE) == 0) done++;
-  if (done != n->done) {
-    n->done = done;
-    __atomic_store_n(&c->ctrl->tail, done, __ATOMIC_RELEASE);
-  }
+  slotsComplete(c, &c->ctrl->tail);
   return ncclSuccess;
 }
 
