@@ -5,6 +5,9 @@
  *   peerabort- a peer that calls ncclCommAbort is gone for the others (ncclRemoteError).
  *   timeout  - a rank that never shows up makes the others return ncclTimeout
  *              after CHORUS_TIMEOUT.
+ *   skip     - a rank skips a collective: the others' timeout names it, "last
+ *              completed #1 and is in no call" (asked out of band).
+ *   stop     - the same with the rank SIGSTOPped: "does not answer".
  *   shm      - nothing is left in /dev/shm after a SIGKILL.
  *   test_fault <case> */
 #define _GNU_SOURCE
@@ -108,6 +111,43 @@ static int timeoutRank(int rank, int n, ncclUniqueId id, void *arg) {
   return 0;
 }
 
+/* A rank that skips a collective (busy elsewhere) or is stopped (SIGSTOP):
+ * the others time out, and their WARN names it and where it is. */
+static int skipRank(int rank, int n, ncclUniqueId id, void *arg) {
+  int stop = arg != NULL;
+  ncclComm_t comm;
+  NCCLCHECK(ncclCommInitRank(&comm, n, id, rank));
+  float x = 1, y;
+  NCCLCHECK(ncclAllReduce(&x, &y, 1, ncclFloat, ncclSum, comm, NULL)); /* #1, together */
+  if (rank == n - 1) {
+    shared[1] = getpid();
+    if (stop) raise(SIGSTOP); /* rank 0 sends SIGCONT once it has its diagnosis */
+    else usleep(3000000);   /* in no call */
+    NCCLCHECK(ncclCommAbort(comm));
+    return 0;
+  }
+  double t0 = nowSec();
+  ncclResult_t res = ncclAllReduce(&x, &y, 1, ncclFloat, ncclSum, comm, NULL); /* #2 */
+  double t = nowSec() - t0;
+  EXPECT(res == ncclTimeout, "rank %d got %s", rank, ncclGetErrorString(res));
+  EXPECT(t >= 0.9 && t < 3.0, "rank %d: timed out after %.2f s with CHORUS_TIMEOUT=1", rank, t);
+  const char *err = ncclGetLastError(comm);
+  fprintf(stderr, "rank %d: %s after %.2f s: %s\n", rank, ncclGetErrorString(res), t, err);
+  char want[64];
+  snprintf(want, sizeof want, "rank %d (host", n - 1);
+  EXPECT(strstr(err, "AllReduce #2 (count=1, float, sum) timed out") && strstr(err, want) &&
+             strstr(err, stop ? "does not answer" : "last completed #1 and is in no call"),
+         "rank %d: last error '%s'", rank, err);
+  if (n > 2) EXPECT(strstr(err, "all others wait in AllReduce #2"), "rank %d: last error '%s'", rank, err);
+  /* Stay until the others have their diagnosis too: an abort now would look
+   * like a dead rank to them. */
+  usleep(1500000);
+  if (stop && rank == 0) kill((pid_t)shared[1], SIGCONT);
+  usleep(500000);
+  NCCLCHECK(ncclCommAbort(comm));
+  return 0;
+}
+
 /* A rank that aborts (and stays alive) is gone for its peers: their calls
  * end with ncclRemoteError naming it, not a wait for the timeout. */
 static int peerAbortRank(int rank, int n, ncclUniqueId id, void *arg) {
@@ -160,6 +200,10 @@ int main(int argc, char **argv) {
     failed = runRanks(2, abortRank, NULL, 30);
   } else if (strcmp(which, "peerabort") == 0) {
     failed = runRanks(3, peerAbortRank, NULL, 30);
+  } else if (strcmp(which, "skip") == 0 || strcmp(which, "stop") == 0) {
+    setenv("CHORUS_TIMEOUT", "1", 1);
+    failed = runRanks(2, skipRank, which[1] == 't' ? shared : NULL, 30);
+    failed += runRanks(4, skipRank, which[1] == 't' ? shared : NULL, 30);
   } else {
     setenv("CHORUS_TIMEOUT", "1", 1);
     failed = runRanks(3, timeoutRank, NULL, 30);

@@ -3,12 +3,6 @@
 #include "core/err.h"
 #include "core/log.h"
 
-const char *collName(int coll) {
-  static const char *names[collTypeCount] = {"AllReduce", "Broadcast", "Reduce",   "AllGather", "ReduceScatter",
-                                             "Send",      "Recv",      "AlltoAll", "Gather",    "Scatter"};
-  return coll >= 0 && coll < collTypeCount ? names[coll] : "Unknown";
-}
-
 const char *algoName(int algo) {
   static const char *names[] = {"Local", "Ring", "OneHop", "Chain", "P2p", "Pairwise"};
   return names[algo];

@@ -2,22 +2,9 @@
  * over the communicator's connections. None of them moves a byte. */
 #ifndef CHORUS_ALGO_ALGO_H
 #define CHORUS_ALGO_ALGO_H
+#include "engine/desc.h"
 #include "engine/schedule.h"
 
-enum collType {
-  collAllReduce,
-  collBroadcast,
-  collReduce,
-  collAllGather,
-  collReduceScatter,
-  collSend,
-  collRecv,
-  collAlltoAll,
-  collGather,
-  collScatter,
-  collTypeCount
-};
-const char *collName(int coll);
 
 enum algoId { algoLocal, algoRing, algoOneHop, algoChain, algoP2p, algoPairwise };
 const char *algoName(int algo);
@@ -30,6 +17,7 @@ struct collDesc {
   int dtype;
   struct redOp red;
   int root; /* root for rooted collectives, peer for send/recv */
+  struct opDesc check; /* what the first slot on each connection carries */
 };
 
 /* What a builder needs of the communicator. laneLast[] holds, for the

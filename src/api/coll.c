@@ -4,6 +4,7 @@
 
 #include "api/api.h"
 #include "api/group.h"
+#include "api/watch.h"
 #include "core/err.h"
 #include "core/log.h"
 
@@ -29,14 +30,17 @@ static ncclResult_t enqueueCheckArgs(const struct callArgs *a) {
   struct ncclComm *comm = a->comm;
   logSetRank(comm->rank);
   ncclResult_t async = __atomic_load_n(&comm->asyncError, __ATOMIC_ACQUIRE);
+  /* A peer that died or reported a fault since the last call: its WARN is
+   * the one that explains, so return without another. */
+  if (async == ncclSuccess && (async = watchAsyncError(comm)) != ncclSuccess) return async;
   if (async == ncclInProgress) {
     WARN("%s : rank %d: Attempt to use communicator before the previous operation returned ncclSuccess", name,
          comm->rank);
     return ncclInvalidArgument;
   }
   if (async != ncclSuccess) {
-    WARN("%s : rank %d: communicator has failed earlier (%s); abort and re-create it", name, comm->rank,
-         ncclGetErrorString(async));
+    WARN("%s : rank %d: communicator has failed earlier (%s: %s); abort and re-create it", name, comm->rank,
+         ncclGetErrorString(async), comm->failText);
     return async;
   }
   if (comm->finalized) {
@@ -87,7 +91,23 @@ static ncclResult_t enqueueCheckArgs(const struct callArgs *a) {
        name, (unsigned long long)comm->opCount, a->sendbuff, a->recvbuff, a->count, (int)a->dtype,
        isReduction(a->coll) ? (int)a->op : 0, a->root, (void *)comm, comm->nranks, (void *)a->stream);
   comm->opCount++;
-  if (a->count == 0) return ncclSuccess; /* a no-op, as in NCCL */
+  struct opDesc *c = &d->check;
+  c->count = a->count;
+  c->coll = (uint8_t)a->coll;
+  c->dtype = (uint8_t)a->dtype;
+  c->op = !isReduction(a->coll) ? OPDESC_NO_OP : (int)a->op < (int)ncclNumOps ? (uint8_t)a->op : OPDESC_USER_OP;
+  c->root = rooted || p2p ? a->root : -1;
+  c->rank = comm->rank;
+  if (p2p) c->seq = ++comm->p2pSeq[(a->coll == collRecv ? comm->nranks : 0) + a->root];
+  else c->seq = ++comm->collSeq;
+  if (a->count == 0) { /* a no-op, as in NCCL */
+    if (!p2p && c->seq > comm->doneSeq) {
+      pthread_mutex_lock(&comm->statusLock);
+      comm->doneSeq = c->seq;
+      pthread_mutex_unlock(&comm->statusLock);
+    }
+    return ncclSuccess;
+  }
   return groupEnqueue(&item);
 }
 

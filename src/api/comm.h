@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "bootstrap/bootstrap.h"
+#include "engine/desc.h"
 #include "reduce/reduce.h"
 #include "transport/conn.h"
 #include "transport/net.h"
@@ -35,9 +36,21 @@ struct ncclComm {
   size_t slotBytes;
   volatile int abortFlag;
   ncclResult_t asyncError; /* sticky once a collective failed */
+  char failText[512];      /* the WARN that explained it */
   int finalized;
   int busy;     /* calls in flight, so abort waits before freeing */
   uint64_t opCount;
+  /* What this rank is doing, for mismatch checks and for other ranks'
+   * timeout diagnosis (watch.h). */
+  int check;          /* CHORUS_CHECK, as rank 0 has it */
+  uint32_t collSeq;   /* collective calls made; the next is collSeq + 1 */
+  uint32_t *p2pSeq;   /* [2 * nranks]: sends to, then receives from, each peer */
+  pthread_mutex_t statusLock;
+  uint32_t doneSeq;   /* last collective completed */
+  int inCall;         /* launches running */
+  struct opDesc current; /* the operation last started */
+  uint64_t currentNs; /* when */
+  int timedOut;       /* the last launch timed out: still "waits" there, for the others' diagnosis */
   int *laneLast;   /* for the schedule being built (see algoCtx) */
   uint64_t laneGen; /* schedule build that laneLast belongs to */
   char *scratch;

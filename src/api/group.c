@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "api/api.h"
+#include "api/watch.h"
 #include "core/err.h"
 #include "core/log.h"
 #include "core/param.h"
@@ -55,7 +56,9 @@ static ncclResult_t buildItem(struct schedule *s, const struct groupItem *it, ui
                         comm->laneLast};
   TRACE(subsysTuning, "%s %zu bytes: algorithm %s, %d channel(s)", collName(it->desc.coll), bytes,
         algoName(c.algo), c.nch);
+  int firstTask = s->ntasks;
   ncclResult_t res = algoBuild(s, &ctx, &it->desc, c.algo, c.nch);
+  if (res == ncclSuccess && comm->check) scheduleMarkOp(s, firstTask, &it->desc.check);
   if (res != ncclSuccess) WARN("%s : rank %d: out of memory building the schedule", collName(it->desc.coll), comm->rank);
   return res;
 }
@@ -89,8 +92,9 @@ static void markFailed(const struct groupItem *items, int n, cudaStream_t stream
   for (int i = 0; i < n; i++)
     if (items[i].stream == stream) {
       ncclResult_t expected = ncclSuccess;
-      __atomic_compare_exchange_n(&items[i].comm->asyncError, &expected, res, 0, __ATOMIC_ACQ_REL,
-                                  __ATOMIC_ACQUIRE);
+      if (__atomic_compare_exchange_n(&items[i].comm->asyncError, &expected, res, 0, __ATOMIC_ACQ_REL,
+                                      __ATOMIC_ACQUIRE))
+        logCopyLastError(items[i].comm->failText, sizeof items[i].comm->failText);
     }
 }
 
@@ -157,6 +161,7 @@ static void jobPut(struct streamJob *job) {
 
 static void streamJobDone(struct streamWork *w, ncclResult_t res) {
   struct streamJob *job = (struct streamJob *)w;
+  watchEnd(job->items, job->n, job->items[0].stream, res);
   markFailed(job->items, job->n, job->items[0].stream, res);
   busyAdd(job->items, job->n, job->items[0].stream, -1);
   jobPut(job);
@@ -181,6 +186,7 @@ static ncclResult_t launchStream(const struct groupItem *items, int n, cudaStrea
   if (paramInt(paramDumpSchedule)) schedulePrint(&job->work.sched, stdout);
   job->work.done = streamJobDone;
   busyAdd(job->items, job->n, stream, 1);
+  watchBegin(job->items, job->n, stream);
   streamEnqueue(stream, &job->work);
   return ncclSuccess;
 }
@@ -202,7 +208,9 @@ static ncclResult_t launch(const struct groupItem *items, int n) {
   if (s->ntasks == 0) return ncclSuccess;
   if (paramInt(paramDumpSchedule)) schedulePrint(s, stdout);
   busyAdd(items, n, NULL, 1);
+  watchBegin(items, n, NULL);
   ncclResult_t res = engineRun(s);
+  watchEnd(items, n, NULL, res);
   markFailed(items, n, NULL, res);
   busyAdd(items, n, NULL, -1);
   return res;

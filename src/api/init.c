@@ -12,6 +12,8 @@
 #include "api/api.h"
 #include "api/comm.h"
 #include "api/group.h"
+#include "api/watch.h"
+#include "bootstrap/oob.h"
 #include "chorus.h"
 #include "core/clock.h"
 #include "core/err.h"
@@ -111,6 +113,8 @@ static void commFree(struct ncclComm *comm, int graceful) {
   free(comm->laneLast);
   free(comm->scratch);
   free(comm->userOps);
+  free(comm->p2pSeq);
+  pthread_mutex_destroy(&comm->statusLock);
   comm->startMagic = comm->endMagic = 0;
   free(comm);
 }
@@ -128,6 +132,7 @@ static int channelCount(void) {
 struct commAgreement {
   int version;
   int nch;
+  int check; /* CHORUS_CHECK */
   int64_t buffSize;
 };
 
@@ -164,6 +169,7 @@ static struct ncclComm *commAlloc(int nranks, const ncclUniqueId *id, int rank, 
   comm->boot.listenFd = -1;
   comm->net.listenFd = -1;
   comm->initId = *id;
+  pthread_mutex_init(&comm->statusLock, NULL);
   return comm;
 }
 
@@ -195,6 +201,7 @@ static ncclResult_t commSetup(struct ncclComm *comm) {
   }
   agree[rank].version = NCCL_VERSION_CODE;
   agree[rank].nch = channelCount();
+  agree[rank].check = paramInt(paramCheck) != 0;
   agree[rank].buffSize = paramInt(paramBuffSize);
   res = bootstrapAllGather(&comm->boot, agree, sizeof *agree);
   struct commAgreement a0 = agree[0];
@@ -207,6 +214,7 @@ static ncclResult_t commSetup(struct ncclComm *comm) {
   if (res != ncclSuccess) goto fail;
   if (a0.buffSize < 64 * 1024) a0.buffSize = 64 * 1024;
   comm->nch = a0.nch;
+  comm->check = a0.check;
 
   comm->conns.nranks = nranks;
   comm->conns.nch = comm->nch;
@@ -216,7 +224,8 @@ static ncclResult_t commSetup(struct ncclComm *comm) {
   comm->laneLast = malloc(sizeof(int) * (comm->nch + 2 * nranks));
   comm->scratch = malloc(COMM_SCRATCH_BYTES);
   comm->userOps = calloc(COMM_MAX_USER_OPS, sizeof *comm->userOps);
-  if (!comm->conns.send || !comm->conns.recv || !comm->laneLast || !comm->scratch || !comm->userOps) {
+  comm->p2pSeq = calloc(2 * (size_t)nranks, sizeof *comm->p2pSeq);
+  if (!comm->p2pSeq || !comm->conns.send || !comm->conns.recv || !comm->laneLast || !comm->scratch || !comm->userOps) {
     res = ncclSystemError;
     goto fail;
   }
@@ -225,6 +234,8 @@ static ncclResult_t commSetup(struct ncclComm *comm) {
   comm->slotBytes = connSend(&comm->conns, rank, 0)->slotBytes;
   /* Everyone has mapped everyone's segment before anyone sends. */
   CHECKGOTO(bootstrapBarrier(&comm->boot), res, fail);
+  /* From here on the monitor owns the mesh (peer deaths, status queries, faults). */
+  CHECKGOTO(oobStart(&comm->boot, watchStatus, comm, watchStatusBytes()), res, fail);
   logTopology(comm);
   INFO(subsysInit, "comm %p rank %d nranks %d cudaDev %d pid %d - Init COMPLETE (%.3f s)", (void *)comm, rank,
        nranks, cudaDev, (int)getpid(), (double)(clockNs() - t0) / 1e9);
@@ -428,7 +439,7 @@ NCCL_API(ncclResult_t, ncclCommGetAsyncError, ncclComm_t comm, ncclResult_t *asy
     WARN("ncclCommGetAsyncError : asyncError argument is NULL");
     return ncclInvalidArgument;
   }
-  *asyncError = __atomic_load_n(&comm->asyncError, __ATOMIC_ACQUIRE);
+  *asyncError = watchAsyncError(comm);
   return ncclSuccess;
 }
 

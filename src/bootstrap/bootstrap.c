@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "bootstrap/acceptor.h"
+#include "bootstrap/oob.h"
 #include "core/err.h"
 #include "core/log.h"
 #include "core/param.h"
@@ -286,12 +287,14 @@ out:
 ncclResult_t bootstrapSend(struct bootstrap *b, int peer, const void *data, size_t size) {
   struct waitState w;
   waitBegin(&w, b->abortFlag, bootstrapLiveness, b, "bootstrap send");
+  if (b->oob) return oobSendData(b, peer, data, size, &w);
   return sockSendAll(b->peerFd[peer], data, size, &w);
 }
 
 ncclResult_t bootstrapRecv(struct bootstrap *b, int peer, void *data, size_t size) {
   struct waitState w;
   waitBegin(&w, b->abortFlag, bootstrapLiveness, b, "bootstrap recv");
+  if (b->oob) return oobRecvData(b, peer, data, size, &w);
   return sockRecvAll(b->peerFd[peer], data, size, &w);
 }
 
@@ -326,6 +329,7 @@ ncclResult_t bootstrapBarrier(struct bootstrap *b) {
  * one rank dies, others may abort because of it, and the WARN should still
  * show the first. */
 static int peerGone(struct bootstrap *b, int i) {
+  if (b->oob) return oobPeerGone(b, i); /* the monitor reads the mesh */
   struct pollfd p = {b->peerFd[i], POLLRDHUP, 0};
   if (poll(&p, 1, 0) <= 0 || !(p.revents & (POLLRDHUP | POLLHUP | POLLERR))) return 0;
   int pending = 0;
@@ -345,18 +349,27 @@ static int peerGone(struct bootstrap *b, int i) {
   return 1;
 }
 
+static int peerDeparted(const struct bootstrap *b, int i) {
+  return b->oob ? oobPeerDeparted(b, i) : b->departed[i];
+}
+
 int bootstrapGoneCount(struct bootstrap *b) {
   int gone = 0;
-  for (int i = 0; i < b->nranks; i++) gone += b->peerFd[i] >= 0 && !b->departed[i] && peerGone(b, i);
+  for (int i = 0; i < b->nranks; i++) gone += b->peerFd[i] >= 0 && !peerDeparted(b, i) && peerGone(b, i);
   return gone;
 }
 
 ncclResult_t bootstrapLiveness(void *arg) {
   struct bootstrap *b = arg;
   char names[512];
-  int len = 0, gone = 0;
+  int len = 0, gone = 0, from;
+  ncclResult_t fault = oobPendingFault(b, names, sizeof names, &from);
+  if (fault != ncclSuccess) {
+    WARN("rank %d (host %s, pid %d) reported: %s", from, b->peers[from].hostname, b->peers[from].pid, names);
+    return fault;
+  }
   for (int i = 0; i < b->nranks; i++) {
-    if (b->peerFd[i] < 0 || b->departed[i] || !peerGone(b, i)) continue;
+    if (b->peerFd[i] < 0 || peerDeparted(b, i) || !peerGone(b, i)) continue;
     if (len < (int)sizeof names - 100)
       len += snprintf(names + len, sizeof names - len, "%srank %d (host %s, pid %d)", gone ? ", " : "", i,
                       b->peers[i].hostname, b->peers[i].pid);
@@ -368,9 +381,11 @@ ncclResult_t bootstrapLiveness(void *arg) {
 }
 
 void bootstrapClose(struct bootstrap *b, int graceful) {
+  int framed = b->oob != NULL;
+  oobStop(b, graceful); /* says goodbye in a frame, when it ran */
   for (int i = 0; b->peerFd && i < b->nranks; i++) {
     if (b->peerFd[i] < 0) continue;
-    if (graceful) send(b->peerFd[i], &goodbyeMagic, sizeof goodbyeMagic, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (graceful && !framed) send(b->peerFd[i], &goodbyeMagic, sizeof goodbyeMagic, MSG_NOSIGNAL | MSG_DONTWAIT);
     close(b->peerFd[i]);
   }
   if (b->listenFd >= 0) close(b->listenFd);

@@ -38,6 +38,7 @@ struct bootstrap {
   struct bootstrapPeerInfo *peers;
   volatile int *abortFlag;
   char ifname[64]; /* the interface this rank listens on */
+  struct oob *oob;  /* the monitor, once the communicator is up (oob.h) */
 };
 
 /* Fills a handle for ncclGetUniqueId: NCCL_COMM_ID, or a fresh root thread

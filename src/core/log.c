@@ -95,6 +95,12 @@ void logSetRank(int rank) { logRank = rank; }
 
 const char *logLastError(void) { return lastError; }
 
+void logCopyLastError(char *buf, size_t len) {
+  pthread_mutex_lock(&logLock);
+  snprintf(buf, len, "%s", lastError);
+  pthread_mutex_unlock(&logLock);
+}
+
 void logMessage(int level, unsigned subsys, const char *file, int line, const char *fmt, ...) {
   pthread_once(&logOnce, logInit);
   char msg[1024];

@@ -2,6 +2,7 @@
  * subsystems from NCCL_DEBUG / NCCL_DEBUG_SUBSYS, output to NCCL_DEBUG_FILE. */
 #ifndef CHORUS_CORE_LOG_H
 #define CHORUS_CORE_LOG_H
+#include <stddef.h>
 #include <stdint.h>
 
 enum logLevel { logNone = 0, logVersion = 1, logWarn = 2, logInfo = 3, logAbort = 4, logTrace = 5 };
@@ -25,6 +26,8 @@ void logMessage(int level, unsigned subsys, const char *file, int line, const ch
 void logSetRank(int rank);
 /* Text of the last WARN (ncclGetLastError). */
 const char *logLastError(void);
+/* A copy of it, taken under the log's lock. */
+void logCopyLastError(char *buf, size_t len);
 
 #define CHORUS_LOG(level, subsys, ...)                                 \
   do {                                                                 \

@@ -2,17 +2,45 @@
 #include "engine/engine.h"
 
 #include <poll.h>
+#include <stdio.h>
 #include <string.h>
 #include <time.h>
 
+#include "bootstrap/oob.h"
 #include "core/clock.h"
 #include "core/err.h"
 #include "core/log.h"
 #include "core/wait.h"
 #include "proto/simple.h"
 
+/* The slot st is about to take does not belong to the operation this rank
+ * runs: say who called what, tell every rank (the ones still waiting fail
+ * too, not hang), and use nothing of the slot. */
+static int stepMismatch(struct task *t, struct step *st, const struct connDesc *d) {
+  char mine[160], theirs[160], text[512];
+  int peer = st->recv->peer;
+  descStr(&t->desc, mine, sizeof mine);
+  if (d) {
+    struct opDesc other;
+    memcpy(&other, d->body, sizeof other);
+    descStr(&other, theirs, sizeof theirs);
+  }
+  if (d && (st->check & CHECK_RECV_DESC) && t->off == 0)
+    snprintf(text, sizeof text, "rank %d called %s but rank %d called %s", t->rank, mine, peer, theirs);
+  else if (d)
+    snprintf(text, sizeof text, "rank %d called %s but rank %d started %s with less data for it "
+             "(a smaller count or another operation)", t->rank, mine, peer, theirs);
+  else
+    snprintf(text, sizeof text, "rank %d called %s but rank %d still sends data of an earlier operation "
+             "(it called that one with a larger count or another operation)", t->rank, mine, peer);
+  WARN("Mismatched operation: %s (CHORUS_CHECK=0 turns this check off)", text);
+  if (t->boot && t->boot->oob) oobBroadcastFault(t->boot, ncclInvalidUsage, text);
+  return -1;
+}
+
 /* Moves one slot's worth of a step if the FIFOs allow it.
- * Returns 1 when it moved data, 0 when blocked. */
+ * Returns 1 when it moved data, 0 when blocked, -1 when the slot belongs
+ * to another operation (CHORUS_CHECK). */
 static int stepAdvance(struct task *t, struct step *st) {
   size_t off = t->off, esz = dtypeSize(t->red.dtype);
   const char *slotIn = NULL;
@@ -22,6 +50,18 @@ static int stepAdvance(struct task *t, struct step *st) {
   if (limit && nb > limit) nb = limit;
   if (st->recv && !(slotIn = simpleRecvSlot(st->recv))) return 0;
   if (st->send && !(slotOut = simpleSendSlot(st->send))) return 0;
+  if (t->check) {
+    if (st->recv) {
+      const struct connDesc *d = connDescGet(st->recv);
+      int want = (st->check & CHECK_RECV_DESC) && off == 0;
+      if (d || want) {
+        struct opDesc other;
+        if (d) memcpy(&other, d->body, sizeof other);
+        if (!d || !want || !descMatch(&t->desc, &other)) return stepMismatch(t, st, d);
+      }
+    }
+    if ((st->check & CHECK_SEND_DESC) && off == 0) connDescPut(st->send, &t->desc);
+  }
   size_t n = nb / esz;
   const char *src = st->src ? st->src + off : NULL;
   char *dst = st->dst ? st->dst + off : NULL;
@@ -76,12 +116,15 @@ static int stepAdvance(struct task *t, struct step *st) {
   return 1;
 }
 
-/* Runs a task as far as the FIFOs allow. Returns 1 if anything moved. */
+/* Runs a task as far as the FIFOs allow. Returns 1 if anything moved, -1
+ * on a mismatched operation. */
 static int taskProgress(struct schedule *s, struct task *t) {
   int moved = 0;
   while (t->cur < t->nsteps) {
     struct step *st = &s->steps[t->firstStep + t->cur];
-    if (!stepAdvance(t, st)) break;
+    int r = stepAdvance(t, st);
+    if (r < 0) return -1;
+    if (!r) break;
     moved = 1;
     if (t->off == st->bytes) {
       t->cur++;
@@ -237,7 +280,9 @@ ncclResult_t engineRun(struct schedule *s) {
     for (int i = 0; i < s->ntasks; i++) {
       struct task *t = &s->tasks[i];
       if (t->done || (t->dep >= 0 && !s->tasks[t->dep].done) || (t->dep2 >= 0 && !s->tasks[t->dep2].done)) continue;
-      moved |= taskProgress(s, t);
+      int r = taskProgress(s, t);
+      if (r < 0) return ncclInvalidUsage;
+      moved |= r;
       if (t->done) remaining--;
     }
     int busy;

@@ -70,8 +70,33 @@ int scheduleAddStep(struct schedule *s, int type, int flags, struct conn *recv, 
   st->src = src;
   st->dst = dst;
   st->bytes = bytes;
+  st->check = 0;
   s->tasks[s->ntasks - 1].nsteps++;
   return 0;
+}
+
+/* An operation's first step on each connection, in the order its tasks were
+ * added (a builder chains tasks that share a connection in that order),
+ * sends and checks the descriptor. */
+void scheduleMarkOp(struct schedule *s, int firstTask, const struct opDesc *desc) {
+  static uint64_t stamps; /* tells this build from earlier ones in conn->descStamp */
+  uint64_t stamp = __atomic_add_fetch(&stamps, 1, __ATOMIC_RELAXED);
+  for (int i = firstTask; i < s->ntasks; i++) {
+    struct task *t = &s->tasks[i];
+    t->check = 1;
+    t->desc = *desc;
+    for (int j = 0; j < t->nsteps; j++) {
+      struct step *st = &s->steps[t->firstStep + j];
+      if (st->send && st->send->descStamp != stamp) {
+        st->send->descStamp = stamp;
+        st->check |= CHECK_SEND_DESC;
+      }
+      if (st->recv && st->recv->descStamp != stamp) {
+        st->recv->descStamp = stamp;
+        st->check |= CHECK_RECV_DESC;
+      }
+    }
+  }
 }
 
 void schedulePrint(const struct schedule *s, FILE *out) {

@@ -9,6 +9,7 @@
 #include <stdio.h>
 
 #include "bootstrap/bootstrap.h"
+#include "engine/desc.h"
 #include "reduce/reduce.h"
 #include "transport/conn.h"
 
@@ -32,6 +33,7 @@ enum stepType {
 struct step {
   uint8_t type;
   uint8_t flags;
+  uint8_t check; /* CHECK_SEND_DESC / CHECK_RECV_DESC (desc.h) */
   struct conn *recv, *send;
   const char *src;
   char *dst;
@@ -50,6 +52,8 @@ struct task {
   volatile int *abortFlag;
   int rank;
   const char *what; /* operation name, for messages */
+  int check;          /* compare descriptors (CHORUS_CHECK) */
+  struct opDesc desc; /* this rank's call */
 };
 
 struct schedule {
@@ -70,6 +74,10 @@ int scheduleAddTask(struct schedule *s, const struct redOp *red, int dep, struct
  * sides of a connection drop the same ones). Returns 0 or -1 (memory). */
 int scheduleAddStep(struct schedule *s, int type, int flags, struct conn *recv, struct conn *send,
                     const void *src, void *dst, size_t bytes);
+/* Turns on mismatch detection for the tasks from firstTask on (one
+ * operation's): each carries desc, and each connection's first step in
+ * them sends or expects it. */
+void scheduleMarkOp(struct schedule *s, int firstTask, const struct opDesc *desc);
 void schedulePrint(const struct schedule *s, FILE *out);
 /* A staging buffer that lives as long as the schedule's current content. */
 void *scheduleTemp(struct schedule *s, size_t bytes);

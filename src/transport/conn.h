@@ -12,12 +12,22 @@
 #define CONN_CTRL_BYTES 4096
 #define CONN_MAX_SLOTS 64
 
+/* The descriptor of the operation a slot starts (engine/desc.h gives the
+ * body its meaning): valid for slot step s when mark == s + 1, so a sender
+ * writes one only on an operation's first slot and never clears it. */
+struct connDesc {
+  uint64_t mark;
+  unsigned char body[24];
+};
+
 struct connCtrl {
   _Alignas(64) uint64_t tail; /* slots filled by the sender */
   char pad0[56];
   _Alignas(64) uint64_t head; /* slots released by the receiver */
   char pad1[56];
+  _Alignas(64) struct connDesc desc[CONN_MAX_SLOTS]; /* written by the sender before tail moves */
 };
+_Static_assert(sizeof(struct connCtrl) <= CONN_CTRL_BYTES, "control block must fit");
 
 struct conn {
   struct connCtrl *ctrl;
@@ -27,6 +37,7 @@ struct conn {
   uint64_t step;      /* slots this side has posted (sender) or released (receiver) */
   uint64_t headCache; /* sender: last head seen */
   int peer;
+  uint64_t descStamp;  /* schedule building: the operation that last marked a step on it */
   struct netConn *net; /* socket transport state; NULL over shared memory */
 };
 
@@ -55,5 +66,17 @@ static inline struct conn *connRecv(struct connTable *t, int peer, int lane) {
   return &t->recv[connIndex(t, peer, lane)];
 }
 #define CONN_P2P_LANE(t) ((t)->nch)
+
+/* Sender: the slot about to be posted starts an operation described by body. */
+static inline void connDescPut(struct conn *c, const void *body) {
+  struct connDesc *d = &c->ctrl->desc[c->step % c->nslots];
+  for (unsigned i = 0; i < sizeof d->body; i++) d->body[i] = ((const unsigned char *)body)[i];
+  d->mark = c->step + 1;
+}
+/* Receiver: the descriptor the current slot carries, or NULL. */
+static inline const struct connDesc *connDescGet(const struct conn *c) {
+  const struct connDesc *d = &c->ctrl->desc[c->step % c->nslots];
+  return d->mark == c->step + 1 ? d : 0;
+}
 
 #endif

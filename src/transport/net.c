@@ -183,9 +183,16 @@ static ncclResult_t sockRecv(struct conn *c, struct netSock *k) {
 /* Reads the next size header off the control socket: 1 when complete.
  * Reads up to a stage-full at once; what follows the header is used by the
  * next pieces on that socket. */
-static int readHeader(struct conn *c, uint32_t *size, ncclResult_t *res) {
+static int readHeader(struct conn *c, uint32_t *size, struct connDesc *desc, ncclResult_t *res) {
   struct netConn *n = c->net;
-  while (n->stageTail - n->stageHead < sizeof *size) {
+  size_t need = sizeof *size;
+  for (;;) {
+    if (n->stageTail - n->stageHead >= sizeof *size) {
+      uint32_t h;
+      memcpy(&h, n->stage + n->stageHead, sizeof h);
+      need = sizeof h + (h & NET_HDR_DESC ? sizeof desc->body : 0);
+      if (n->stageTail - n->stageHead >= need) break;
+    }
     if (n->stageHead > 0) {
       memmove(n->stage, n->stage + n->stageHead, n->stageTail - n->stageHead);
       n->stageTail -= n->stageHead;
@@ -207,7 +214,13 @@ static int readHeader(struct conn *c, uint32_t *size, ncclResult_t *res) {
     return 0;
   }
   memcpy(size, n->stage + n->stageHead, sizeof *size);
-  n->stageHead += sizeof *size;
+  desc->mark = 0;
+  if (*size & NET_HDR_DESC) {
+    memcpy(desc->body, n->stage + n->stageHead + sizeof *size, sizeof desc->body);
+    desc->mark = 1;
+  }
+  *size &= ~NET_HDR_DESC;
+  n->stageHead += (uint32_t)need;
   return 1;
 }
 
@@ -228,11 +241,15 @@ static ncclResult_t sendProgress(struct conn *c) {
   while (n->queued < c->step) {
     uint64_t step = n->queued++;
     uint32_t k = (uint32_t)(step % c->nslots);
-    sockPush(&n->socks[0], (char *)&n->sizes[k], sizeof n->sizes[k], step);
+    struct connDesc *d = &c->ctrl->desc[k];
+    int withDesc = d->mark == step + 1;
+    n->hdrs[k] = n->sizes[k] | (withDesc ? NET_HDR_DESC : 0);
+    sockPush(&n->socks[0], (char *)&n->hdrs[k], sizeof n->hdrs[k], step);
+    if (withDesc) sockPush(&n->socks[0], (char *)d->body, sizeof d->body, step);
     char *data = n->refs[k] ? (char *)n->refs[k] : c->slots + (size_t)k * c->slotBytes;
-    /* The header is one piece; it holds the count above zero while helpers
-     * may already finish the data pieces. */
-    __atomic_store_n(&n->pending[k], 1, __ATOMIC_RELAXED);
+    /* The header (and descriptor) pieces hold the count above zero while
+     * helpers may already finish the data pieces. */
+    __atomic_store_n(&n->pending[k], 1u + (uint32_t)withDesc, __ATOMIC_RELAXED);
     uint32_t pieces = cutSlot(n, step, data, n->sizes[k]);
     __atomic_fetch_add(&n->pending[k], pieces, __ATOMIC_ACQ_REL);
   }
@@ -252,7 +269,8 @@ static ncclResult_t recvProgress(struct conn *c) {
     CHECK(sockRecv(c, &n->socks[0]));
     if (n->socks[0].qhead < n->socks[0].qtail || n->queued - head >= c->nslots || n->eof) break;
     uint32_t size;
-    if (!readHeader(c, &size, &res)) break;
+    struct connDesc desc;
+    if (!readHeader(c, &size, &desc, &res)) break;
     if (size == 0 || size > c->slotBytes) {
       WARN("NET/Socket : rank %d got a %u-byte piece from rank %d (host %s) for %u-byte slots: the ranks "
            "disagree on NCCL_BUFFSIZE or the stream is corrupt",
@@ -263,6 +281,10 @@ static ncclResult_t recvProgress(struct conn *c) {
     uint64_t step = n->queued++;
     uint32_t k = (uint32_t)(step % c->nslots);
     n->sizes[k] = size;
+    if (desc.mark) {
+      memcpy(c->ctrl->desc[k].body, desc.body, sizeof desc.body);
+      c->ctrl->desc[k].mark = step + 1;
+    }
     __atomic_store_n(&n->pending[k], 1, __ATOMIC_RELAXED); /* held until every piece is queued */
     uint32_t pieces = cutSlot(n, step, c->slots + (size_t)k * c->slotBytes, size);
     __atomic_fetch_add(&n->pending[k], pieces - 1, __ATOMIC_ACQ_REL);

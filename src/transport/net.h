@@ -6,7 +6,8 @@
  * nonblocking I/O only, from whichever thread runs the operation.
  *
  * Wire format, per slot: a 4-byte size on the connection's first socket
- * (the control socket), followed there by the data when it is at most
+ * (the control socket; NET_HDR_DESC set: the slot's 24-byte operation
+ * descriptor follows, see conn.h), followed there by the data when it is at most
  * NCCL_SOCKET_INLINE bytes or the connection has no data sockets; larger
  * data goes over the data sockets in pieces of at least
  * NCCL_SOCKET_MIN_TASKSIZE bytes, assigned round-robin. The receiver cuts
@@ -22,6 +23,7 @@
 #include "transport/conn.h"
 
 #define NET_MAX_SOCKS 65 /* one control socket and up to 64 data sockets */
+#define NET_HDR_DESC 0x80000000u
 
 /* A piece of a slot on one socket. */
 struct netTask {
@@ -73,7 +75,8 @@ struct netConn {
   uint64_t queued;    /* slots cut into pieces */
   uint64_t done;      /* slots entirely sent (sender) or received (receiver) */
   uint32_t pending[CONN_MAX_SLOTS]; /* pieces outstanding per slot */
-  uint32_t sizes[CONN_MAX_SLOTS];   /* bytes per slot: the size header */
+  uint32_t sizes[CONN_MAX_SLOTS];   /* bytes per slot */
+  uint32_t hdrs[CONN_MAX_SLOTS];    /* sender: the size header on the wire */
   const char *refs[CONN_MAX_SLOTS]; /* sender: where a slot's bytes are, when not in the slot */
   /* Receiver: bytes read off the control socket ahead of need, so that a
    * small message and its header arrive in one system call. */

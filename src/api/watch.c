@@ -1,0 +1,178 @@
+#include "api/watch.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bootstrap/oob.h"
+#include "core/clock.h"
+#include "core/log.h"
+#include "core/param.h"
+
+/* One rank's answer to a status query. */
+struct watchReply {
+  uint32_t doneSeq;
+  int32_t inCall;
+  struct opDesc current;
+};
+
+size_t watchStatusBytes(void) { return sizeof(struct watchReply); }
+
+void watchStatus(void *arg, void *out, size_t size) {
+  struct ncclComm *comm = arg;
+  struct watchReply r;
+  memset(&r, 0, sizeof r);
+  pthread_mutex_lock(&comm->statusLock);
+  r.doneSeq = comm->doneSeq;
+  r.inCall = comm->inCall || comm->timedOut;
+  r.current = comm->current;
+  pthread_mutex_unlock(&comm->statusLock);
+  memcpy(out, &r, size < sizeof r ? size : sizeof r);
+}
+
+/* 1 when items[i] is the first of its communicator among those on stream. */
+static int firstOfComm(const struct groupItem *items, int i, cudaStream_t stream) {
+  if (items[i].stream != stream) return 0;
+  for (int j = 0; j < i; j++)
+    if (items[j].stream == stream && items[j].comm == items[i].comm) return 0;
+  return 1;
+}
+
+void watchBegin(const struct groupItem *items, int n, cudaStream_t stream) {
+  for (int i = 0; i < n; i++) {
+    if (!firstOfComm(items, i, stream)) continue;
+    struct ncclComm *comm = items[i].comm;
+    pthread_mutex_lock(&comm->statusLock);
+    comm->inCall++;
+    comm->timedOut = 0;
+    comm->current = items[i].desc.check;
+    comm->currentNs = clockNs();
+    pthread_mutex_unlock(&comm->statusLock);
+  }
+}
+
+/* The ranks in state `state`, as "rank 3 (host b, pid 4711)" or
+ * "ranks 3 (host b, pid 4711), 5 (...) and 2 more", appended to out. */
+static void appendRanks(struct ncclComm *comm, char **states, int from, const char *state, char *out, size_t len) {
+  int count = 0;
+  for (int j = from; j < comm->nranks; j++) count += j != comm->rank && strcmp(states[j], state) == 0;
+  size_t n = strlen(out);
+  snprintf(out + n, len - n, "%s", count > 1 ? "ranks " : "rank ");
+  int shown = 0;
+  for (int j = from; j < comm->nranks; j++) {
+    if (j == comm->rank || strcmp(states[j], state) != 0) continue;
+    n = strlen(out);
+    if (shown == 4) {
+      snprintf(out + n, len - n, " and %d more", count - shown);
+      break;
+    }
+    snprintf(out + n, len - n, "%s%d (host %s, pid %d)", shown ? ", " : "", j, comm->boot.peers[j].hostname,
+             comm->boot.peers[j].pid);
+    shown++;
+  }
+}
+
+/* The singular or plural half of a state "singular|plural". */
+static const char *stateForm(char *state, int plural) {
+  char *bar = strchr(state, '|');
+  if (!bar) return state;
+  static _Thread_local char buf[400];
+  if (plural) return bar + 1;
+  snprintf(buf, sizeof buf, "%.*s", (int)(bar - state), state);
+  return buf;
+}
+
+/* Asks every rank what it is doing and says, in one WARN, who is not where
+ * this rank is: the out-of-band mesh answers even when the data path is
+ * stuck, and ranks busy outside chorus answer through their monitor. */
+static void diagnoseTimeout(struct ncclComm *comm) {
+  int nranks = comm->nranks, me = comm->rank;
+  if (!comm->boot.oob) return;
+  struct watchReply *rep = calloc((size_t)nranks, sizeof *rep);
+  char *answered = calloc((size_t)nranks, 1);
+  char **states = calloc((size_t)nranks, sizeof *states);
+  char *text = malloc(4096);
+  for (int i = 0; states && i < nranks; i++) states[i] = malloc(400);
+  int ok = rep && answered && states && text;
+  for (int i = 0; ok && i < nranks; i++) ok = states[i] != NULL;
+  if (ok) {
+    oobQueryStatus(&comm->boot, rep, answered, 1000);
+    char d[160];
+    /* States read "rank 3 ... <singular>" / "ranks 3, 5 ... <plural>": both forms, split by '|'. */
+    for (int i = 0; i < nranks; i++) {
+      if (!answered[i])
+        snprintf(states[i], 400, "%s", oobPeerGone(&comm->boot, i) ? "has exited|have exited"
+                                                                   : "does not answer (stopped or frozen?)|do not answer (stopped or frozen?)");
+      else if (rep[i].inCall) {
+        descStr(&rep[i].current, d, sizeof d);
+        snprintf(states[i], 400, "waits in %s|wait in %s", d, d);
+      } else
+        snprintf(states[i], 400, "last completed #%u and is in no call|last completed #%u and are in no call",
+                 rep[i].doneSeq, rep[i].doneSeq);
+    }
+    int len = snprintf(text, 4096, "%s timed out after %lld s on rank %d: ", descStr(&rep[me].current, d, sizeof d),
+                       (long long)paramInt(paramTimeout), me);
+    int listed = 0, same = 0;
+    for (int i = 0; i < nranks; i++) {
+      if (i == me) continue;
+      if (strcmp(states[i], states[me]) == 0) {
+        same++;
+        continue;
+      }
+      int firstOfState = 1, count = 0;
+      for (int j = 0; j < nranks; j++) {
+        if (j == me || strcmp(states[j], states[i]) != 0) continue;
+        if (j < i) firstOfState = 0;
+        count++;
+      }
+      if (!firstOfState) continue;
+      appendRanks(comm, states, i, states[i], text, 4096);
+      len = (int)strlen(text);
+      snprintf(text + len, 4096 - (size_t)len, " %s; ", stateForm(states[i], count > 1));
+      listed++;
+    }
+    len = (int)strlen(text);
+    if (same > 0)
+      snprintf(text + len, 4096 - (size_t)len, "%s %s",
+               same > 1 ? (listed ? "all others" : "all others also")
+                        : (listed ? "the remaining rank" : "the other rank also"),
+               stateForm(states[me], same > 1));
+    else if (len >= 2)
+      text[len - 2] = 0;
+    WARN("%s", text);
+  }
+  for (int i = 0; states && i < nranks; i++) free(states[i]);
+  free(states);
+  free(rep);
+  free(answered);
+  free(text);
+}
+
+void watchEnd(const struct groupItem *items, int n, cudaStream_t stream, ncclResult_t res) {
+  for (int i = 0; i < n; i++) {
+    if (!firstOfComm(items, i, stream)) continue;
+    struct ncclComm *comm = items[i].comm;
+    if (res == ncclTimeout) diagnoseTimeout(comm);
+    uint32_t done = 0;
+    for (int j = i; j < n; j++)
+      if (items[j].stream == stream && items[j].comm == comm && items[j].desc.coll != collSend &&
+          items[j].desc.coll != collRecv && items[j].desc.check.seq > done)
+        done = items[j].desc.check.seq;
+    pthread_mutex_lock(&comm->statusLock);
+    comm->inCall--;
+    comm->timedOut = res == ncclTimeout;
+    if (res == ncclSuccess && done > comm->doneSeq) comm->doneSeq = done;
+    pthread_mutex_unlock(&comm->statusLock);
+  }
+}
+
+ncclResult_t watchAsyncError(struct ncclComm *comm) {
+  ncclResult_t cur = __atomic_load_n(&comm->asyncError, __ATOMIC_ACQUIRE);
+  if (cur != ncclSuccess || !comm->boot.oob) return cur;
+  ncclResult_t live = bootstrapLiveness(&comm->boot);
+  if (live != ncclSuccess) {
+    if (__atomic_compare_exchange_n(&comm->asyncError, &cur, live, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+      logCopyLastError(comm->failText, sizeof comm->failText);
+  }
+  return __atomic_load_n(&comm->asyncError, __ATOMIC_ACQUIRE);
+}

@@ -1,0 +1,20 @@
+/* What each rank is doing, kept so that a stuck operation can be explained:
+ * every launch records the operation it starts and the last collective it
+ * completed; the bootstrap monitor hands that to any rank that asks
+ * (oobQueryStatus), and a rank whose operation times out asks them all and
+ * names the ranks that are elsewhere. */
+#ifndef CHORUS_API_WATCH_H
+#define CHORUS_API_WATCH_H
+#include "api/group.h"
+
+/* The monitor's status callback (oobStatusFn) and its reply size. */
+void watchStatus(void *comm, void *out, size_t size);
+size_t watchStatusBytes(void);
+/* A launch of items (those on stream) starts / ends with res. */
+void watchBegin(const struct groupItem *items, int n, cudaStream_t stream);
+void watchEnd(const struct groupItem *items, int n, cudaStream_t stream, ncclResult_t res);
+/* A peer that died or reported a fault while no call ran: makes it the
+ * communicator's async error (with the WARN) and returns it. */
+ncclResult_t watchAsyncError(struct ncclComm *comm);
+
+#endif

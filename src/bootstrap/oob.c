@@ -1,0 +1,418 @@
+#define _GNU_SOURCE
+#include "bootstrap/oob.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bootstrap/bootstrap.h"
+#include "core/clock.h"
+#include "core/err.h"
+#include "core/log.h"
+
+#define OOB_MAGIC 0x424f4843u /* "CHOB" */
+
+enum oobType { oobData = 1, oobGoodbye, oobQuery, oobStatus, oobFault, oobTypeEnd };
+
+struct oobHeader {
+  uint32_t magic;
+  uint16_t type, pad;
+  uint32_t len; /* payload bytes that follow */
+  uint32_t id;  /* query id (oobQuery, oobStatus) */
+};
+
+struct oobMsg {
+  struct oobMsg *next;
+  uint32_t len;
+  char data[];
+};
+
+struct oobPeer {
+  pthread_mutex_t sendLock; /* the application thread and the monitor both write */
+  /* The monitor's reading state. */
+  struct oobHeader hdr;
+  size_t got; /* bytes of header, then of payload, read so far */
+  struct oobMsg *msg; /* the payload being read */
+  int closed; /* no longer polled */
+  int gone, departed; /* atomics: read by any thread */
+  struct oobMsg *inHead, *inTail; /* data messages, under oob.lock */
+};
+
+struct oob {
+  struct bootstrap *b;
+  pthread_t thread;
+  int efd, stop;
+  oobStatusFn statusFn;
+  void *statusArg;
+  size_t statusBytes;
+  pthread_mutex_t lock; /* inboxes, replies, fault */
+  struct oobPeer *peers;
+  uint32_t queryId;
+  char *replies, *answered;
+  ncclResult_t faultCode;
+  int faultFrom;
+  char faultText[OOB_MAX_FAULT];
+};
+
+/* Writes one whole frame or gives up at the deadline. A frame cut short
+ * would leave the stream unreadable: then the connection is shut down, and
+ * the peer sees this rank as failed. */
+static ncclResult_t frameSend(struct oob *o, int peer, int type, uint32_t id, const void *data, size_t len,
+                              uint64_t waitNs, volatile int *abortFlag) {
+  struct oobPeer *p = &o->peers[peer];
+  int fd = o->b->peerFd[peer];
+  if (fd < 0 || __atomic_load_n(&p->gone, __ATOMIC_ACQUIRE)) return ncclRemoteError;
+  struct oobHeader h = {OOB_MAGIC, (uint16_t)type, 0, (uint32_t)len, id};
+  ncclResult_t res = ncclSuccess;
+  size_t done = 0, total = sizeof h + len;
+  uint64_t deadline = clockNs() + waitNs;
+  pthread_mutex_lock(&p->sendLock);
+  while (done < total) {
+    struct iovec iov[2];
+    int n = 0;
+    if (done < sizeof h) iov[n++] = (struct iovec){(char *)&h + done, sizeof h - done};
+    size_t dOff = done > sizeof h ? done - sizeof h : 0;
+    if (len > dOff) iov[n++] = (struct iovec){(char *)data + dOff, len - dOff};
+    struct msghdr m = {0};
+    m.msg_iov = iov;
+    m.msg_iovlen = (size_t)n;
+    ssize_t r = sendmsg(fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (r > 0) {
+      done += (size_t)r;
+      continue;
+    }
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && clockNs() < deadline &&
+        !(abortFlag && __atomic_load_n(abortFlag, __ATOMIC_ACQUIRE))) {
+      struct pollfd pf = {fd, POLLOUT, 0};
+      poll(&pf, 1, 10);
+      continue;
+    }
+    res = ncclRemoteError;
+    break;
+  }
+  if (res != ncclSuccess && done > 0) shutdown(fd, SHUT_RDWR);
+  pthread_mutex_unlock(&p->sendLock);
+  return res;
+}
+
+static void markGone(struct oob *o, int peer, const char *why) {
+  struct oobPeer *p = &o->peers[peer];
+  p->closed = 1;
+  if (__atomic_load_n(&p->departed, __ATOMIC_ACQUIRE)) return;
+  if (why) WARN("Bootstrap : rank %d got %s from rank %d; treating it as failed", o->b->rank, why, peer);
+  __atomic_store_n(&p->gone, 1, __ATOMIC_RELEASE);
+}
+
+/* A complete frame from peer (its payload in p->msg, owned here). */
+static void frameHandle(struct oob *o, int peer) {
+  struct oobPeer *p = &o->peers[peer];
+  struct oobMsg *m = p->msg;
+  p->msg = NULL;
+  switch (p->hdr.type) {
+    case oobData:
+      pthread_mutex_lock(&o->lock);
+      m->next = NULL;
+      if (p->inTail) p->inTail->next = m;
+      else p->inHead = m;
+      p->inTail = m;
+      pthread_mutex_unlock(&o->lock);
+      return;
+    case oobGoodbye: __atomic_store_n(&p->departed, 1, __ATOMIC_RELEASE); break;
+    case oobQuery: {
+      char buf[OOB_MAX_STATUS];
+      memset(buf, 0, sizeof buf);
+      if (o->statusFn) o->statusFn(o->statusArg, buf, o->statusBytes);
+      frameSend(o, peer, oobStatus, p->hdr.id, buf, o->statusBytes, 200000000ull, NULL);
+      break;
+    }
+    case oobStatus:
+      pthread_mutex_lock(&o->lock);
+      if (p->hdr.id == o->queryId && p->hdr.len == o->statusBytes) {
+        memcpy(o->replies + (size_t)peer * o->statusBytes, m->data, o->statusBytes);
+        o->answered[peer] = 1;
+      }
+      pthread_mutex_unlock(&o->lock);
+      break;
+    case oobFault:
+      pthread_mutex_lock(&o->lock);
+      if (o->faultCode == ncclSuccess && p->hdr.len > sizeof(int32_t)) {
+        int32_t code;
+        memcpy(&code, m->data, sizeof code);
+        size_t n = p->hdr.len - sizeof code;
+        if (n >= sizeof o->faultText) n = sizeof o->faultText - 1;
+        memcpy(o->faultText, m->data + sizeof code, n);
+        o->faultText[n] = 0;
+        o->faultFrom = peer;
+        __atomic_store_n(&o->faultCode, code > ncclSuccess && code < ncclNumResults ? (ncclResult_t)code : ncclInvalidUsage,
+                         __ATOMIC_RELEASE);
+      }
+      pthread_mutex_unlock(&o->lock);
+      break;
+  }
+  free(m);
+}
+
+/* Reads what peer sent, frame by frame, without blocking. */
+static void peerRead(struct oob *o, int peer) {
+  struct oobPeer *p = &o->peers[peer];
+  int fd = o->b->peerFd[peer];
+  for (;;) {
+    char *dst;
+    size_t want;
+    if (p->got < sizeof p->hdr) {
+      dst = (char *)&p->hdr + p->got;
+      want = sizeof p->hdr - p->got;
+    } else {
+      dst = p->msg->data + (p->got - sizeof p->hdr);
+      want = p->hdr.len - (p->got - sizeof p->hdr);
+    }
+    ssize_t r = want ? recv(fd, dst, want, MSG_DONTWAIT) : 0;
+    if (want && r == 0) {
+      markGone(o, peer, NULL); /* EOF: a failure unless it said goodbye */
+      return;
+    }
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK) markGone(o, peer, NULL);
+      return;
+    }
+    p->got += (size_t)r;
+    if (p->got == sizeof p->hdr && !p->msg) {
+      if (p->hdr.magic != OOB_MAGIC || p->hdr.type == 0 || p->hdr.type >= oobTypeEnd ||
+          p->hdr.len > OOB_MAX_PAYLOAD) {
+        markGone(o, peer, "a malformed message");
+        return;
+      }
+      p->msg = malloc(sizeof *p->msg + p->hdr.len);
+      if (!p->msg) {
+        markGone(o, peer, "a message it had no memory for");
+        return;
+      }
+      p->msg->len = p->hdr.len;
+    }
+    if (p->got == sizeof p->hdr + p->hdr.len) {
+      frameHandle(o, peer);
+      p->got = 0;
+    }
+  }
+}
+
+static void *monitorMain(void *arg) {
+  struct oob *o = arg;
+  struct bootstrap *b = o->b;
+  struct pollfd *fds = malloc(sizeof *fds * (size_t)(b->nranks + 1));
+  int *who = malloc(sizeof *who * (size_t)(b->nranks + 1));
+  if (!fds || !who) {
+    free(fds);
+    free(who);
+    return NULL;
+  }
+  while (!__atomic_load_n(&o->stop, __ATOMIC_ACQUIRE)) {
+    int nf = 0;
+    for (int i = 0; i < b->nranks; i++) {
+      if (b->peerFd[i] < 0 || o->peers[i].closed) continue;
+      fds[nf] = (struct pollfd){b->peerFd[i], POLLIN | POLLRDHUP, 0};
+      who[nf++] = i;
+    }
+    fds[nf] = (struct pollfd){o->efd, POLLIN, 0};
+    who[nf++] = -1;
+    if (poll(fds, (nfds_t)nf, 1000) <= 0) continue;
+    for (int k = 0; k < nf; k++) {
+      if (!fds[k].revents) continue;
+      if (who[k] < 0) {
+        uint64_t v;
+        if (read(o->efd, &v, sizeof v) < 0) { /* drained already */
+        }
+        continue;
+      }
+      peerRead(o, who[k]);
+    }
+  }
+  free(fds);
+  free(who);
+  return NULL;
+}
+
+ncclResult_t oobStart(struct bootstrap *b, oobStatusFn status, void *arg, size_t statusBytes) {
+  if (statusBytes > OOB_MAX_STATUS) return ncclInternalError;
+  struct oob *o = calloc(1, sizeof *o);
+  if (!o) return ncclSystemError;
+  o->b = b;
+  o->statusFn = status;
+  o->statusArg = arg;
+  o->statusBytes = statusBytes;
+  o->peers = calloc((size_t)b->nranks, sizeof *o->peers);
+  o->replies = calloc((size_t)b->nranks, statusBytes ? statusBytes : 1);
+  o->answered = calloc((size_t)b->nranks, 1);
+  o->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (!o->peers || !o->replies || !o->answered || o->efd < 0) {
+    if (o->efd >= 0) close(o->efd);
+    free(o->peers);
+    free(o->replies);
+    free(o->answered);
+    free(o);
+    return ncclSystemError;
+  }
+  pthread_mutex_init(&o->lock, NULL);
+  for (int i = 0; i < b->nranks; i++) {
+    pthread_mutex_init(&o->peers[i].sendLock, NULL);
+    o->peers[i].departed = b->departed[i];
+  }
+  int err = pthread_create(&o->thread, NULL, monitorMain, o);
+  if (err) {
+    WARN("Bootstrap : cannot start the monitor thread: %s", strerror(err));
+    close(o->efd);
+    free(o->peers);
+    free(o->replies);
+    free(o->answered);
+    free(o);
+    return ncclSystemError;
+  }
+  b->oob = o;
+  return ncclSuccess;
+}
+
+void oobStop(struct bootstrap *b, int graceful) {
+  struct oob *o = b->oob;
+  if (!o) return;
+  __atomic_store_n(&o->stop, 1, __ATOMIC_RELEASE);
+  uint64_t one = 1;
+  if (write(o->efd, &one, sizeof one) < 0) { /* it wakes within a second anyway */
+  }
+  pthread_join(o->thread, NULL);
+  for (int i = 0; i < b->nranks; i++) {
+    struct oobPeer *p = &o->peers[i];
+    if (graceful && b->peerFd[i] >= 0) frameSend(o, i, oobGoodbye, 0, NULL, 0, 100000000ull, NULL);
+    b->departed[i] = (char)p->departed;
+    while (p->inHead) {
+      struct oobMsg *m = p->inHead;
+      p->inHead = m->next;
+      free(m);
+    }
+    free(p->msg);
+    pthread_mutex_destroy(&p->sendLock);
+  }
+  pthread_mutex_destroy(&o->lock);
+  close(o->efd);
+  free(o->peers);
+  free(o->replies);
+  free(o->answered);
+  free(o);
+  b->oob = NULL;
+}
+
+ncclResult_t oobSendData(struct bootstrap *b, int peer, const void *data, size_t size, struct waitState *w) {
+  if (size > OOB_MAX_PAYLOAD) {
+    WARN("Bootstrap : message of %zu bytes is too large (at most %d after init)", size, OOB_MAX_PAYLOAD);
+    return ncclInternalError;
+  }
+  uint64_t wait = w->timeoutNs ? w->timeoutNs : UINT64_MAX / 4;
+  ncclResult_t res = frameSend(b->oob, peer, oobData, 0, data, size, wait, w->abortFlag);
+  if (res != ncclSuccess) {
+    if (w->abortFlag && __atomic_load_n(w->abortFlag, __ATOMIC_ACQUIRE)) return ncclInvalidUsage;
+    ncclResult_t live = w->liveness ? w->liveness(w->livenessArg) : ncclSuccess;
+    if (live != ncclSuccess) return live;
+    WARN("Bootstrap : rank %d could not send to rank %d", b->rank, peer);
+  }
+  return res;
+}
+
+ncclResult_t oobRecvData(struct bootstrap *b, int peer, void *data, size_t size, struct waitState *w) {
+  struct oob *o = b->oob;
+  struct oobPeer *p = &o->peers[peer];
+  for (;;) {
+    pthread_mutex_lock(&o->lock);
+    struct oobMsg *m = p->inHead;
+    if (m) {
+      p->inHead = m->next;
+      if (!p->inHead) p->inTail = NULL;
+    }
+    pthread_mutex_unlock(&o->lock);
+    if (m) {
+      ncclResult_t res = ncclSuccess;
+      if (m->len != size) {
+        WARN("Bootstrap : rank %d expected %zu bytes from rank %d and got %u: the ranks are not in the same call",
+             b->rank, size, peer, m->len);
+        res = ncclInvalidUsage;
+      } else {
+        memcpy(data, m->data, size);
+      }
+      free(m);
+      return res;
+    }
+    if (__atomic_load_n(&p->gone, __ATOMIC_ACQUIRE) || __atomic_load_n(&p->departed, __ATOMIC_ACQUIRE)) {
+      ncclResult_t live = w->liveness ? w->liveness(w->livenessArg) : ncclSuccess;
+      if (live != ncclSuccess) return live;
+      WARN("Bootstrap : rank %d waits for a message from rank %d, which has left", b->rank, peer);
+      return ncclRemoteError;
+    }
+    CHECK(waitPause(w));
+  }
+}
+
+int oobPeerGone(const struct bootstrap *b, int peer) {
+  return __atomic_load_n(&b->oob->peers[peer].gone, __ATOMIC_ACQUIRE);
+}
+
+int oobPeerDeparted(const struct bootstrap *b, int peer) {
+  return __atomic_load_n(&b->oob->peers[peer].departed, __ATOMIC_ACQUIRE);
+}
+
+void oobQueryStatus(struct bootstrap *b, void *replies, char *answered, int waitMs) {
+  struct oob *o = b->oob;
+  pthread_mutex_lock(&o->lock);
+  uint32_t id = ++o->queryId;
+  memset(o->answered, 0, (size_t)b->nranks);
+  pthread_mutex_unlock(&o->lock);
+  for (int i = 0; i < b->nranks; i++)
+    if (i != b->rank) frameSend(o, i, oobQuery, id, NULL, 0, 100000000ull, NULL);
+  uint64_t deadline = clockNs() + (uint64_t)waitMs * 1000000ull;
+  for (;;) {
+    int missing = 0;
+    pthread_mutex_lock(&o->lock);
+    for (int i = 0; i < b->nranks; i++)
+      missing += i != b->rank && !o->answered[i] && !__atomic_load_n(&o->peers[i].gone, __ATOMIC_ACQUIRE) &&
+                 !__atomic_load_n(&o->peers[i].departed, __ATOMIC_ACQUIRE);
+    if (missing == 0 || clockNs() >= deadline) {
+      memcpy(answered, o->answered, (size_t)b->nranks);
+      memcpy(replies, o->replies, (size_t)b->nranks * o->statusBytes);
+      pthread_mutex_unlock(&o->lock);
+      break;
+    }
+    pthread_mutex_unlock(&o->lock);
+    struct timespec ts = {0, 1000000};
+    nanosleep(&ts, NULL);
+  }
+  if (o->statusFn) o->statusFn(o->statusArg, (char *)replies + (size_t)b->rank * o->statusBytes, o->statusBytes);
+  answered[b->rank] = 1;
+}
+
+void oobBroadcastFault(struct bootstrap *b, ncclResult_t code, const char *text) {
+  char buf[sizeof(int32_t) + OOB_MAX_FAULT];
+  int32_t c = (int32_t)code;
+  size_t n = strlen(text);
+  if (n > OOB_MAX_FAULT - 1) n = OOB_MAX_FAULT - 1;
+  memcpy(buf, &c, sizeof c);
+  memcpy(buf + sizeof c, text, n);
+  for (int i = 0; i < b->nranks; i++)
+    if (i != b->rank) frameSend(b->oob, i, oobFault, 0, buf, sizeof c + n, 100000000ull, NULL);
+}
+
+ncclResult_t oobPendingFault(struct bootstrap *b, char *text, size_t len, int *from) {
+  struct oob *o = b->oob;
+  if (!o || __atomic_load_n(&o->faultCode, __ATOMIC_ACQUIRE) == ncclSuccess) return ncclSuccess;
+  pthread_mutex_lock(&o->lock);
+  snprintf(text, len, "%s", o->faultText);
+  *from = o->faultFrom;
+  ncclResult_t code = o->faultCode;
+  pthread_mutex_unlock(&o->lock);
+  return code;
+}

@@ -1,0 +1,46 @@
+#include "engine/desc.h"
+
+#include <stdio.h>
+
+#include "reduce/reduce.h"
+
+const char *collName(int coll) {
+  static const char *names[collTypeCount] = {"AllReduce", "Broadcast", "Reduce",   "AllGather", "ReduceScatter",
+                                             "Send",      "Recv",      "AlltoAll", "Gather",    "Scatter"};
+  return coll >= 0 && coll < collTypeCount ? names[coll] : "Unknown";
+}
+
+static int rooted(int coll) {
+  return coll == collBroadcast || coll == collReduce || coll == collGather || coll == collScatter;
+}
+
+int descMatch(const struct opDesc *mine, const struct opDesc *theirs) {
+  if (mine->count != theirs->count || mine->dtype != theirs->dtype || mine->seq != theirs->seq) return 0;
+  if (mine->coll == collRecv || mine->coll == collSend) {
+    int other = mine->coll == collRecv ? collSend : collRecv;
+    return theirs->coll == other && theirs->root == mine->rank && mine->root == theirs->rank;
+  }
+  if (mine->coll != theirs->coll || mine->op != theirs->op) return 0;
+  return !rooted(mine->coll) || mine->root == theirs->root;
+}
+
+static const char *opStr(int op) {
+  static const char *names[] = {"sum", "prod", "max", "min", "avg"};
+  if (op < 5) return names[op];
+  return op == OPDESC_USER_OP ? "user op" : "";
+}
+
+const char *descStr(const struct opDesc *d, char *buf, size_t len) {
+  const char *name = d->coll < collTypeCount ? collName(d->coll) : "?";
+  int n = snprintf(buf, len, "%s #%u (count=%llu, %s", name, d->seq, (unsigned long long)d->count,
+                   dtypeName(d->dtype));
+  if (n < 0 || (size_t)n >= len) return buf;
+  if (d->op != OPDESC_NO_OP) n += snprintf(buf + n, len - (size_t)n, ", %s", opStr(d->op));
+  if ((size_t)n >= len) return buf;
+  if (d->coll == collSend || d->coll == collRecv)
+    n += snprintf(buf + n, len - (size_t)n, ", %s rank %d", d->coll == collSend ? "to" : "from", d->root);
+  else if (rooted(d->coll))
+    n += snprintf(buf + n, len - (size_t)n, ", root %d", d->root);
+  if ((size_t)n < len) snprintf(buf + n, len - (size_t)n, ")");
+  return buf;
+}

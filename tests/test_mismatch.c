@@ -1,0 +1,82 @@
+/* Mismatched operations end in ncclInvalidUsage on every rank, never a hang
+ * or an overrun (CHORUS_CHECK, on by default). One rank calls something else
+ * than the others; each case runs on 3 ranks:
+ *   count dtype op root coll p2p    test_mismatch <case>
+ * Each rank's mismatched call fails within 2 s with a WARN that names both
+ * calls, or (a rank whose part ended before anyone noticed) succeeds and
+ * then its next call fails. Guard bytes around every buffer stay intact. */
+#define _GNU_SOURCE
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+static volatile int *arrived; /* a barrier across the forked ranks */
+
+static void barrier(int n, int round) {
+  __atomic_add_fetch(&arrived[0], 1, __ATOMIC_SEQ_CST);
+  for (int i = 0; i < 10000 && __atomic_load_n(&arrived[0], __ATOMIC_SEQ_CST) < n * round; i++) usleep(1000);
+}
+
+#define COUNT 1000
+static const char *which;
+
+/* The call that rank `odd` makes differently. */
+static ncclResult_t oddCall(int rank, int n, float *in, float *out, ncclComm_t comm) {
+  int odd = rank == n - 1;
+  if (strcmp(which, "count") == 0) return ncclAllReduce(in, out, odd ? COUNT - 1 : COUNT, ncclFloat, ncclSum, comm, NULL);
+  if (strcmp(which, "dtype") == 0) return ncclAllReduce(in, out, COUNT, odd ? ncclInt32 : ncclFloat, ncclSum, comm, NULL);
+  if (strcmp(which, "op") == 0) return ncclAllReduce(in, out, COUNT, ncclFloat, odd ? ncclMax : ncclSum, comm, NULL);
+  if (strcmp(which, "root") == 0) return ncclBroadcast(in, out, COUNT, ncclFloat, odd ? 1 : 0, comm, NULL);
+  if (strcmp(which, "coll") == 0) {
+    if (odd) return ncclReduce(in, out, COUNT, ncclFloat, ncclSum, 0, comm, NULL);
+    return ncclAllReduce(in, out, COUNT, ncclFloat, ncclSum, comm, NULL);
+  }
+  /* p2p: a ring of sends, the last rank receives one element less */
+  ncclGroupStart();
+  ncclSend(in, COUNT, ncclFloat, (rank + 1) % n, comm, NULL);
+  ncclRecv(out, rank == 0 ? COUNT - 1 : COUNT, ncclFloat, (rank + n - 1) % n, comm, NULL);
+  return ncclGroupEnd();
+}
+
+static int mismatchRank(int rank, int n, ncclUniqueId id, void *arg) {
+  (void)arg;
+  ncclComm_t comm;
+  NCCLCHECK(ncclCommInitRank(&comm, n, id, rank));
+  float *in = guardAlloc(COUNT * sizeof(float)), *out = guardAlloc(COUNT * sizeof(float));
+  for (int i = 0; i < COUNT; i++) in[i] = (float)(rank + 1);
+  NCCLCHECK(ncclAllReduce(in, out, COUNT, ncclFloat, ncclSum, comm, NULL)); /* all agree on #1 */
+  EXPECT(out[0] == n * (n + 1) / 2, "warm-up result %g", out[0]);
+  double t0 = nowSec();
+  ncclResult_t res = oddCall(rank, n, in, out, comm);
+  double t = nowSec() - t0;
+  if (res == ncclSuccess) { /* its part was done before anyone saw the mismatch: the next call says so */
+    t0 = nowSec();
+    res = ncclAllReduce(in, out, COUNT, ncclFloat, ncclSum, comm, NULL);
+    t = nowSec() - t0;
+  }
+  EXPECT(res == ncclInvalidUsage, "rank %d: got %s", rank, ncclGetErrorString(res));
+  EXPECT(t < 2.0, "rank %d: the error took %.2f s", rank, t);
+  const char *err = ncclGetLastError(comm);
+  EXPECT(strstr(err, "called") != NULL && strstr(err, "but rank") != NULL, "rank %d: last error '%s'", rank, err);
+  EXPECT(guardCheck(in) == 0 && guardCheck(out) == 0, "rank %d: guard bytes overwritten", rank);
+  fprintf(stderr, "rank %d: %s after %.0f ms: %s\n", rank, ncclGetErrorString(res), t * 1e3, err);
+  /* Later calls fail at once. */
+  res = ncclAllReduce(in, out, COUNT, ncclFloat, ncclSum, comm, NULL);
+  EXPECT(res == ncclInvalidUsage, "rank %d: a later call got %s", rank, ncclGetErrorString(res));
+  barrier(n, 1); /* nobody aborts (and looks dead) before everyone has seen the mismatch */
+  NCCLCHECK(ncclCommAbort(comm));
+  guardFree(in);
+  guardFree(out);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  which = argc > 1 ? argv[1] : "count";
+  arrived = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  setenv("CHORUS_TIMEOUT", "20", 0); /* a hang fails the deadline, not the check */
+  int failed = runRanks(3, mismatchRank, NULL, 30);
+  printf("test_mismatch %s: %s\n", which, failed ? "FAILED" : "passed");
+  return failed != 0;
+}
