@@ -159,6 +159,9 @@ CHORUS_DECL(ncclResult_t, ncclCommDestroy, (ncclComm_t comm));
 CHORUS_DECL(ncclResult_t, ncclCommAbort, (ncclComm_t comm));
 CHORUS_DECL(ncclResult_t, ncclCommSplit,
             (ncclComm_t comm, int color, int key, ncclComm_t *newcomm, ncclConfig_t *config));
+CHORUS_DECL(ncclResult_t, ncclCommShrink,
+            (ncclComm_t comm, int *excludeRanksList, int excludeRanksCount, ncclComm_t *newcomm,
+             ncclConfig_t *config, int shrinkFlags));
 CHORUS_DECL(ncclResult_t, ncclCommRegister, (const ncclComm_t comm, void *buff, size_t size, void **handle));
 CHORUS_DECL(ncclResult_t, ncclCommDeregister, (const ncclComm_t comm, void *handle));
 CHORUS_DECL(const char *, ncclGetErrorString, (ncclResult_t result));

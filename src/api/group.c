@@ -240,13 +240,18 @@ ncclResult_t groupEnqueue(const struct groupItem *item) {
 ncclResult_t groupInit(const struct initJob *job) {
   if (groupDepth == 0) {
     struct initJob j = *job;
-    return initJobsRun(&j, 1);
+    ncclResult_t res = initJobsRun(&j, 1);
+    free(j.excluded);
+    return res;
   }
   if (groupInitCount == groupInitCap) {
     if (groupInitCap == 0) threadCacheInUse();
     int cap = groupInitCap ? 2 * groupInitCap : 8;
     struct initJob *g = realloc(groupInits, sizeof *g * cap);
-    if (!g) return groupNoteError(ncclSystemError);
+    if (!g) {
+      free(job->excluded);
+      return groupNoteError(ncclSystemError);
+    }
     groupInits = g;
     groupInitCap = cap;
   }
@@ -273,6 +278,7 @@ NCCL_API(ncclResult_t, ncclGroupEnd, void) {
   ncclResult_t res = groupError;
   if (res == ncclSuccess && groupInitCount > 0) res = initJobsRun(groupInits, groupInitCount);
   if (res == ncclSuccess) res = launch(groupItems, groupCount);
+  for (int i = 0; i < groupInitCount; i++) free(groupInits[i].excluded);
   groupCount = 0;
   groupInitCount = 0;
   groupError = ncclSuccess;
@@ -291,6 +297,7 @@ NCCL_API(ncclResult_t, ncclGroupSimulateEnd, ncclSimInfo_t *simInfo) {
   /* No cost model to answer with yet (NCCL_VERSION_CODE says 2.19, before
    * this call existed): say so, and drop the group as an error would. */
   if (--groupDepth == 0) {
+    for (int i = 0; i < groupInitCount; i++) free(groupInits[i].excluded);
     groupCount = 0;
     groupInitCount = 0;
     groupError = ncclSuccess;

@@ -25,7 +25,13 @@ struct initJob {
    * with the parent's other ranks) */
   struct ncclComm *parent;
   int color, key;
+  /* ncclCommShrink: the parent's ranks that stay out (nranks bytes, owned
+   * by the job: groupInit and ncclGroupEnd free it) */
+  char *excluded;
+  int shrinkFlags;
 };
+/* The shrink itself, on the init thread (shrink.c). */
+ncclResult_t commShrinkRun(struct initJob *job);
 /* The split itself, on the init thread (split.c). */
 ncclResult_t commSplitRun(struct initJob *job);
 /* Runs inits concurrently, one thread each (init.c). */

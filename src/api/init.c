@@ -295,7 +295,7 @@ static ncclResult_t checkInitArgs(ncclComm_t *comm, int nranks, int rank, const 
 NCCL_API(ncclResult_t, ncclCommInitRank, ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank) {
   CHECK(checkInitArgs(comm, nranks, rank, "ncclCommInitRank"));
   *comm = NULL;
-  struct initJob job = {comm, nranks, rank, 0, 1, commId, ncclSuccess, NULL, 0, 0};
+  struct initJob job = {comm, nranks, rank, 0, 1, commId, ncclSuccess, NULL, 0, 0, NULL, 0};
   return groupInit(&job);
 }
 
@@ -327,13 +327,13 @@ NCCL_API(ncclResult_t, ncclCommInitRankConfig, ncclComm_t *comm, int nranks, ncc
   *comm = NULL;
   /* Init completes before returning (or before ncclGroupEnd returns), so
    * nonblocking callers see success. */
-  struct initJob job = {comm, nranks, rank, 0, blocking, commId, ncclSuccess, NULL, 0, 0};
+  struct initJob job = {comm, nranks, rank, 0, blocking, commId, ncclSuccess, NULL, 0, 0, NULL, 0};
   return groupInit(&job);
 }
 
 static void *initJobThread(void *p) {
   struct initJob *j = p;
-  j->res = j->parent ? commSplitRun(j) : commInit(j->comm, j->nranks, &j->id, j->rank, j->cudaDev, j->blocking);
+  j->res = j->excluded ? commShrinkRun(j) : j->parent ? commSplitRun(j) : commInit(j->comm, j->nranks, &j->id, j->rank, j->cudaDev, j->blocking);
   return NULL;
 }
 
@@ -393,7 +393,7 @@ NCCL_API(ncclResult_t, ncclCommInitAll, ncclComm_t *comms, int ndev, const int *
   struct initJob *jobs = calloc(ndev, sizeof *jobs);
   if (!jobs) return ncclSystemError;
   for (int i = 0; i < ndev; i++)
-    jobs[i] = (struct initJob){&comms[i], ndev, i, devlist ? devlist[i] : i, 1, id, ncclSuccess, NULL, 0, 0};
+    jobs[i] = (struct initJob){&comms[i], ndev, i, devlist ? devlist[i] : i, 1, id, ncclSuccess, NULL, 0, 0, NULL, 0};
   ncclResult_t res = initJobsRun(jobs, ndev);
   free(jobs);
   return res;

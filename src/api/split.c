@@ -83,6 +83,6 @@ NCCL_API(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key, ncclC
   if (config && config->size >= offsetof(ncclConfig_t, cgaClusterSize) && config->blocking != NCCL_CONFIG_UNDEF_INT)
     blocking = config->blocking != 0;
   *newcomm = NULL;
-  struct initJob job = {newcomm, 0, 0, comm->cudaDev, blocking, {{0}}, ncclSuccess, comm, color, key};
+  struct initJob job = {newcomm, 0, 0, comm->cudaDev, blocking, {{0}}, ncclSuccess, comm, color, key, NULL, 0};
   return groupInit(&job);
 }

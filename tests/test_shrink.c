@@ -1,0 +1,93 @@
+/* ncclCommShrink makes a working communicator of the survivors:
+ *   dead - 4 ranks, rank 2 SIGKILLs itself mid-loop; the others get
+ *          ncclRemoteError, shrink with NCCL_SHRINK_ABORT excluding it, and
+ *          run validated collectives on the 3-rank result (ranks keep the
+ *          parent's order), then destroy both communicators.
+ *   live - 4 healthy ranks, 0..2 shrink away rank 3 (NCCL_SHRINK_DEFAULT);
+ *          rank 3 trying to shrink itself away, a NULL or empty list, an
+ *          out-of-range rank and bad flags all give ncclInvalidArgument.
+ *   test_shrink <case> */
+#define _GNU_SOURCE
+#include <signal.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+/* The survivors' new communicator works: counts, order and results. */
+static int checkChild(ncclComm_t child, int parentRank, const int *survivors, int m) {
+  int count, rank;
+  NCCLCHECK(ncclCommCount(child, &count));
+  NCCLCHECK(ncclCommUserRank(child, &rank));
+  EXPECT(count == m, "child has %d ranks, expected %d", count, m);
+  EXPECT(survivors[rank] == parentRank, "parent rank %d became child rank %d", parentRank, rank);
+  int mine = parentRank, all[8];
+  NCCLCHECK(ncclAllGather(&mine, all, 1, ncclInt32, child, NULL));
+  for (int i = 0; i < m; i++) EXPECT(all[i] == survivors[i], "AllGather[%d] = %d, expected %d", i, all[i], survivors[i]);
+  double x = parentRank + 1, sum = 0, want = 0;
+  for (int i = 0; i < m; i++) want += survivors[i] + 1;
+  NCCLCHECK(ncclAllReduce(&x, &sum, 1, ncclDouble, ncclSum, child, NULL));
+  EXPECT(sum == want, "AllReduce gave %g, expected %g", sum, want);
+  return 0;
+}
+
+static int deadRank(int rank, int n, ncclUniqueId id, void *arg) {
+  (void)arg;
+  ncclComm_t comm;
+  NCCLCHECK(ncclCommInitRank(&comm, n, id, rank));
+  float buf[256];
+  for (int i = 0; i < 256; i++) buf[i] = 1;
+  ncclResult_t res = ncclSuccess;
+  for (int iter = 0; res == ncclSuccess; iter++) {
+    if (rank == 2 && iter == 5) raise(SIGKILL);
+    res = ncclAllReduce(buf, buf, 256, ncclFloat, ncclSum, comm, NULL);
+  }
+  EXPECT(res == ncclRemoteError, "rank %d: got %s", rank, ncclGetErrorString(res));
+  int exclude[] = {2}, survivors[] = {0, 1, 3};
+  ncclComm_t child;
+  double t0 = nowSec();
+  NCCLCHECK(ncclCommShrink(comm, exclude, 1, &child, NULL, NCCL_SHRINK_ABORT));
+  double t = nowSec() - t0;
+  EXPECT(t < 2.0, "shrink took %.2f s", t);
+  if (checkChild(child, rank, survivors, 3)) return 1;
+  fprintf(stderr, "rank %d: shrink after rank 2 died took %.0f ms; the 3-rank communicator works\n", rank, t * 1e3);
+  NCCLCHECK(ncclCommDestroy(child));
+  t0 = nowSec();
+  NCCLCHECK(ncclCommDestroy(comm)); /* after a failure: must not block */
+  EXPECT(nowSec() - t0 < 1.0, "destroying the failed parent took %.2f s", nowSec() - t0);
+  return 0;
+}
+
+static int liveRank(int rank, int n, ncclUniqueId id, void *arg) {
+  (void)arg;
+  ncclComm_t comm, child = NULL;
+  NCCLCHECK(ncclCommInitRank(&comm, n, id, rank));
+  int exclude[] = {3}, survivors[] = {0, 1, 2}, bad[] = {7};
+  EXPECT(ncclCommShrink(comm, NULL, 1, &child, NULL, NCCL_SHRINK_DEFAULT) == ncclInvalidArgument, "NULL list");
+  EXPECT(ncclCommShrink(comm, exclude, 0, &child, NULL, NCCL_SHRINK_DEFAULT) == ncclInvalidArgument, "empty list");
+  EXPECT(ncclCommShrink(comm, bad, 1, &child, NULL, NCCL_SHRINK_DEFAULT) == ncclInvalidArgument, "rank out of range");
+  EXPECT(ncclCommShrink(comm, exclude, 1, &child, NULL, 5) == ncclInvalidArgument, "bad flags");
+  EXPECT(ncclCommShrink(comm, exclude, 1, NULL, NULL, NCCL_SHRINK_DEFAULT) == ncclInvalidArgument, "NULL newcomm");
+  if (rank == 3) {
+    EXPECT(ncclCommShrink(comm, exclude, 1, &child, NULL, NCCL_SHRINK_DEFAULT) == ncclInvalidArgument,
+           "an excluded rank's shrink");
+    EXPECT(strstr(ncclGetLastError(comm), "excluded ranks must not call"), "last error '%s'", ncclGetLastError(comm));
+    usleep(1000000); /* the others are done with the parent's mesh by then */
+  } else {
+    NCCLCHECK(ncclCommShrink(comm, exclude, 1, &child, NULL, NCCL_SHRINK_DEFAULT));
+    if (checkChild(child, rank, survivors, 3)) return 1;
+    NCCLCHECK(ncclCommDestroy(child));
+    /* The parent still works too, with every rank. */
+  }
+  NCCLCHECK(ncclCommDestroy(comm));
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  const char *which = argc > 1 ? argv[1] : "dead";
+  int failed;
+  if (strcmp(which, "dead") == 0) failed = runRanks(4, deadRank, NULL, 30) != 1; /* rank 2 dies */
+  else failed = runRanks(4, liveRank, NULL, 30);
+  printf("test_shrink %s: %s\n", which, failed ? "FAILED" : "passed");
+  return failed != 0;
+}
