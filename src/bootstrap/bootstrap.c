@@ -13,22 +13,13 @@
 
 #include "bootstrap/acceptor.h"
 #include "bootstrap/oob.h"
+#include "bootstrap/wire.h"
 #include "core/err.h"
 #include "core/log.h"
 #include "core/param.h"
 
-#define BOOTSTRAP_MAX_RANKS (1 << 20)
 static const uint64_t goodbyeMagic = 0x6579622d73756f72ull; /* "rous-bye" */
 
-struct rootHello {
-  uint64_t secret;
-  int32_t rank, nranks;
-  struct bootstrapPeerInfo info;
-};
-struct meshHello {
-  uint64_t secret;
-  int32_t rank, pad;
-};
 
 static uint64_t fnv1a(uint64_t h, const char *s) {
   for (; *s; s++) h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
@@ -83,14 +74,7 @@ static void *rootThread(void *argp) {
       continue;
     }
     waitProgress(&w);
-    if (hello.secret != a.secret) {
-      WARN("Bootstrap : root dropped a connection that did not present the secret");
-      close(fd);
-      continue;
-    }
-    if (hello.nranks <= 0 || hello.nranks > BOOTSTRAP_MAX_RANKS || (nranks && hello.nranks != nranks) ||
-        hello.rank < 0 || hello.rank >= hello.nranks || (fds && fds[hello.rank] >= 0)) {
-      WARN("Bootstrap : root got rank %d of %d, expected a new rank of %d", hello.rank, hello.nranks, nranks);
+    if (!wireRootHelloValid(&hello, a.secret, nranks, fds)) {
       close(fd);
       continue;
     }
@@ -223,7 +207,7 @@ static ncclResult_t meshConnect(struct bootstrap *b) {
       continue;
     }
     waitProgress(&w);
-    if (hello.secret != b->secret || hello.rank <= b->rank || hello.rank >= b->nranks || b->peerFd[hello.rank] >= 0) {
+    if (!wireMeshHelloValid(&hello, b->secret, b->rank, b->nranks, b->peerFd)) {
       WARN("Bootstrap : rank %d dropped a connection without the communicator's secret", b->rank);
       close(fd);
       continue;
@@ -273,11 +257,7 @@ ncclResult_t bootstrapInit(struct bootstrap *b, const struct bootstrapHandle *h,
   CHECKGOTO(sockRecvAll(rootFd, b->peers, sizeof *b->peers * nranks, &w), res, out);
   close(rootFd);
   rootFd = -1;
-  for (int i = 0; i < nranks; i++)
-    if (b->peers[i].rank != i) {
-      WARN("Bootstrap : inconsistent rank table from the root (slot %d holds rank %d)", i, b->peers[i].rank);
-      return ncclInternalError;
-    }
+  CHECK(wirePeerTableCheck(b->peers, nranks));
   res = meshConnect(b);
 out:
   if (rootFd >= 0) close(rootFd);

@@ -241,10 +241,11 @@ static void *monitorMain(void *arg) {
   return NULL;
 }
 
-ncclResult_t oobStart(struct bootstrap *b, oobStatusFn status, void *arg, size_t statusBytes) {
-  if (statusBytes > OOB_MAX_STATUS) return ncclInternalError;
+/* The monitor's state for b, without its thread (fuzz/fuzz_oob.c drives
+ * peerRead itself). */
+static struct oob *oobAlloc(struct bootstrap *b, oobStatusFn status, void *arg, size_t statusBytes) {
   struct oob *o = calloc(1, sizeof *o);
-  if (!o) return ncclSystemError;
+  if (!o) return NULL;
   o->b = b;
   o->statusFn = status;
   o->statusArg = arg;
@@ -259,39 +260,20 @@ ncclResult_t oobStart(struct bootstrap *b, oobStatusFn status, void *arg, size_t
     free(o->replies);
     free(o->answered);
     free(o);
-    return ncclSystemError;
+    return NULL;
   }
   pthread_mutex_init(&o->lock, NULL);
   for (int i = 0; i < b->nranks; i++) {
     pthread_mutex_init(&o->peers[i].sendLock, NULL);
     o->peers[i].departed = b->departed[i];
   }
-  int err = pthread_create(&o->thread, NULL, monitorMain, o);
-  if (err) {
-    WARN("Bootstrap : cannot start the monitor thread: %s", strerror(err));
-    close(o->efd);
-    free(o->peers);
-    free(o->replies);
-    free(o->answered);
-    free(o);
-    return ncclSystemError;
-  }
-  b->oob = o;
-  return ncclSuccess;
+  return o;
 }
 
-void oobStop(struct bootstrap *b, int graceful) {
-  struct oob *o = b->oob;
-  if (!o) return;
-  __atomic_store_n(&o->stop, 1, __ATOMIC_RELEASE);
-  uint64_t one = 1;
-  if (write(o->efd, &one, sizeof one) < 0) { /* it wakes within a second anyway */
-  }
-  pthread_join(o->thread, NULL);
-  for (int i = 0; i < b->nranks; i++) {
+static void oobFree(struct oob *o) {
+  for (int i = 0; i < o->b->nranks; i++) {
     struct oobPeer *p = &o->peers[i];
-    if (graceful && b->peerFd[i] >= 0) frameSend(o, i, oobGoodbye, 0, NULL, 0, 100000000ull, NULL);
-    b->departed[i] = (char)p->departed;
+    o->b->departed[i] = (char)p->departed;
     while (p->inHead) {
       struct oobMsg *m = p->inHead;
       p->inHead = m->next;
@@ -306,6 +288,33 @@ void oobStop(struct bootstrap *b, int graceful) {
   free(o->replies);
   free(o->answered);
   free(o);
+}
+
+ncclResult_t oobStart(struct bootstrap *b, oobStatusFn status, void *arg, size_t statusBytes) {
+  if (statusBytes > OOB_MAX_STATUS) return ncclInternalError;
+  struct oob *o = oobAlloc(b, status, arg, statusBytes);
+  if (!o) return ncclSystemError;
+  int err = pthread_create(&o->thread, NULL, monitorMain, o);
+  if (err) {
+    WARN("Bootstrap : cannot start the monitor thread: %s", strerror(err));
+    oobFree(o);
+    return ncclSystemError;
+  }
+  b->oob = o;
+  return ncclSuccess;
+}
+
+void oobStop(struct bootstrap *b, int graceful) {
+  struct oob *o = b->oob;
+  if (!o) return;
+  __atomic_store_n(&o->stop, 1, __ATOMIC_RELEASE);
+  uint64_t one = 1;
+  if (write(o->efd, &one, sizeof one) < 0) { /* it wakes within a second anyway */
+  }
+  pthread_join(o->thread, NULL);
+  for (int i = 0; graceful && i < b->nranks; i++)
+    if (b->peerFd[i] >= 0) frameSend(o, i, oobGoodbye, 0, NULL, 0, 100000000ull, NULL);
+  oobFree(o);
   b->oob = NULL;
 }
 

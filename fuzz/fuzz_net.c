@@ -1,0 +1,65 @@
+/* libFuzzer target: the socket transport's receive path (transport/net.c):
+ * size headers (with or without an operation descriptor), inline data and
+ * pieces over data sockets, cut as the sender said at setup, in whatever
+ * byte stream a broken or hostile peer sends. Every outcome must be data
+ * in slots no larger than a slot, or the connection marked broken. */
+#define _GNU_SOURCE
+#include "../src/transport/net.c"
+
+#include <fcntl.h>
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  if (size < 4 || size > 60000) return 0;
+  /* Setup from the first bytes: data sockets, inline limit, piece size. */
+  struct netCut cut = {data[0] % 4, (uint32_t)data[1] * 8, 4096u << (data[2] % 3)};
+  int closeAfter = data[3] & 1;
+  data += 4;
+  size -= 4;
+  struct bootstrap b;
+  memset(&b, 0, sizeof b);
+  b.rank = 0;
+  b.nranks = 2;
+  struct bootstrapPeerInfo peers[2];
+  memset(peers, 0, sizeof peers);
+  b.peers = peers;
+  struct netState s;
+  memset(&s, 0, sizeof s);
+  size_t buffSize = 64 * 1024;
+  s.memBytes = CONN_CTRL_BYTES + buffSize;
+  s.conns = calloc(1, sizeof *s.conns);
+  s.mem = calloc(1, sizeof *s.mem);
+  s.listenFd = -1;
+  struct conn c;
+  memset(&c, 0, sizeof c);
+  if (netConnAlloc(&s, &c, 1, 0, 0, &cut, &b, buffSize) != ncclSuccess) abort();
+  int writers[NET_MAX_SOCKS];
+  for (int i = 0; i < c.net->nsocks; i++) {
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0) abort();
+    fcntl(sv[0], F_SETFL, O_NONBLOCK);
+    fcntl(sv[1], F_SETFL, O_NONBLOCK);
+    c.net->socks[i].fd = sv[0];
+    writers[i] = sv[1];
+  }
+  /* The stream goes to the control socket, except that every 7th byte goes
+   * round-robin to the data sockets: pieces arrive wherever they do. */
+  for (size_t i = 0; i < size; i++) {
+    int k = c.net->nsocks > 1 && i % 7 == 6 ? 1 + (int)(i / 7) % (c.net->nsocks - 1) : 0;
+    if (write(writers[k], data + i, 1) != 1) break;
+  }
+  for (int i = 0; closeAfter && i < c.net->nsocks; i++) shutdown(writers[i], SHUT_WR);
+  for (int round = 0; round < 64; round++) {
+    if (netProgress(&c) != ncclSuccess) break;
+    /* The engine's side: take every slot that arrived. */
+    while (__atomic_load_n(&c.ctrl->tail, __ATOMIC_ACQUIRE) > c.step) {
+      uint32_t k = (uint32_t)(c.step % c.nslots);
+      if (c.net->sizes[k] > c.slotBytes) abort();
+      connDescGet(&c);
+      __atomic_store_n(&c.ctrl->head, ++c.step, __ATOMIC_RELEASE);
+    }
+  }
+  netCheckNeeded(&c);
+  for (int i = 0; i < c.net->nsocks; i++) close(writers[i]);
+  netClose(&s);
+  return 0;
+}
