@@ -71,6 +71,17 @@ static void *rootThread(void *argp) {
     if (fd < 0) {
       if (progressed) waitProgress(&w);
       else if (waitPause(&w) != ncclSuccess) break;
+      /* A rank that checked in and left (aborted, died) dooms this
+       * rendezvous: give up now, so that the ranks still waiting fail at
+       * once and nothing stays behind for the timeout. */
+      int left = -1;
+      for (int i = 0; fds && !progressed && left < 0 && i < nranks; i++)
+        if (fds[i] >= 0 && sockPeerClosed(fds[i])) left = i;
+      if (left >= 0) {
+        WARN("Bootstrap : root: rank %d left after checking in, with %d of %d ranks there; giving up", left, got,
+             nranks);
+        break;
+      }
       continue;
     }
     waitProgress(&w);
