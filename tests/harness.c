@@ -68,6 +68,9 @@ int runRanks(int nranks, rankFn fn, void *arg, int deadlineSec) {
   return runRanksWithId(nranks, id, fn, arg, deadlineSec);
 }
 
+/* LeakSanitizer's entry point, present in ASan builds only. */
+extern int __lsan_do_recoverable_leak_check(void) __attribute__((weak));
+
 int runRanksWithId(int nranks, ncclUniqueId id, rankFn fn, void *arg, int deadlineSec) {
   fflush(NULL);
   pid_t *pids = calloc(nranks, sizeof *pids);
@@ -87,6 +90,9 @@ int runRanksWithId(int nranks, ncclUniqueId id, rankFn fn, void *arg, int deadli
       alarm(deadlineSec + 5); /* never outlive the harness */
       int rc = fn(r, nranks, id, arg);
       fflush(NULL);
+      /* Under ASan, each rank's heap is checked for leaks before it goes
+       * (_exit skips LeakSanitizer's own check at exit). */
+      if (__lsan_do_recoverable_leak_check && __lsan_do_recoverable_leak_check() && rc == 0) rc = 1;
       _exit(rc ? 1 : 0);
     }
   }
