@@ -12,8 +12,11 @@ all: $(BUILD)/Makefile
 $(BUILD)/Makefile:
 	cmake -S . -B $(BUILD) -DCMAKE_INSTALL_PREFIX=$(PREFIX) $(CMAKE_FLAGS)
 
+# CTEST_ARGS narrows a run, e.g. CTEST_ARGS="-L faults" (the fault-injection suite).
+CTEST_ARGS ?=
+
 test: all
-	cd $(BUILD) && ctest --output-on-failure -j2 --timeout 600
+	cd $(BUILD) && ctest --output-on-failure -j2 --timeout 600 $(CTEST_ARGS)
 
 # The main job: an AllReduce size sweep over 2 local ranks.
 perf: all
