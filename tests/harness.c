@@ -42,6 +42,15 @@ static int fixedCommId(ncclUniqueId *id) {
  * runs them on several "hosts"): this process runs only its own rank, from
  * CHORUS_RANK/CHORUS_NRANKS (or another launcher's variables), meeting the
  * others at NCCL_COMM_ID. */
+int testCommId(ncclUniqueId *id) {
+  const char *fixed = getenv("CHORUS_TEST_COMM_ID");
+  if (fixed && *fixed == '1' ? fixedCommId(id) != 0 : ncclGetUniqueId(id) != ncclSuccess) {
+    fprintf(stderr, "ncclGetUniqueId failed\n");
+    return 1;
+  }
+  return 0;
+}
+
 static int runLaunchedRank(int nranks, rankFn fn, void *arg, int deadlineSec) {
   int rank, n;
   ncclUniqueId id;
@@ -60,11 +69,7 @@ int runRanks(int nranks, rankFn fn, void *arg, int deadlineSec) {
   const char *launched = getenv("CHORUS_TEST_LAUNCHED");
   if (launched && *launched == '1') return runLaunchedRank(nranks, fn, arg, deadlineSec);
   ncclUniqueId id;
-  const char *fixed = getenv("CHORUS_TEST_COMM_ID");
-  if (fixed && *fixed == '1' ? fixedCommId(&id) != 0 : ncclGetUniqueId(&id) != ncclSuccess) {
-    fprintf(stderr, "ncclGetUniqueId failed\n");
-    return nranks;
-  }
+  if (testCommId(&id) != 0) return nranks;
   return runRanksWithId(nranks, id, fn, arg, deadlineSec);
 }
 
@@ -101,27 +106,26 @@ int runRanksWithId(int nranks, ncclUniqueId id, rankFn fn, void *arg, int deadli
   int failed = 0, left = nranks;
   double end = nowSec() + deadlineSec;
   while (left > 0) {
-    int status;
-    pid_t p = waitpid(-1, &status, WNOHANG);
-    if (p > 0) {
+    int status, reaped = 0;
+    /* Only this run's ranks: the caller may have other children. */
+    for (int r = 0; r < nranks; r++) {
+      if (pids[r] <= 0 || waitpid(pids[r], &status, WNOHANG) != pids[r]) continue;
+      pids[r] = 0;
       left--;
-      for (int r = 0; r < nranks; r++)
-        if (pids[r] == p) {
-          pids[r] = 0;
-          if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-            failed++;
-            if (WIFSIGNALED(status)) fprintf(stderr, "rank %d died with signal %d\n", r, WTERMSIG(status));
-            else fprintf(stderr, "rank %d exited with %d\n", r, WEXITSTATUS(status));
-          }
-        }
-      continue;
+      reaped = 1;
+      if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        failed++;
+        if (WIFSIGNALED(status)) fprintf(stderr, "rank %d died with signal %d\n", r, WTERMSIG(status));
+        else fprintf(stderr, "rank %d exited with %d\n", r, WEXITSTATUS(status));
+      }
     }
+    if (reaped) continue;
     if (nowSec() > end) {
       fprintf(stderr, "deadline of %d s passed: killing %d rank(s)\n", deadlineSec, left);
       for (int r = 0; r < nranks; r++)
         if (pids[r] > 0) kill(pids[r], SIGKILL);
-      while (waitpid(-1, NULL, 0) > 0) {
-      }
+      for (int r = 0; r < nranks; r++)
+        if (pids[r] > 0) waitpid(pids[r], NULL, 0);
       free(pids);
       return failed + left;
     }

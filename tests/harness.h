@@ -13,6 +13,9 @@ typedef int (*rankFn)(int rank, int nranks, ncclUniqueId id, void *arg);
 /* Runs fn on nranks forked processes; returns the number of ranks that
  * failed (0 = all passed). deadlineSec bounds the whole run. */
 int runRanks(int nranks, rankFn fn, void *arg, int deadlineSec);
+/* The id runRanks uses: ncclGetUniqueId's, or with CHORUS_TEST_COMM_ID=1
+ * (make tsan) one whose root rank 0 hosts. 0 on success. */
+int testCommId(ncclUniqueId *id);
 /* The same with an id the caller made. */
 int runRanksWithId(int nranks, ncclUniqueId id, rankFn fn, void *arg, int deadlineSec);
 

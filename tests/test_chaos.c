@@ -1,0 +1,262 @@
+/* Faults at more places, each ending in an error within its bound on every
+ * surviving rank (a hang fails the harness deadline):
+ *   killinit    - a rank SIGKILLs itself at a random moment of init: the
+ *                 others' init fails (CHORUS_TIMEOUT=3: within 4 s)
+ *   killgroup   - a rank dies inside a group of collectives and sends: the
+ *                 others' ncclGroupEnd returns ncclRemoteError within 2 s
+ *   killdestroy - a rank dies during ncclCommDestroy: the others' destroy
+ *                 returns within 1 s
+ *   asyncdead   - a rank dies while the others are in no call:
+ *                 ncclCommGetAsyncError says ncclRemoteError within 2 s
+ *   abortgroup  - ncclCommAbort from a second thread while ncclGroupEnd
+ *                 waits for a peer that never comes: returns within 1 s
+ *   abortdead   - ncclCommAbort after a peer died: returns within 1 s
+ *   flood       - 300 connections at the root (silent ones, garbage, a
+ *                 hello with the secret but absurd sizes) held open while
+ *                 4 ranks meet there: init and an AllReduce within 1 s
+ *   test_chaos <case> [repeats]      Prints "<case> rank R: <ms> ms". */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "bootstrap/wire.h"
+#include "harness.h"
+
+static volatile double *shared; /* [0]: when the fault happened; [1]: random delay; [2]: flood done */
+static const char *which;
+
+static int report(int rank, double ms, double bound, const char *what) {
+  fprintf(stderr, "%s rank %d: %.1f ms\n", which, rank, ms);
+  EXPECT(ms < bound * 1e3, "rank %d: %s took %.0f ms (bound %.0f s)", rank, what, ms, bound);
+  return 0;
+}
+
+static void *killer(void *arg) {
+  usleep((useconds_t)(shared[1] * 1e6));
+  shared[0] = nowSec();
+  raise(SIGKILL);
+  return arg;
+}
+
+static int killInitRank(int rank, int n, ncclUniqueId id, void *arg) {
+  if (rank == n - 1) { /* dies somewhere inside init */
+    pthread_t t;
+    pthread_create(&t, NULL, killer, NULL);
+  }
+  ncclComm_t comm;
+  double t0 = nowSec();
+  ncclResult_t res = ncclCommInitRank(&comm, n, id, rank);
+  if (res == ncclSuccess) { /* init was over before the death: the next call fails */
+    float x = 1;
+    res = ncclAllReduce(&x, &x, 1, ncclFloat, ncclSum, comm, NULL);
+    EXPECT(res == ncclRemoteError, "rank %d: AllReduce after the death got %s", rank, ncclGetErrorString(res));
+    ncclCommAbort(comm);
+  }
+  EXPECT(res != ncclSuccess, "rank %d survived", rank);
+  return report(rank, (nowSec() - t0) * 1e3, 4.0, "init with a rank dying");
+}
+
+static int killGroupRank(int rank, int n, ncclUniqueId id, void *arg) {
+  ncclComm_t comm;
+  NCCLCHECK(ncclCommInitRank(&comm, n, id, rank));
+  static float a[4096], b[4096];
+  for (int iter = 0;; iter++) {
+    if (rank == n - 1 && iter == 3) {
+      pthread_t t;
+      pthread_create(&t, NULL, killer, NULL); /* dies inside the group below */
+    }
+    NCCLCHECK(ncclGroupStart());
+    for (int k = 0; k < 3; k++) NCCLCHECK(ncclAllReduce(a, b, 4096, ncclFloat, ncclSum, comm, NULL));
+    NCCLCHECK(ncclSend(a, 1024, ncclFloat, (rank + 1) % n, comm, NULL));
+    NCCLCHECK(ncclRecv(b, 1024, ncclFloat, (rank + n - 1) % n, comm, NULL));
+    ncclResult_t res = ncclGroupEnd();
+    if (res == ncclSuccess) continue;
+    EXPECT(res == ncclRemoteError, "rank %d: ncclGroupEnd got %s", rank, ncclGetErrorString(res));
+    ncclCommAbort(comm);
+    return report(rank, (nowSec() - shared[0]) * 1e3, 2.0, "the group's error");
+  }
+}
+
+static int killDestroyRank(int rank, int n, ncclUniqueId id, void *arg) {
+  ncclComm_t comm;
+  NCCLCHECK(ncclCommInitRank(&comm, n, id, rank));
+  float x = 1;
+  NCCLCHECK(ncclAllReduce(&x, &x, 1, ncclFloat, ncclSum, comm, NULL));
+  if (rank == n - 1) {
+    pthread_t t;
+    pthread_create(&t, NULL, killer, NULL);
+    ncclCommDestroy(comm);
+    pause();
+  }
+  usleep((useconds_t)(shared[1] * 1e6));
+  double t0 = nowSec();
+  NCCLCHECK(ncclCommDestroy(comm));
+  return report(rank, (nowSec() - t0) * 1e3, 1.0, "ncclCommDestroy");
+}
+
+static int asyncDeadRank(int rank, int n, ncclUniqueId id, void *arg) {
+  ncclComm_t comm;
+  NCCLCHECK(ncclCommInitRank(&comm, n, id, rank));
+  float x = 1;
+  NCCLCHECK(ncclAllReduce(&x, &x, 1, ncclFloat, ncclSum, comm, NULL));
+  if (rank == n - 1) {
+    shared[0] = nowSec();
+    raise(SIGKILL);
+  }
+  ncclResult_t state = ncclSuccess;
+  double end = nowSec() + 5;
+  while (state == ncclSuccess && nowSec() < end) {
+    usleep(1000);
+    NCCLCHECK(ncclCommGetAsyncError(comm, &state));
+  }
+  EXPECT(state == ncclRemoteError, "rank %d: async error %s", rank, ncclGetErrorString(state));
+  char want[32];
+  snprintf(want, sizeof want, "rank %d", n - 1);
+  EXPECT(strstr(ncclGetLastError(comm), want), "rank %d: last error '%s'", rank, ncclGetLastError(comm));
+  double ms = (nowSec() - shared[0]) * 1e3;
+  ncclCommAbort(comm);
+  return report(rank, ms, 2.0, "ncclCommGetAsyncError");
+}
+
+struct aborter {
+  ncclComm_t comm;
+  double at;
+};
+static void *abortLater(void *p) {
+  struct aborter *a = p;
+  usleep(200000);
+  a->at = nowSec();
+  ncclCommAbort(a->comm);
+  return NULL;
+}
+
+static int abortGroupRank(int rank, int n, ncclUniqueId id, void *arg) {
+  ncclComm_t comm;
+  NCCLCHECK(ncclCommInitRank(&comm, n, id, rank));
+  if (rank == n - 1) { /* never joins the group; leaves after the others' abort */
+    usleep(1500000);
+    ncclCommDestroy(comm);
+    return 0;
+  }
+  struct aborter a = {comm, 0};
+  pthread_t t;
+  pthread_create(&t, NULL, abortLater, &a);
+  static float v[1024];
+  ncclGroupStart();
+  ncclAllReduce(v, v, 1024, ncclFloat, ncclSum, comm, NULL);
+  ncclBroadcast(v, v, 16, ncclFloat, 0, comm, NULL);
+  ncclResult_t res = ncclGroupEnd();
+  double ms = (nowSec() - a.at) * 1e3;
+  pthread_join(t, NULL);
+  EXPECT(res != ncclSuccess, "rank %d: the aborted group succeeded", rank);
+  return report(rank, ms, 1.0, "ncclGroupEnd after ncclCommAbort");
+}
+
+static int abortDeadRank(int rank, int n, ncclUniqueId id, void *arg) {
+  ncclComm_t comm;
+  NCCLCHECK(ncclCommInitRank(&comm, n, id, rank));
+  float x = 1;
+  NCCLCHECK(ncclAllReduce(&x, &x, 1, ncclFloat, ncclSum, comm, NULL));
+  if (rank == n - 1) raise(SIGKILL);
+  usleep(100000);
+  double t0 = nowSec();
+  NCCLCHECK(ncclCommAbort(comm));
+  return report(rank, (nowSec() - t0) * 1e3, 1.0, "ncclCommAbort with a dead peer");
+}
+
+static int floodRank(int rank, int n, ncclUniqueId id, void *arg) {
+  /* Rank 0 may host the root (CHORUS_TEST_COMM_ID=1): it starts at once;
+   * the others come once the strangers are all there. */
+  for (int i = 0; rank > 0 && i < 5000 && shared[2] == 0; i++) usleep(1000);
+  EXPECT(rank == 0 || shared[2] > 0, "rank %d: the strangers never came", rank);
+  ncclComm_t comm;
+  NCCLCHECK(ncclCommInitRank(&comm, n, id, rank));
+  float x = 1;
+  NCCLCHECK(ncclAllReduce(&x, &x, 1, ncclFloat, ncclSum, comm, NULL));
+  EXPECT(x == n, "AllReduce gave %g", x);
+  double ms = (nowSec() - shared[2]) * 1e3;
+  NCCLCHECK(ncclCommDestroy(comm));
+  return report(rank, ms, 1.0, "the rendezvous among strangers");
+}
+
+/* A process that opens 300 connections to the root of id (silent ones,
+ * garbage, a hello with the secret but absurd sizes), says when they are
+ * all open, and holds them until it is killed. */
+static pid_t flooder(ncclUniqueId id) {
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid != 0) return pid;
+  struct bootstrapHandle h;
+  memcpy(&h, id.internal, sizeof h);
+  socklen_t len = h.addr.sa.sa_family == AF_INET6 ? sizeof h.addr.sin6 : sizeof h.addr.sin;
+  double end = nowSec() + 10;
+  for (int i = 0; i < 300 && nowSec() < end; i++) {
+    int s = socket(h.addr.sa.sa_family, SOCK_STREAM, 0);
+    if (s < 0) _exit(1);
+    if (connect(s, &h.addr.sa, len) != 0) { /* the root is not up yet */
+      close(s);
+      usleep(1000);
+      i--;
+      continue;
+    }
+    if (i % 3 == 1) {
+      char junk[300];
+      memset(junk, 0x80 + i % 50, sizeof junk);
+      if (write(s, junk, sizeof junk) < 0) perror("write");
+    } else if (i % 3 == 2) {
+      struct rootHello hello;
+      memset(&hello, 0xff, sizeof hello);
+      hello.secret = h.secret;
+      hello.rank = i;
+      hello.nranks = 0x7fffffff;
+      if (write(s, &hello, sizeof hello) < 0) perror("write");
+    }
+  } /* every connection stays open: the process holds them until killed */
+  shared[2] = nowSec();
+  fprintf(stderr, "flood: 300 strangers at the root\n");
+  pause();
+  _exit(0);
+}
+
+int main(int argc, char **argv) {
+  which = argc > 1 ? argv[1] : "killgroup";
+  int repeats = argc > 2 ? atoi(argv[2]) : 1;
+  shared = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  int failed = 0;
+  for (int rep = 0; rep < repeats; rep++) {
+    shared[0] = 0;
+    shared[1] = (rand() % 1000) / 1e5; /* 0 to 10 ms */
+    if (strcmp(which, "killinit") == 0) {
+      setenv("CHORUS_TIMEOUT", "3", 1);
+      failed += runRanks(4, killInitRank, NULL, 30) != 1;
+    } else if (strcmp(which, "killgroup") == 0) {
+      failed += runRanks(4, killGroupRank, NULL, 30) != 1;
+    } else if (strcmp(which, "killdestroy") == 0) {
+      failed += runRanks(3, killDestroyRank, NULL, 30) != 1;
+    } else if (strcmp(which, "asyncdead") == 0) {
+      failed += runRanks(3, asyncDeadRank, NULL, 30) != 1;
+    } else if (strcmp(which, "abortgroup") == 0) {
+      failed += runRanks(3, abortGroupRank, NULL, 30);
+    } else if (strcmp(which, "abortdead") == 0) {
+      failed += runRanks(3, abortDeadRank, NULL, 30) != 1;
+    } else if (strcmp(which, "flood") == 0) {
+      ncclUniqueId id;
+      if (testCommId(&id) != 0) return 1;
+      shared[2] = 0;
+      pid_t f = flooder(id);
+      failed += runRanksWithId(4, id, floodRank, NULL, 30);
+      kill(f, SIGKILL);
+      waitpid(f, NULL, 0);
+    } else {
+      fprintf(stderr, "no case %s\n", which);
+      return 2;
+    }
+  }
+  printf("test_chaos %s: %s\n", which, failed ? "FAILED" : "passed");
+  return failed != 0;
+}
