@@ -19,6 +19,13 @@ double nowSec(void) {
   return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+void faultTime(const char *fault, ncclResult_t res, double ms) {
+  static const char *names[] = {"ncclSuccess",       "ncclUnhandledCudaError", "ncclSystemError",
+                                "ncclInternalError", "ncclInvalidArgument",    "ncclInvalidUsage",
+                                "ncclRemoteError",   "ncclInProgress",         "ncclTimeout"};
+  fprintf(stderr, "fault-time: %s | %s | %.1f\n", fault, (unsigned)res < 9 ? names[res] : "?", ms);
+}
+
 /* With CHORUS_TEST_COMM_ID=1 (make tsan) the id names a rendezvous that rank
  * 0 hosts, the way NCCL_COMM_ID does, so the parent runs no root thread:
  * ThreadSanitizer cannot follow children forked from a threaded process. */

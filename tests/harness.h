@@ -44,4 +44,6 @@ int guardCheck(void *p); /* 0 when both guards are intact */
 void guardFree(void *p);
 
 double nowSec(void);
+/* A machine-readable line for bench/faults: "fault-time: FAULT | RESULT | MS". */
+void faultTime(const char *fault, ncclResult_t res, double ms);
 #endif

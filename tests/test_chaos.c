@@ -1,7 +1,8 @@
 /* Faults at more places, each ending in an error within its bound on every
  * surviving rank (a hang fails the harness deadline):
  *   killinit    - a rank SIGKILLs itself at a random moment of init: the
- *                 others' init fails (CHORUS_TIMEOUT=3: within 4 s)
+ *                 others' init fails (CHORUS_TIMEOUT=3: within 4 s), or
+ *                 when init was over, their calls fail within 2 s
  *   killgroup   - a rank dies inside a group of collectives and sends: the
  *                 others' ncclGroupEnd returns ncclRemoteError within 2 s
  *   killdestroy - a rank dies during ncclCommDestroy: the others' destroy
@@ -30,8 +31,9 @@
 static volatile double *shared; /* [0]: when the fault happened; [1]: random delay; [2]: flood done */
 static const char *which;
 
-static int report(int rank, double ms, double bound, const char *what) {
+static int report(int rank, double ms, double bound, const char *what, ncclResult_t res) {
   fprintf(stderr, "%s rank %d: %.1f ms\n", which, rank, ms);
+  faultTime(what, res, ms);
   EXPECT(ms < bound * 1e3, "rank %d: %s took %.0f ms (bound %.0f s)", rank, what, ms, bound);
   return 0;
 }
@@ -44,21 +46,23 @@ static void *killer(void *arg) {
 }
 
 static int killInitRank(int rank, int n, ncclUniqueId id, void *arg) {
-  if (rank == n - 1) { /* dies somewhere inside init */
+  ncclComm_t comm;
+  if (rank == n - 1) { /* dies somewhere inside init, or just after */
     pthread_t t;
     pthread_create(&t, NULL, killer, NULL);
+    ncclCommInitRank(&comm, n, id, rank);
+    for (;;) pause();
   }
-  ncclComm_t comm;
   double t0 = nowSec();
   ncclResult_t res = ncclCommInitRank(&comm, n, id, rank);
-  if (res == ncclSuccess) { /* init was over before the death: the next call fails */
-    float x = 1;
-    res = ncclAllReduce(&x, &x, 1, ncclFloat, ncclSum, comm, NULL);
-    EXPECT(res == ncclRemoteError, "rank %d: AllReduce after the death got %s", rank, ncclGetErrorString(res));
-    ncclCommAbort(comm);
-  }
-  EXPECT(res != ncclSuccess, "rank %d survived", rank);
-  return report(rank, (nowSec() - t0) * 1e3, 4.0, "init with a rank dying");
+  if (res != ncclSuccess) /* a timeout when it died before reaching the root */
+    return report(rank, (nowSec() - t0) * 1e3, 4.0, "kill -9 during init (CHORUS_TIMEOUT=3)", res);
+  /* Init was over before the death: the next calls fail once it happens. */
+  float x = 1;
+  while (res == ncclSuccess && nowSec() < t0 + 10) res = ncclAllReduce(&x, &x, 1, ncclFloat, ncclSum, comm, NULL);
+  EXPECT(res == ncclRemoteError, "rank %d: AllReduce after the death got %s", rank, ncclGetErrorString(res));
+  ncclCommAbort(comm);
+  return report(rank, (nowSec() - shared[0]) * 1e3, 2.0, "kill -9 just after init: the next call", res);
 }
 
 static int killGroupRank(int rank, int n, ncclUniqueId id, void *arg) {
@@ -78,7 +82,7 @@ static int killGroupRank(int rank, int n, ncclUniqueId id, void *arg) {
     if (res == ncclSuccess) continue;
     EXPECT(res == ncclRemoteError, "rank %d: ncclGroupEnd got %s", rank, ncclGetErrorString(res));
     ncclCommAbort(comm);
-    return report(rank, (nowSec() - shared[0]) * 1e3, 2.0, "the group's error");
+    return report(rank, (nowSec() - shared[0]) * 1e3, 2.0, "kill -9 inside a group (ncclGroupEnd)", res);
   }
 }
 
@@ -96,7 +100,7 @@ static int killDestroyRank(int rank, int n, ncclUniqueId id, void *arg) {
   usleep((useconds_t)(shared[1] * 1e6));
   double t0 = nowSec();
   NCCLCHECK(ncclCommDestroy(comm));
-  return report(rank, (nowSec() - t0) * 1e3, 1.0, "ncclCommDestroy");
+  return report(rank, (nowSec() - t0) * 1e3, 1.0, "kill -9 during ncclCommDestroy: the others' destroy", ncclSuccess);
 }
 
 static int asyncDeadRank(int rank, int n, ncclUniqueId id, void *arg) {
@@ -120,7 +124,7 @@ static int asyncDeadRank(int rank, int n, ncclUniqueId id, void *arg) {
   EXPECT(strstr(ncclGetLastError(comm), want), "rank %d: last error '%s'", rank, ncclGetLastError(comm));
   double ms = (nowSec() - shared[0]) * 1e3;
   ncclCommAbort(comm);
-  return report(rank, ms, 2.0, "ncclCommGetAsyncError");
+  return report(rank, ms, 2.0, "kill -9 while no call runs: ncclCommGetAsyncError", state);
 }
 
 struct aborter {
@@ -154,7 +158,7 @@ static int abortGroupRank(int rank, int n, ncclUniqueId id, void *arg) {
   double ms = (nowSec() - a.at) * 1e3;
   pthread_join(t, NULL);
   EXPECT(res != ncclSuccess, "rank %d: the aborted group succeeded", rank);
-  return report(rank, ms, 1.0, "ncclGroupEnd after ncclCommAbort");
+  return report(rank, ms, 1.0, "ncclCommAbort from a second thread inside a group", res);
 }
 
 static int abortDeadRank(int rank, int n, ncclUniqueId id, void *arg) {
@@ -166,7 +170,7 @@ static int abortDeadRank(int rank, int n, ncclUniqueId id, void *arg) {
   usleep(100000);
   double t0 = nowSec();
   NCCLCHECK(ncclCommAbort(comm));
-  return report(rank, (nowSec() - t0) * 1e3, 1.0, "ncclCommAbort with a dead peer");
+  return report(rank, (nowSec() - t0) * 1e3, 1.0, "ncclCommAbort with a dead peer", ncclSuccess);
 }
 
 static int floodRank(int rank, int n, ncclUniqueId id, void *arg) {
@@ -181,7 +185,7 @@ static int floodRank(int rank, int n, ncclUniqueId id, void *arg) {
   EXPECT(x == n, "AllReduce gave %g", x);
   double ms = (nowSec() - shared[2]) * 1e3;
   NCCLCHECK(ncclCommDestroy(comm));
-  return report(rank, ms, 1.0, "the rendezvous among strangers");
+  return report(rank, ms, 1.0, "300 strangers at the root: init and one AllReduce", ncclSuccess);
 }
 
 /* A process that opens 300 connections to the root of id (silent ones,
@@ -226,6 +230,7 @@ static pid_t flooder(ncclUniqueId id) {
 int main(int argc, char **argv) {
   which = argc > 1 ? argv[1] : "killgroup";
   int repeats = argc > 2 ? atoi(argv[2]) : 1;
+  srand((unsigned)getpid()); /* other moments each run */
   shared = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   int failed = 0;
   for (int rep = 0; rep < repeats; rep++) {

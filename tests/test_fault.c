@@ -50,6 +50,7 @@ static int killRank(int rank, int n, ncclUniqueId id, void *arg) {
     res = ncclAllReduce(buf, buf, 1, ncclFloat, ncclSum, comm, NULL);
     EXPECT(res == ncclRemoteError, "later call returned %s", ncclGetErrorString(res));
     fprintf(stderr, "rank %d: ncclRemoteError %.0f ms after rank %d died\n", rank, sinceDeath * 1e3, victim);
+    faultTime("kill -9 of a rank inside a collective", res, sinceDeath * 1e3);
     NCCLCHECK(ncclCommAbort(comm));
     free(buf);
     return 0;
@@ -86,6 +87,7 @@ static int abortRank(int rank, int n, ncclUniqueId id, void *arg) {
   EXPECT(res != ncclSuccess, "aborted call succeeded");
   EXPECT(end - a.when < 0.1, "call returned %.0f ms after the abort", (end - a.when) * 1e3);
   fprintf(stderr, "rank 0: call returned %s %.1f ms after ncclCommAbort\n", ncclGetErrorString(res), (end - a.when) * 1e3);
+  faultTime("ncclCommAbort from a second thread during a collective", res, (end - a.when) * 1e3);
   return 0;
 }
 
@@ -103,6 +105,7 @@ static int timeoutRank(int rank, int n, ncclUniqueId id, void *arg) {
   double t = nowSec() - t0;
   EXPECT(res == ncclTimeout, "got %s", ncclGetErrorString(res));
   EXPECT(t >= 0.9 && t < 3.0, "timed out after %.2f s with CHORUS_TIMEOUT=1", t);
+  faultTime("a rank never calls the collective (CHORUS_TIMEOUT=1)", res, t * 1e3);
   /* Stay until the stalled rank is back: an early abort here would make the
    * other waiting ranks see this one gone (ncclRemoteError) before their own
    * timeout. */
@@ -133,6 +136,8 @@ static int skipRank(int rank, int n, ncclUniqueId id, void *arg) {
   EXPECT(t >= 0.9 && t < 3.0, "rank %d: timed out after %.2f s with CHORUS_TIMEOUT=1", rank, t);
   const char *err = ncclGetLastError(comm);
   fprintf(stderr, "rank %d: %s after %.2f s: %s\n", rank, ncclGetErrorString(res), t, err);
+  faultTime(stop ? "SIGSTOP of a rank (CHORUS_TIMEOUT=1; diagnosis waits 1 s for it)"
+                 : "a rank skips a collective (CHORUS_TIMEOUT=1)", res, t * 1e3);
   char want[64];
   snprintf(want, sizeof want, "rank %d (host", n - 1);
   EXPECT(strstr(err, "AllReduce #2 (count=1, float, sum) timed out") && strstr(err, want) &&
@@ -165,6 +170,7 @@ static int peerAbortRank(int rank, int n, ncclUniqueId id, void *arg) {
   double after = nowSec() - shared[0];
   EXPECT(res == ncclRemoteError, "rank %d got %s", rank, ncclGetErrorString(res));
   EXPECT(after < 2.0, "rank %d: error %.2f s after the abort", rank, after);
+  faultTime("a peer calls ncclCommAbort (and lives on)", res, after * 1e3);
   EXPECT(strstr(ncclGetLastError(comm), "rank 1") != NULL, "last error '%s'", ncclGetLastError(comm));
   NCCLCHECK(ncclCommAbort(comm));
   return 0;

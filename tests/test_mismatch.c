@@ -62,6 +62,9 @@ static int mismatchRank(int rank, int n, ncclUniqueId id, void *arg) {
   EXPECT(strstr(err, "called") != NULL && strstr(err, "but rank") != NULL, "rank %d: last error '%s'", rank, err);
   EXPECT(guardCheck(in) == 0 && guardCheck(out) == 0, "rank %d: guard bytes overwritten", rank);
   fprintf(stderr, "rank %d: %s after %.0f ms: %s\n", rank, ncclGetErrorString(res), t * 1e3, err);
+  char fault[64];
+  snprintf(fault, sizeof fault, "mismatched %s on one rank", which);
+  faultTime(fault, res, t * 1e3);
   /* Later calls fail at once. */
   res = ncclAllReduce(in, out, COUNT, ncclFloat, ncclSum, comm, NULL);
   EXPECT(res == ncclInvalidUsage, "rank %d: a later call got %s", rank, ncclGetErrorString(res));

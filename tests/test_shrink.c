@@ -51,6 +51,7 @@ static int deadRank(int rank, int n, ncclUniqueId id, void *arg) {
   EXPECT(t < 2.0, "shrink took %.2f s", t);
   if (checkChild(child, rank, survivors, 3)) return 1;
   fprintf(stderr, "rank %d: shrink after rank 2 died took %.0f ms; the 3-rank communicator works\n", rank, t * 1e3);
+  faultTime("ncclCommShrink(NCCL_SHRINK_ABORT) after a death", ncclSuccess, t * 1e3);
   NCCLCHECK(ncclCommDestroy(child));
   t0 = nowSec();
   NCCLCHECK(ncclCommDestroy(comm)); /* after a failure: must not block */

@@ -33,7 +33,12 @@ ncclResult_t acceptorPoll(struct acceptor *a, int *fd, void *hello, int *progres
     if (res != ncclSuccess) return res;
     if (c < 0) break;
     *progressed = 1;
-    if (a->npending == ACCEPTOR_MAX_PENDING) dropPending(a, 0, "was the oldest of too many pending ones");
+    if (a->npending == ACCEPTOR_MAX_PENDING) { /* make room: the one accepted first goes */
+      int oldest = 0;
+      for (int i = 1; i < a->npending; i++)
+        if (a->pending[i].deadlineNs < a->pending[oldest].deadlineNs) oldest = i;
+      dropPending(a, oldest, "was the oldest of too many pending ones");
+    }
     a->pending[a->npending++] = (struct acceptorConn){c, 0, clockNs() + HELLO_DEADLINE_NS, {0}};
   }
   uint64_t now = 0;

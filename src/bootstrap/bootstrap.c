@@ -71,15 +71,13 @@ static void *rootThread(void *argp) {
     if (fd < 0) {
       if (progressed) waitProgress(&w);
       else if (waitPause(&w) != ncclSuccess) break;
-      /* A rank that checked in and left (aborted, died) dooms this
-       * rendezvous: give up now, so that the ranks still waiting fail at
-       * once and nothing stays behind for the timeout. */
-      int left = -1;
-      for (int i = 0; fds && !progressed && left < 0 && i < nranks; i++)
-        if (fds[i] >= 0 && sockPeerClosed(fds[i])) left = i;
-      if (left >= 0) {
-        WARN("Bootstrap : root: rank %d left after checking in, with %d of %d ranks there; giving up", left, got,
-             nranks);
+      /* When every rank that checked in has left again (aborted, died),
+       * nobody waits for this rendezvous any more: end, rather than hold a
+       * thread and sockets until the timeout. */
+      int waiting = 0;
+      for (int i = 0; fds && !progressed && i < nranks; i++) waiting += fds[i] >= 0 && !sockPeerClosed(fds[i]);
+      if (fds && !progressed && waiting == 0) {
+        WARN("Bootstrap : root: the %d rank(s) that checked in have all left; giving up", got);
         break;
       }
       continue;
