@@ -74,11 +74,20 @@ static int killGroupRank(int rank, int n, ncclUniqueId id, void *arg) {
       pthread_t t;
       pthread_create(&t, NULL, killer, NULL); /* dies inside the group below */
     }
+    /* A call inside the group may already see the death (the communicator
+     * knows it failed); ncclGroupEnd then reports it for the group. */
+    ncclResult_t first = ncclSuccess;
     NCCLCHECK(ncclGroupStart());
-    for (int k = 0; k < 3; k++) NCCLCHECK(ncclAllReduce(a, b, 4096, ncclFloat, ncclSum, comm, NULL));
-    NCCLCHECK(ncclSend(a, 1024, ncclFloat, (rank + 1) % n, comm, NULL));
-    NCCLCHECK(ncclRecv(b, 1024, ncclFloat, (rank + n - 1) % n, comm, NULL));
+    for (int k = 0; k < 3; k++) {
+      ncclResult_t r = ncclAllReduce(a, b, 4096, ncclFloat, ncclSum, comm, NULL);
+      if (first == ncclSuccess) first = r;
+    }
+    ncclResult_t r1 = ncclSend(a, 1024, ncclFloat, (rank + 1) % n, comm, NULL);
+    ncclResult_t r2 = ncclRecv(b, 1024, ncclFloat, (rank + n - 1) % n, comm, NULL);
+    if (first == ncclSuccess) first = r1 != ncclSuccess ? r1 : r2;
     ncclResult_t res = ncclGroupEnd();
+    EXPECT(first == ncclSuccess || res == first, "rank %d: a call in the group got %s, ncclGroupEnd %s", rank,
+           ncclGetErrorString(first), ncclGetErrorString(res));
     if (res == ncclSuccess) continue;
     EXPECT(res == ncclRemoteError, "rank %d: ncclGroupEnd got %s", rank, ncclGetErrorString(res));
     ncclCommAbort(comm);

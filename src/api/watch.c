@@ -8,6 +8,7 @@
 #include "core/clock.h"
 #include "core/log.h"
 #include "core/param.h"
+#include "core/wait.h"
 
 /* One rank's answer to a status query. */
 struct watchReply {
@@ -96,7 +97,7 @@ static void diagnoseTimeout(struct ncclComm *comm) {
   int ok = rep && answered && states && text;
   for (int i = 0; ok && i < nranks; i++) ok = states[i] != NULL;
   if (ok) {
-    oobQueryStatus(&comm->boot, rep, answered, 1000);
+    oobQueryStatus(&comm->boot, rep, answered, (int)(waitDiagnosisNs() / 1000000ull));
     char d[160];
     /* States read "rank 3 ... <singular>" / "ranks 3, 5 ... <plural>": both forms, split by '|'. */
     for (int i = 0; i < nranks; i++) {

@@ -31,6 +31,13 @@ void waitBegin(struct waitState *w, volatile int *abortFlag, waitLivenessFn live
   w->blockNow = 0;
 }
 
+uint64_t waitDiagnosisNs(void) {
+  int64_t t = paramInt(paramTimeout);
+  if (t <= 0) return 1000000000ull;
+  uint64_t quarter = (uint64_t)t * 250000000ull;
+  return quarter < 1000000000ull ? quarter : 1000000000ull;
+}
+
 ncclResult_t waitPause(struct waitState *w) {
   uint32_t r = w->rounds++;
   if (r == 0) w->stallStartNs = 0; /* a new stall */

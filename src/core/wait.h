@@ -29,6 +29,12 @@ struct waitState {
   int blockNow; /* set per round: block() wakes when the awaited thing happens, so skip yielding */
 };
 
+/* Of CHORUS_TIMEOUT, the part a timed-out operation spends asking the other
+ * ranks what they do (1 s, or a quarter of a shorter timeout): its wait
+ * gives up that much earlier, so that the error still comes within
+ * CHORUS_TIMEOUT. */
+uint64_t waitDiagnosisNs(void);
+
 void waitBegin(struct waitState *w, volatile int *abortFlag, waitLivenessFn liveness, void *arg,
                const char *what);
 /* Sleeps through fn instead of nanosleep, e.g. in poll() on sockets, so
