@@ -586,6 +586,16 @@ ncclResult_t netSetup(struct netState *s, struct bootstrap *b, struct connTable 
   }
   CHECKGOTO(bootstrapAllGather(b, info, sizeof *info), res, out);
   if (nremote == 0) goto out;
+  for (int p = 0; p < n; p++) { /* what peers say bounds arrays here: check it */
+    const struct netCut *c = &info[p].cut;
+    if (netNeeded(b, p) && (c->ndata < 0 || c->ndata > NET_MAX_SOCKS - 1 || c->minTask < 4096 ||
+                            c->inlineBytes > (1u << 20))) {
+      WARN("NET/Socket : rank %d announced %d data sockets, %u-byte pieces, %u inline bytes: out of range", p,
+           (int)c->ndata, c->minTask, c->inlineBytes);
+      res = ncclRemoteError;
+      goto out;
+    }
+  }
 
   s->memBytes = CONN_CTRL_BYTES + ((buffSize + 4095) & ~(size_t)4095);
   size_t maxConns = (size_t)2 * nremote * lanes;

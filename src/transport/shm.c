@@ -59,9 +59,9 @@ static ncclResult_t sendFd(int sock, int fd) {
   c->cmsg_type = SCM_RIGHTS;
   c->cmsg_len = CMSG_LEN(sizeof(int));
   memcpy(CMSG_DATA(c), &fd, sizeof(int));
-  if (sendmsg(sock, &m.msg, MSG_NOSIGNAL) != 1) {
+  if (sendmsg(sock, &m.msg, MSG_NOSIGNAL) != 1) { /* the peer went away */
     WARN("SHM : cannot pass the segment to a local peer: %s", strerror(errno));
-    return ncclSystemError;
+    return ncclRemoteError;
   }
   return ncclSuccess;
 }
@@ -131,8 +131,10 @@ ncclResult_t shmSetup(struct shmState *s, struct bootstrap *b, struct connTable 
     peerSock[p] = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     socklen_t len = udsName(&addr, nonce, p);
     if (peerSock[p] < 0 || connect(peerSock[p], (struct sockaddr *)&addr, len) < 0) {
+      /* It listened before the barrier: now it is gone (the WARN names it). */
+      res = peerSock[p] < 0 ? ncclSystemError : bootstrapLiveness(b);
       WARN("SHM : cannot reach local rank %d over a Unix socket: %s", p, strerror(errno));
-      res = ncclSystemError;
+      if (res == ncclSuccess) res = ncclRemoteError;
       goto out;
     }
     toReceive++;
@@ -157,9 +159,10 @@ ncclResult_t shmSetup(struct shmState *s, struct bootstrap *b, struct connTable 
       if (r == 0) continue;
       close(peerSock[p]);
       peerSock[p] = -1;
-      if (r < 0) {
+      if (r < 0) { /* it closed without handing it over: gone */
+        res = bootstrapLiveness(b);
         WARN("SHM : local rank %d did not hand over its segment", p);
-        res = ncclSystemError;
+        if (res == ncclSuccess) res = ncclRemoteError;
         goto out;
       }
       s->segs[p] = mmap(NULL, s->segBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
