@@ -512,9 +512,21 @@ static ncclResult_t netConnAlloc(struct netState *s, struct conn *c, int peer, i
   return ncclSuccess;
 }
 
+/* The receiving side a transport socket's hello names, or NULL when it is
+ * not one this rank waits for (wrong secret or communicator, a rank, lane
+ * or socket out of range, one already connected). */
+static struct netConn *helloConn(const struct bootstrap *b, struct connTable *t, const struct netInfo *info,
+                                 const struct netHello *h) {
+  int lanes = t->nch + 1;
+  if (h->secret != b->secret || h->nonce != b->peers[0].nonce || h->rank < 0 || h->rank >= b->nranks ||
+      !netNeeded(b, h->rank) || h->lane < 0 || h->lane >= lanes || h->sock < 0 || h->sock > info[h->rank].cut.ndata)
+    return NULL;
+  struct netConn *n = connRecv(t, h->rank, h->lane)->net;
+  return n && n->socks[h->sock].fd < 0 ? n : NULL;
+}
+
 static ncclResult_t netAcceptAll(struct netState *s, struct bootstrap *b, struct connTable *t,
                                  const struct netInfo *info, int expected) {
-  int lanes = t->nch + 1;
   struct acceptor *acc = malloc(sizeof *acc);
   if (!acc) return ncclSystemError;
   acceptorInit(acc, s->listenFd, sizeof(struct netHello));
@@ -531,12 +543,8 @@ static ncclResult_t netAcceptAll(struct netState *s, struct bootstrap *b, struct
       continue;
     }
     waitProgress(&w);
-    struct netConn *n = NULL;
-    if (h.secret == b->secret && h.nonce == b->peers[0].nonce && h.rank >= 0 && h.rank < b->nranks &&
-        netNeeded(b, h.rank) && h.lane >= 0 && h.lane < lanes && h.sock >= 0 &&
-        h.sock <= info[h.rank].cut.ndata)
-      n = connRecv(t, h.rank, h.lane)->net;
-    if (!n || n->socks[h.sock].fd >= 0) {
+    struct netConn *n = helloConn(b, t, info, &h);
+    if (!n) {
       WARN("NET/Socket : rank %d dropped a connection that is not one of this communicator's", b->rank);
       close(fd);
       continue;
