@@ -19,6 +19,7 @@
 #include "core/param.h"
 
 static const uint64_t goodbyeMagic = 0x6579622d73756f72ull; /* "rous-bye" */
+static const char rootLeaveNotice = 'L'; /* a rank gives up on the rendezvous before the root replied */
 
 
 static uint64_t fnv1a(uint64_t h, const char *s) {
@@ -71,11 +72,16 @@ static void *rootThread(void *argp) {
     if (fd < 0) {
       if (progressed) waitProgress(&w);
       else if (waitPause(&w) != ncclSuccess) break;
-      /* When every rank that checked in has left again (aborted, died),
-       * nobody waits for this rendezvous any more: end, rather than hold a
-       * thread and sockets until the timeout. */
+      /* When every rank that checked in has said it leaves (its init was
+       * aborted or failed: rootLeaveNotice), nobody waits for this
+       * rendezvous any more: end, rather than hold a thread and sockets
+       * until the timeout. A connection that merely closes is not taken
+       * for a notice. */
       int waiting = 0;
-      for (int i = 0; fds && !progressed && i < nranks; i++) waiting += fds[i] >= 0 && !sockPeerClosed(fds[i]);
+      for (int i = 0; fds && !progressed && i < nranks; i++) {
+        char c = 0;
+        waiting += fds[i] >= 0 && !(recv(fds[i], &c, 1, MSG_PEEK | MSG_DONTWAIT) == 1 && c == rootLeaveNotice);
+      }
       if (fds && !progressed && waiting == 0) {
         WARN("Bootstrap : root: the %d rank(s) that checked in have all left; giving up", got);
         break;
@@ -269,7 +275,11 @@ ncclResult_t bootstrapInit(struct bootstrap *b, const struct bootstrapHandle *h,
   CHECK(wirePeerTableCheck(b->peers, nranks));
   res = meshConnect(b);
 out:
-  if (rootFd >= 0) close(rootFd);
+  if (rootFd >= 0) { /* leaving before the root replied: tell it */
+    if (send(rootFd, &rootLeaveNotice, 1, MSG_NOSIGNAL | MSG_DONTWAIT) < 0) { /* it may be gone already */
+    }
+    close(rootFd);
+  }
   return res;
 }
 

@@ -269,12 +269,3 @@ ncclResult_t sockRecvAll(int fd, void *buf, size_t len, struct waitState *w) {
   }
   return ncclSuccess;
 }
-
-int sockPeerClosed(int fd) {
-  struct pollfd p = {fd, POLLIN, 0};
-  if (poll(&p, 1, 0) <= 0) return 0;
-  if (p.revents & (POLLHUP | POLLERR)) return 1;
-  char c;
-  ssize_t n = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-  return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
-}

@@ -33,7 +33,5 @@ ncclResult_t sockConnect(const union sockAddr *addr, int *fd, struct waitState *
 ncclResult_t sockTryAccept(int listenFd, int *fd);
 ncclResult_t sockSendAll(int fd, const void *buf, size_t len, struct waitState *w);
 ncclResult_t sockRecvAll(int fd, void *buf, size_t len, struct waitState *w);
-/* 1 when the peer closed the connection (EOF, reset), 0 otherwise; never blocks. */
-int sockPeerClosed(int fd);
 
 #endif
