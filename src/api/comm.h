@@ -67,6 +67,8 @@ struct ncclComm {
 ncclResult_t commInit(struct ncclComm **out, int nranks, const ncclUniqueId *id, int rank, int cudaDev,
                       int blocking);
 
+/* Blocks (through the one wait) until no call is running on comm. */
+void commWaitIdle(struct ncclComm *comm);
 /* ncclInvalidArgument with a WARN naming the call when comm is NULL,
  * corrupted or destroyed. */
 ncclResult_t commCheck(const struct ncclComm *comm, const char *call);

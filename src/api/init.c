@@ -92,8 +92,7 @@ NCCL_API(ncclResult_t, ncclGetUniqueId, ncclUniqueId *uniqueId) {
   return ncclSuccess;
 }
 
-/* Blocks (through the one wait) until no call is running on comm. */
-static void commWaitIdle(struct ncclComm *comm) {
+void commWaitIdle(struct ncclComm *comm) {
   struct waitState w;
   waitBegin(&w, NULL, NULL, NULL, "waiting for calls in flight");
   while (__atomic_load_n(&comm->busy, __ATOMIC_ACQUIRE) > 0)

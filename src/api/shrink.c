@@ -67,14 +67,6 @@ ncclResult_t commShrinkRun(struct initJob *j) {
   return commInit(j->comm, m, &j->id, newRank, parent->cudaDev, j->blocking);
 }
 
-/* Blocks until no call runs on comm (through the one wait). */
-static void waitIdle(struct ncclComm *comm) {
-  struct waitState w;
-  waitBegin(&w, NULL, NULL, NULL, "ncclCommShrink waiting for calls in flight");
-  while (__atomic_load_n(&comm->busy, __ATOMIC_ACQUIRE) > 0)
-    if (waitPause(&w) != ncclSuccess) break;
-}
-
 NCCL_API(ncclResult_t, ncclCommShrink, ncclComm_t comm, int *excludeRanksList, int excludeRanksCount,
          ncclComm_t *newcomm, ncclConfig_t *config, int shrinkFlags) {
   CHECK(commCheck(comm, "ncclCommShrink"));
@@ -120,7 +112,7 @@ NCCL_API(ncclResult_t, ncclCommShrink, ncclComm_t comm, int *excludeRanksList, i
     /* End what still runs on the parent, then let it be used again (for
      * the handoff, and for ncclCommDestroy). */
     __atomic_store_n(&comm->abortFlag, 1, __ATOMIC_RELEASE);
-    waitIdle(comm);
+    commWaitIdle(comm);
     __atomic_store_n(&comm->abortFlag, 0, __ATOMIC_RELEASE);
   }
   int blocking = comm->blocking;
