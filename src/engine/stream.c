@@ -18,6 +18,10 @@
  * for the cores; work nobody waits for still starts within the delay. */
 #define STREAM_QUIET_NS 100000ull
 #define STREAM_MAX_DELAY_NS 1000000ull
+/* At most this many items queued: a caller that issues more (a timing loop
+ * of 100000 calls, say) runs the oldest ones itself first, as a CUDA launch
+ * blocks on a full queue, so the queue's memory stays bounded. */
+#define STREAM_MAX_PENDING 512
 
 struct CUstream_st {
   uint64_t magic;
@@ -54,6 +58,21 @@ static int streamRunOne(cudaStream_t s) {
   if (res != ncclSuccess && s->error == ncclSuccess) s->error = res;
   __atomic_store_n(&s->pending, s->pending - 1, __ATOMIC_RELEASE);
   return 1;
+}
+
+/* Runs queued work on the calling thread until at most `left` items are
+ * pending (called with the lock held). While the worker finishes an item it
+ * had started, the caller sleeps on a condition variable rather than take
+ * the core that item needs. Every item fails by itself within
+ * CHORUS_TIMEOUT (its waits go through the one wait), so this ends. */
+static void streamDrain(cudaStream_t s, int left) {
+  s->syncing++;
+  for (;;) {
+    int ran = streamRunOne(s);
+    if (s->pending <= left) break;
+    if (!ran && s->running) pthread_cond_wait(&s->itemDone, &s->lock);
+  }
+  if (--s->syncing == 0 && s->head) pthread_cond_signal(&s->cond);
 }
 
 /* The worker runs queued work in the background (see STREAM_QUIET_NS);
@@ -99,6 +118,7 @@ void streamEnqueue(cudaStream_t s, struct streamWork *w) {
   /* Behind another item the worker is already on its way (it wakes for the
    * head's start time or after running it): no wake-up call needed. */
   if (wasEmpty) pthread_cond_signal(&s->cond);
+  if (s->pending > STREAM_MAX_PENDING) streamDrain(s, STREAM_MAX_PENDING / 2);
   pthread_mutex_unlock(&s->lock);
 }
 
@@ -150,19 +170,9 @@ ncclResult_t chorusStreamSynchronize(cudaStream_t s) {
   ncclResult_t res = checkStream(s, "chorusStreamSynchronize");
   if (res != ncclSuccess) return res;
   /* The caller runs queued work itself rather than wait for the worker to
-   * wake up (the difference is most of a small operation's latency). While
-   * the worker finishes an item it had started, the caller sleeps on a
-   * condition variable rather than take the core that item needs. Every
-   * item fails by itself within CHORUS_TIMEOUT (its waits go through the one
-   * wait), so this ends. */
+   * wake up (the difference is most of a small operation's latency). */
   pthread_mutex_lock(&s->lock);
-  s->syncing++;
-  for (;;) {
-    int ran = streamRunOne(s);
-    if (s->pending == 0) break;
-    if (!ran && s->running) pthread_cond_wait(&s->itemDone, &s->lock);
-  }
-  if (--s->syncing == 0 && s->head) pthread_cond_signal(&s->cond);
+  streamDrain(s, 0);
   res = s->error;
   s->error = ncclSuccess;
   pthread_mutex_unlock(&s->lock);
