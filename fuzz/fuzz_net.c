@@ -90,7 +90,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     while (__atomic_load_n(&c.ctrl->tail, __ATOMIC_ACQUIRE) > c.step) {
       uint32_t k = (uint32_t)(c.step % c.nslots);
       if (c.net->sizes[k] > c.slotBytes) abort();
-      connDescGet(&c);
+      unsigned char body[24];
+      connDescGet(&c, body);
       __atomic_store_n(&c.ctrl->head, ++c.step, __ATOMIC_RELEASE);
     }
   }

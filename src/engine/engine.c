@@ -16,15 +16,11 @@
 /* The slot st is about to take does not belong to the operation this rank
  * runs: say who called what, tell every rank (the ones still waiting fail
  * too, not hang), and use nothing of the slot. */
-static int stepMismatch(struct task *t, struct step *st, const struct connDesc *d) {
+static int stepMismatch(struct task *t, struct step *st, const struct opDesc *d) {
   char mine[160], theirs[160], text[512];
   int peer = st->recv->peer;
   descStr(&t->desc, mine, sizeof mine);
-  if (d) {
-    struct opDesc other;
-    memcpy(&other, d->body, sizeof other);
-    descStr(&other, theirs, sizeof theirs);
-  }
+  if (d) descStr(d, theirs, sizeof theirs);
   if (d && (st->check & CHECK_RECV_DESC) && t->off == 0)
     snprintf(text, sizeof text, "rank %d called %s but rank %d called %s", t->rank, mine, peer, theirs);
   else if (d)
@@ -52,13 +48,10 @@ static int stepAdvance(struct task *t, struct step *st) {
   if (st->send && !(slotOut = simpleSendSlot(st->send))) return 0;
   if (t->check) {
     if (st->recv) {
-      const struct connDesc *d = connDescGet(st->recv);
-      int want = (st->check & CHECK_RECV_DESC) && off == 0;
-      if (d || want) {
-        struct opDesc other;
-        if (d) memcpy(&other, d->body, sizeof other);
-        if (!d || !want || !descMatch(&t->desc, &other)) return stepMismatch(t, st, d);
-      }
+      struct opDesc other;
+      int has = connDescGet(st->recv, &other), want = (st->check & CHECK_RECV_DESC) && off == 0;
+      if ((has || want) && (!has || !want || !descMatch(&t->desc, &other)))
+        return stepMismatch(t, st, has ? &other : NULL);
     }
     if ((st->check & CHECK_SEND_DESC) && off == 0) connDescPut(st->send, &t->desc);
   }

@@ -49,8 +49,13 @@ static int streamRunOne(cudaStream_t s) {
   s->head = w->next;
   if (s->head == NULL) s->tail = NULL;
   s->running = 1;
+  /* After a failure the work behind it fails at once with the same error
+   * (as a CUDA stream's does) rather than wait out a timeout each; the
+   * caller learns it from chorusStreamSynchronize, or from its next call on
+   * the failed communicator. */
+  ncclResult_t failed = s->error;
   pthread_mutex_unlock(&s->lock);
-  ncclResult_t res = engineRun(&w->sched);
+  ncclResult_t res = failed != ncclSuccess ? failed : engineRun(&w->sched);
   w->done(w, res);
   pthread_mutex_lock(&s->lock);
   s->running = 0;

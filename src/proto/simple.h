@@ -17,7 +17,7 @@ static inline char *simpleSendSlot(struct conn *c) {
     c->headCache = __atomic_load_n(&c->ctrl->head, __ATOMIC_ACQUIRE);
     if (c->step - c->headCache >= c->nslots) return 0;
   }
-  return c->slots + (size_t)(c->step % c->nslots) * c->slotBytes;
+  return connSlotData(c, (uint32_t)(c->step % c->nslots));
 }
 /* Publishes the slot simpleSendSlot gave, holding bytes bytes. */
 static inline void simpleSendPost(struct conn *c, size_t bytes) {
@@ -32,7 +32,7 @@ static inline void simpleSendPostFrom(struct conn *c, const void *data, size_t b
   if (c->net) {
     netPostFrom(c, (const char *)data, bytes);
   } else {
-    memcpy(c->slots + (size_t)(c->step % c->nslots) * c->slotBytes, data, bytes);
+    memcpy(connSlotData(c, (uint32_t)(c->step % c->nslots)), data, bytes);
     __atomic_store_n(&c->ctrl->tail, ++c->step, __ATOMIC_RELEASE);
   }
 }
@@ -43,7 +43,7 @@ static inline const char *simpleRecvSlot(struct conn *c) {
     netProgress(c);
     if (__atomic_load_n(&c->ctrl->tail, __ATOMIC_ACQUIRE) <= c->step) return 0;
   }
-  return c->slots + (size_t)(c->step % c->nslots) * c->slotBytes;
+  return connSlotData(c, (uint32_t)(c->step % c->nslots));
 }
 static inline void simpleRecvDone(struct conn *c) {
   __atomic_store_n(&c->ctrl->head, ++c->step, __ATOMIC_RELEASE);

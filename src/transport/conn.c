@@ -7,7 +7,8 @@ void connLayout(struct conn *c, char *base, size_t buffSize, int peer) {
   if (nslots < 8) nslots = 8;
   if (nslots > CONN_MAX_SLOTS) nslots = CONN_MAX_SLOTS;
   c->nslots = nslots;
-  c->slotBytes = (uint32_t)((buffSize / nslots) & ~(size_t)63);
+  c->slotStride = (uint32_t)((buffSize / nslots) & ~(size_t)63);
+  c->slotBytes = c->slotStride - CONN_SLOT_HDR;
   c->step = 0;
   c->headCache = 0;
   c->peer = peer;
@@ -16,5 +17,5 @@ void connLayout(struct conn *c, char *base, size_t buffSize, int peer) {
 
 void connPrefault(struct conn *c) {
   ((volatile char *)c->ctrl)[CONN_CTRL_BYTES - 1] = 0;
-  for (uint32_t i = 0; i < c->nslots; i++) ((volatile char *)c->slots)[(size_t)i * c->slotBytes] = 0;
+  for (uint32_t i = 0; i < c->nslots; i++) ((volatile char *)c->slots)[(size_t)i * c->slotStride] = 0;
 }

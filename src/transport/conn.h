@@ -12,28 +12,31 @@
 #define CONN_CTRL_BYTES 4096
 #define CONN_MAX_SLOTS 64
 
-/* The descriptor of the operation a slot starts (engine/desc.h gives the
- * body its meaning): valid for slot step s when mark == s + 1, so a sender
- * writes one only on an operation's first slot and never clears it. */
+/* Each slot begins with a header line's worth of room for the descriptor
+ * of the operation it starts (engine/desc.h gives the body its meaning):
+ * valid for slot step s when mark == s + 1, so a sender writes one only on
+ * an operation's first slot and never clears it. The data follows in the
+ * same cache line, so a small operation's check costs no extra line. */
+#define CONN_SLOT_HDR 32
 struct connDesc {
   uint64_t mark;
   unsigned char body[24];
 };
+_Static_assert(sizeof(struct connDesc) == CONN_SLOT_HDR, "the slot header holds one descriptor");
 
 struct connCtrl {
   _Alignas(64) uint64_t tail; /* slots filled by the sender */
   char pad0[56];
   _Alignas(64) uint64_t head; /* slots released by the receiver */
   char pad1[56];
-  _Alignas(64) struct connDesc desc[CONN_MAX_SLOTS]; /* written by the sender before tail moves */
 };
-_Static_assert(sizeof(struct connCtrl) <= CONN_CTRL_BYTES, "control block must fit");
 
 struct conn {
   struct connCtrl *ctrl;
   char *slots;
   uint32_t nslots;
-  uint32_t slotBytes;
+  uint32_t slotBytes;  /* data bytes a slot holds */
+  uint32_t slotStride; /* CONN_SLOT_HDR + slotBytes, a multiple of 64 */
   uint64_t step;      /* slots this side has posted (sender) or released (receiver) */
   uint64_t headCache; /* sender: last head seen */
   int peer;
@@ -67,16 +70,27 @@ static inline struct conn *connRecv(struct connTable *t, int peer, int lane) {
 }
 #define CONN_P2P_LANE(t) ((t)->nch)
 
-/* Sender: the slot about to be posted starts an operation described by body. */
+/* Slot k's descriptor header and its data. */
+static inline struct connDesc *connSlotHdr(const struct conn *c, uint32_t k) {
+  return (struct connDesc *)(c->slots + (size_t)k * c->slotStride);
+}
+static inline char *connSlotData(const struct conn *c, uint32_t k) {
+  return c->slots + (size_t)k * c->slotStride + CONN_SLOT_HDR;
+}
+/* Sender: the slot about to be posted starts an operation described by
+ * body (24 bytes); written before tail moves, like the data. */
 static inline void connDescPut(struct conn *c, const void *body) {
-  struct connDesc *d = &c->ctrl->desc[c->step % c->nslots];
-  for (unsigned i = 0; i < sizeof d->body; i++) d->body[i] = ((const unsigned char *)body)[i];
+  struct connDesc *d = connSlotHdr(c, (uint32_t)(c->step % c->nslots));
+  __builtin_memcpy(d->body, body, sizeof d->body);
   d->mark = c->step + 1;
 }
-/* Receiver: the descriptor the current slot carries, or NULL. */
-static inline const struct connDesc *connDescGet(const struct conn *c) {
-  const struct connDesc *d = &c->ctrl->desc[c->step % c->nslots];
-  return d->mark == c->step + 1 ? d : 0;
+/* Receiver: 1 with body (24 bytes) filled when the current slot carries a
+ * descriptor, else 0. */
+static inline int connDescGet(const struct conn *c, void *body) {
+  const struct connDesc *d = connSlotHdr(c, (uint32_t)(c->step % c->nslots));
+  if (d->mark != c->step + 1) return 0;
+  __builtin_memcpy(body, d->body, sizeof d->body);
+  return 1;
 }
 
 #endif

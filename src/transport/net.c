@@ -241,12 +241,12 @@ static ncclResult_t sendProgress(struct conn *c) {
   while (n->queued < c->step) {
     uint64_t step = n->queued++;
     uint32_t k = (uint32_t)(step % c->nslots);
-    struct connDesc *d = &c->ctrl->desc[k];
+    struct connDesc *d = connSlotHdr(c, k);
     int withDesc = d->mark == step + 1;
     n->hdrs[k] = n->sizes[k] | (withDesc ? NET_HDR_DESC : 0);
     sockPush(&n->socks[0], (char *)&n->hdrs[k], sizeof n->hdrs[k], step);
     if (withDesc) sockPush(&n->socks[0], (char *)d->body, sizeof d->body, step);
-    char *data = n->refs[k] ? (char *)n->refs[k] : c->slots + (size_t)k * c->slotBytes;
+    char *data = n->refs[k] ? (char *)n->refs[k] : connSlotData(c, k);
     /* The header (and descriptor) pieces hold the count above zero while
      * helpers may already finish the data pieces. */
     __atomic_store_n(&n->pending[k], 1u + (uint32_t)withDesc, __ATOMIC_RELAXED);
@@ -282,11 +282,11 @@ static ncclResult_t recvProgress(struct conn *c) {
     uint32_t k = (uint32_t)(step % c->nslots);
     n->sizes[k] = size;
     if (desc.mark) {
-      memcpy(c->ctrl->desc[k].body, desc.body, sizeof desc.body);
-      c->ctrl->desc[k].mark = step + 1;
+      memcpy(connSlotHdr(c, k)->body, desc.body, sizeof desc.body);
+      connSlotHdr(c, k)->mark = step + 1;
     }
     __atomic_store_n(&n->pending[k], 1, __ATOMIC_RELAXED); /* held until every piece is queued */
-    uint32_t pieces = cutSlot(n, step, c->slots + (size_t)k * c->slotBytes, size);
+    uint32_t pieces = cutSlot(n, step, connSlotData(c, k), size);
     __atomic_fetch_add(&n->pending[k], pieces - 1, __ATOMIC_ACQ_REL);
   }
   CHECK(res);
@@ -307,7 +307,7 @@ void netPostFrom(struct conn *c, const char *data, size_t bytes) {
   uint32_t k = (uint32_t)(c->step % c->nslots);
   if (n->helped && n->cut.ndata > 0 && bytes > n->cut.inlineBytes) {
     /* Its pieces go to helpers, which may read them at any time: copy. */
-    memcpy(c->slots + (size_t)k * c->slotBytes, data, bytes);
+    memcpy(connSlotData(c, k), data, bytes);
     n->sizes[k] = (uint32_t)bytes;
     __atomic_store_n(&c->ctrl->tail, ++c->step, __ATOMIC_RELEASE);
     netProgress(c);
@@ -319,7 +319,7 @@ void netPostFrom(struct conn *c, const char *data, size_t bytes) {
   netProgress(c);
   n->refs[k] = NULL;
   /* What the kernel has not taken yet moves into the slot, at the same offset. */
-  char *slot = c->slots + (size_t)k * c->slotBytes;
+  char *slot = connSlotData(c, k);
   for (int i = 0; i < n->nsocks; i++) {
     struct netSock *q = &n->socks[i];
     if (q->helper) continue; /* nothing of this slot went there */
