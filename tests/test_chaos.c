@@ -12,6 +12,8 @@
  *   abortgroup  - ncclCommAbort from a second thread while ncclGroupEnd
  *                 waits for a peer that never comes: returns within 1 s
  *   abortdead   - ncclCommAbort after a peer died: returns within 1 s
+ *   streamtimeout - 600 calls on a stream behind one that times out all
+ *                 fail within 1.5 s (CHORUS_TIMEOUT=1), not one by one
  *   flood       - 300 connections at the root (silent ones, garbage, a
  *                 hello with the secret but absurd sizes) held open while
  *                 4 ranks meet there: init and an AllReduce within 1 s
@@ -26,9 +28,10 @@
 #include <unistd.h>
 
 #include "bootstrap/wire.h"
+#include "chorus.h"
 #include "harness.h"
 
-static volatile double *shared; /* [0]: when the fault happened; [1]: random delay; [2]: flood done */
+static volatile double *shared; /* [0]: when the fault happened; [1]: random delay; [2]: flood done; [3]: a pid */
 static const char *which;
 
 static int report(int rank, double ms, double bound, const char *what, ncclResult_t res) {
@@ -156,17 +159,24 @@ static int abortGroupRank(int rank, int n, ncclUniqueId id, void *arg) {
     ncclCommDestroy(comm);
     return 0;
   }
+  /* Rank 0 is aborted from a second thread; the others in the group then see
+   * it gone (their error is ncclRemoteError, not measured here). */
   struct aborter a = {comm, 0};
   pthread_t t;
-  pthread_create(&t, NULL, abortLater, &a);
+  if (rank == 0) pthread_create(&t, NULL, abortLater, &a);
   static float v[1024];
   ncclGroupStart();
   ncclAllReduce(v, v, 1024, ncclFloat, ncclSum, comm, NULL);
   ncclBroadcast(v, v, 16, ncclFloat, 0, comm, NULL);
   ncclResult_t res = ncclGroupEnd();
-  double ms = (nowSec() - a.at) * 1e3;
+  double end = nowSec();
+  EXPECT(res != ncclSuccess, "rank %d: the group succeeded", rank);
+  if (rank != 0) {
+    ncclCommAbort(comm);
+    return 0;
+  }
   pthread_join(t, NULL);
-  EXPECT(res != ncclSuccess, "rank %d: the aborted group succeeded", rank);
+  double ms = (end - a.at) * 1e3;
   return report(rank, ms, 1.0, "ncclCommAbort from a second thread inside a group", res);
 }
 
@@ -180,6 +190,37 @@ static int abortDeadRank(int rank, int n, ncclUniqueId id, void *arg) {
   double t0 = nowSec();
   NCCLCHECK(ncclCommAbort(comm));
   return report(rank, (nowSec() - t0) * 1e3, 1.0, "ncclCommAbort with a dead peer", ncclSuccess);
+}
+
+/* Rank 0 issues 600 AllReduces on a stream (more than a stream holds, so
+ * the caller runs some itself) while rank 1 never calls: the first times
+ * out (CHORUS_TIMEOUT=1) and every one behind it fails at once, so rank 0
+ * learns it within the timeout and a half, not 600 timeouts later. */
+static int streamTimeoutRank(int rank, int n, ncclUniqueId id, void *arg) {
+  ncclComm_t comm;
+  NCCLCHECK(ncclCommInitRank(&comm, n, id, rank));
+  if (rank == 1) { /* stopped: nobody answers rank 0's diagnosis either */
+    shared[3] = getpid();
+    raise(SIGSTOP);
+    usleep(500000);
+    ncclCommAbort(comm);
+    return 0;
+  }
+  while (shared[3] == 0) usleep(1000);
+  cudaStream_t s;
+  NCCLCHECK(chorusStreamCreate(&s));
+  float x = 1;
+  double t0 = nowSec();
+  ncclResult_t res = ncclSuccess;
+  for (int i = 0; i < 600 && res == ncclSuccess; i++) res = ncclAllReduce(&x, &x, 1, ncclFloat, ncclSum, comm, s);
+  ncclResult_t sync = chorusStreamSynchronize(s);
+  double ms = (nowSec() - t0) * 1e3;
+  EXPECT(sync == ncclTimeout || res == ncclTimeout, "stream gave %s, the last call %s", ncclGetErrorString(sync),
+         ncclGetErrorString(res));
+  NCCLCHECK(chorusStreamDestroy(s));
+  kill((pid_t)shared[3], SIGCONT);
+  ncclCommAbort(comm);
+  return report(rank, ms, 1.5, "600 calls queued on a stream behind a timeout (CHORUS_TIMEOUT=1)", ncclTimeout);
 }
 
 static int floodRank(int rank, int n, ncclUniqueId id, void *arg) {
@@ -248,6 +289,10 @@ int main(int argc, char **argv) {
     if (strcmp(which, "killinit") == 0) {
       setenv("CHORUS_TIMEOUT", "3", 1);
       failed += runRanks(4, killInitRank, NULL, 30) != 1;
+    } else if (strcmp(which, "streamtimeout") == 0) {
+      setenv("CHORUS_TIMEOUT", "1", 1);
+      shared[3] = 0;
+      failed += runRanks(2, streamTimeoutRank, NULL, 30);
     } else if (strcmp(which, "killgroup") == 0) {
       failed += runRanks(4, killGroupRank, NULL, 30) != 1;
     } else if (strcmp(which, "killdestroy") == 0) {

@@ -161,7 +161,7 @@ static void jobPut(struct streamJob *job) {
 
 static void streamJobDone(struct streamWork *w, ncclResult_t res) {
   struct streamJob *job = (struct streamJob *)w;
-  watchEnd(job->items, job->n, job->items[0].stream, res);
+  watchEnd(job->items, job->n, job->items[0].stream, res, !w->skipped);
   markFailed(job->items, job->n, job->items[0].stream, res);
   busyAdd(job->items, job->n, job->items[0].stream, -1);
   jobPut(job);
@@ -210,7 +210,7 @@ static ncclResult_t launch(const struct groupItem *items, int n) {
   busyAdd(items, n, NULL, 1);
   watchBegin(items, n, NULL);
   ncclResult_t res = engineRun(s);
-  watchEnd(items, n, NULL, res);
+  watchEnd(items, n, NULL, res, 1);
   markFailed(items, n, NULL, res);
   busyAdd(items, n, NULL, -1);
   return res;

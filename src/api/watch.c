@@ -149,11 +149,11 @@ static void diagnoseTimeout(struct ncclComm *comm) {
   free(text);
 }
 
-void watchEnd(const struct groupItem *items, int n, cudaStream_t stream, ncclResult_t res) {
+void watchEnd(const struct groupItem *items, int n, cudaStream_t stream, ncclResult_t res, int ran) {
   for (int i = 0; i < n; i++) {
     if (!firstOfComm(items, i, stream)) continue;
     struct ncclComm *comm = items[i].comm;
-    if (res == ncclTimeout) diagnoseTimeout(comm);
+    if (res == ncclTimeout && ran) diagnoseTimeout(comm);
     uint32_t done = 0;
     for (int j = i; j < n; j++)
       if (items[j].stream == stream && items[j].comm == comm && items[j].desc.coll != collSend &&

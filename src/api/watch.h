@@ -10,9 +10,11 @@
 /* The monitor's status callback (oobStatusFn) and its reply size. */
 void watchStatus(void *comm, void *out, size_t size);
 size_t watchStatusBytes(void);
-/* A launch of items (those on stream) starts / ends with res. */
+/* A launch of items (those on stream) starts / ends with res; ran = 0 when
+ * it was not run at all (a failure before it on its stream): then a
+ * timeout is not diagnosed again. */
 void watchBegin(const struct groupItem *items, int n, cudaStream_t stream);
-void watchEnd(const struct groupItem *items, int n, cudaStream_t stream, ncclResult_t res);
+void watchEnd(const struct groupItem *items, int n, cudaStream_t stream, ncclResult_t res, int ran);
 /* A peer that died or reported a fault while no call ran: makes it the
  * communicator's async error (with the WARN) and returns it. */
 ncclResult_t watchAsyncError(struct ncclComm *comm);

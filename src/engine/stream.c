@@ -55,7 +55,8 @@ static int streamRunOne(cudaStream_t s) {
    * the failed communicator. */
   ncclResult_t failed = s->error;
   pthread_mutex_unlock(&s->lock);
-  ncclResult_t res = failed != ncclSuccess ? failed : engineRun(&w->sched);
+  w->skipped = failed != ncclSuccess;
+  ncclResult_t res = w->skipped ? failed : engineRun(&w->sched);
   w->done(w, res);
   pthread_mutex_lock(&s->lock);
   s->running = 0;

@@ -11,6 +11,7 @@ struct streamWork {
   /* Called on the worker after the schedule ran; frees the work. */
   void (*done)(struct streamWork *w, ncclResult_t res);
   uint64_t enqueuedNs; /* set by streamEnqueue */
+  int skipped;         /* not run: work before it on the stream failed */
 };
 
 /* 1 when stream was made by chorusStreamCreate and not destroyed. */
