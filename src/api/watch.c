@@ -169,7 +169,7 @@ void watchEnd(const struct groupItem *items, int n, cudaStream_t stream, ncclRes
 
 ncclResult_t watchAsyncError(struct ncclComm *comm) {
   ncclResult_t cur = __atomic_load_n(&comm->asyncError, __ATOMIC_ACQUIRE);
-  if (cur != ncclSuccess || !comm->boot.oob) return cur;
+  if (cur != ncclSuccess || !oobTrouble(&comm->boot)) return cur;
   ncclResult_t live = bootstrapLiveness(&comm->boot);
   if (live != ncclSuccess) {
     if (__atomic_compare_exchange_n(&comm->asyncError, &cur, live, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))

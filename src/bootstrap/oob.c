@@ -56,6 +56,7 @@ struct oob {
   struct oobPeer *peers;
   uint32_t queryId;
   char *replies, *answered;
+  int trouble; /* atomic: a peer went away or reported a fault (cheap to poll) */
   ncclResult_t faultCode;
   int faultFrom;
   char faultText[OOB_MAX_FAULT];
@@ -109,6 +110,7 @@ static void markGone(struct oob *o, int peer, const char *why) {
   if (__atomic_load_n(&p->departed, __ATOMIC_ACQUIRE)) return;
   if (why) WARN("Bootstrap : rank %d got %s from rank %d; treating it as failed", o->b->rank, why, peer);
   __atomic_store_n(&p->gone, 1, __ATOMIC_RELEASE);
+  __atomic_store_n(&o->trouble, 1, __ATOMIC_RELEASE);
 }
 
 /* A complete frame from peer (its payload in p->msg, owned here). */
@@ -151,6 +153,7 @@ static void frameHandle(struct oob *o, int peer) {
         memcpy(o->faultText, m->data + sizeof code, n);
         o->faultText[n] = 0;
         o->faultFrom = peer;
+        __atomic_store_n(&o->trouble, 1, __ATOMIC_RELEASE);
         __atomic_store_n(&o->faultCode, code > ncclSuccess && code < ncclNumResults ? (ncclResult_t)code : ncclInvalidUsage,
                          __ATOMIC_RELEASE);
       }
@@ -414,6 +417,8 @@ void oobBroadcastFault(struct bootstrap *b, ncclResult_t code, const char *text)
   for (int i = 0; i < b->nranks; i++)
     if (i != b->rank) frameSend(b->oob, i, oobFault, 0, buf, sizeof c + n, 100000000ull, NULL);
 }
+
+int oobTrouble(const struct bootstrap *b) { return b->oob && __atomic_load_n(&b->oob->trouble, __ATOMIC_ACQUIRE); }
 
 ncclResult_t oobPendingFault(struct bootstrap *b, char *text, size_t len, int *from) {
   struct oob *o = b->oob;

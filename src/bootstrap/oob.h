@@ -49,6 +49,8 @@ void oobQueryStatus(struct bootstrap *b, void *replies, char *answered, int wait
 
 /* Tells every peer about a fault (text is shown in their WARN). */
 void oobBroadcastFault(struct bootstrap *b, ncclResult_t code, const char *text);
+/* 1 once a peer went away or reported a fault: one load, for every call. */
+int oobTrouble(const struct bootstrap *b);
 /* A fault a peer reported: its code (ncclSuccess: none); text gets the
  * message and *from the rank. */
 ncclResult_t oobPendingFault(struct bootstrap *b, char *text, size_t len, int *from);
