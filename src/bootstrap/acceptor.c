@@ -8,6 +8,7 @@
 
 #include "bootstrap/socket.h"
 #include "core/clock.h"
+#include "core/err.h"
 #include "core/log.h"
 
 #define HELLO_DEADLINE_NS 1000000000ull /* a rank sends its hello right after connecting */
@@ -68,6 +69,16 @@ ncclResult_t acceptorPoll(struct acceptor *a, int *fd, void *hello, int *progres
     }
   }
   return ncclSuccess;
+}
+
+ncclResult_t acceptorNext(struct acceptor *a, int *fd, void *hello, struct waitState *w) {
+  for (;;) {
+    int progressed;
+    CHECK(acceptorPoll(a, fd, hello, &progressed));
+    if (*fd >= 0 || progressed) waitProgress(w);
+    if (*fd >= 0) return ncclSuccess;
+    if (!progressed) CHECK(waitPause(w));
+  }
 }
 
 void acceptorClose(struct acceptor *a) {

@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/wait.h"
 #include "nccl.h"
 
 #define ACCEPTOR_MAX_HELLO 256
@@ -32,6 +33,9 @@ void acceptorInit(struct acceptor *a, int listenFd, size_t helloBytes);
  * *fd gets its connection (owned by the caller) and hello its bytes;
  * otherwise *fd = -1. *progressed says whether anything happened. */
 ncclResult_t acceptorPoll(struct acceptor *a, int *fd, void *hello, int *progressed);
+/* Polls until a hello is complete, waiting through the one wait w between
+ * rounds that moved nothing; *fd then owns the connection. */
+ncclResult_t acceptorNext(struct acceptor *a, int *fd, void *hello, struct waitState *w);
 /* Closes the pending connections (not the listening socket). */
 void acceptorClose(struct acceptor *a);
 

@@ -213,15 +213,9 @@ static ncclResult_t meshConnect(struct bootstrap *b) {
   if (acc) acceptorInit(acc, b->listenFd, sizeof(struct meshHello));
   ncclResult_t res = ncclSuccess;
   while (missing > 0) {
-    int fd, progressed;
+    int fd;
     struct meshHello hello;
-    CHECKGOTO(acceptorPoll(acc, &fd, &hello, &progressed), res, out);
-    if (fd < 0) {
-      if (progressed) waitProgress(&w);
-      else CHECKGOTO(waitPause(&w), res, out);
-      continue;
-    }
-    waitProgress(&w);
+    CHECKGOTO(acceptorNext(acc, &fd, &hello, &w), res, out);
     if (!wireMeshHelloValid(&hello, b->secret, b->rank, b->nranks, b->peerFd)) {
       WARN("Bootstrap : rank %d dropped a connection without the communicator's secret", b->rank);
       close(fd);

@@ -534,15 +534,9 @@ static ncclResult_t netAcceptAll(struct netState *s, struct bootstrap *b, struct
   waitBegin(&w, b->abortFlag, bootstrapLiveness, b, "socket transport setup");
   ncclResult_t res = ncclSuccess;
   while (expected > 0) {
-    int fd, progressed;
+    int fd;
     struct netHello h;
-    CHECKGOTO(acceptorPoll(acc, &fd, &h, &progressed), res, out);
-    if (fd < 0) {
-      if (progressed) waitProgress(&w);
-      else CHECKGOTO(waitPause(&w), res, out);
-      continue;
-    }
-    waitProgress(&w);
+    CHECKGOTO(acceptorNext(acc, &fd, &h, &w), res, out);
     struct netConn *n = helloConn(b, t, info, &h);
     if (!n) {
       WARN("NET/Socket : rank %d dropped a connection that is not one of this communicator's", b->rank);
