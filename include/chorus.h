@@ -35,6 +35,49 @@ CHORUS_EXPORT ncclResult_t chorusStreamQuery(cudaStream_t stream);
 /* Synchronizes, then frees the stream. */
 CHORUS_EXPORT ncclResult_t chorusStreamDestroy(cudaStream_t stream);
 
+/* Host functions (as cudaLaunchHostFunc): fn(userData, status) runs once
+ * everything issued on the stream before it has finished, in stream order,
+ * on whichever thread runs the stream's work (its background thread, or a
+ * caller synchronizing it). status is ncclSuccess, or the first error that
+ * work met since the last chorusStreamSynchronize (work behind a failure
+ * fails at once with that error). fn must return without waiting for the
+ * same stream (chorusStreamSynchronize and chorusEventSynchronize refuse
+ * it: ncclInvalidUsage). On the NULL stream fn runs before this returns. */
+typedef void (*chorusHostFn_t)(void *userData, ncclResult_t status);
+CHORUS_EXPORT ncclResult_t chorusLaunchHostFunc(cudaStream_t stream, chorusHostFn_t fn, void *userData);
+
+/* Events (as CUDA's): a point in a stream's order. Record marks the point
+ * after everything issued on the stream so far (recording again moves it);
+ * Query returns ncclSuccess once the stream has passed it, ncclInProgress
+ * before; Synchronize returns once it has, running the stream's queued work
+ * on the calling thread up to that point, so waiting for one operation costs
+ * no thread switch. Errors come from the operations' own results, host
+ * functions or chorusStreamSynchronize. An event may outlive its stream. */
+typedef struct chorusEvent_st *chorusEvent_t;
+CHORUS_EXPORT ncclResult_t chorusEventCreate(chorusEvent_t *event);
+CHORUS_EXPORT ncclResult_t chorusEventRecord(chorusEvent_t event, cudaStream_t stream);
+CHORUS_EXPORT ncclResult_t chorusEventQuery(chorusEvent_t event);
+CHORUS_EXPORT ncclResult_t chorusEventSynchronize(chorusEvent_t event);
+CHORUS_EXPORT ncclResult_t chorusEventDestroy(chorusEvent_t event);
+
+/* ncclSend / ncclRecv with a tag (as MPI's and torch.distributed's).
+ * Messages between two ranks still match in the order they were issued: a
+ * tag never reorders them. With CHORUS_CHECK=1 a receive whose tag differs
+ * from that of the send it meets fails on both ranks with ncclInvalidUsage,
+ * naming both calls (tags compare modulo 65536). ncclSend and ncclRecv are
+ * tag 0. */
+CHORUS_EXPORT ncclResult_t chorusSendTag(const void *sendbuff, size_t count, ncclDataType_t datatype, int peer,
+                                         int tag, ncclComm_t comm, cudaStream_t stream);
+CHORUS_EXPORT ncclResult_t chorusRecvTag(void *recvbuff, size_t count, ncclDataType_t datatype, int peer, int tag,
+                                         ncclComm_t comm, cudaStream_t stream);
+
+/* How long a call on comm may go without progress before it returns
+ * ncclTimeout (and asks every rank what it is doing, see README "When
+ * things go wrong"), in milliseconds, instead of CHORUS_TIMEOUT; 0 goes back
+ * to CHORUS_TIMEOUT. Takes effect for calls issued afterwards; may be
+ * called while a nonblocking init is still in progress. */
+CHORUS_EXPORT ncclResult_t chorusCommSetTimeout(ncclComm_t comm, int64_t timeoutMs);
+
 /* Creates this process's rank of a communicator from a launcher's
  * environment: rank and size from CHORUS_RANK/CHORUS_NRANKS (chorusrun),
  * RANK/WORLD_SIZE (torchrun), OMPI_COMM_WORLD_RANK/SIZE (Open MPI),

@@ -8,6 +8,8 @@
  *   skip     - a rank skips a collective: the others' timeout names it, "last
  *              completed #1 and is in no call" (asked out of band).
  *   stop     - the same with the rank SIGSTOPped: "does not answer".
+ *   commtimeout - skip, with chorusCommSetTimeout(700 ms) and CHORUS_TIMEOUT
+ *              at its default: the communicator's own timeout holds.
  *   shm      - nothing is left in /dev/shm after a SIGKILL.
  *   test_fault <case> */
 #define _GNU_SOURCE
@@ -18,6 +20,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "chorus.h"
 #include "harness.h"
 
 static double *shared; /* [0]: when the victim died */
@@ -116,10 +119,16 @@ static int timeoutRank(int rank, int n, ncclUniqueId id, void *arg) {
 
 /* A rank that skips a collective (busy elsewhere) or is stopped (SIGSTOP):
  * the others time out, and their WARN names it and where it is. */
+static int commTimeout; /* commtimeout: the communicator's own 700 ms */
+
 static int skipRank(int rank, int n, ncclUniqueId id, void *arg) {
   int stop = arg != NULL;
   ncclComm_t comm;
   NCCLCHECK(ncclCommInitRank(&comm, n, id, rank));
+  if (commTimeout) {
+    EXPECT(chorusCommSetTimeout(comm, -1) == ncclInvalidArgument, "a negative timeout was accepted");
+    NCCLCHECK(chorusCommSetTimeout(comm, 700));
+  }
   float x = 1, y;
   NCCLCHECK(ncclAllReduce(&x, &y, 1, ncclFloat, ncclSum, comm, NULL)); /* #1, together */
   if (rank == n - 1) {
@@ -133,14 +142,17 @@ static int skipRank(int rank, int n, ncclUniqueId id, void *arg) {
   ncclResult_t res = ncclAllReduce(&x, &y, 1, ncclFloat, ncclSum, comm, NULL); /* #2 */
   double t = nowSec() - t0;
   EXPECT(res == ncclTimeout, "rank %d got %s", rank, ncclGetErrorString(res));
-  EXPECT(t >= 0.7 && t < 1.25, "rank %d: timed out after %.2f s with CHORUS_TIMEOUT=1", rank, t);
+  if (commTimeout) EXPECT(t >= 0.45 && t < 0.9, "rank %d: timed out after %.2f s with a 700 ms timeout", rank, t);
+  else EXPECT(t >= 0.7 && t < 1.25, "rank %d: timed out after %.2f s with CHORUS_TIMEOUT=1", rank, t);
   const char *err = ncclGetLastError(comm);
   fprintf(stderr, "rank %d: %s after %.2f s: %s\n", rank, ncclGetErrorString(res), t, err);
   faultTime(stop ? "SIGSTOP of a rank (CHORUS_TIMEOUT=1)"
-                 : "a rank skips a collective (CHORUS_TIMEOUT=1)", res, t * 1e3);
+                 : commTimeout ? "a rank skips a collective (chorusCommSetTimeout 700 ms)"
+                               : "a rank skips a collective (CHORUS_TIMEOUT=1)", res, t * 1e3);
   char want[64];
   snprintf(want, sizeof want, "rank %d (host", n - 1);
-  EXPECT(strstr(err, "AllReduce #2 (count=1, float, sum) timed out") && strstr(err, want) &&
+  EXPECT(strstr(err, commTimeout ? "AllReduce #2 (count=1, float, sum) timed out after 0.7 s"
+                                  : "AllReduce #2 (count=1, float, sum) timed out after 1 s") && strstr(err, want) &&
              strstr(err, stop ? "does not answer" : "last completed #1 and is in no call"),
          "rank %d: last error '%s'", rank, err);
   if (n > 2) EXPECT(strstr(err, "all others wait in AllReduce #2"), "rank %d: last error '%s'", rank, err);
@@ -206,6 +218,10 @@ int main(int argc, char **argv) {
     failed = runRanks(2, abortRank, NULL, 30);
   } else if (strcmp(which, "peerabort") == 0) {
     failed = runRanks(3, peerAbortRank, NULL, 30);
+  } else if (strcmp(which, "commtimeout") == 0) {
+    unsetenv("CHORUS_TIMEOUT");
+    commTimeout = 1;
+    failed = runRanks(2, skipRank, NULL, 30) + runRanks(4, skipRank, NULL, 30);
   } else if (strcmp(which, "skip") == 0 || strcmp(which, "stop") == 0) {
     setenv("CHORUS_TIMEOUT", "1", 1);
     failed = runRanks(2, skipRank, which[1] == 't' ? shared : NULL, 30);

@@ -1,7 +1,8 @@
 /* Mismatched operations end in ncclInvalidUsage on every rank, never a hang
  * or an overrun (CHORUS_CHECK, on by default). One rank calls something else
  * than the others; each case runs on 3 ranks:
- *   count dtype op root coll p2p    test_mismatch <case>
+ *   count dtype op root coll p2p tag    test_mismatch <case>
+ * (tag: a ring of chorusSendTag/chorusRecvTag, one receive with another tag)
  * Each rank's mismatched call fails within 2 s with a WARN that names both
  * calls, or (a rank whose part ended before anyone noticed) succeeds and
  * then its next call fails. Guard bytes around every buffer stay intact. */
@@ -10,6 +11,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "chorus.h"
 #include "harness.h"
 
 static volatile int *arrived; /* a barrier across the forked ranks */
@@ -32,6 +34,12 @@ static ncclResult_t oddCall(int rank, int n, float *in, float *out, ncclComm_t c
   if (strcmp(which, "coll") == 0) {
     if (odd) return ncclReduce(in, out, COUNT, ncclFloat, ncclSum, 0, comm, NULL);
     return ncclAllReduce(in, out, COUNT, ncclFloat, ncclSum, comm, NULL);
+  }
+  if (strcmp(which, "tag") == 0) {
+    ncclGroupStart();
+    chorusSendTag(in, COUNT, ncclFloat, (rank + 1) % n, 7, comm, NULL);
+    chorusRecvTag(out, COUNT, ncclFloat, (rank + n - 1) % n, rank == 0 ? 8 : 7, comm, NULL);
+    return ncclGroupEnd();
   }
   /* p2p: a ring of sends, the last rank receives one element less */
   ncclGroupStart();
@@ -60,6 +68,8 @@ static int mismatchRank(int rank, int n, ncclUniqueId id, void *arg) {
   EXPECT(t < 2.0, "rank %d: the error took %.2f s", rank, t);
   const char *err = ncclGetLastError(comm);
   EXPECT(strstr(err, "called") != NULL && strstr(err, "but rank") != NULL, "rank %d: last error '%s'", rank, err);
+  if (strcmp(which, "tag") == 0)
+    EXPECT(strstr(err, "tag 7") && strstr(err, "tag 8"), "rank %d: last error '%s' names not both tags", rank, err);
   EXPECT(guardCheck(in) == 0 && guardCheck(out) == 0, "rank %d: guard bytes overwritten", rank);
   fprintf(stderr, "rank %d: %s after %.0f ms: %s\n", rank, ncclGetErrorString(res), t * 1e3, err);
   char fault[64];

@@ -1,7 +1,11 @@
 /* Asynchronous streams: calls return at once and run in order in the
- * background; synchronize waits; query reports progress. Also the
- * one-thread-many-ranks pattern with one stream per rank and no group. */
+ * background; synchronize waits; query reports progress. Host functions run
+ * in stream order with the status of the work before them; events mark
+ * points in the order. Also the one-thread-many-ranks pattern with one
+ * stream per rank and no group. */
+#include <stdint.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "chorus.h"
@@ -9,6 +13,108 @@
 
 #define N_OPS 16
 #define COUNT (1 << 18)
+
+static volatile int *failedFlag; /* shared across the forked ranks */
+
+struct hostNote {
+  int calls, order;
+  ncclResult_t status;
+  cudaStream_t self; /* to try waiting for it from inside */
+  chorusEvent_t selfEvent;
+  ncclResult_t insideSync, insideEvent;
+};
+static int hostOrder;
+static void noteHost(void *arg, ncclResult_t status) {
+  struct hostNote *h = arg;
+  h->calls++;
+  h->order = ++hostOrder;
+  h->status = status;
+  if (h->self) {
+    h->insideSync = chorusStreamSynchronize(h->self);
+    h->insideEvent = chorusEventSynchronize(h->selfEvent);
+  }
+}
+
+/* Host functions and events on a stream; last, a failure on it. */
+static int hostAndEvents(int rank, int n, ncclComm_t comm, cudaStream_t st) {
+  const int count = 1 << 20;
+  float *a = guardAlloc(count * sizeof(float)), *b = guardAlloc(count * sizeof(float));
+  for (int i = 0; i < count; i++) a[i] = b[i] = (float)(rank + 1);
+  struct hostNote h1 = {0}, h2 = {0}, h0 = {0};
+  chorusEvent_t e1, e2, e3;
+  NCCLCHECK(chorusEventCreate(&e1));
+  NCCLCHECK(chorusEventCreate(&e2));
+  NCCLCHECK(chorusEventCreate(&e3));
+  EXPECT(chorusEventQuery(e1) == ncclSuccess, "an event never recorded is complete");
+  NCCLCHECK(ncclAllReduce(a, a, count, ncclFloat, ncclSum, comm, st));
+  NCCLCHECK(chorusLaunchHostFunc(st, noteHost, &h1));
+  NCCLCHECK(chorusEventRecord(e1, st));
+  NCCLCHECK(ncclAllReduce(b, b, count, ncclFloat, ncclMax, comm, st));
+  h2.self = st;
+  h2.selfEvent = e2;
+  NCCLCHECK(chorusLaunchHostFunc(st, noteHost, &h2));
+  NCCLCHECK(chorusEventRecord(e2, st));
+  ncclResult_t q = chorusEventQuery(e2);
+  EXPECT(q == ncclInProgress || q == ncclSuccess, "query returned %s", ncclGetErrorString(q));
+  NCCLCHECK(chorusEventSynchronize(e1));
+  EXPECT(chorusEventQuery(e1) == ncclSuccess, "query after synchronize");
+  EXPECT(h1.calls == 1 && h1.status == ncclSuccess, "host function 1: %d calls, %s", h1.calls,
+         ncclGetErrorString(h1.status));
+  float want = (float)(n * (n + 1) / 2);
+  for (int i = 0; i < count; i++) EXPECT(a[i] == want, "element %d after the event: %g, want %g", i, a[i], want);
+  NCCLCHECK(chorusEventSynchronize(e2));
+  EXPECT(h2.calls == 1 && h2.order == h1.order + 1, "host function 2: %d calls, order %d after %d", h2.calls, h2.order,
+         h1.order);
+  EXPECT(h2.insideSync == ncclInvalidUsage && h2.insideEvent == ncclInvalidUsage,
+         "waiting for the stream from its own host function: %s / %s", ncclGetErrorString(h2.insideSync),
+         ncclGetErrorString(h2.insideEvent));
+  for (int i = 0; i < count; i++) EXPECT(b[i] == (float)n, "element %d of the max: %g", i, b[i]);
+  EXPECT(!guardCheck(a) && !guardCheck(b), "guard bytes");
+  /* The NULL stream: the function runs at once. */
+  NCCLCHECK(chorusLaunchHostFunc(NULL, noteHost, &h0));
+  EXPECT(h0.calls == 1 && h0.status == ncclSuccess, "NULL-stream host function: %d calls", h0.calls);
+  NCCLCHECK(chorusEventRecord(e3, NULL));
+  NCCLCHECK(chorusEventSynchronize(e3));
+  /* An event outlives its stream. */
+  cudaStream_t st2;
+  NCCLCHECK(chorusStreamCreate(&st2));
+  NCCLCHECK(ncclAllReduce(a, a, 16, ncclFloat, ncclSum, comm, st2));
+  NCCLCHECK(chorusEventRecord(e3, st2));
+  NCCLCHECK(chorusStreamDestroy(st2));
+  EXPECT(chorusEventQuery(e3) == ncclSuccess, "event of a destroyed stream");
+  NCCLCHECK(chorusEventSynchronize(e3));
+  /* Bad arguments change nothing. */
+  static uint64_t fake[16];
+  EXPECT(chorusEventCreate(NULL) == ncclInvalidArgument, "NULL event pointer");
+  EXPECT(chorusEventRecord(e1, (cudaStream_t)fake) == ncclInvalidArgument, "bogus stream accepted");
+  EXPECT(chorusEventQuery(e1) == ncclSuccess, "a refused record moved the event");
+  EXPECT(chorusEventQuery((chorusEvent_t)fake) == ncclInvalidArgument, "bogus event accepted");
+  EXPECT(chorusLaunchHostFunc(st, NULL, NULL) == ncclInvalidArgument, "NULL host function accepted");
+  EXPECT(chorusLaunchHostFunc((cudaStream_t)fake, noteHost, &h0) == ncclInvalidArgument, "bogus stream accepted");
+  /* A failure: rank 0 alone calls, with a short timeout. The host
+   * functions behind it get the error; so does synchronize. */
+  if (rank == 0 && n > 1) {
+    struct hostNote f1 = {0}, f2 = {0};
+    NCCLCHECK(chorusCommSetTimeout(comm, 400));
+    NCCLCHECK(ncclAllReduce(a, a, 16, ncclFloat, ncclSum, comm, st));
+    NCCLCHECK(chorusLaunchHostFunc(st, noteHost, &f1));
+    NCCLCHECK(ncclAllReduce(a, a, 16, ncclFloat, ncclSum, comm, st));
+    NCCLCHECK(chorusLaunchHostFunc(st, noteHost, &f2));
+    NCCLCHECK(chorusEventRecord(e1, st));
+    NCCLCHECK(chorusEventSynchronize(e1));
+    EXPECT(f1.calls == 1 && f1.status == ncclTimeout, "host function after the failure: %d calls, %s", f1.calls,
+           ncclGetErrorString(f1.status));
+    EXPECT(f2.calls == 1 && f2.status == ncclTimeout, "host function behind it: %s", ncclGetErrorString(f2.status));
+    EXPECT(chorusStreamSynchronize(st) == ncclTimeout, "synchronize after the failure");
+    EXPECT(chorusStreamSynchronize(st) == ncclSuccess, "synchronize clears the error");
+    *failedFlag = 1;
+  }
+  for (int i = 0; i < 5000 && n > 1 && !*failedFlag; i++) usleep(1000);
+  for (chorusEvent_t *e = (chorusEvent_t[]){e1, e2, e3}, *end = e + 3; e < end; e++) NCCLCHECK(chorusEventDestroy(*e));
+  guardFree(a);
+  guardFree(b);
+  return 0;
+}
 
 static int rankMain(int rank, int n, ncclUniqueId id, void *arg) {
   ncclComm_t comm;
@@ -42,8 +148,9 @@ static int rankMain(int rank, int n, ncclUniqueId id, void *arg) {
   NCCLCHECK(ncclGroupEnd());
   NCCLCHECK(chorusStreamSynchronize(st));
   EXPECT(b == n * (n - 1) / 2, "grouped stream allreduce got %d", b);
+  if (hostAndEvents(rank, n, comm, st)) return 1;
   NCCLCHECK(chorusStreamDestroy(st));
-  NCCLCHECK(ncclCommDestroy(comm));
+  NCCLCHECK(n > 1 ? ncclCommAbort(comm) : ncclCommDestroy(comm)); /* rank 0's has failed */
   fprintf(stderr, "rank %d: issued %d ops in %.1f us\n", rank, N_OPS, issue * 1e6);
   return 0;
 }
@@ -72,6 +179,7 @@ static int threadsMain(int n) {
 
 int main(int argc, char **argv) {
   int n = argc > 1 ? atoi(argv[1]) : 2;
+  failedFlag = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   int failed = runRanks(n, rankMain, NULL, 120) + threadsMain(n);
   /* Bad stream handles are rejected. */
   static uint64_t fake[16]; /* not a stream, but readable */

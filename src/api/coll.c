@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "api/api.h"
+#include "chorus.h"
 #include "api/group.h"
 #include "api/watch.h"
 #include "core/err.h"
@@ -18,6 +19,7 @@ struct callArgs {
   int root;
   ncclComm_t comm;
   cudaStream_t stream;
+  int tag; /* Send/Recv */
 };
 
 static int isReduction(int coll) {
@@ -96,6 +98,7 @@ static ncclResult_t enqueueCheckArgs(const struct callArgs *a) {
   c->coll = (uint8_t)a->coll;
   c->dtype = (uint8_t)a->dtype;
   c->op = !isReduction(a->coll) ? OPDESC_NO_OP : (int)a->op < (int)ncclNumOps ? (uint8_t)a->op : OPDESC_USER_OP;
+  if (p2p) c->tag = (uint16_t)a->tag;
   c->root = rooted || p2p ? a->root : -1;
   c->rank = comm->rank;
   if (p2p) c->seq = ++comm->p2pSeq[(a->coll == collRecv ? comm->nranks : 0) + a->root];
@@ -115,66 +118,78 @@ static ncclResult_t enqueueCheck(const struct callArgs *a) { return groupNoteErr
 
 NCCL_API(ncclResult_t, ncclAllReduce, const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
          ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
-  struct callArgs a = {collAllReduce, sendbuff, recvbuff, count, datatype, op, 0, comm, stream};
+  struct callArgs a = {collAllReduce, sendbuff, recvbuff, count, datatype, op, 0, comm, stream, 0};
   return enqueueCheck(&a);
 }
 
 NCCL_API(ncclResult_t, ncclBroadcast, const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
          int root, ncclComm_t comm, cudaStream_t stream) {
-  struct callArgs a = {collBroadcast, sendbuff, recvbuff, count, datatype, ncclSum, root, comm, stream};
+  struct callArgs a = {collBroadcast, sendbuff, recvbuff, count, datatype, ncclSum, root, comm, stream, 0};
   return enqueueCheck(&a);
 }
 
 NCCL_API(ncclResult_t, ncclBcast, void *buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
          cudaStream_t stream) {
-  struct callArgs a = {collBroadcast, buff, buff, count, datatype, ncclSum, root, comm, stream};
+  struct callArgs a = {collBroadcast, buff, buff, count, datatype, ncclSum, root, comm, stream, 0};
   return enqueueCheck(&a);
 }
 
 NCCL_API(ncclResult_t, ncclReduce, const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
          ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream) {
-  struct callArgs a = {collReduce, sendbuff, recvbuff, count, datatype, op, root, comm, stream};
+  struct callArgs a = {collReduce, sendbuff, recvbuff, count, datatype, op, root, comm, stream, 0};
   return enqueueCheck(&a);
 }
 
 NCCL_API(ncclResult_t, ncclAllGather, const void *sendbuff, void *recvbuff, size_t sendcount,
          ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
-  struct callArgs a = {collAllGather, sendbuff, recvbuff, sendcount, datatype, ncclSum, 0, comm, stream};
+  struct callArgs a = {collAllGather, sendbuff, recvbuff, sendcount, datatype, ncclSum, 0, comm, stream, 0};
   return enqueueCheck(&a);
 }
 
 NCCL_API(ncclResult_t, ncclReduceScatter, const void *sendbuff, void *recvbuff, size_t recvcount,
          ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
-  struct callArgs a = {collReduceScatter, sendbuff, recvbuff, recvcount, datatype, op, 0, comm, stream};
+  struct callArgs a = {collReduceScatter, sendbuff, recvbuff, recvcount, datatype, op, 0, comm, stream, 0};
   return enqueueCheck(&a);
 }
 
 NCCL_API(ncclResult_t, ncclAlltoAll, const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
          ncclComm_t comm, cudaStream_t stream) {
-  struct callArgs a = {collAlltoAll, sendbuff, recvbuff, count, datatype, ncclSum, 0, comm, stream};
+  struct callArgs a = {collAlltoAll, sendbuff, recvbuff, count, datatype, ncclSum, 0, comm, stream, 0};
   return enqueueCheck(&a);
 }
 
 NCCL_API(ncclResult_t, ncclGather, const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
          int root, ncclComm_t comm, cudaStream_t stream) {
-  struct callArgs a = {collGather, sendbuff, recvbuff, count, datatype, ncclSum, root, comm, stream};
+  struct callArgs a = {collGather, sendbuff, recvbuff, count, datatype, ncclSum, root, comm, stream, 0};
   return enqueueCheck(&a);
 }
 
 NCCL_API(ncclResult_t, ncclScatter, const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
          int root, ncclComm_t comm, cudaStream_t stream) {
-  struct callArgs a = {collScatter, sendbuff, recvbuff, count, datatype, ncclSum, root, comm, stream};
+  struct callArgs a = {collScatter, sendbuff, recvbuff, count, datatype, ncclSum, root, comm, stream, 0};
   return enqueueCheck(&a);
 }
 
 NCCL_API(ncclResult_t, ncclSend, const void *sendbuff, size_t count, ncclDataType_t datatype, int peer,
          ncclComm_t comm, cudaStream_t stream) {
-  struct callArgs a = {collSend, sendbuff, NULL, count, datatype, ncclSum, peer, comm, stream};
+  struct callArgs a = {collSend, sendbuff, NULL, count, datatype, ncclSum, peer, comm, stream, 0};
   return enqueueCheck(&a);
 }
 
 NCCL_API(ncclResult_t, ncclRecv, void *recvbuff, size_t count, ncclDataType_t datatype, int peer,
          ncclComm_t comm, cudaStream_t stream) {
-  struct callArgs a = {collRecv, NULL, recvbuff, count, datatype, ncclSum, peer, comm, stream};
+  struct callArgs a = {collRecv, NULL, recvbuff, count, datatype, ncclSum, peer, comm, stream, 0};
+  return enqueueCheck(&a);
+}
+
+ncclResult_t chorusSendTag(const void *sendbuff, size_t count, ncclDataType_t datatype, int peer, int tag,
+                           ncclComm_t comm, cudaStream_t stream) {
+  struct callArgs a = {collSend, sendbuff, NULL, count, datatype, ncclSum, peer, comm, stream, tag};
+  return enqueueCheck(&a);
+}
+
+ncclResult_t chorusRecvTag(void *recvbuff, size_t count, ncclDataType_t datatype, int peer, int tag, ncclComm_t comm,
+                           cudaStream_t stream) {
+  struct callArgs a = {collRecv, NULL, recvbuff, count, datatype, ncclSum, peer, comm, stream, tag};
   return enqueueCheck(&a);
 }

@@ -38,6 +38,7 @@ struct ncclComm {
   ncclResult_t asyncError; /* sticky once a collective failed */
   char failText[512];      /* the WARN that explained it */
   int finalized;
+  int64_t timeoutMs; /* chorusCommSetTimeout; 0: CHORUS_TIMEOUT */
   int busy;     /* calls in flight, so abort waits before freeing */
   uint64_t opCount;
   /* What this rank is doing, for mismatch checks and for other ranks'
@@ -72,6 +73,9 @@ void commWaitIdle(struct ncclComm *comm);
 /* ncclInvalidArgument with a WARN naming the call when comm is NULL,
  * corrupted or destroyed. */
 ncclResult_t commCheck(const struct ncclComm *comm, const char *call);
+/* How long a call on comm may go without progress (chorusCommSetTimeout,
+ * else CHORUS_TIMEOUT); 0: forever. */
+uint64_t commTimeoutNs(const struct ncclComm *comm);
 /* Lowers an ncclRedOp_t for a datatype into what the kernels do. */
 ncclResult_t commLowerOp(struct ncclComm *comm, ncclRedOp_t op, ncclDataType_t dtype, struct redOp *out,
                          const char *call);

@@ -57,6 +57,8 @@ static ncclResult_t buildItem(struct schedule *s, const struct groupItem *it, ui
   TRACE(subsysTuning, "%s %zu bytes: algorithm %s, %d channel(s)", collName(it->desc.coll), bytes,
         algoName(c.algo), c.nch);
   int firstTask = s->ntasks;
+  uint64_t timeoutNs = commTimeoutNs(comm);
+  if (timeoutNs && (s->timeoutNs == 0 || timeoutNs < s->timeoutNs)) s->timeoutNs = timeoutNs;
   ncclResult_t res = algoBuild(s, &ctx, &it->desc, c.algo, c.nch);
   if (res == ncclSuccess && comm->check) scheduleMarkOp(s, firstTask, &it->desc.check);
   if (res != ncclSuccess) WARN("%s : rank %d: out of memory building the schedule", collName(it->desc.coll), comm->rank);
@@ -105,6 +107,7 @@ static void busyAdd(const struct groupItem *items, int n, cudaStream_t stream, i
 
 struct streamJob {
   struct streamWork work;
+  struct schedule sched;
   int n, cap;
   struct groupItem *items;
   struct streamJob *nextFree;
@@ -130,7 +133,7 @@ static struct streamJob *jobGet(int n) {
   if (job->cap < n) {
     struct groupItem *items = realloc(job->items, sizeof *items * n);
     if (!items) {
-      scheduleFree(&job->work.sched);
+      scheduleFree(&job->sched);
       free(job->items);
       free(job);
       return NULL;
@@ -139,7 +142,7 @@ static struct streamJob *jobGet(int n) {
     job->cap = n;
   }
   job->n = 0;
-  scheduleReset(&job->work.sched);
+  scheduleReset(&job->sched);
   return job;
 }
 
@@ -153,10 +156,15 @@ static void jobPut(struct streamJob *job) {
   }
   pthread_mutex_unlock(&jobCacheLock);
   if (job) {
-    scheduleFree(&job->work.sched);
+    scheduleFree(&job->sched);
     free(job->items);
     free(job);
   }
+}
+
+static ncclResult_t streamJobRun(struct streamWork *w, ncclResult_t status) {
+  struct streamJob *job = (struct streamJob *)w;
+  return status != ncclSuccess ? status : engineRun(&job->sched);
 }
 
 static void streamJobDone(struct streamWork *w, ncclResult_t res) {
@@ -177,13 +185,14 @@ static ncclResult_t launchStream(const struct groupItem *items, int n, cudaStrea
   for (int i = 0; i < n && res == ncclSuccess; i++)
     if (items[i].stream == stream) {
       job->items[job->n++] = items[i];
-      res = buildItem(&job->work.sched, &items[i], gen);
+      res = buildItem(&job->sched, &items[i], gen);
     }
   if (res != ncclSuccess) {
     jobPut(job);
     return res;
   }
-  if (paramInt(paramDumpSchedule)) schedulePrint(&job->work.sched, stdout);
+  if (paramInt(paramDumpSchedule)) schedulePrint(&job->sched, stdout);
+  job->work.run = streamJobRun;
   job->work.done = streamJobDone;
   busyAdd(job->items, job->n, stream, 1);
   watchBegin(job->items, job->n, stream);

@@ -69,7 +69,13 @@ NCCL_API(const char *, ncclGetErrorString, ncclResult_t result) {
 }
 
 NCCL_API(const char *, ncclGetLastError, ncclComm_t comm) {
-  (void)comm; /* as in NCCL: the last WARN of the process */
+  /* NCCL gives the process's last WARN, whatever comm is. A communicator
+   * that has failed gives the WARN that explained its failure instead, so
+   * that a process with several communicators and threads (a framework's
+   * process groups) gets its own. */
+  if (comm && comm->startMagic == COMM_MAGIC && comm->endMagic == COMM_MAGIC &&
+      __atomic_load_n(&comm->asyncError, __ATOMIC_ACQUIRE) != ncclSuccess && comm->failText[0])
+    return comm->failText;
   return logLastError();
 }
 

@@ -97,7 +97,8 @@ static void diagnoseTimeout(struct ncclComm *comm) {
   int ok = rep && answered && states && text;
   for (int i = 0; ok && i < nranks; i++) ok = states[i] != NULL;
   if (ok) {
-    oobQueryStatus(&comm->boot, rep, answered, (int)(waitDiagnosisNs() / 1000000ull));
+    uint64_t timeoutNs = commTimeoutNs(comm);
+    oobQueryStatus(&comm->boot, rep, answered, (int)(waitDiagnosisNs(timeoutNs) / 1000000ull));
     char d[160];
     /* States read "rank 3 ... <singular>" / "ranks 3, 5 ... <plural>": both forms, split by '|'. */
     for (int i = 0; i < nranks; i++) {
@@ -111,8 +112,8 @@ static void diagnoseTimeout(struct ncclComm *comm) {
         snprintf(states[i], 400, "last completed #%u and is in no call|last completed #%u and are in no call",
                  rep[i].doneSeq, rep[i].doneSeq);
     }
-    int len = snprintf(text, 4096, "%s timed out after %lld s on rank %d: ", descStr(&rep[me].current, d, sizeof d),
-                       (long long)paramInt(paramTimeout), me);
+    int len = snprintf(text, 4096, "%s timed out after %.3g s on rank %d: ", descStr(&rep[me].current, d, sizeof d),
+                       (double)timeoutNs / 1e9, me);
     int listed = 0, same = 0;
     for (int i = 0; i < nranks; i++) {
       if (i == me) continue;

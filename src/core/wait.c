@@ -20,8 +20,7 @@ void waitBegin(struct waitState *w, volatile int *abortFlag, waitLivenessFn live
   w->rounds = 0;
   w->stallStartNs = 0;
   w->nextCheckNs = 0;
-  int64_t t = paramInt(paramTimeout);
-  w->timeoutNs = t > 0 ? (uint64_t)t * 1000000000ull : 0;
+  w->timeoutNs = waitDefaultTimeoutNs();
   w->abortFlag = abortFlag;
   w->liveness = liveness;
   w->livenessArg = arg;
@@ -31,10 +30,14 @@ void waitBegin(struct waitState *w, volatile int *abortFlag, waitLivenessFn live
   w->blockNow = 0;
 }
 
-uint64_t waitDiagnosisNs(void) {
+uint64_t waitDefaultTimeoutNs(void) {
   int64_t t = paramInt(paramTimeout);
-  if (t <= 0) return 1000000000ull;
-  uint64_t quarter = (uint64_t)t * 250000000ull;
+  return t > 0 ? (uint64_t)t * 1000000000ull : 0;
+}
+
+uint64_t waitDiagnosisNs(uint64_t timeoutNs) {
+  if (timeoutNs == 0) return 1000000000ull;
+  uint64_t quarter = timeoutNs / 4;
   return quarter < 1000000000ull ? quarter : 1000000000ull;
 }
 
@@ -61,8 +64,7 @@ ncclResult_t waitPause(struct waitState *w) {
       if (res != ncclSuccess) return res;
     }
     if (w->timeoutNs && now - w->stallStartNs > w->timeoutNs) {
-      WARN("%s timed out: no progress for %.0f s (CHORUS_TIMEOUT)", w->what,
-           (double)(now - w->stallStartNs) / 1e9);
+      WARN("%s timed out: no progress for %.3g s", w->what, (double)(now - w->stallStartNs) / 1e9);
       return ncclTimeout;
     }
   }

@@ -29,11 +29,13 @@ struct waitState {
   int blockNow; /* set per round: block() wakes when the awaited thing happens, so skip yielding */
 };
 
-/* Of CHORUS_TIMEOUT, the part a timed-out operation spends asking the other
+/* CHORUS_TIMEOUT in nanoseconds (0: none), what waitBegin sets. */
+uint64_t waitDefaultTimeoutNs(void);
+/* Of a timeout, the part a timed-out operation spends asking the other
  * ranks what they do (1 s, or a quarter of a shorter timeout): its wait
- * gives up that much earlier, so that the error still comes within
- * CHORUS_TIMEOUT. */
-uint64_t waitDiagnosisNs(void);
+ * gives up that much earlier, so that the error still comes within the
+ * timeout. */
+uint64_t waitDiagnosisNs(uint64_t timeoutNs);
 
 void waitBegin(struct waitState *w, volatile int *abortFlag, waitLivenessFn liveness, void *arg,
                const char *what);
@@ -47,7 +49,7 @@ static inline void waitSetBlock(struct waitState *w, void (*fn)(void *, uint64_t
 static inline void waitProgress(struct waitState *w) { w->rounds = 0; }
 /* Call after a round without progress. ncclSuccess means "try again";
  * anything else ends the wait: ncclInvalidUsage when the communicator was
- * aborted, ncclTimeout past CHORUS_TIMEOUT, or the liveness callback's error. */
+ * aborted, ncclTimeout past timeoutNs, or the liveness callback's error. */
 ncclResult_t waitPause(struct waitState *w);
 
 #endif

@@ -18,7 +18,8 @@ int descMatch(const struct opDesc *mine, const struct opDesc *theirs) {
   if (mine->count != theirs->count || mine->dtype != theirs->dtype || mine->seq != theirs->seq) return 0;
   if (mine->coll == collRecv || mine->coll == collSend) {
     int other = mine->coll == collRecv ? collSend : collRecv;
-    return theirs->coll == other && theirs->root == mine->rank && mine->root == theirs->rank;
+    return theirs->coll == other && theirs->root == mine->rank && mine->root == theirs->rank &&
+           theirs->tag == mine->tag;
   }
   if (mine->coll != theirs->coll || mine->op != theirs->op) return 0;
   return !rooted(mine->coll) || mine->root == theirs->root;
@@ -35,11 +36,13 @@ const char *descStr(const struct opDesc *d, char *buf, size_t len) {
   int n = snprintf(buf, len, "%s #%u (count=%llu, %s", name, d->seq, (unsigned long long)d->count,
                    dtypeName(d->dtype));
   if (n < 0 || (size_t)n >= len) return buf;
-  if (d->op != OPDESC_NO_OP) n += snprintf(buf + n, len - (size_t)n, ", %s", opStr(d->op));
+  int p2p = d->coll == collSend || d->coll == collRecv;
+  if (!p2p && d->op != OPDESC_NO_OP) n += snprintf(buf + n, len - (size_t)n, ", %s", opStr(d->op));
   if ((size_t)n >= len) return buf;
-  if (d->coll == collSend || d->coll == collRecv)
+  if (p2p) {
     n += snprintf(buf + n, len - (size_t)n, ", %s rank %d", d->coll == collSend ? "to" : "from", d->root);
-  else if (rooted(d->coll))
+    if (d->tag && (size_t)n < len) n += snprintf(buf + n, len - (size_t)n, ", tag %u", d->tag);
+  } else if (rooted(d->coll))
     n += snprintf(buf + n, len - (size_t)n, ", root %d", d->root);
   if ((size_t)n < len) snprintf(buf + n, len - (size_t)n, ")");
   return buf;

@@ -32,8 +32,13 @@ struct opDesc {
   uint32_t seq;  /* collectives: the communicator's call number (from 1); Send/Recv: per peer and direction */
   uint8_t coll;  /* enum collType */
   uint8_t dtype; /* ncclDataType_t */
-  uint8_t op;    /* ncclRedOp_t for built-in ones, OPDESC_USER_OP for ncclRedOpCreatePreMulSum's */
-  uint8_t pad;
+  union {
+    struct {
+      uint8_t op; /* ncclRedOp_t for built-in ones, OPDESC_USER_OP for ncclRedOpCreatePreMulSum's */
+      uint8_t pad;
+    };
+    uint16_t tag; /* Send/Recv: the tag's low 16 bits (chorusSendTag / chorusRecvTag) */
+  };
   int32_t root; /* root; the peer for Send/Recv; -1 when neither */
   int32_t rank; /* the rank that made the call */
 };
@@ -49,7 +54,8 @@ _Static_assert(sizeof(struct opDesc) == 24, "struct connDesc carries 24 bytes");
 /* 1 when what the receiver called (mine) and what the sender called
  * (theirs) belong together. */
 int descMatch(const struct opDesc *mine, const struct opDesc *theirs);
-/* "AllReduce #42 (count=1000, float, sum)", "Send #3 (count=8, int32, to rank 2)" */
+/* "AllReduce #42 (count=1000, float, sum)", "Send #3 (count=8, int32, to rank 2)",
+ * "Recv #1 (count=8, int32, from rank 0, tag 7)" */
 const char *descStr(const struct opDesc *d, char *buf, size_t len);
 
 #endif

@@ -265,7 +265,9 @@ ncclResult_t engineRun(struct schedule *s) {
   }
   struct waitState w;
   waitBegin(&w, s->ntasks ? s->tasks[0].abortFlag : NULL, scheduleLiveness, s, "collective operation");
-  if (w.timeoutNs > waitDiagnosisNs()) w.timeoutNs -= waitDiagnosisNs(); /* then the diagnosis (api/watch.c) */
+  if (s->timeoutNs) w.timeoutNs = s->timeoutNs;
+  uint64_t diagnosis = waitDiagnosisNs(w.timeoutNs);
+  if (w.timeoutNs > diagnosis) w.timeoutNs -= diagnosis; /* then the diagnosis (api/watch.c) */
   struct engineNet en;
   netCollect(s, &en);
   if (en.n) waitSetBlock(&w, netBlock, &en);

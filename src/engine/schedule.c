@@ -6,6 +6,7 @@
 void scheduleReset(struct schedule *s) {
   s->ntasks = 0;
   s->nsteps = 0;
+  s->timeoutNs = 0;
   while (s->ntemps > 0) free(s->temps[--s->ntemps]);
 }
 

@@ -63,6 +63,7 @@ struct schedule {
   int nsteps, stepCap;
   void **temps; /* staging buffers, freed at the next reset */
   int ntemps, tempCap;
+  uint64_t timeoutNs; /* the shortest timeout of its communicators (0: CHORUS_TIMEOUT) */
 };
 
 void scheduleReset(struct schedule *s);

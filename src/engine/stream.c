@@ -7,8 +7,8 @@
 
 #include "chorus.h"
 #include "core/clock.h"
+#include "core/err.h"
 #include "core/log.h"
-#include "engine/engine.h"
 
 #define STREAM_MAGIC 0x73747265616d2121ull
 /* The worker starts queued work only once the caller has stopped issuing for
@@ -31,12 +31,20 @@ struct CUstream_st {
   struct streamWork *head, *tail;
   int pending; /* queued or running */
   int running; /* someone (worker or a synchronizing caller) runs the head */
-  int syncing; /* callers inside chorusStreamSynchronize: they run the queue */
+  int syncing; /* callers waiting for the stream: they run the queue */
+  /* Items ever enqueued and ever finished: a point in the stream's order is
+   * a value of issued, passed once completed reaches it (events). */
+  uint64_t issued, completed;
   uint64_t lastEnqueueNs;
   int stop;
+  int refs; /* chorusStreamCreate's, plus one per event recorded on the stream */
   ncclResult_t error; /* first error since the last synchronize */
   pthread_t thread;
 };
+
+/* The stream whose item this thread is running, if any: waiting for that
+ * stream from inside its own item (a host function) would wait forever. */
+static _Thread_local cudaStream_t runningStream;
 
 int streamValid(cudaStream_t s) { return s != NULL && s->magic == STREAM_MAGIC; }
 
@@ -53,38 +61,42 @@ static int streamRunOne(cudaStream_t s) {
    * (as a CUDA stream's does) rather than wait out a timeout each; the
    * caller learns it from chorusStreamSynchronize, or from its next call on
    * the failed communicator. */
-  ncclResult_t failed = s->error;
+  ncclResult_t status = s->error;
   pthread_mutex_unlock(&s->lock);
-  w->skipped = failed != ncclSuccess;
-  ncclResult_t res = w->skipped ? failed : engineRun(&w->sched);
+  cudaStream_t outer = runningStream;
+  runningStream = s;
+  w->skipped = status != ncclSuccess;
+  ncclResult_t res = w->run(w, status);
   w->done(w, res);
+  runningStream = outer;
   pthread_mutex_lock(&s->lock);
   s->running = 0;
+  s->completed++;
   if (s->syncing) pthread_cond_broadcast(&s->itemDone);
   if (res != ncclSuccess && s->error == ncclSuccess) s->error = res;
   __atomic_store_n(&s->pending, s->pending - 1, __ATOMIC_RELEASE);
   return 1;
 }
 
-/* Runs queued work on the calling thread until at most `left` items are
- * pending (called with the lock held). While the worker finishes an item it
- * had started, the caller sleeps on a condition variable rather than take
- * the core that item needs. Every item fails by itself within
+/* Runs queued work on the calling thread until the stream has finished
+ * `target` items (called with the lock held). While the worker finishes an
+ * item it had started, the caller sleeps on a condition variable rather than
+ * take the core that item needs. Every item fails by itself within
  * CHORUS_TIMEOUT (its waits go through the one wait), so this ends. */
-static void streamDrain(cudaStream_t s, int left) {
+static void streamDrain(cudaStream_t s, uint64_t target) {
   s->syncing++;
-  for (;;) {
+  while (s->completed < target) {
     int ran = streamRunOne(s);
-    if (s->pending <= left) break;
     if (!ran && s->running) pthread_cond_wait(&s->itemDone, &s->lock);
+    else if (!ran) break; /* nothing left: target was past what was issued */
   }
   if (--s->syncing == 0 && s->head) pthread_cond_signal(&s->cond);
 }
 
 /* The worker runs queued work in the background (see STREAM_QUIET_NS);
- * while a caller is in chorusStreamSynchronize the caller runs it instead. The worker sleeps on a condition variable while there is
- * nothing it may run; waiting for peers happens inside engineRun, through the
- * one wait. */
+ * while a caller waits for the stream the caller runs it instead. The
+ * worker sleeps on a condition variable while there is nothing it may run;
+ * waiting for peers happens inside the items, through the one wait. */
 static void *streamWorker(void *arg) {
   cudaStream_t s = arg;
   prctl(PR_SET_TIMERSLACK, 1000UL); /* wake on time: the delay is short */
@@ -121,11 +133,55 @@ void streamEnqueue(cudaStream_t s, struct streamWork *w) {
   else s->head = w;
   s->tail = w;
   s->pending++;
+  s->issued++;
   /* Behind another item the worker is already on its way (it wakes for the
    * head's start time or after running it): no wake-up call needed. */
   if (wasEmpty) pthread_cond_signal(&s->cond);
-  if (s->pending > STREAM_MAX_PENDING) streamDrain(s, STREAM_MAX_PENDING / 2);
+  if (s->pending > STREAM_MAX_PENDING) streamDrain(s, s->issued - STREAM_MAX_PENDING / 2);
   pthread_mutex_unlock(&s->lock);
+}
+
+uint64_t streamMark(cudaStream_t s) {
+  pthread_mutex_lock(&s->lock);
+  uint64_t pos = s->issued;
+  s->refs++;
+  pthread_mutex_unlock(&s->lock);
+  return pos;
+}
+
+int streamPassed(cudaStream_t s, uint64_t pos) {
+  pthread_mutex_lock(&s->lock);
+  int passed = s->completed >= pos;
+  pthread_mutex_unlock(&s->lock);
+  return passed;
+}
+
+static ncclResult_t checkNotInside(cudaStream_t s, const char *call) {
+  if (runningStream != s) return ncclSuccess;
+  WARN("%s : called from a host function running on the same stream, which would wait for itself", call);
+  return ncclInvalidUsage;
+}
+
+ncclResult_t streamWaitFor(cudaStream_t s, uint64_t pos, const char *call) {
+  CHECK(checkNotInside(s, call));
+  pthread_mutex_lock(&s->lock);
+  streamDrain(s, pos);
+  pthread_mutex_unlock(&s->lock);
+  return ncclSuccess;
+}
+
+static void streamFree(cudaStream_t s) {
+  pthread_mutex_destroy(&s->lock);
+  pthread_cond_destroy(&s->cond);
+  pthread_cond_destroy(&s->itemDone);
+  free(s);
+}
+
+void streamRelease(cudaStream_t s) {
+  pthread_mutex_lock(&s->lock);
+  int last = --s->refs == 0;
+  pthread_mutex_unlock(&s->lock);
+  if (last) streamFree(s);
 }
 
 ncclResult_t chorusStreamCreate(cudaStream_t *stream) {
@@ -143,9 +199,10 @@ ncclResult_t chorusStreamCreate(cudaStream_t *stream) {
   pthread_cond_init(&s->itemDone, NULL);
   pthread_condattr_destroy(&ca);
   s->magic = STREAM_MAGIC;
+  s->refs = 1;
   if (pthread_create(&s->thread, NULL, streamWorker, s) != 0) {
     WARN("chorusStreamCreate : cannot start the stream's thread");
-    free(s);
+    streamFree(s);
     return ncclSystemError;
   }
   *stream = s;
@@ -173,31 +230,66 @@ ncclResult_t chorusStreamQuery(cudaStream_t s) {
 
 ncclResult_t chorusStreamSynchronize(cudaStream_t s) {
   if (s == NULL) return ncclSuccess;
-  ncclResult_t res = checkStream(s, "chorusStreamSynchronize");
-  if (res != ncclSuccess) return res;
+  CHECK(checkStream(s, "chorusStreamSynchronize"));
+  CHECK(checkNotInside(s, "chorusStreamSynchronize"));
   /* The caller runs queued work itself rather than wait for the worker to
    * wake up (the difference is most of a small operation's latency). */
   pthread_mutex_lock(&s->lock);
-  streamDrain(s, 0);
-  res = s->error;
+  streamDrain(s, s->issued);
+  ncclResult_t res = s->error;
   s->error = ncclSuccess;
   pthread_mutex_unlock(&s->lock);
   return res;
 }
 
 ncclResult_t chorusStreamDestroy(cudaStream_t s) {
-  ncclResult_t res = checkStream(s, "chorusStreamDestroy");
-  if (res != ncclSuccess) return res;
-  res = chorusStreamSynchronize(s);
+  CHECK(checkStream(s, "chorusStreamDestroy"));
+  CHECK(checkNotInside(s, "chorusStreamDestroy"));
+  ncclResult_t res = chorusStreamSynchronize(s);
   pthread_mutex_lock(&s->lock);
   s->stop = 1;
   pthread_cond_broadcast(&s->cond);
   pthread_mutex_unlock(&s->lock);
   pthread_join(s->thread, NULL);
   s->magic = 0;
-  pthread_mutex_destroy(&s->lock);
-  pthread_cond_destroy(&s->cond);
-  pthread_cond_destroy(&s->itemDone);
-  free(s);
+  streamRelease(s); /* events recorded on it may hold it a while longer */
   return res;
+}
+
+/* chorusLaunchHostFunc's item. */
+struct hostFunc {
+  struct streamWork work;
+  chorusHostFn_t fn;
+  void *userData;
+};
+
+static ncclResult_t hostFuncRun(struct streamWork *w, ncclResult_t status) {
+  struct hostFunc *h = (struct hostFunc *)w;
+  h->fn(h->userData, status);
+  return ncclSuccess; /* a host function does not fail the stream */
+}
+
+static void hostFuncDone(struct streamWork *w, ncclResult_t res) {
+  (void)res;
+  free(w);
+}
+
+ncclResult_t chorusLaunchHostFunc(cudaStream_t s, chorusHostFn_t fn, void *userData) {
+  if (fn == NULL) {
+    WARN("chorusLaunchHostFunc : fn argument is NULL");
+    return ncclInvalidArgument;
+  }
+  if (s == NULL) { /* everything issued on the NULL stream has completed */
+    fn(userData, ncclSuccess);
+    return ncclSuccess;
+  }
+  CHECK(checkStream(s, "chorusLaunchHostFunc"));
+  struct hostFunc *h = malloc(sizeof *h);
+  if (!h) return ncclSystemError;
+  h->work.run = hostFuncRun;
+  h->work.done = hostFuncDone;
+  h->fn = fn;
+  h->userData = userData;
+  streamEnqueue(s, &h->work);
+  return ncclSuccess;
 }

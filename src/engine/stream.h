@@ -1,21 +1,39 @@
-/* Asynchronous streams: a worker thread per stream runs queued schedules in
- * issue order (chorusStreamCreate and friends in chorus.h). */
+/* Asynchronous streams: a worker thread per stream runs queued items in
+ * issue order (chorusStreamCreate and friends in chorus.h): schedules, host
+ * functions (chorusLaunchHostFunc); events mark points in that order. */
 #ifndef CHORUS_ENGINE_STREAM_H
 #define CHORUS_ENGINE_STREAM_H
-#include "engine/schedule.h"
+#include <stdint.h>
+
 #include "nccl.h"
 
 struct streamWork {
   struct streamWork *next;
-  struct schedule sched;
-  /* Called on the worker after the schedule ran; frees the work. */
+  /* Runs the item on whichever thread runs the stream. status is the first
+   * error the stream's earlier work met since the last synchronize
+   * (ncclSuccess if none); an item that fails returns its error, which then
+   * becomes the status of the items behind it. */
+  ncclResult_t (*run)(struct streamWork *w, ncclResult_t status);
+  /* Called after run with its result; may free the item. */
   void (*done)(struct streamWork *w, ncclResult_t res);
   uint64_t enqueuedNs; /* set by streamEnqueue */
-  int skipped;         /* not run: work before it on the stream failed */
+  int skipped;         /* run saw a failed status (work before it failed) */
 };
 
 /* 1 when stream was made by chorusStreamCreate and not destroyed. */
 int streamValid(cudaStream_t stream);
 void streamEnqueue(cudaStream_t stream, struct streamWork *w);
+
+/* Events (event.c) hold a stream and a point in its order. streamMark
+ * returns the point after everything issued so far and holds the stream
+ * (its memory outlives chorusStreamDestroy) until streamRelease. */
+uint64_t streamMark(cudaStream_t stream);
+void streamRelease(cudaStream_t stream);
+/* 1 once the stream has finished everything before pos. */
+int streamPassed(cudaStream_t stream, uint64_t pos);
+/* Runs the stream's work on the calling thread until it has passed pos
+ * (ncclInvalidUsage, with a WARN naming call, from inside one of the
+ * stream's own host functions). */
+ncclResult_t streamWaitFor(cudaStream_t stream, uint64_t pos, const char *call);
 
 #endif
