@@ -1,0 +1,325 @@
+#include "group.hpp"
+
+#include <c10/util/Exception.h>
+#include <c10/util/Logging.h>
+
+#include <cstdio>
+#include <cstring>
+#include <unistd.h>
+
+#include "convert.hpp"
+#include "work.hpp"
+
+namespace chorus_torch {
+
+namespace {
+
+// Point-to-point operations wait this long for company before they are
+// launched (Work.wait, the next collective or shutdown launch them sooner):
+// an isend and the irecv after it then run as one chorus group, so that two
+// ranks exchanging large tensors do not each block in their send.
+constexpr auto kP2pQuiet = std::chrono::microseconds(200);
+
+[[noreturn]] void throwBackend(const std::string &text) { C10_THROW_ERROR(DistBackendError, text); }
+
+}  // namespace
+
+Group::Group(ncclComm_t comm, int rank, int size, std::chrono::milliseconds timeout, std::string name)
+    : comm_(comm), rank_(rank), size_(size), timeout_(timeout), name_(std::move(name)) {
+  ncclResult_t r = chorusCommSetTimeout(comm_, timeout_.count());
+  if (r == ncclSuccess) r = chorusStreamCreate(&stream_);
+  if (r != ncclSuccess) {
+    ncclCommAbort(comm_);
+    throwBackend(c10::str("chorus: group '", name_, "': cannot set up its stream: ", resultName(r)));
+  }
+}
+
+Group::~Group() {
+  try {
+    shutdown();
+  } catch (...) {
+  }
+}
+
+ncclComm_t Group::finishInit(ncclComm_t comm, ncclResult_t r, std::chrono::milliseconds timeout,
+                             const std::string &what) {
+  if (r != ncclSuccess && r != ncclInProgress)
+    throwBackend(c10::str("chorus: ", what, " failed: ", resultName(r), ": ", ncclGetLastError(nullptr)));
+  if (comm == nullptr) return nullptr;  // a split this rank takes no part in
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  auto pause = std::chrono::microseconds(20);
+  for (;;) {
+    ncclResult_t state = ncclInProgress;
+    ncclCommGetAsyncError(comm, &state);
+    if (state == ncclSuccess) return comm;
+    if (state != ncclInProgress) {
+      std::string text = ncclGetLastError(comm);
+      ncclCommAbort(comm);
+      throwBackend(c10::str("chorus: ", what, " failed: ", resultName(state), ": ", text));
+    }
+    if (std::chrono::steady_clock::now() > deadline) {
+      ncclCommAbort(comm);
+      throwBackend(c10::str("chorus: ", what, " timed out after ", timeout.count(),
+                            " ms (the process group's timeout): not every rank joined"));
+    }
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::microseconds(2000));
+  }
+}
+
+std::shared_ptr<Group> Group::rendezvous(const c10::intrusive_ptr<c10d::Store> &store, int rank, int size,
+                                         std::chrono::milliseconds timeout, std::string name) {
+  static const std::string key = "chorus_unique_id";
+  ncclUniqueId id;
+  if (rank == 0) {
+    ncclResult_t r = ncclGetUniqueId(&id);
+    if (r != ncclSuccess) throwBackend(c10::str("chorus: ncclGetUniqueId failed: ", ncclGetLastError(nullptr)));
+    store->set(key, std::vector<uint8_t>(id.internal, id.internal + sizeof id.internal));
+  } else {
+    std::vector<uint8_t> v = store->get(key);
+    TORCH_CHECK(v.size() == sizeof id.internal, "chorus: group '", name, "': the store holds a ", v.size(),
+                "-byte id under '", key, "', not ", sizeof id.internal, " bytes");
+    std::memcpy(id.internal, v.data(), sizeof id.internal);
+  }
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;  // bounded by the group's timeout below
+  ncclComm_t comm = nullptr;
+  ncclResult_t r = ncclCommInitRankConfig(&comm, size, id, rank, &config);
+  comm = finishInit(comm, r, timeout, c10::str("init of group '", name, "' (rank ", rank, " of ", size, ")"));
+  return std::shared_ptr<Group>(new Group(comm, rank, size, timeout, std::move(name)));
+}
+
+std::shared_ptr<Group> Group::split(int color, int key, std::chrono::milliseconds timeout, std::string name) {
+  ncclComm_t child = nullptr;
+  ncclResult_t r;
+  {
+    std::lock_guard<std::mutex> g(mutex_);
+    checkOpenLocked("ncclCommSplit");
+    flushLocked();
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    r = ncclCommSplit(comm_, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &child, &config);
+  }
+  child = finishInit(child, r, timeout, c10::str("split of group '", name_, "' into '", name, "'"));
+  if (child == nullptr) return nullptr;
+  int crank = 0, csize = 0;
+  ncclCommUserRank(child, &crank);
+  ncclCommCount(child, &csize);
+  return std::shared_ptr<Group>(new Group(child, crank, csize, timeout, std::move(name)));
+}
+
+std::shared_ptr<Group> Group::subset(const std::vector<int> &excluded, std::chrono::milliseconds timeout,
+                                     std::string name) {
+  ncclComm_t child = nullptr;
+  ncclResult_t r;
+  {
+    std::lock_guard<std::mutex> g(mutex_);
+    checkOpenLocked("ncclCommShrink");
+    flushLocked();
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    std::vector<int> ex(excluded);
+    r = ncclCommShrink(comm_, ex.data(), static_cast<int>(ex.size()), &child, &config, NCCL_SHRINK_DEFAULT);
+  }
+  child = finishInit(child, r, timeout, c10::str("subgroup '", name, "' of group '", name_, "'"));
+  int crank = 0, csize = 0;
+  ncclCommUserRank(child, &crank);
+  ncclCommCount(child, &csize);
+  return std::shared_ptr<Group>(new Group(child, crank, csize, timeout, std::move(name)));
+}
+
+void Group::checkOpenLocked(const char *name) {
+  if (closed_)
+    C10_THROW_ERROR(DistBackendError, c10::str("chorus: ", name, " on group '", name_,
+                                               "', which has been shut down or aborted"));
+}
+
+bool Group::usable() const { return !closed_; }
+
+void Group::setTimeout(std::chrono::milliseconds timeout) {
+  std::lock_guard<std::mutex> g(mutex_);
+  checkOpenLocked("setTimeout");
+  timeout_ = timeout;
+  chorusCommSetTimeout(comm_, timeout.count());
+}
+
+c10::intrusive_ptr<WorkChorus> Group::newWork(Launch &l) {
+  uint64_t seq = ++seq_;
+  flight_.issued(seq, l.name, l.inputs, l.outputs);
+  return c10::make_intrusive<WorkChorus>(shared_from_this(), seq, l);
+}
+
+c10::intrusive_ptr<c10d::Work> Group::launch(Launch l) {
+  std::unique_lock<std::mutex> g(mutex_);
+  checkOpenLocked(l.name);
+  auto calls = std::move(l.calls);
+  auto work = newWork(l);
+  std::vector<Item> items;
+  items.push_back({std::move(calls), work});
+  if (coalescing_) {
+    coalesced_.push_back(std::move(items[0]));
+    return work;
+  }
+  if (l.p2p) {
+    work->setDeferred(true);
+    deferred_.push_back(std::move(items[0]));
+    lastDeferred_ = std::chrono::steady_clock::now();
+    if (!flusher_.joinable()) flusher_ = std::thread([this] { flusherMain(); });
+    flusherWake_.notify_one();
+    return work;
+  }
+  flushLocked();
+  issueLocked(items, true);
+  return work;
+}
+
+void Group::issueLocked(std::vector<Item> &items, bool throwOnError) {
+  if (items.empty()) return;
+  ncclResult_t first = ncclGroupStart();
+  for (Item &it : items) {
+    ncclResult_t r = it.calls(comm_, stream_);
+    if (first == ncclSuccess) first = r;
+  }
+  ncclResult_t end = ncclGroupEnd();  // drops the whole group when a call failed
+  if (first == ncclSuccess) first = end;
+  if (first != ncclSuccess) {
+    std::string text = c10::str("chorus: ", items.size() > 1 ? "a group of operations" : "the operation",
+                                " on group '", name_, "' was refused: ", resultName(first), ": ",
+                                ncclGetLastError(comm_));
+    for (Item &it : items) {
+      it.work->setDeferred(false);
+      it.work->fail(text);
+    }
+    if (throwOnError) throwBackend(text);
+    return;
+  }
+  for (Item &it : items) {
+    it.work->enqueueCompletion(stream_);
+    it.work->setDeferred(false);
+  }
+}
+
+void Group::flushLocked() {
+  if (deferred_.empty()) return;
+  std::vector<Item> items;
+  items.swap(deferred_);
+  issueLocked(items, false);
+}
+
+void Group::flush() {
+  std::lock_guard<std::mutex> g(mutex_);
+  flushLocked();
+}
+
+void Group::flusherMain() {
+  std::unique_lock<std::mutex> g(mutex_);
+  while (!flusherStop_) {
+    if (deferred_.empty()) {
+      flusherWake_.wait(g);
+      continue;
+    }
+    auto due = lastDeferred_ + kP2pQuiet;
+    if (std::chrono::steady_clock::now() < due) {
+      flusherWake_.wait_until(g, due);
+      continue;
+    }
+    flushLocked();
+  }
+}
+
+void Group::startCoalescing() {
+  std::lock_guard<std::mutex> g(mutex_);
+  checkOpenLocked("startCoalescing");
+  TORCH_CHECK(!coalescing_, "chorus: group '", name_, "': startCoalescing while already coalescing");
+  flushLocked();
+  coalescing_ = true;
+}
+
+c10::intrusive_ptr<c10d::Work> Group::endCoalescing() {
+  std::lock_guard<std::mutex> g(mutex_);
+  TORCH_CHECK(coalescing_, "chorus: group '", name_, "': endCoalescing without startCoalescing");
+  coalescing_ = false;
+  std::vector<Item> items;
+  items.swap(coalesced_);
+  // The coalesced group's own Work completes after all of its operations.
+  Launch whole;
+  whole.type = c10d::OpType::COALESCED;
+  whole.name = "Coalesced";
+  for (Item &it : items)
+    for (const at::Tensor &t : it.work->result()) whole.outputs.push_back(t);
+  auto work = newWork(whole);
+  items.push_back({[](ncclComm_t, cudaStream_t) { return ncclSuccess; }, work});
+  issueLocked(items, true);
+  return work;
+}
+
+std::string Group::failureText(const char *name, uint64_t seq, ncclResult_t r) {
+  std::string why;
+  {
+    std::lock_guard<std::mutex> g(commMutex_);
+    why = comm_ ? ncclGetLastError(comm_) : "the group was aborted";
+  }
+  return c10::str("chorus: ", name, " (sequence number ", seq, ") on rank ", rank_, " of group '", name_,
+                  "' failed: ", resultName(r), ": ", why);
+}
+
+void Group::logFlightRecorder(const char *why) {
+  char host[64] = "";
+  gethostname(host, sizeof host - 1);
+  std::string text = c10::str(host, ":", getpid(), " [", rank_, "] chorus_torch ERROR flight recorder of group '",
+                              name_, "' (", why, "), oldest first:\n", flight_.dump());
+  std::fputs(text.c_str(), stderr);
+  std::fflush(stderr);
+}
+
+void Group::shutdown() {
+  {
+    std::lock_guard<std::mutex> g(mutex_);
+    if (closed_) return;
+    flushLocked();
+    closed_ = true;
+    flusherStop_ = true;
+    flusherWake_.notify_all();
+  }
+  if (flusher_.joinable()) flusher_.join();
+  // Everything issued finishes (or fails within the timeout; at once after a failure).
+  chorusStreamSynchronize(stream_);
+  ncclComm_t comm;
+  {
+    std::lock_guard<std::mutex> g(commMutex_);
+    comm = comm_;
+    comm_ = nullptr;
+  }
+  ncclResult_t state = ncclSuccess;
+  ncclCommGetAsyncError(comm, &state);
+  if (state == ncclSuccess) ncclCommDestroy(comm);
+  else ncclCommAbort(comm);  // a failed communicator leaves without waiting for its peers
+  chorusStreamDestroy(stream_);
+  stream_ = nullptr;
+}
+
+void Group::abort() {
+  {
+    std::lock_guard<std::mutex> g(mutex_);
+    if (closed_) return;
+    closed_ = true;
+    flusherStop_ = true;
+    flusherWake_.notify_all();
+    // Held-back operations were never launched: they fail now.
+    for (Item &it : deferred_) it.work->fail(c10::str("chorus: group '", name_, "' was aborted"));
+    deferred_.clear();
+  }
+  if (flusher_.joinable()) flusher_.join();
+  ncclComm_t comm;
+  {
+    std::lock_guard<std::mutex> g(commMutex_);
+    comm = comm_;
+    comm_ = nullptr;
+  }
+  // Running and queued operations fail at once; their completions then run.
+  ncclCommAbort(comm);
+  chorusStreamDestroy(stream_);
+  stream_ = nullptr;
+}
+
+}  // namespace chorus_torch

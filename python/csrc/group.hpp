@@ -1,0 +1,113 @@
+// One process group's chorus side: its communicator and stream, and the one
+// way operations are launched on them. Operations run in issue order on the
+// group's chorus stream; each is followed on the stream by a host function
+// that completes its Work (and the Future DDP waits on) and by an event that
+// Work.wait() runs the stream up to, on the waiting thread. Point-to-point
+// operations are held back briefly and launched together (see deferP2p).
+#pragma once
+#include <chorus.h>
+#include <nccl.h>
+
+#include <ATen/ATen.h>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "flight.hpp"
+
+namespace chorus_torch {
+
+class WorkChorus;
+
+// What an operation needs besides its chorus calls.
+struct Launch {
+  c10d::OpType type = c10d::OpType::UNKNOWN;
+  const char *name = "";  // "AllReduce", as chorus names its calls
+  std::vector<at::Tensor> inputs, outputs;  // as torch passed them; outputs are the Future's value
+  std::vector<at::Tensor> keep;             // staging buffers, contiguous copies: alive until done
+  std::vector<std::pair<at::Tensor, at::Tensor>> copyBack;  // (dst, src) copied once done
+  // The chorus calls, made inside a group; must not throw.
+  std::function<ncclResult_t(ncclComm_t, cudaStream_t)> calls;
+  bool p2p = false;
+};
+
+class Group : public std::enable_shared_from_this<Group> {
+ public:
+  // A communicator from a unique id passed through store (rank 0 sets it).
+  static std::shared_ptr<Group> rendezvous(const c10::intrusive_ptr<c10d::Store> &store, int rank, int size,
+                                           std::chrono::milliseconds timeout, std::string name);
+  // ncclCommSplit of this group: every rank of it calls; color < 0 for none (returns nullptr).
+  std::shared_ptr<Group> split(int color, int key, std::chrono::milliseconds timeout, std::string name);
+  // ncclCommShrink of this group to the ranks not excluded, in this group's order; only those call.
+  std::shared_ptr<Group> subset(const std::vector<int> &excluded, std::chrono::milliseconds timeout,
+                                std::string name);
+  ~Group();
+
+  c10::intrusive_ptr<c10d::Work> launch(Launch l);
+  // Between these, launches are collected and run as one chorus group (torch's coalescing manager).
+  void startCoalescing();
+  c10::intrusive_ptr<c10d::Work> endCoalescing();
+  // Launches the point-to-point operations held back (Work.wait does).
+  void flush();
+  // Waits for everything issued, then destroys the communicator (abort it when it has failed).
+  void shutdown();
+  // Ends everything at once: running and queued operations fail.
+  void abort();
+
+  // The text of an operation's failure, with chorus's explanation (names the rank at fault).
+  std::string failureText(const char *name, uint64_t seq, ncclResult_t r);
+  void logFlightRecorder(const char *why);
+  FlightRecorder &flight() { return flight_; }
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  const std::string &name() const { return name_; }
+  uint64_t seq() const { return seq_; }
+  std::chrono::milliseconds timeout() const { return timeout_; }
+  void setTimeout(std::chrono::milliseconds timeout);
+  bool usable() const;
+
+ private:
+  Group(ncclComm_t comm, int rank, int size, std::chrono::milliseconds timeout, std::string name);
+  // Waits for a nonblocking init/split/shrink (bounded by the timeout, then aborted).
+  static ncclComm_t finishInit(ncclComm_t comm, ncclResult_t r, std::chrono::milliseconds timeout,
+                               const std::string &what);
+  struct Item {
+    std::function<ncclResult_t(ncclComm_t, cudaStream_t)> calls;
+    c10::intrusive_ptr<WorkChorus> work;
+  };
+  c10::intrusive_ptr<WorkChorus> newWork(Launch &l);
+  void issueLocked(std::vector<Item> &items, bool throwOnError);
+  void flushLocked();
+  void flusherMain();
+  void checkOpenLocked(const char *name);
+
+  ncclComm_t comm_;
+  cudaStream_t stream_ = nullptr;
+  int rank_, size_;
+  std::chrono::milliseconds timeout_;
+  std::string name_;
+  FlightRecorder flight_;
+
+  std::mutex mutex_;  // serializes calls into chorus on comm_, and the state below
+  uint64_t seq_ = 0;
+  bool closed_ = false;
+  bool coalescing_ = false;
+  std::vector<Item> coalesced_;
+  std::vector<Item> deferred_;
+  std::chrono::steady_clock::time_point lastDeferred_;
+  std::condition_variable flusherWake_;
+  std::thread flusher_;
+  bool flusherStop_ = false;
+
+  std::mutex commMutex_;  // guards comm_ against being freed while a completion reads its error
+};
+
+}  // namespace chorus_torch

@@ -1,0 +1,143 @@
+"""Runs a function on N forked processes, one per rank (as torchrun would),
+each inside init_process_group; fails as soon as one rank fails, with that
+rank's traceback, instead of waiting for the others to time out.
+
+    results = run(3, fn, arg, backend="chorus")   # fn(rank, size, arg) on every rank
+"""
+import datetime
+import multiprocessing as mp
+import os
+import signal
+import socket
+import sys
+import tempfile
+import time
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def _child(rank, size, fn, args, backend, init, env, pg_timeout, conn):
+    code = 1
+    try:
+        os.environ.update(env)
+        os.environ.update({"RANK": str(rank), "WORLD_SIZE": str(size), "LOCAL_RANK": str(rank)})
+        import torch
+        import torch.distributed as dist
+
+        torch.set_num_threads(1)
+        if backend:
+            dist.init_process_group(
+                backend,
+                init_method=init,
+                rank=rank,
+                world_size=size,
+                timeout=datetime.timedelta(seconds=pg_timeout),
+            )
+        result = fn(rank, size, *args)
+        if backend and dist.is_initialized():
+            dist.destroy_process_group()
+        conn.send(("ok", result))
+        code = 0
+    except BaseException:  # noqa: BLE001
+        conn.send(("fail", traceback.format_exc()))
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def run(size, fn, *args, backend="chorus", init="env", env=None, deadline=120, pg_timeout=60, allow_fail=()):
+    """fn(rank, size, *args) on `size` forked ranks; returns their results by rank.
+
+    init: "env" (MASTER_ADDR/MASTER_PORT), "tcp" or "file"; None leaves
+    init_process_group to fn (backend=None too). Ranks in allow_fail may die.
+    """
+    port = free_port()
+    env = dict(env or {})
+    tmp = None
+    if init == "env":
+        env.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
+        init = "env://"
+    elif init == "tcp":
+        init = f"tcp://127.0.0.1:{port}"
+    elif init == "file":
+        tmp = tempfile.mkdtemp(prefix="chorus_torch_")
+        init = f"file://{tmp}/rendezvous"
+    env.setdefault("CHORUS_TEST_PORT", str(port))
+    ctx = mp.get_context("fork")
+    procs, conns = [], []
+    for r in range(size):
+        parent, child = ctx.Pipe(duplex=False)
+        p = ctx.Process(target=_child, args=(r, size, fn, args, backend, init, env, pg_timeout, child))
+        p.start()
+        child.close()
+        procs.append(p)
+        conns.append(parent)
+    results, failure = {}, None
+    end = time.time() + deadline
+    try:
+        while len(results) < size and failure is None:
+            if time.time() > end:
+                failure = f"deadline of {deadline} s passed; ranks {sorted(set(range(size)) - set(results))} did not finish"
+                break
+            for r, (p, c) in enumerate(zip(procs, conns)):
+                if r in results:
+                    continue
+                if c.poll(0):
+                    try:
+                        status, payload = c.recv()
+                    except EOFError:
+                        status, payload = "fail", "exited without a result"
+                    if status == "ok" or r in allow_fail:
+                        results[r] = payload if status == "ok" else None
+                    else:
+                        failure = f"rank {r} failed:\n{payload}"
+                        break
+                elif not p.is_alive() and not c.poll(0):
+                    if r in allow_fail:
+                        results[r] = None
+                    else:
+                        failure = f"rank {r} exited with {p.exitcode} without a result"
+                        break
+            time.sleep(0.005)
+    finally:
+        for p in procs:
+            if p.is_alive():
+                if failure is not None:
+                    os.kill(p.pid, signal.SIGKILL)
+                p.join(10 if failure is None else 1)
+                if p.is_alive():
+                    os.kill(p.pid, signal.SIGKILL)
+                    p.join()
+        if tmp:
+            for f in os.listdir(tmp):
+                os.unlink(os.path.join(tmp, f))
+            os.rmdir(tmp)
+    if failure:
+        raise AssertionError(failure)
+    return [results[r] for r in range(size)]
+
+
+def main(cases, argv=None):
+    """Runs the named cases (all by default): python3 test_x.py [case ...]."""
+    argv = sys.argv[1:] if argv is None else argv
+    names = argv or list(cases)
+    failed = 0
+    for name in names:
+        t0 = time.time()
+        try:
+            cases[name]()
+            print(f"{name}: passed ({time.time() - t0:.1f} s)", flush=True)
+        except Exception:  # noqa: BLE001
+            failed += 1
+            print(f"{name}: FAILED ({time.time() - t0:.1f} s)\n{traceback.format_exc()}", flush=True)
+    sys.exit(1 if failed else 0)

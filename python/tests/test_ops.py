@@ -1,0 +1,294 @@
+"""Every torch.distributed operation x dtype x reduction on 1-4 ranks,
+checked against results each rank computes on its own from every rank's
+(deterministic) inputs: python3 test_ops.py NRANKS [case ...]."""
+import sys
+
+import torch
+import torch.distributed as dist
+
+import harness
+
+DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.uint8, torch.int32,
+          torch.int64, torch.bool]
+FLOATS = {torch.float32, torch.float64, torch.float16, torch.bfloat16}
+SIZES = [0, 1, 7, 1000, 70001]  # 70001 floats: past the one-hop size, through the ring
+OPS = ["SUM", "AVG", "PRODUCT", "MIN", "MAX", "PREMUL_SUM"]
+
+
+def value(rank, n, dtype, op="SUM", salt=0):
+    """Rank's input: small integers, exact in every dtype, products that cannot overflow int8."""
+    i = torch.arange(n, dtype=torch.int64)
+    v = (i * 7 + rank * 3 + salt) % 5 + 1
+    if op == "PRODUCT":
+        v = v % 2 + 1
+    if dtype == torch.bool:
+        return (v % 2 == 0) if op != "PRODUCT" else (v != 3)
+    return v.to(dtype)
+
+
+def reduce_ref(values, op, dtype, size):
+    """What the reduction must give, computed here in wide types."""
+    if dtype == torch.bool:
+        s = torch.stack([v.to(torch.int64) for v in values])
+        r = {"SUM": s.amax(0), "MAX": s.amax(0), "PRODUCT": s.amin(0), "MIN": s.amin(0)}[op]
+        return r.to(torch.bool)
+    wide = torch.float64 if dtype in FLOATS else torch.int64
+    s = torch.stack([v.to(wide) for v in values])
+    if op == "SUM":
+        r = s.sum(0)
+    elif op == "PRODUCT":
+        r = s.prod(0)
+    elif op == "MIN":
+        r = s.amin(0)
+    elif op == "MAX":
+        r = s.amax(0)
+    elif op == "AVG":
+        r = s.sum(0) / size if dtype in FLOATS else torch.div(s.sum(0), size, rounding_mode="floor")
+    elif op == "PREMUL_SUM":
+        r = (s * 0.5).sum(0)
+    return r.to(dtype)
+
+
+def redop(op):
+    return dist._make_nccl_premul_sum(0.5) if op == "PREMUL_SUM" else getattr(dist.ReduceOp, op)
+
+
+def applies(op, dtype):
+    if dtype == torch.bool:
+        return op in ("SUM", "PRODUCT", "MIN", "MAX")
+    if op == "PREMUL_SUM":
+        return dtype in FLOATS
+    return True
+
+
+def check(got, want, what):
+    if got.dtype in (torch.float16, torch.bfloat16):
+        torch.testing.assert_close(got, want, rtol=1e-2, atol=1e-2, msg=lambda m: f"{what}: {m}")
+    elif got.dtype in FLOATS:
+        torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6, msg=lambda m: f"{what}: {m}")
+    elif not torch.equal(got, want):
+        bad = (got != want).nonzero()[:5].flatten().tolist()
+        raise AssertionError(f"{what}: wrong at {bad}: got {got.flatten()[bad].tolist()} want {want.flatten()[bad].tolist()}")
+
+
+def all_reduce(rank, size):
+    for dtype in DTYPES:
+        for op in OPS:
+            if not applies(op, dtype):
+                continue
+            for n in SIZES:
+                t = value(rank, n, dtype, op)
+                dist.all_reduce(t, op=redop(op))
+                check(t, reduce_ref([value(r, n, dtype, op) for r in range(size)], op, dtype, size),
+                      f"all_reduce {op} {dtype} n={n}")
+    # Non-contiguous (a transposed view): made contiguous and copied back; the rest untouched.
+    base = torch.full((6, 5), -1.0)
+    view = base[:, 1:4].t()  # 3 x 6, strided
+    view.copy_(torch.arange(18.0).reshape(3, 6) + rank)
+    dist.all_reduce(view)
+    check(view, (torch.arange(18.0).reshape(3, 6) * size + sum(range(size))), "all_reduce of a strided view")
+    check(base[:, 0], torch.full((6,), -1.0), "column outside the view")
+    check(base[:, 4], torch.full((6,), -1.0), "column outside the view")
+    # complex: sums as pairs of reals
+    c = torch.complex(torch.arange(5.0) + rank, -torch.arange(5.0))
+    dist.all_reduce(c)
+    check(torch.view_as_real(c), torch.view_as_real(torch.complex(torch.arange(5.0) * size + sum(range(size)),
+                                                                  -torch.arange(5.0) * size)), "complex all_reduce")
+
+
+def refused(rank, size):
+    t = torch.ones(4, dtype=torch.int32)
+    for op in ("BAND", "BOR", "BXOR"):
+        try:
+            dist.all_reduce(t, op=getattr(dist.ReduceOp, op))
+        except RuntimeError as e:
+            assert f"ReduceOp.{op} is not supported" in str(e), str(e)
+        else:
+            raise AssertionError(f"ReduceOp.{op} was accepted")
+    try:
+        dist.all_reduce(torch.ones(3, dtype=torch.int16))
+    except RuntimeError as e:
+        assert "cannot reduce" in str(e) and "Short" in str(e), str(e)
+    else:
+        raise AssertionError("an int16 reduction was accepted")
+    try:
+        dist.all_gather([torch.zeros(2)] * (size + 1), torch.ones(2))
+    except (RuntimeError, ValueError) as e:
+        assert "tensors" in str(e), str(e)
+    else:
+        raise AssertionError("a wrong output list was accepted")
+    try:
+        dist.broadcast(torch.ones(2), src=size)
+    except (RuntimeError, ValueError) as e:
+        assert "rank" in str(e).lower(), str(e)
+    else:
+        raise AssertionError("an out-of-range root was accepted")
+    # After refusals the group still works (nothing was issued).
+    t = torch.ones(3)
+    dist.all_reduce(t)
+    check(t, torch.full((3,), float(size)), "all_reduce after refused calls")
+
+
+def rooted(rank, size):
+    for dtype in DTYPES:
+        for root in range(size):
+            for n in (0, 7, 70001):
+                t = value(rank, n, dtype, salt=root)
+                dist.broadcast(t, src=root)
+                check(t, value(root, n, dtype, salt=root), f"broadcast {dtype} n={n} root={root}")
+                for op in ("SUM", "MAX"):
+                    t = value(rank, n, dtype, op, salt=root)
+                    dist.reduce(t, dst=root, op=redop(op))
+                    want = (reduce_ref([value(r, n, dtype, op, salt=root) for r in range(size)], op, dtype, size)
+                            if rank == root else value(rank, n, dtype, op, salt=root))
+                    check(t, want, f"reduce {op} {dtype} n={n} root={root} ({'root' if rank == root else 'non-root: unchanged'})")
+                # gather / scatter (lists at the root)
+                mine = value(rank, n, dtype, salt=5)
+                outs = [torch.zeros(n, dtype=dtype) for _ in range(size)] if rank == root else None
+                dist.gather(mine, outs, dst=root)
+                if rank == root:
+                    for r in range(size):
+                        check(outs[r], value(r, n, dtype, salt=5), f"gather {dtype} n={n} root={root} from {r}")
+                ins = [value(r, n, dtype, salt=9) for r in range(size)] if rank == root else None
+                out = torch.zeros(n, dtype=dtype)
+                dist.scatter(out, ins, src=root)
+                check(out, value(rank, n, dtype, salt=9), f"scatter {dtype} n={n} root={root}")
+
+
+def gathers(rank, size):
+    for dtype in DTYPES:
+        for n in SIZES:
+            mine = value(rank, n, dtype, salt=1)
+            every = [value(r, n, dtype, salt=1) for r in range(size)]
+            outs = [torch.full((n,), 1, dtype=dtype) for _ in range(size)]
+            dist.all_gather(outs, mine)
+            for r in range(size):
+                check(outs[r], every[r], f"all_gather {dtype} n={n} from {r}")
+            flat = torch.zeros(size * n, dtype=dtype)
+            dist.all_gather_into_tensor(flat, mine)
+            check(flat, torch.cat(every), f"all_gather_into_tensor {dtype} n={n}")
+            stacked = torch.zeros(size, n, dtype=dtype)
+            dist.all_gather_into_tensor(stacked, mine)
+            check(stacked, torch.stack(every), f"all_gather_into_tensor (stacked) {dtype} n={n}")
+            for op in ("SUM", "MIN", "AVG"):
+                if not applies(op, dtype):
+                    continue
+                blocks = [value(rank, n, dtype, op, salt=b) for b in range(size)]
+                want = reduce_ref([value(r, n, dtype, op, salt=rank) for r in range(size)], op, dtype, size)
+                out = torch.zeros(n, dtype=dtype)
+                dist.reduce_scatter(out, blocks, op=redop(op))
+                check(out, want, f"reduce_scatter {op} {dtype} n={n}")
+                out = torch.zeros(n, dtype=dtype)
+                dist.reduce_scatter_tensor(out, torch.cat(blocks), op=redop(op))
+                check(out, want, f"reduce_scatter_tensor {op} {dtype} n={n}")
+
+
+def coalesced(rank, size):
+    # The coalescing manager (FSDP-style): one chorus group for many calls.
+    ts = [value(rank, n, torch.float32) for n in (3, 1000, 70001)]
+    with dist._coalescing_manager(async_ops=True) as cm:
+        for t in ts:
+            dist.all_reduce(t)
+    cm.wait()
+    for t, n in zip(ts, (3, 1000, 70001)):
+        check(t, reduce_ref([value(r, n, torch.float32) for r in range(size)], "SUM", torch.float32, size),
+              f"coalesced all_reduce n={n}")
+    ins = [value(rank, n, torch.bfloat16, salt=2) for n in (5, 900)]
+    outs = [torch.zeros(size * n, dtype=torch.bfloat16) for n in (5, 900)]
+    with dist._coalescing_manager(async_ops=True) as cm:
+        for o, i in zip(outs, ins):
+            dist.all_gather_into_tensor(o, i)
+    cm.wait()
+    for o, n in zip(outs, (5, 900)):
+        check(o, torch.cat([value(r, n, torch.bfloat16, salt=2) for r in range(size)]), f"coalesced all_gather n={n}")
+    blocks = [torch.cat([value(rank, n, torch.int32, salt=b) for b in range(size)]) for n in (4, 300)]
+    outs = [torch.zeros(n, dtype=torch.int32) for n in (4, 300)]
+    with dist._coalescing_manager(async_ops=True) as cm:
+        for o, i in zip(outs, blocks):
+            dist.reduce_scatter_tensor(o, i)
+    cm.wait()
+    for o, n in zip(outs, (4, 300)):
+        check(o, reduce_ref([value(r, n, torch.int32, salt=rank) for r in range(size)], "SUM", torch.int32, size),
+              f"coalesced reduce_scatter n={n}")
+    # all_reduce_coalesced (the ProcessGroup method)
+    pg = dist.distributed_c10d._get_default_group()
+    ts = [value(rank, 9, torch.float64), value(rank, 2, torch.float64, salt=1)]
+    opts = dist.AllreduceCoalescedOptions()
+    opts.reduceOp = dist.ReduceOp.MAX
+    pg.allreduce_coalesced(ts, opts).wait()
+    check(ts[0], reduce_ref([value(r, 9, torch.float64) for r in range(size)], "MAX", torch.float64, size), "allreduce_coalesced")
+
+
+def alltoall(rank, size):
+    for dtype in (torch.float32, torch.int64, torch.bool, torch.int16, torch.complex64):
+        # equal splits
+        rows = 3
+        inp = (torch.arange(size * rows * 2).reshape(size * rows, 2) + 100 * rank).to(dtype)
+        out = torch.zeros_like(inp)
+        dist.all_to_all_single(out, inp)
+        want = torch.cat([(torch.arange(size * rows * 2).reshape(size * rows, 2) + 100 * r).to(dtype)[rank * rows:(rank + 1) * rows]
+                          for r in range(size)])
+        check(out, want, f"all_to_all_single {dtype}")
+        # uneven: rank r sends (r + p) % 3 rows to rank p
+        send = [(r + p) % 3 for r in range(size) for p in range(size)]
+        ins = [send[rank * size + p] for p in range(size)]
+        outs = [send[r * size + rank] for r in range(size)]
+        inp = torch.cat([torch.full((ins[p], 2), rank * 10 + p).to(dtype) for p in range(size)]) if sum(ins) else torch.zeros(0, 2, dtype=dtype)
+        out = torch.full((sum(outs), 2), -1).to(dtype)
+        dist.all_to_all_single(out, inp, output_split_sizes=outs, input_split_sizes=ins)
+        want = torch.cat([torch.full((outs[r], 2), r * 10 + rank).to(dtype) for r in range(size)]) if sum(outs) else out
+        check(out, want, f"all_to_all_single uneven {dtype}")
+        # list form
+        ins = [torch.full((p + 1,), rank * 10 + p).to(dtype) for p in range(size)]
+        outs = [torch.zeros(rank + 1, dtype=dtype) for _ in range(size)]
+        dist.all_to_all(outs, ins)
+        for r in range(size):
+            check(outs[r], torch.full((rank + 1,), r * 10 + rank).to(dtype), f"all_to_all {dtype} from {r}")
+
+
+def p2p(rank, size):
+    if size == 1:
+        return
+    nxt, prv = (rank + 1) % size, (rank - 1) % size
+    for n in (1, 1000, 3 << 20):  # 12 MiB of float: more than a FIFO holds
+        # A ring exchange with isend/irecv (run together, so large ones cannot deadlock).
+        out = torch.arange(n, dtype=torch.float32) + rank
+        got = torch.zeros(n)
+        reqs = [dist.isend(out, nxt, tag=7), dist.irecv(got, prv, tag=7)]
+        for q in reqs:
+            q.wait()
+        check(got, torch.arange(n, dtype=torch.float32) + prv, f"isend/irecv n={n}")
+        # batch_isend_irecv both ways
+        a, b = torch.zeros(n), torch.zeros(n)
+        ops = [dist.P2POp(dist.isend, out, nxt), dist.P2POp(dist.isend, out, prv),
+               dist.P2POp(dist.irecv, a, prv), dist.P2POp(dist.irecv, b, nxt)]
+        for q in dist.batch_isend_irecv(ops):
+            q.wait()
+        check(a, torch.arange(n, dtype=torch.float32) + prv, f"batch_isend_irecv from prev n={n}")
+        check(b, torch.arange(n, dtype=torch.float32) + nxt, f"batch_isend_irecv from next n={n}")
+    # blocking send/recv with tags, even ranks first
+    t = torch.tensor([rank * 1.0, 2.0])
+    if rank % 2 == 0:
+        if rank + 1 < size:
+            dist.send(t, rank + 1, tag=3)
+            r = torch.zeros(2)
+            dist.recv(r, rank + 1, tag=4)
+            check(r, torch.tensor([rank + 1.0, 2.0]), "recv with tag 4")
+    else:
+        r = torch.zeros(2)
+        dist.recv(r, rank - 1, tag=3)
+        check(r, torch.tensor([rank - 1.0, 2.0]), "recv with tag 3")
+        dist.send(t, rank - 1, tag=4)
+    dist.barrier()
+
+
+def main():
+    size = int(sys.argv[1])
+    cases = {name: (lambda f=f: harness.run(size, f)) for name, f in [
+        ("all_reduce", all_reduce), ("refused", refused), ("rooted", rooted), ("gathers", gathers),
+        ("coalesced", coalesced), ("alltoall", alltoall), ("p2p", p2p)]}
+    harness.main(cases, sys.argv[2:])
+
+
+if __name__ == "__main__":
+    main()
