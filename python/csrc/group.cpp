@@ -105,7 +105,9 @@ std::shared_ptr<Group> Group::split(int color, int key, std::chrono::millisecond
   int crank = 0, csize = 0;
   ncclCommUserRank(child, &crank);
   ncclCommCount(child, &csize);
-  return std::shared_ptr<Group>(new Group(child, crank, csize, timeout, std::move(name)));
+  std::shared_ptr<Group> g(new Group(child, crank, csize, timeout, std::move(name)));
+  g->origin_ = "split";
+  return g;
 }
 
 std::shared_ptr<Group> Group::subset(const std::vector<int> &excluded, std::chrono::milliseconds timeout,
@@ -125,7 +127,9 @@ std::shared_ptr<Group> Group::subset(const std::vector<int> &excluded, std::chro
   int crank = 0, csize = 0;
   ncclCommUserRank(child, &crank);
   ncclCommCount(child, &csize);
-  return std::shared_ptr<Group>(new Group(child, crank, csize, timeout, std::move(name)));
+  std::shared_ptr<Group> g(new Group(child, crank, csize, timeout, std::move(name)));
+  g->origin_ = "shrink";
+  return g;
 }
 
 void Group::checkOpenLocked(const char *name) {

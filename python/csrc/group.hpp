@@ -69,6 +69,8 @@ class Group : public std::enable_shared_from_this<Group> {
   int rank() const { return rank_; }
   int size() const { return size_; }
   const std::string &name() const { return name_; }
+  // How the communicator was made: "rendezvous" (through the store), "split" or "shrink" (of a parent's).
+  const char *origin() const { return origin_; }
   uint64_t seq() const { return seq_; }
   std::chrono::milliseconds timeout() const { return timeout_; }
   void setTimeout(std::chrono::milliseconds timeout);
@@ -94,6 +96,7 @@ class Group : public std::enable_shared_from_this<Group> {
   int rank_, size_;
   std::chrono::milliseconds timeout_;
   std::string name_;
+  const char *origin_ = "rendezvous";
   FlightRecorder flight_;
 
   std::mutex mutex_;  // serializes calls into chorus on comm_, and the state below

@@ -17,6 +17,7 @@ PYBIND11_MODULE(_C, m) {
       .def(
           "perform_nocolor_split", [](ProcessGroupChorus &b, py::object) { b.performNocolorSplit(); },
           py::arg("device") = py::none())
+      .def("_origin", [](ProcessGroupChorus &b) { return std::string(b.group()->origin()); })
       .def("_flight_recorder", [](ProcessGroupChorus &b) {
         auto now = std::chrono::steady_clock::now();
         py::list out;

@@ -7,6 +7,7 @@ rank's traceback, instead of waiting for the others to time out.
 import datetime
 import multiprocessing as mp
 import os
+import pickle
 import signal
 import socket
 import sys
@@ -25,7 +26,7 @@ def free_port():
     return port
 
 
-def _child(rank, size, fn, args, backend, init, env, pg_timeout, conn):
+def _child(rank, size, fn, args, backend, init, env, pg_timeout, device_id, conn):
     code = 1
     try:
         os.environ.update(env)
@@ -41,21 +42,25 @@ def _child(rank, size, fn, args, backend, init, env, pg_timeout, conn):
                 rank=rank,
                 world_size=size,
                 timeout=datetime.timedelta(seconds=pg_timeout),
+                **({"device_id": torch.device(device_id)} if device_id else {}),
             )
         result = fn(rank, size, *args)
         if backend and dist.is_initialized():
             dist.destroy_process_group()
-        conn.send(("ok", result))
+        # plain pickle: the parent reads it after this process is gone (torch's
+        # multiprocessing reductions would pass tensors as file descriptors)
+        conn.send_bytes(pickle.dumps(("ok", result)))
         code = 0
     except BaseException:  # noqa: BLE001
-        conn.send(("fail", traceback.format_exc()))
+        conn.send_bytes(pickle.dumps(("fail", traceback.format_exc())))
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
 
 
-def run(size, fn, *args, backend="chorus", init="env", env=None, deadline=120, pg_timeout=60, allow_fail=()):
+def run(size, fn, *args, backend="chorus", init="env", env=None, deadline=120, pg_timeout=60, allow_fail=(),
+        device_id=None):
     """fn(rank, size, *args) on `size` forked ranks; returns their results by rank.
 
     init: "env" (MASTER_ADDR/MASTER_PORT), "tcp" or "file"; None leaves
@@ -77,7 +82,7 @@ def run(size, fn, *args, backend="chorus", init="env", env=None, deadline=120, p
     procs, conns = [], []
     for r in range(size):
         parent, child = ctx.Pipe(duplex=False)
-        p = ctx.Process(target=_child, args=(r, size, fn, args, backend, init, env, pg_timeout, child))
+        p = ctx.Process(target=_child, args=(r, size, fn, args, backend, init, env, pg_timeout, device_id, child))
         p.start()
         child.close()
         procs.append(p)
@@ -94,7 +99,7 @@ def run(size, fn, *args, backend="chorus", init="env", env=None, deadline=120, p
                     continue
                 if c.poll(0):
                     try:
-                        status, payload = c.recv()
+                        status, payload = pickle.loads(c.recv_bytes())
                     except EOFError:
                         status, payload = "fail", "exited without a result"
                     if status == "ok" or r in allow_fail:

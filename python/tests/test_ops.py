@@ -282,11 +282,62 @@ def p2p(rank, size):
     dist.barrier()
 
 
+def strided(rank, size):
+    """Strided views as inputs and outputs: results land in the view, nothing around it changes."""
+    def view(rows=5, cols=4):
+        base = torch.full((cols + 2, rows), -7.0)
+        return base, base[1:cols + 1].t()  # rows x cols, not contiguous
+
+    def untouched(base, what):
+        assert torch.all(base[0] == -7) and torch.all(base[-1] == -7), f"{what} wrote outside the view"
+
+    base, v = view()
+    v.copy_(torch.arange(20.0).reshape(5, 4) + rank)
+    dist.broadcast(v, src=0)
+    check(v, torch.arange(20.0).reshape(5, 4), "broadcast of a strided view")
+    untouched(base, "broadcast")
+    _, src = view()
+    src.copy_(torch.full((5, 4), float(rank)))
+    pairs = [view() for _ in range(size)]
+    dist.all_gather([p[1] for p in pairs], src)
+    for r, (b, o) in enumerate(pairs):
+        check(o, torch.full((5, 4), float(r)), f"all_gather into a strided view from {r}")
+        untouched(b, "all_gather")
+    # flat outputs that are views: all_gather_into_tensor, reduce_scatter_tensor, all_to_all_single
+    fb = torch.full((4, 5 * size + 2), -7.0)
+    flat = fb[:, 1:-1].t()  # 5*size x 4, strided: the ranks' blocks one after another
+    dist.all_gather_into_tensor(flat, src)
+    check(flat, torch.cat([torch.full((5, 4), float(r)) for r in range(size)]), "all_gather_into_tensor into a view")
+    assert torch.all(fb[:, 0] == -7) and torch.all(fb[:, -1] == -7), "all_gather_into_tensor wrote outside the view"
+    b2, out = view()
+    inp = (torch.arange(20.0 * size).reshape(5 * size, 4) + rank).t().contiguous().t()  # strided input too
+    dist.reduce_scatter_tensor(out, inp)
+    want = (torch.arange(20.0 * size).reshape(5 * size, 4)[5 * rank:5 * rank + 5]) * size + sum(range(size))
+    check(out, want, "reduce_scatter_tensor between strided views")
+    untouched(b2, "reduce_scatter_tensor")
+    ab = torch.full((2, 3 * size + 2), -7.0)
+    out = ab[:, 1:-1].t()  # 3*size x 2, strided
+    inp = (torch.arange(size * 3.0) + 100 * rank).reshape(size * 3, 1).expand(size * 3, 2)  # stride 0
+    dist.all_to_all_single(out, inp)
+    want = torch.cat([(torch.arange(size * 3.0) + 100 * r)[3 * rank:3 * rank + 3] for r in range(size)])
+    check(out, want.reshape(-1, 1).expand(-1, 2).contiguous(), "all_to_all_single between strided views")
+    assert torch.all(ab[:, 0] == -7) and torch.all(ab[:, -1] == -7), "all_to_all_single wrote outside the view"
+    if size > 1:
+        b3, r3 = view()
+        if rank == 0:
+            dist.send(torch.arange(20.0).reshape(5, 4), 1)
+        elif rank == 1:
+            dist.recv(r3, 0)
+            check(r3, torch.arange(20.0).reshape(5, 4), "recv into a strided view")
+            untouched(b3, "recv")
+    dist.barrier()
+
+
 def main():
     size = int(sys.argv[1])
     cases = {name: (lambda f=f: harness.run(size, f)) for name, f in [
         ("all_reduce", all_reduce), ("refused", refused), ("rooted", rooted), ("gathers", gathers),
-        ("coalesced", coalesced), ("alltoall", alltoall), ("p2p", p2p)]}
+        ("coalesced", coalesced), ("alltoall", alltoall), ("p2p", p2p), ("strided", strided)]}
     harness.main(cases, sys.argv[2:])
 
 

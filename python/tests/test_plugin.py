@@ -1,0 +1,70 @@
+"""How users reach the backend: torch's plugin autoloading at `import
+torch`, the lazy entry point by name, torchrun with the example, and the
+flight recorder API: python3 test_plugin.py [case ...]."""
+import os
+import subprocess
+import sys
+
+import harness
+
+ROOT = os.path.dirname(os.path.dirname(harness.HERE))
+ONE_RANK = """
+import os, torch, torch.distributed as dist
+os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=os.environ["PORT"])
+dist.init_process_group("chorus", rank=0, world_size=1)
+t = torch.ones(3); dist.all_reduce(t); assert torch.all(t == 1)
+print("backend", dist.get_backend())
+dist.destroy_process_group()
+"""
+
+
+def python(code, **env):
+    e = dict(os.environ, PORT=str(harness.free_port()), **env)
+    return subprocess.run([sys.executable, "-c", code], env=e, capture_output=True, text=True, timeout=120)
+
+
+def autoload():
+    r = python("import sys, torch, torch.distributed as dist; print(hasattr(dist.Backend, 'CHORUS'), 'chorus_torch' in sys.modules)")
+    assert r.returncode == 0 and r.stdout.split() == ["True", "True"], (r.stdout, r.stderr[-2000:])
+
+
+def lazy_entry_point():
+    r = python("import sys, torch.distributed as dist; assert not hasattr(dist.Backend, 'CHORUS')\n" + ONE_RANK,
+               TORCH_DEVICE_BACKEND_AUTOLOAD="0")
+    assert r.returncode == 0 and "backend chorus" in r.stdout, (r.stdout, r.stderr[-2000:])
+
+
+def torchrun():
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+           os.path.join(ROOT, "examples", "ddp_train.py"), "--backend", "chorus", "--steps", "6", "--width", "64"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert r.returncode == 0 and "chorus: 2 ranks, median step" in r.stdout, (r.stdout, r.stderr[-3000:])
+
+
+def recorder(rank, size):
+    import torch
+    import torch.distributed as dist
+
+    import chorus_torch
+
+    t = torch.ones(4, 2)
+    dist.all_reduce(t)
+    dist.broadcast(t, src=0)
+    outs = [torch.zeros(4, 2) for _ in range(size)]
+    dist.all_gather(outs, t)
+    entries = chorus_torch.flight_recorder()
+    ops = [e["op"] for e in entries]
+    assert ops[-3:] == ["AllReduce", "Broadcast", "AllGather"], ops
+    assert all(e["state"] == "completed" for e in entries), entries
+    assert entries[-3]["input_sizes"] == "[[4, 2]]" and entries[-3]["dtype"] == "Float", entries[-3]
+    seqs = [e["seq"] for e in entries]
+    assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
+
+
+def main():
+    harness.main({"autoload": autoload, "lazy_entry_point": lazy_entry_point, "torchrun": torchrun,
+                  "flight_recorder": lambda: harness.run(2, recorder)})
+
+
+if __name__ == "__main__":
+    main()
