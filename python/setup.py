@@ -34,7 +34,7 @@ def chorus_paths():
 
 
 inc, lib = chorus_paths()
-sources = [os.path.join("csrc", f) for f in ("module.cpp", "backend.cpp", "group.cpp", "work.cpp", "convert.cpp", "flight.cpp")]
+sources = [os.path.join("csrc", f) for f in ("module.cpp", "backend.cpp", "group.cpp", "work.cpp", "completion.cpp", "convert.cpp", "flight.cpp")]
 
 setup(
     name="chorus_torch",
@@ -48,6 +48,7 @@ setup(
             include_dirs=[inc],
             extra_compile_args=["-O2", "-g0", "-fvisibility=hidden"],
             extra_objects=[lib],
+            depends=[lib],  # relink when libchorus.a changes
             extra_link_args=["-Wl,--exclude-libs,libchorus.a", "-pthread"],
         )
     ],

@@ -20,6 +20,22 @@ namespace {
 // ranks exchanging large tensors do not each block in their send.
 constexpr auto kP2pQuiet = std::chrono::microseconds(200);
 
+// At most this many works in flight per group. A launch puts two items on
+// the stream (its calls, and one completion for all its works); past 512
+// items chorus makes the issuing thread run the oldest itself, which it
+// would do here holding the group's lock, where a completion's callback (a
+// comm hook that issues the next all_reduce) could not take it again.
+constexpr size_t kMaxInFlight = 200;
+
+// One completion for all the works of a launch.
+struct Batch {
+  std::vector<c10::intrusive_ptr<WorkChorus>> works;
+  static void done(void *self, ncclResult_t status) {
+    std::unique_ptr<Batch> b(static_cast<Batch *>(self));
+    for (auto &w : b->works) w->complete(status);
+  }
+};
+
 [[noreturn]] void throwBackend(const std::string &text) { C10_THROW_ERROR(DistBackendError, text); }
 
 }  // namespace
@@ -150,10 +166,30 @@ void Group::setTimeout(std::chrono::milliseconds timeout) {
 c10::intrusive_ptr<WorkChorus> Group::newWork(Launch &l) {
   uint64_t seq = ++seq_;
   flight_.issued(seq, l.name, l.inputs, l.outputs);
-  return c10::make_intrusive<WorkChorus>(shared_from_this(), seq, l);
+  auto work = c10::make_intrusive<WorkChorus>(shared_from_this(), seq, l);
+  inFlight_.emplace_back(work);
+  return work;
+}
+
+void Group::throttle() {
+  for (;;) {
+    c10::intrusive_ptr<WorkChorus> oldest;
+    {
+      std::lock_guard<std::mutex> g(mutex_);
+      while (!inFlight_.empty()) {
+        oldest = inFlight_.front().lock();
+        if (oldest && !oldest->done()) break;
+        inFlight_.pop_front();
+        oldest.reset();
+      }
+      if (coalescing_ || inFlight_.size() < kMaxInFlight) return;
+    }
+    if (!oldest->drain()) return;  // on this thread, without the lock (not from the stream's own thread)
+  }
 }
 
 c10::intrusive_ptr<c10d::Work> Group::launch(Launch l) {
+  throttle();
   std::unique_lock<std::mutex> g(mutex_);
   checkOpenLocked(l.name);
   auto calls = std::move(l.calls);
@@ -197,10 +233,17 @@ void Group::issueLocked(std::vector<Item> &items, bool throwOnError) {
     if (throwOnError) throwBackend(text);
     return;
   }
-  for (Item &it : items) {
-    it.work->enqueueCompletion(stream_);
-    it.work->setDeferred(false);
+  auto *batch = new Batch;
+  for (Item &it : items) batch->works.push_back(it.work);
+  ncclResult_t r = chorusLaunchHostFunc(stream_, Batch::done, batch);
+  if (r != ncclSuccess) {  // cannot happen short of memory: the calls are queued, their completion is not
+    delete batch;
+    std::string text = c10::str("chorus: group '", name_, "': cannot queue a completion: ", resultName(r));
+    for (Item &it : items) it.work->fail(text);
+    if (throwOnError) throwBackend(text);
+    return;
   }
+  for (Item &it : items) it.work->markEnqueued(stream_);
 }
 
 void Group::flushLocked() {
@@ -287,7 +330,10 @@ void Group::shutdown() {
   }
   if (flusher_.joinable()) flusher_.join();
   // Everything issued finishes (or fails within the timeout; at once after a failure).
-  chorusStreamSynchronize(stream_);
+  {
+    CollectFinished collect;
+    chorusStreamSynchronize(stream_);
+  }
   ncclComm_t comm;
   {
     std::lock_guard<std::mutex> g(commMutex_);
@@ -300,6 +346,8 @@ void Group::shutdown() {
   else ncclCommAbort(comm);  // a failed communicator leaves without waiting for its peers
   chorusStreamDestroy(stream_);
   stream_ = nullptr;
+  completions_.stop();
+  inFlight_.clear();
 }
 
 void Group::abort() {
@@ -322,8 +370,13 @@ void Group::abort() {
   }
   // Running and queued operations fail at once; their completions then run.
   ncclCommAbort(comm);
-  chorusStreamDestroy(stream_);
+  {
+    CollectFinished collect;
+    chorusStreamDestroy(stream_);
+  }
   stream_ = nullptr;
+  completions_.stop();
+  inFlight_.clear();
 }
 
 }  // namespace chorus_torch

@@ -14,6 +14,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -21,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "completion.hpp"
 #include "flight.hpp"
 
 namespace chorus_torch {
@@ -66,6 +68,7 @@ class Group : public std::enable_shared_from_this<Group> {
   std::string failureText(const char *name, uint64_t seq, ncclResult_t r);
   void logFlightRecorder(const char *why);
   FlightRecorder &flight() { return flight_; }
+  Completions &completions() { return completions_; }
   int rank() const { return rank_; }
   int size() const { return size_; }
   const std::string &name() const { return name_; }
@@ -89,6 +92,7 @@ class Group : public std::enable_shared_from_this<Group> {
   void issueLocked(std::vector<Item> &items, bool throwOnError);
   void flushLocked();
   void flusherMain();
+  void throttle();
   void checkOpenLocked(const char *name);
 
   ncclComm_t comm_;
@@ -105,12 +109,15 @@ class Group : public std::enable_shared_from_this<Group> {
   bool coalescing_ = false;
   std::vector<Item> coalesced_;
   std::vector<Item> deferred_;
+  // Issued works, oldest first (weak: a work nobody holds any more has completed).
+  std::deque<c10::weak_intrusive_ptr<WorkChorus>> inFlight_;
   std::chrono::steady_clock::time_point lastDeferred_;
   std::condition_variable flusherWake_;
   std::thread flusher_;
   bool flusherStop_ = false;
 
   std::mutex commMutex_;  // guards comm_ against being freed while a completion reads its error
+  Completions completions_;
 };
 
 }  // namespace chorus_torch

@@ -2,9 +2,17 @@
 
 #include <c10/util/Exception.h>
 
+#include "completion.hpp"
 #include "convert.hpp"
 
 namespace chorus_torch {
+
+namespace {
+const c10::TypePtr &tensorListType() {
+  static const c10::TypePtr t = c10::ListType::create(c10::TensorType::get());
+  return t;
+}
+}  // namespace
 
 WorkChorus::WorkChorus(std::shared_ptr<Group> group, uint64_t seq, Launch &l)
     : c10d::Work(group->rank(), l.type, nullptr, std::optional<std::vector<at::Tensor>>(l.inputs)),
@@ -14,7 +22,7 @@ WorkChorus::WorkChorus(std::shared_ptr<Group> group, uint64_t seq, Launch &l)
       outputs_(l.outputs),
       keep_(std::move(l.keep)),
       copyBack_(std::move(l.copyBack)),
-      future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {
+      future_(c10::make_intrusive<c10::ivalue::Future>(tensorListType())) {
   ncclResult_t r = chorusEventCreate(&event_);
   TORCH_CHECK(r == ncclSuccess, "chorus: cannot create an event: ", resultName(r));
 }
@@ -23,76 +31,103 @@ WorkChorus::~WorkChorus() {
   if (event_) chorusEventDestroy(event_);
 }
 
-void WorkChorus::enqueueCompletion(cudaStream_t stream) {
-  // The stream's host function holds a reference until it has run.
-  c10::raw::intrusive_ptr::incref(this);
-  ncclResult_t r = chorusLaunchHostFunc(stream, onDone, this);
-  if (r != ncclSuccess) {
-    c10::raw::intrusive_ptr::decref(this);
-    fail(c10::str("chorus: ", name_, ": cannot queue its completion: ", resultName(r)));
-    return;
-  }
+void WorkChorus::markEnqueued(cudaStream_t stream) {
   chorusEventRecord(event_, stream);
   enqueued_.store(true);
+  deferred_.store(false);
 }
 
-void WorkChorus::onDone(void *self, ncclResult_t status) {
-  auto *w = static_cast<WorkChorus *>(self);
-  w->complete(status);
-  c10::raw::intrusive_ptr::decref(w);
+bool WorkChorus::done() {
+  std::lock_guard<std::mutex> g(mutex_);
+  return completed_;
+}
+
+bool WorkChorus::drain() {
+  if (deferred_.load()) group_->flush();
+  if (!enqueued_.load()) return true;
+  CollectFinished collect;
+  return chorusEventSynchronize(event_) == ncclSuccess;
 }
 
 void WorkChorus::complete(ncclResult_t status) {
-  if (status == ncclSuccess) {
-    try {
-      for (auto &[dst, src] : copyBack_) dst.copy_(src);
-    } catch (const std::exception &e) {
-      fail(c10::str("chorus: ", name_, ": copying the result back failed: ", e.what()));
-      return;
-    }
-    copyBack_.clear();
-    keep_.clear();
-    group_->flight().finished(seq_, true);
-    finish();
-    future_->markCompleted(c10::IValue(outputs_));
+  if (status != ncclSuccess) {
+    if (status == ncclTimeout) group_->logFlightRecorder(c10::str(name_, " #", seq_, " timed out").c_str());
+    fail(group_->failureText(name_, seq_, status));
     return;
   }
-  if (status == ncclTimeout) group_->logFlightRecorder(c10::str(name_, " #", seq_, " timed out").c_str());
-  fail(group_->failureText(name_, seq_, status));
+  try {
+    for (auto &[dst, src] : copyBack_) dst.copy_(src);
+  } catch (const std::exception &e) {
+    fail(c10::str("chorus: ", name_, ": copying the result back failed: ", e.what()));
+    return;
+  }
+  copyBack_.clear();
+  keep_.clear();
+  group_->flight().finished(seq_, true);
+  finish();
+  settle();
 }
 
 void WorkChorus::fail(const std::string &text) {
   group_->flight().finished(seq_, false);
   copyBack_.clear();
   keep_.clear();
-  auto e = std::make_exception_ptr(c10::DistBackendError(c10::SourceLocation{__func__, __FILE__, __LINE__}, text));
-  finish(e);
-  future_->setError(e);
+  finish(std::make_exception_ptr(
+      c10::DistBackendError(c10::SourceLocation{__func__, __FILE__, static_cast<uint32_t>(__LINE__)}, text)));
+  settle();
+}
+
+void WorkChorus::settle() {
+  auto self = c10::intrusive_ptr<WorkChorus>::reclaim_copy(this);
+  if (!CollectFinished::take(self)) group_->completions().post(std::move(self));
+}
+
+void WorkChorus::completeFuture() {
+  if (futureClaimed_.exchange(true)) {
+    // Another thread is setting it: its value is a moment away.
+    if (!future_->completed()) future_->wait();
+    return;
+  }
+  std::exception_ptr e;
+  {
+    std::lock_guard<std::mutex> g(mutex_);
+    e = exception_;
+  }
+  if (e) future_->setError(e);
+  else future_->markCompleted(c10::IValue(outputs_));
 }
 
 bool WorkChorus::isCompleted() {
   if (deferred_.load()) group_->flush();
-  return c10d::Work::isCompleted();
+  if (!done()) return false;
+  completeFuture();  // here rather than later on a completion thread, so that its value is there
+  return true;
 }
 
 bool WorkChorus::wait(std::chrono::milliseconds timeout) {
   if (deferred_.load()) group_->flush();
   if (timeout == kNoTimeout && enqueued_.load()) {
     // Runs the stream up to this work on this thread: no thread switch.
+    CollectFinished collect;
     ncclResult_t r = chorusEventSynchronize(event_);
     TORCH_CHECK(r == ncclSuccess, "chorus: ", name_, " #", seq_,
                 ": Work.wait() cannot wait from inside a callback that runs on its own group's stream (",
                 resultName(r), ")");
   }
-  std::unique_lock<std::mutex> lock(mutex_);
-  if (timeout == kNoTimeout) {
-    cv_.wait(lock, [&] { return completed_; });
-  } else if (!cv_.wait_for(lock, timeout, [&] { return completed_; })) {
-    C10_THROW_ERROR(DistBackendError, c10::str("chorus: ", name_, " (sequence number ", seq_, ") on rank ",
-                                               group_->rank(), " of group '", group_->name(),
-                                               "': Work.wait timed out after ", timeout.count(), " ms"));
+  std::exception_ptr e;
+  {
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (timeout == kNoTimeout) {
+      cv_.wait(lock, [&] { return completed_; });
+    } else if (!cv_.wait_for(lock, timeout, [&] { return completed_; })) {
+      C10_THROW_ERROR(DistBackendError, c10::str("chorus: ", name_, " (sequence number ", seq_, ") on rank ",
+                                                 group_->rank(), " of group '", group_->name(),
+                                                 "': Work.wait timed out after ", timeout.count(), " ms"));
+    }
+    e = exception_;
   }
-  if (exception_) std::rethrow_exception(exception_);
+  completeFuture();
+  if (e) std::rethrow_exception(e);
   return true;
 }
 

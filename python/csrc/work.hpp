@@ -1,12 +1,14 @@
 // A torch Work for one chorus operation (or a coalesced group of them). It
-// completes on the group's stream, in order, through a chorus host
-// function; wait() runs the stream up to it on the calling thread.
+// finishes on the group's stream, in order (Group queues one chorus host
+// function per launch); wait() runs the stream up to it on the calling
+// thread. Its Future is completed outside the stream (completion.hpp).
 #pragma once
 #include <chorus.h>
 
 #include <ATen/core/ivalue.h>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
+#include <atomic>
 #include <memory>
 
 #include "group.hpp"
@@ -25,16 +27,26 @@ class WorkChorus : public c10d::Work {
   uint64_t getSequencenumber() const override;
   std::chrono::milliseconds getTimeout() const override;
 
-  // Puts the completion on the stream after the operation's calls (Group does).
-  void enqueueCompletion(cudaStream_t stream);
-  // Fails the work before it ran (its launch failed).
+  // Group's side. The operation and its host function are on the stream;
+  // the event marks the point after them.
+  void markEnqueued(cudaStream_t stream);
+  // On the stream, once the operation has run (status: its result).
+  void complete(ncclResult_t status);
+  // The launch failed: the work ends with this error without running.
   void fail(const std::string &text);
-  // Issued work whose launch is held back (point-to-point) flushes it first.
+  // Point-to-point work held back: waiting for it launches it first.
   void setDeferred(bool d) { deferred_.store(d); }
+  // Runs the stream up to this work (its error is left for wait()); false
+  // from a host function of the same stream, which cannot wait for it.
+  bool drain();
+  // Finished (without launching held-back work, unlike isCompleted).
+  bool done();
+  // Sets the Future's value or error, once (completion.hpp calls it).
+  void completeFuture();
 
  private:
-  static void onDone(void *self, ncclResult_t status);
-  void complete(ncclResult_t status);
+  // Leaves completeFuture to the waiting thread or the completion threads.
+  void settle();
 
   std::shared_ptr<Group> group_;
   uint64_t seq_;
@@ -46,6 +58,7 @@ class WorkChorus : public c10d::Work {
   chorusEvent_t event_ = nullptr;
   std::atomic<bool> enqueued_{false};
   std::atomic<bool> deferred_{false};
+  std::atomic<bool> futureClaimed_{false};
 };
 
 }  // namespace chorus_torch

@@ -100,10 +100,24 @@ def order(rank, size):
     assert wa.is_completed() and wc.is_completed()
 
 
+def flood(rank, size):
+    # Many more operations in flight than a stream holds; callbacks that
+    # block waiting for later operations (as PowerSGD's hook does) do not
+    # stop the ones behind them.
+    ts = [torch.full((64,), float(k)) for k in range(1200)]
+    works = [dist.all_reduce(t, async_op=True) for t in ts]
+    later = lambda k: works[min(k + 10, len(works) - 1)].get_future()  # noqa: E731
+    futs = [w.get_future().then(lambda f, k=k: later(k).wait()) if k % 30 == 0 else w.get_future()
+            for k, w in enumerate(works)]
+    torch.futures.wait_all(futs)
+    for k, t in enumerate(ts):
+        assert torch.all(t == k * size), f"op {k}: {t[0]}"
+
+
 def main():
     cases = {}
     for name, f in [("many_in_flight", many_in_flight), ("futures", futures), ("background", background),
-                    ("wait_timeout", wait_timeout), ("order", order)]:
+                    ("wait_timeout", wait_timeout), ("order", order), ("flood", flood)]:
         cases[name] = lambda f=f: [harness.run(n, f) for n in (1, 2, 3)]
     harness.main(cases)
 

@@ -1,7 +1,7 @@
 """DistributedDataParallel trains with chorus as with gloo: the same model,
 seed and data on 2 and 3 ranks end with identical parameters on every
 rank and within float tolerance of gloo's; also gradient_as_bucket_view with
-tiny buckets, an fp16 compression hook, find_unused_parameters:
+tiny buckets, the fp16 compression and PowerSGD hooks, find_unused_parameters:
 python3 test_ddp.py [case ...]."""
 import sys
 
@@ -39,6 +39,11 @@ def train(rank, size, variant):
     model = DDP(Net(unused=variant == "unused"), **kw)
     if variant == "fp16_hook":
         model.register_comm_hook(None, default_hooks.fp16_compress_hook)
+    if variant == "powersgd":  # its callbacks issue and wait for more all_reduces
+        from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
+
+        state = powerSGD_hook.PowerSGDState(process_group=None, matrix_approximation_rank=2, start_powerSGD_iter=3)
+        model.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     gen = torch.Generator().manual_seed(99 + rank)
     losses = []
@@ -64,7 +69,7 @@ def compare(size, variant):
     for r in range(1, size):
         for k in ours[0][3]:
             assert torch.equal(ours[0][0][k], ours[r][0][k]), f"{variant}: rank {r}'s {k} differs from rank 0's"
-    tol = {"rtol": 2e-3, "atol": 2e-3} if variant == "fp16_hook" else {"rtol": 1e-4, "atol": 1e-5}
+    tol = {"rtol": 2e-3, "atol": 2e-3} if variant in ("fp16_hook", "powersgd") else {"rtol": 1e-4, "atol": 1e-5}
     for r in range(size):
         for k, v in ours[r][0].items():
             torch.testing.assert_close(v.float(), theirs[r][0][k].float(),
@@ -74,7 +79,7 @@ def compare(size, variant):
 
 def main():
     cases = {}
-    for variant in ("default", "bucket_view", "fp16_hook", "unused"):
+    for variant in ("default", "bucket_view", "fp16_hook", "powersgd", "unused"):
         cases[variant] = lambda v=variant: [compare(n, v) for n in (2, 3)]
     harness.main(cases)
 
