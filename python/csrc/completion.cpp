@@ -1,42 +1,55 @@
 #include "completion.hpp"
 
+#include <c10/util/Exception.h>
+
 #include "work.hpp"
 
 namespace chorus_torch {
 
 namespace {
-// Each callback blocked in a wait holds one (PowerSGD's hook: one per bucket
-// in flight); past this many the rest queue.
-constexpr size_t kMaxThreads = 64;
+// Each callback blocked in a wait holds a thread (PowerSGD's hook: one per
+// bucket in flight), so the pool grows while work waits and no thread is
+// idle; this many is reported, as something that is likely to be stuck.
+constexpr size_t kManyThreads = 64;
 thread_local CollectFinished *collector = nullptr;
 }  // namespace
+
+Completions::Completions() : st_(std::make_shared<State>()) {}
 
 Completions::~Completions() { stop(); }
 
 void Completions::post(c10::intrusive_ptr<WorkChorus> w) {
-  std::unique_lock<std::mutex> g(mutex_);
-  queue_.push_back(std::move(w));
-  if (idle_ > 0) {
-    wake_.notify_one();
-  } else if (threads_.size() < kMaxThreads && !stop_) {
-    // Every thread is busy (maybe in a callback that waits for this very
-    // work): one more, as gloo's several worker threads would.
-    threads_.emplace_back([this] { run(); });
+  std::unique_lock<std::mutex> g(st_->mutex);
+  if (st_->stop) {  // after the group's shutdown nothing runs its stream: here is safe
+    g.unlock();
+    w->completeFuture();
+    return;
   }
+  st_->queue.push_back(std::move(w));
+  if (st_->queue.size() <= static_cast<size_t>(st_->idle)) {
+    st_->wake.notify_one();
+    return;
+  }
+  // More waiting than idle threads (the busy ones may be in callbacks that
+  // wait for this very work): one more, as gloo's worker threads would be.
+  threads_.emplace_back(run, st_);
+  if (threads_.size() == kManyThreads)
+    TORCH_WARN("chorus: ", kManyThreads, " threads are completing futures at once: callbacks that wait for "
+               "later operations are piling up");
 }
 
-void Completions::run() {
-  std::unique_lock<std::mutex> g(mutex_);
+void Completions::run(std::shared_ptr<State> st) {
+  std::unique_lock<std::mutex> g(st->mutex);
   for (;;) {
-    if (queue_.empty()) {
-      if (stop_) return;
-      idle_++;
-      wake_.wait(g);
-      idle_--;
+    if (st->queue.empty()) {
+      if (st->stop) return;
+      st->idle++;
+      st->wake.wait(g);
+      st->idle--;
       continue;
     }
-    auto w = std::move(queue_.front());
-    queue_.pop_front();
+    auto w = std::move(st->queue.front());
+    st->queue.pop_front();
     g.unlock();
     w->completeFuture();
     w.reset();
@@ -47,30 +60,32 @@ void Completions::run() {
 void Completions::stop() {
   std::vector<std::thread> threads;
   {
-    std::lock_guard<std::mutex> g(mutex_);
-    stop_ = true;
-    wake_.notify_all();
+    std::lock_guard<std::mutex> g(st_->mutex);
+    st_->stop = true;
+    st_->wake.notify_all();
     threads.swap(threads_);
   }
   for (std::thread &t : threads)
     if (t.get_id() == std::this_thread::get_id()) t.detach();  // stopped from one of its own callbacks
     else t.join();
-  // Whatever was posted after the threads left (nothing normally).
-  std::unique_lock<std::mutex> g(mutex_);
-  while (!queue_.empty()) {
-    auto w = std::move(queue_.front());
-    queue_.pop_front();
+  // What was posted after the threads left (nothing, normally).
+  std::unique_lock<std::mutex> g(st_->mutex);
+  while (!st_->queue.empty()) {
+    auto w = std::move(st_->queue.front());
+    st_->queue.pop_front();
     g.unlock();
     w->completeFuture();
     g.lock();
   }
 }
 
-CollectFinished::CollectFinished() : outer_(collector) { collector = this; }
+CollectFinished::CollectFinished(WorkChorus *mine) : mine_(mine), outer_(collector) { collector = this; }
 
 CollectFinished::~CollectFinished() {
   collector = outer_;
-  for (auto &w : works_) w->completeFuture();
+  for (auto &w : works_)
+    if (w.get() == mine_) w->completeFuture();
+    else w->postFuture();
 }
 
 bool CollectFinished::take(const c10::intrusive_ptr<WorkChorus> &w) {

@@ -19,6 +19,7 @@ class WorkChorus;
 
 class Completions {
  public:
+  Completions();
   ~Completions();
   // A finished work whose future still has to be completed.
   void post(c10::intrusive_ptr<WorkChorus> w);
@@ -26,21 +27,28 @@ class Completions {
   void stop();
 
  private:
-  void run();
-  std::mutex mutex_;
-  std::condition_variable wake_;
-  std::deque<c10::intrusive_ptr<WorkChorus>> queue_;
-  std::vector<std::thread> threads_;
-  int idle_ = 0;
-  bool stop_ = false;
+  // Shared with the threads: one stopped from its own callback (which then
+  // cannot be joined) still finds it after the group is gone.
+  struct State {
+    std::mutex mutex;
+    std::condition_variable wake;
+    std::deque<c10::intrusive_ptr<WorkChorus>> queue;
+    int idle = 0;
+    bool stop = false;
+  };
+  static void run(std::shared_ptr<State> st);
+  std::shared_ptr<State> st_;
+  std::vector<std::thread> threads_;  // guarded by st_->mutex
 };
 
 // While one is alive on a thread, works that finish on that thread are
-// collected; their futures are completed when it goes out of scope (once
-// the thread has stopped running the stream).
+// collected. When it goes out of scope (the thread has stopped running the
+// stream) the future of `mine`, the work the thread waited for, is completed
+// there and then; the others go to their group's completion threads (one of
+// their callbacks might wait for a work collected after it).
 class CollectFinished {
  public:
-  CollectFinished();
+  explicit CollectFinished(WorkChorus *mine = nullptr);
   ~CollectFinished();
   CollectFinished(const CollectFinished &) = delete;
   CollectFinished &operator=(const CollectFinished &) = delete;
@@ -49,6 +57,7 @@ class CollectFinished {
 
  private:
   std::vector<c10::intrusive_ptr<WorkChorus>> works_;
+  WorkChorus *mine_;
   CollectFinished *outer_;
 };
 

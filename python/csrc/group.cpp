@@ -19,6 +19,7 @@ namespace {
 // an isend and the irecv after it then run as one chorus group, so that two
 // ranks exchanging large tensors do not each block in their send.
 constexpr auto kP2pQuiet = std::chrono::microseconds(200);
+constexpr auto kP2pMaxDelay = std::chrono::milliseconds(1);  // however often more come
 
 // At most this many works in flight per group. A launch puts two items on
 // the stream (its calls, and one completion for all its works); past 512
@@ -41,8 +42,8 @@ struct Batch {
 }  // namespace
 
 Group::Group(ncclComm_t comm, int rank, int size, std::chrono::milliseconds timeout, std::string name)
-    : comm_(comm), rank_(rank), size_(size), timeout_(timeout), name_(std::move(name)) {
-  ncclResult_t r = chorusCommSetTimeout(comm_, timeout_.count());
+    : comm_(comm), rank_(rank), size_(size), timeoutMs_(timeout.count()), name_(std::move(name)) {
+  ncclResult_t r = chorusCommSetTimeout(comm_, timeout.count());
   if (r == ncclSuccess) r = chorusStreamCreate(&stream_);
   if (r != ncclSuccess) {
     ncclCommAbort(comm_);
@@ -159,7 +160,7 @@ bool Group::usable() const { return !closed_; }
 void Group::setTimeout(std::chrono::milliseconds timeout) {
   std::lock_guard<std::mutex> g(mutex_);
   checkOpenLocked("setTimeout");
-  timeout_ = timeout;
+  timeoutMs_ = timeout.count();
   chorusCommSetTimeout(comm_, timeout.count());
 }
 
@@ -197,13 +198,15 @@ c10::intrusive_ptr<c10d::Work> Group::launch(Launch l) {
   std::vector<Item> items;
   items.push_back({std::move(calls), work});
   if (coalescing_) {
+    work->setCoalesced(true);
     coalesced_.push_back(std::move(items[0]));
     return work;
   }
   if (l.p2p) {
     work->setDeferred(true);
-    deferred_.push_back(std::move(items[0]));
     lastDeferred_ = std::chrono::steady_clock::now();
+    if (deferred_.empty()) firstDeferred_ = lastDeferred_;
+    deferred_.push_back(std::move(items[0]));
     if (!flusher_.joinable()) flusher_ = std::thread([this] { flusherMain(); });
     flusherWake_.notify_one();
     return work;
@@ -265,7 +268,7 @@ void Group::flusherMain() {
       flusherWake_.wait(g);
       continue;
     }
-    auto due = lastDeferred_ + kP2pQuiet;
+    auto due = std::min(lastDeferred_ + kP2pQuiet, firstDeferred_ + kP2pMaxDelay);
     if (std::chrono::steady_clock::now() < due) {
       flusherWake_.wait_until(g, due);
       continue;
@@ -286,6 +289,7 @@ c10::intrusive_ptr<c10d::Work> Group::endCoalescing() {
   std::lock_guard<std::mutex> g(mutex_);
   TORCH_CHECK(coalescing_, "chorus: group '", name_, "': endCoalescing without startCoalescing");
   coalescing_ = false;
+  checkOpenLocked("endCoalescing");
   std::vector<Item> items;
   items.swap(coalesced_);
   // The coalesced group's own Work completes after all of its operations.
@@ -311,6 +315,11 @@ std::string Group::failureText(const char *name, uint64_t seq, ncclResult_t r) {
 }
 
 void Group::logFlightRecorder(const char *why) {
+  {
+    std::lock_guard<std::mutex> g(commMutex_);
+    if (flightDumped_) return;  // once: the work behind a timeout fails with it
+    flightDumped_ = true;
+  }
   char host[64] = "";
   gethostname(host, sizeof host - 1);
   std::string text = c10::str(host, ":", getpid(), " [", rank_, "] chorus_torch ERROR flight recorder of group '",
@@ -319,64 +328,73 @@ void Group::logFlightRecorder(const char *why) {
   std::fflush(stderr);
 }
 
-void Group::shutdown() {
-  {
-    std::lock_guard<std::mutex> g(mutex_);
-    if (closed_) return;
-    flushLocked();
-    closed_ = true;
-    flusherStop_ = true;
-    flusherWake_.notify_all();
-  }
-  if (flusher_.joinable()) flusher_.join();
-  // Everything issued finishes (or fails within the timeout; at once after a failure).
-  {
-    CollectFinished collect;
-    chorusStreamSynchronize(stream_);
-  }
-  ncclComm_t comm;
-  {
-    std::lock_guard<std::mutex> g(commMutex_);
-    comm = comm_;
-    comm_ = nullptr;
-  }
-  ncclResult_t state = ncclSuccess;
-  ncclCommGetAsyncError(comm, &state);
-  if (state == ncclSuccess) ncclCommDestroy(comm);
-  else ncclCommAbort(comm);  // a failed communicator leaves without waiting for its peers
-  chorusStreamDestroy(stream_);
-  stream_ = nullptr;
-  completions_.stop();
-  inFlight_.clear();
+void Group::closeLocked(const char *why) {
+  closed_ = true;
+  flusherStop_ = true;
+  flusherWake_.notify_all();
+  std::string text = c10::str("chorus: group '", name_, "' was ", why, " before the operation was launched");
+  for (Item &it : deferred_) it.work->fail(text);
+  for (Item &it : coalesced_) it.work->fail(text);
+  deferred_.clear();
+  coalesced_.clear();
+  coalescing_ = false;
 }
 
-void Group::abort() {
-  {
-    std::lock_guard<std::mutex> g(mutex_);
-    if (closed_) return;
-    closed_ = true;
-    flusherStop_ = true;
-    flusherWake_.notify_all();
-    // Held-back operations were never launched: they fail now.
-    for (Item &it : deferred_) it.work->fail(c10::str("chorus: group '", name_, "' was aborted"));
-    deferred_.clear();
-  }
+ncclComm_t Group::takeComm() {
+  std::lock_guard<std::mutex> g(commMutex_);
+  ncclComm_t comm = comm_;
+  comm_ = nullptr;
+  return comm;
+}
+
+void Group::finishTeardown() {
   if (flusher_.joinable()) flusher_.join();
-  ncclComm_t comm;
   {
-    std::lock_guard<std::mutex> g(commMutex_);
-    comm = comm_;
-    comm_ = nullptr;
-  }
-  // Running and queued operations fail at once; their completions then run.
-  ncclCommAbort(comm);
-  {
-    CollectFinished collect;
+    CollectFinished collect;  // what finishes here goes to the completion threads
     chorusStreamDestroy(stream_);
   }
   stream_ = nullptr;
   completions_.stop();
+  std::lock_guard<std::mutex> g(mutex_);
   inFlight_.clear();
+}
+
+void Group::shutdown() {
+  {
+    std::lock_guard<std::mutex> g(mutex_);
+    if (tearingDown_) return;
+    tearingDown_ = true;
+    flushLocked();
+    closeLocked("shut down");
+  }
+  // Everything issued finishes (or fails within the timeout; at once after a
+  // failure, or when abort() takes the communicator meanwhile).
+  if (flusher_.joinable()) flusher_.join();
+  {
+    CollectFinished collect;
+    chorusStreamSynchronize(stream_);
+  }
+  if (ncclComm_t comm = takeComm()) {
+    ncclResult_t state = ncclSuccess;
+    ncclCommGetAsyncError(comm, &state);
+    if (state == ncclSuccess) ncclCommDestroy(comm);
+    else ncclCommAbort(comm);  // a failed communicator leaves without waiting for its peers
+  }
+  finishTeardown();
+}
+
+void Group::abort() {
+  bool owner;
+  {
+    std::lock_guard<std::mutex> g(mutex_);
+    owner = !tearingDown_;
+    tearingDown_ = true;
+    if (!closed_) closeLocked("aborted");
+  }
+  // Running and queued operations fail at once (this also ends a shutdown()
+  // that waits for them).
+  if (ncclComm_t comm = takeComm()) ncclCommAbort(comm);
+  if (owner) finishTeardown();
 }
 
 }  // namespace chorus_torch

@@ -12,6 +12,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -74,8 +75,8 @@ class Group : public std::enable_shared_from_this<Group> {
   const std::string &name() const { return name_; }
   // How the communicator was made: "rendezvous" (through the store), "split" or "shrink" (of a parent's).
   const char *origin() const { return origin_; }
-  uint64_t seq() const { return seq_; }
-  std::chrono::milliseconds timeout() const { return timeout_; }
+  uint64_t seq() const { return seq_.load(); }
+  std::chrono::milliseconds timeout() const { return std::chrono::milliseconds(timeoutMs_.load()); }
   void setTimeout(std::chrono::milliseconds timeout);
   bool usable() const;
 
@@ -93,25 +94,33 @@ class Group : public std::enable_shared_from_this<Group> {
   void flushLocked();
   void flusherMain();
   void throttle();
+  // Stops launches; fails what was never launched (held back or coalesced).
+  void closeLocked(const char *why);
+  // The communicator, taken by whichever of shutdown and abort gets it first.
+  ncclComm_t takeComm();
+  // The rest of a teardown: the stream, the completion threads.
+  void finishTeardown();
   void checkOpenLocked(const char *name);
 
   ncclComm_t comm_;
   cudaStream_t stream_ = nullptr;
   int rank_, size_;
-  std::chrono::milliseconds timeout_;
+  std::atomic<int64_t> timeoutMs_;
   std::string name_;
   const char *origin_ = "rendezvous";
   FlightRecorder flight_;
 
   std::mutex mutex_;  // serializes calls into chorus on comm_, and the state below
-  uint64_t seq_ = 0;
-  bool closed_ = false;
+  std::atomic<uint64_t> seq_{0};
+  std::atomic<bool> closed_{false};  // no more launches (shut down or aborted)
+  bool tearingDown_ = false;         // shutdown() or abort() owns the teardown
+  bool flightDumped_ = false;
   bool coalescing_ = false;
   std::vector<Item> coalesced_;
   std::vector<Item> deferred_;
   // Issued works, oldest first (weak: a work nobody holds any more has completed).
   std::deque<c10::weak_intrusive_ptr<WorkChorus>> inFlight_;
-  std::chrono::steady_clock::time_point lastDeferred_;
+  std::chrono::steady_clock::time_point firstDeferred_, lastDeferred_;
   std::condition_variable flusherWake_;
   std::thread flusher_;
   bool flusherStop_ = false;

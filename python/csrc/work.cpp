@@ -20,9 +20,10 @@ WorkChorus::WorkChorus(std::shared_ptr<Group> group, uint64_t seq, Launch &l)
       seq_(seq),
       name_(l.name),
       outputs_(l.outputs),
-      keep_(std::move(l.keep)),
+      keep_(std::move(l.keep)),  // with the inputs below: chorus reads them until the work has run
       copyBack_(std::move(l.copyBack)),
       future_(c10::make_intrusive<c10::ivalue::Future>(tensorListType())) {
+  keep_.insert(keep_.end(), l.inputs.begin(), l.inputs.end());
   ncclResult_t r = chorusEventCreate(&event_);
   TORCH_CHECK(r == ncclSuccess, "chorus: cannot create an event: ", resultName(r));
 }
@@ -35,6 +36,13 @@ void WorkChorus::markEnqueued(cudaStream_t stream) {
   chorusEventRecord(event_, stream);
   enqueued_.store(true);
   deferred_.store(false);
+  coalesced_.store(false);
+}
+
+void WorkChorus::checkNotCoalesced(const char *call) {
+  TORCH_CHECK(!coalesced_.load() || done(), "chorus: ", call, " on ", name_, " #", seq_,
+              ", which was issued inside a coalescing block: it runs with the block, so wait for the Work "
+              "that ends the block instead");
 }
 
 bool WorkChorus::done() {
@@ -82,6 +90,8 @@ void WorkChorus::settle() {
   if (!CollectFinished::take(self)) group_->completions().post(std::move(self));
 }
 
+void WorkChorus::postFuture() { group_->completions().post(c10::intrusive_ptr<WorkChorus>::reclaim_copy(this)); }
+
 void WorkChorus::completeFuture() {
   if (futureClaimed_.exchange(true)) {
     // Another thread is setting it: its value is a moment away.
@@ -98,6 +108,7 @@ void WorkChorus::completeFuture() {
 }
 
 bool WorkChorus::isCompleted() {
+  checkNotCoalesced("isCompleted");
   if (deferred_.load()) group_->flush();
   if (!done()) return false;
   completeFuture();  // here rather than later on a completion thread, so that its value is there
@@ -105,10 +116,11 @@ bool WorkChorus::isCompleted() {
 }
 
 bool WorkChorus::wait(std::chrono::milliseconds timeout) {
+  checkNotCoalesced("wait");
   if (deferred_.load()) group_->flush();
   if (timeout == kNoTimeout && enqueued_.load()) {
     // Runs the stream up to this work on this thread: no thread switch.
-    CollectFinished collect;
+    CollectFinished collect(this);
     ncclResult_t r = chorusEventSynchronize(event_);
     TORCH_CHECK(r == ncclSuccess, "chorus: ", name_, " #", seq_,
                 ": Work.wait() cannot wait from inside a callback that runs on its own group's stream (",

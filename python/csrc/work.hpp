@@ -36,6 +36,8 @@ class WorkChorus : public c10d::Work {
   void fail(const std::string &text);
   // Point-to-point work held back: waiting for it launches it first.
   void setDeferred(bool d) { deferred_.store(d); }
+  // Held by a coalescing block until its end: not to be waited for alone.
+  void setCoalesced(bool c) { coalesced_.store(c); }
   // Runs the stream up to this work (its error is left for wait()); false
   // from a host function of the same stream, which cannot wait for it.
   bool drain();
@@ -43,10 +45,13 @@ class WorkChorus : public c10d::Work {
   bool done();
   // Sets the Future's value or error, once (completion.hpp calls it).
   void completeFuture();
+  // Hands completeFuture to the group's completion threads.
+  void postFuture();
 
  private:
   // Leaves completeFuture to the waiting thread or the completion threads.
   void settle();
+  void checkNotCoalesced(const char *call);
 
   std::shared_ptr<Group> group_;
   uint64_t seq_;
@@ -58,6 +63,7 @@ class WorkChorus : public c10d::Work {
   chorusEvent_t event_ = nullptr;
   std::atomic<bool> enqueued_{false};
   std::atomic<bool> deferred_{false};
+  std::atomic<bool> coalesced_{false};
   std::atomic<bool> futureClaimed_{false};
 };
 

@@ -114,10 +114,56 @@ def flood(rank, size):
         assert torch.all(t == k * size), f"op {k}: {t[0]}"
 
 
+def temporaries(rank, size):
+    # Inputs that nothing else holds stay alive until their operation has run.
+    n = 1 << 16
+    outs = [torch.zeros(size * n) for _ in range(4)]
+    rs = [torch.zeros(n) for _ in range(4)]
+    works = []
+    for k in range(4):
+        works.append(dist.all_gather_into_tensor(outs[k], torch.full((n,), float(rank + k)) * 1, async_op=True))
+        works.append(dist.reduce_scatter_tensor(rs[k], torch.full((size * n,), float(k)) * 1, async_op=True))
+    junk = [torch.full((n,), -9.0) for _ in range(64)]  # reuses freed memory, if any was freed
+    for w in works:
+        w.wait()
+    for k in range(4):
+        want = torch.cat([torch.full((n,), float(r + k)) for r in range(size)])
+        assert torch.equal(outs[k], want), f"all_gather_into_tensor {k} read a freed input"
+        assert torch.all(rs[k] == k * size), f"reduce_scatter_tensor {k} read a freed input"
+    del junk
+
+
+def callback_waits_on_later(rank, size):
+    # Waiting for w2 runs w1 and w2 on this thread; w1's callback waits for
+    # w2's future, which must not be queued behind it.
+    a, b = torch.ones(8), torch.ones(8)
+    w1 = dist.all_reduce(a, async_op=True)
+    w2 = dist.all_reduce(b, async_op=True)
+    f = w1.get_future().then(lambda _: w2.get_future().wait()[0] * 3)
+    w2.wait()
+    assert torch.all(f.wait() == 3 * size)
+
+
+def coalescing_block(rank, size):
+    t = torch.full((5,), float(rank))
+    with dist._coalescing_manager(device=torch.device("cpu"), async_ops=True) as cm:
+        w = dist.broadcast(t, src=0, async_op=True)
+        try:
+            w.wait()
+        except RuntimeError as e:
+            assert "coalescing block" in str(e), str(e)
+        else:
+            raise AssertionError("waiting for an operation inside a coalescing block returned")
+    cm.wait()
+    assert torch.all(t == 0)
+    w.wait()  # fine once the block has run
+
+
 def main():
     cases = {}
     for name, f in [("many_in_flight", many_in_flight), ("futures", futures), ("background", background),
-                    ("wait_timeout", wait_timeout), ("order", order), ("flood", flood)]:
+                    ("wait_timeout", wait_timeout), ("order", order), ("flood", flood), ("temporaries", temporaries),
+                    ("callback_waits_on_later", callback_waits_on_later), ("coalescing_block", coalescing_block)]:
         cases[name] = lambda f=f: [harness.run(n, f) for n in (1, 2, 3)]
     harness.main(cases)
 
