@@ -62,7 +62,7 @@ ncclComm_t Group::finishInit(ncclComm_t comm, ncclResult_t r, std::chrono::milli
                              const std::string &what) {
   if (r != ncclSuccess && r != ncclInProgress)
     throwBackend(c10::str("chorus: ", what, " failed: ", resultName(r), ": ", ncclGetLastError(nullptr)));
-  if (comm == nullptr) return nullptr;  // a split this rank takes no part in
+  if (comm == nullptr) return nullptr;
   auto deadline = std::chrono::steady_clock::now() + timeout;
   auto pause = std::chrono::microseconds(20);
   for (;;) {
@@ -106,47 +106,42 @@ std::shared_ptr<Group> Group::rendezvous(const c10::intrusive_ptr<c10d::Store> &
   return std::shared_ptr<Group>(new Group(comm, rank, size, timeout, std::move(name)));
 }
 
-std::shared_ptr<Group> Group::split(int color, int key, std::chrono::milliseconds timeout, std::string name) {
+std::shared_ptr<Group> Group::derive(const char *origin, const std::string &what, std::chrono::milliseconds timeout,
+                                     std::string name, const Derive &make) {
   ncclComm_t child = nullptr;
   ncclResult_t r;
   {
     std::lock_guard<std::mutex> g(mutex_);
-    checkOpenLocked("ncclCommSplit");
+    checkOpenLocked(origin);
     flushLocked();
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-    config.blocking = 0;
-    r = ncclCommSplit(comm_, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &child, &config);
+    config.blocking = 0;  // the child's rendezvous is bounded by finishInit's timeout
+    r = make(comm_, &child, &config);
   }
-  child = finishInit(child, r, timeout, c10::str("split of group '", name_, "' into '", name, "'"));
-  if (child == nullptr) return nullptr;
+  child = finishInit(child, r, timeout, what);
+  if (child == nullptr) return nullptr;  // a split this rank takes no part in
   int crank = 0, csize = 0;
   ncclCommUserRank(child, &crank);
   ncclCommCount(child, &csize);
   std::shared_ptr<Group> g(new Group(child, crank, csize, timeout, std::move(name)));
-  g->origin_ = "split";
+  g->origin_ = origin;
   return g;
+}
+
+std::shared_ptr<Group> Group::split(int color, int key, std::chrono::milliseconds timeout, std::string name) {
+  std::string what = c10::str("split of group '", name_, "' into '", name, "'");
+  return derive("split", what, timeout, std::move(name), [&](ncclComm_t parent, ncclComm_t *child, ncclConfig_t *c) {
+    return ncclCommSplit(parent, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, child, c);
+  });
 }
 
 std::shared_ptr<Group> Group::subset(const std::vector<int> &excluded, std::chrono::milliseconds timeout,
                                      std::string name) {
-  ncclComm_t child = nullptr;
-  ncclResult_t r;
-  {
-    std::lock_guard<std::mutex> g(mutex_);
-    checkOpenLocked("ncclCommShrink");
-    flushLocked();
-    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-    config.blocking = 0;
-    std::vector<int> ex(excluded);
-    r = ncclCommShrink(comm_, ex.data(), static_cast<int>(ex.size()), &child, &config, NCCL_SHRINK_DEFAULT);
-  }
-  child = finishInit(child, r, timeout, c10::str("subgroup '", name, "' of group '", name_, "'"));
-  int crank = 0, csize = 0;
-  ncclCommUserRank(child, &crank);
-  ncclCommCount(child, &csize);
-  std::shared_ptr<Group> g(new Group(child, crank, csize, timeout, std::move(name)));
-  g->origin_ = "shrink";
-  return g;
+  std::string what = c10::str("subgroup '", name, "' of group '", name_, "'");
+  std::vector<int> ex(excluded);
+  return derive("shrink", what, timeout, std::move(name), [&](ncclComm_t parent, ncclComm_t *child, ncclConfig_t *c) {
+    return ncclCommShrink(parent, ex.data(), static_cast<int>(ex.size()), child, c, NCCL_SHRINK_DEFAULT);
+  });
 }
 
 void Group::checkOpenLocked(const char *name) {

@@ -82,6 +82,11 @@ class Group : public std::enable_shared_from_this<Group> {
 
  private:
   Group(ncclComm_t comm, int rank, int size, std::chrono::milliseconds timeout, std::string name);
+  // A child communicator made from this one by make (ncclCommSplit or
+  // ncclCommShrink, nonblocking), as a Group whose origin() is origin.
+  using Derive = std::function<ncclResult_t(ncclComm_t, ncclComm_t *, ncclConfig_t *)>;
+  std::shared_ptr<Group> derive(const char *origin, const std::string &what, std::chrono::milliseconds timeout,
+                                std::string name, const Derive &make);
   // Waits for a nonblocking init/split/shrink (bounded by the timeout, then aborted).
   static ncclComm_t finishInit(ncclComm_t comm, ncclResult_t r, std::chrono::milliseconds timeout,
                                const std::string &what);
