@@ -170,6 +170,11 @@ def gathers(rank, size):
             stacked = torch.zeros(size, n, dtype=dtype)
             dist.all_gather_into_tensor(stacked, mine)
             check(stacked, torch.stack(every), f"all_gather_into_tensor (stacked) {dtype} n={n}")
+            # in place (FSDP's way): the input is this rank's block of the output
+            flat = torch.zeros(size * n, dtype=dtype)
+            flat[rank * n:(rank + 1) * n] = mine
+            dist.all_gather_into_tensor(flat, flat[rank * n:(rank + 1) * n])
+            check(flat, torch.cat(every), f"all_gather_into_tensor in place {dtype} n={n}")
             for op in ("SUM", "MIN", "AVG"):
                 if not applies(op, dtype):
                     continue
@@ -181,6 +186,9 @@ def gathers(rank, size):
                 out = torch.zeros(n, dtype=dtype)
                 dist.reduce_scatter_tensor(out, torch.cat(blocks), op=redop(op))
                 check(out, want, f"reduce_scatter_tensor {op} {dtype} n={n}")
+                whole = torch.cat(blocks)  # in place: the output is this rank's block of the input
+                dist.reduce_scatter_tensor(whole[rank * n:(rank + 1) * n], whole, op=redop(op))
+                check(whole[rank * n:(rank + 1) * n], want, f"reduce_scatter_tensor in place {op} {dtype} n={n}")
 
 
 def coalesced(rank, size):
