@@ -10,6 +10,9 @@
  *   stop     - the same with the rank SIGSTOPped: "does not answer".
  *   commtimeout - skip, with chorusCommSetTimeout(700 ms) and CHORUS_TIMEOUT
  *              at its default: the communicator's own timeout holds.
+ *   destroyed / finalized - a rank destroys (finalizes) its communicator
+ *              while the others wait for it in a collective, and in a large
+ *              send: they fail within 1 s, naming it (CHORUS_TIMEOUT 600).
  *   shm      - nothing is left in /dev/shm after a SIGKILL.
  *   test_fault <case> */
 #define _GNU_SOURCE
@@ -188,6 +191,50 @@ static int peerAbortRank(int rank, int n, ncclUniqueId id, void *arg) {
   return 0;
 }
 
+/* A rank leaves (destroy or finalize) while the others wait for it. */
+static int p2pDepart;
+static int departRank(int rank, int n, ncclUniqueId id, void *arg) {
+  int finalize = arg != NULL;
+  ncclComm_t comm;
+  NCCLCHECK(ncclCommInitRank(&comm, n, id, rank));
+  float x = 1, y;
+  NCCLCHECK(ncclAllReduce(&x, &y, 1, ncclFloat, ncclSum, comm, NULL)); /* #1, together */
+  int leaver = n - 1;
+  if (rank == leaver) {
+    usleep(200000); /* the others are waiting by now */
+    shared[0] = nowSec();
+    if (finalize) {
+      NCCLCHECK(ncclCommFinalize(comm));
+      usleep(1500000);
+    }
+    NCCLCHECK(ncclCommDestroy(comm));
+    return 0;
+  }
+  /* p2p: a send of 16 MiB to the leaver, more than its FIFO holds */
+  size_t count = 4 << 20;
+  float *big = calloc(count, sizeof(float));
+  double t0 = nowSec();
+  ncclResult_t res = p2pDepart ? ncclSend(big, count, ncclFloat, leaver, comm, NULL)
+                               : ncclAllReduce(&x, &y, 1, ncclFloat, ncclSum, comm, NULL);
+  double after = nowSec() - shared[0];
+  free(big);
+  EXPECT(res == ncclRemoteError, "rank %d got %s after %.2f s", rank, ncclGetErrorString(res), nowSec() - t0);
+  EXPECT(after < 1.0, "rank %d: the error came %.2f s after rank %d left", rank, after, leaver);
+  const char *err = ncclGetLastError(comm);
+  char want[160];
+  snprintf(want, sizeof want, "rank %d (host", leaver);
+  EXPECT(strstr(err, want) && strstr(err, finalize ? "finalized its communicator" : "destroyed its communicator"),
+         "rank %d: last error '%s'", rank, err);
+  /* in a ring, a rank that waited on another (which saw the leaver) gets that rank's report */
+  snprintf(want, sizeof want, "waited for it in %s", p2pDepart ? "Send #1" : "AllReduce #2");
+  EXPECT(strstr(err, want), "rank %d: last error '%s' does not say '%s'", rank, err, want);
+  fprintf(stderr, "rank %d: %.0f ms after the peer left: %s\n", rank, after * 1e3, err);
+  faultTime(finalize ? "a peer finalizes while others wait for it" : "a peer destroys while others wait for it", res,
+            after * 1e3);
+  NCCLCHECK(ncclCommDestroy(comm));
+  return 0;
+}
+
 static int countShm(void) {
   DIR *d = opendir("/dev/shm");
   if (!d) return 0;
@@ -218,6 +265,11 @@ int main(int argc, char **argv) {
     failed = runRanks(2, abortRank, NULL, 30);
   } else if (strcmp(which, "peerabort") == 0) {
     failed = runRanks(3, peerAbortRank, NULL, 30);
+  } else if (strcmp(which, "destroyed") == 0 || strcmp(which, "finalized") == 0) {
+    void *finalize = which[0] == 'f' ? shared : NULL;
+    failed = runRanks(2, departRank, finalize, 30) + runRanks(4, departRank, finalize, 30);
+    p2pDepart = 1;
+    failed += runRanks(2, departRank, finalize, 30);
   } else if (strcmp(which, "commtimeout") == 0) {
     unsetenv("CHORUS_TIMEOUT");
     commTimeout = 1;

@@ -164,6 +164,7 @@ static void jobPut(struct streamJob *job) {
 
 static ncclResult_t streamJobRun(struct streamWork *w, ncclResult_t status) {
   struct streamJob *job = (struct streamJob *)w;
+  logStartThreadErrors();
   return status != ncclSuccess ? status : engineRun(&job->sched);
 }
 
@@ -218,6 +219,7 @@ static ncclResult_t launch(const struct groupItem *items, int n) {
   if (paramInt(paramDumpSchedule)) schedulePrint(s, stdout);
   busyAdd(items, n, NULL, 1);
   watchBegin(items, n, NULL);
+  logStartThreadErrors();
   ncclResult_t res = engineRun(s);
   watchEnd(items, n, NULL, res, 1);
   markFailed(items, n, NULL, res);

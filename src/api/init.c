@@ -412,6 +412,9 @@ NCCL_API(ncclResult_t, ncclCommFinalize, ncclComm_t comm) {
   }
   commWaitIdle(comm);
   comm->finalized = 1;
+  /* Nothing more will come from this rank: a peer still waiting for it (in
+   * an operation this rank never called) fails at once, naming it. */
+  if (comm->boot.oob) oobSayGoodbye(&comm->boot, oobFinalized);
   return comm->asyncError;
 }
 

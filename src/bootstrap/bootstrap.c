@@ -342,13 +342,18 @@ static int peerGone(struct bootstrap *b, int i) {
   return 1;
 }
 
-static int peerDeparted(const struct bootstrap *b, int i) {
+int bootstrapPeerDeparted(const struct bootstrap *b, int i) {
   return b->oob ? oobPeerDeparted(b, i) : b->departed[i];
+}
+
+const char *bootstrapDescribePeer(const struct bootstrap *b, int i, char *buf, size_t len) {
+  snprintf(buf, len, "rank %d (host %s, pid %d)", i, b->peers[i].hostname, b->peers[i].pid);
+  return buf;
 }
 
 int bootstrapGoneCount(struct bootstrap *b) {
   int gone = 0;
-  for (int i = 0; i < b->nranks; i++) gone += b->peerFd[i] >= 0 && !peerDeparted(b, i) && peerGone(b, i);
+  for (int i = 0; i < b->nranks; i++) gone += b->peerFd[i] >= 0 && !bootstrapPeerDeparted(b, i) && peerGone(b, i);
   return gone;
 }
 
@@ -362,7 +367,7 @@ ncclResult_t bootstrapLiveness(void *arg) {
     return fault;
   }
   for (int i = 0; i < b->nranks; i++) {
-    if (b->peerFd[i] < 0 || peerDeparted(b, i) || !peerGone(b, i)) continue;
+    if (b->peerFd[i] < 0 || bootstrapPeerDeparted(b, i) || !peerGone(b, i)) continue;
     if (len < (int)sizeof names - 100)
       len += snprintf(names + len, sizeof names - len, "%srank %d (host %s, pid %d)", gone ? ", " : "", i,
                       b->peers[i].hostname, b->peers[i].pid);

@@ -3,6 +3,7 @@
  * barrier; the same connections tell whether a peer is still alive. */
 #ifndef CHORUS_BOOTSTRAP_BOOTSTRAP_H
 #define CHORUS_BOOTSTRAP_BOOTSTRAP_H
+#include <stddef.h>
 #include <stdint.h>
 
 #include "bootstrap/socket.h"
@@ -62,6 +63,11 @@ ncclResult_t bootstrapLiveness(void *bootstrap);
 /* Closes everything; graceful says goodbye first, so peers do not take the
  * closed connections for a failure (ncclCommAbort does not: its peers must
  * see it as gone). */
+/* Nonzero when peer said goodbye: it destroyed (1) or finalized (2) its
+ * communicator and will take part in nothing more (enum oobDeparture). */
+int bootstrapPeerDeparted(const struct bootstrap *b, int peer);
+/* "rank 3 (host b, pid 4711)" into buf. */
+const char *bootstrapDescribePeer(const struct bootstrap *b, int peer, char *buf, size_t len);
 /* How many peers are gone (as bootstrapLiveness sees them), quietly. */
 int bootstrapGoneCount(struct bootstrap *b);
 void bootstrapClose(struct bootstrap *b, int graceful);

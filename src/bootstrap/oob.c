@@ -25,7 +25,7 @@ struct oobHeader {
   uint32_t magic;
   uint16_t type, pad;
   uint32_t len; /* payload bytes that follow */
-  uint32_t id;  /* query id (oobQuery, oobStatus) */
+  uint32_t id;  /* query id (oobQuery, oobStatus); why (oobGoodbye: enum oobDeparture) */
 };
 
 struct oobMsg {
@@ -127,7 +127,11 @@ static void frameHandle(struct oob *o, int peer) {
       p->inTail = m;
       pthread_mutex_unlock(&o->lock);
       return;
-    case oobGoodbye: __atomic_store_n(&p->departed, 1, __ATOMIC_RELEASE); break;
+    case oobGoodbye:
+      /* The reason rides in the id; a destroy after a finalize keeps "finalized". */
+      if (!__atomic_load_n(&p->departed, __ATOMIC_ACQUIRE))
+        __atomic_store_n(&p->departed, p->hdr.id == oobFinalized ? oobFinalized : oobDestroyed, __ATOMIC_RELEASE);
+      break;
     case oobQuery: {
       char buf[OOB_MAX_STATUS];
       memset(buf, 0, sizeof buf);
@@ -315,10 +319,14 @@ void oobStop(struct bootstrap *b, int graceful) {
   if (write(o->efd, &one, sizeof one) < 0) { /* it wakes within a second anyway */
   }
   pthread_join(o->thread, NULL);
-  for (int i = 0; graceful && i < b->nranks; i++)
-    if (b->peerFd[i] >= 0) frameSend(o, i, oobGoodbye, 0, NULL, 0, 100000000ull, NULL);
+  if (graceful) oobSayGoodbye(b, oobDestroyed);
   oobFree(o);
   b->oob = NULL;
+}
+
+void oobSayGoodbye(struct bootstrap *b, enum oobDeparture why) {
+  for (int i = 0; i < b->nranks; i++)
+    if (b->peerFd[i] >= 0) frameSend(b->oob, i, oobGoodbye, (uint32_t)why, NULL, 0, 100000000ull, NULL);
 }
 
 ncclResult_t oobSendData(struct bootstrap *b, int peer, const void *data, size_t size, struct waitState *w) {

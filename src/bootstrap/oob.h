@@ -30,8 +30,13 @@ typedef void (*oobStatusFn)(void *arg, void *out, size_t size);
 
 /* Starts the monitor on a bootstrap whose mesh is complete. */
 ncclResult_t oobStart(struct bootstrap *b, oobStatusFn status, void *arg, size_t statusBytes);
-/* Stops the monitor; graceful sends every peer a goodbye first. */
+/* Why a peer said goodbye: it will take part in nothing more. */
+enum oobDeparture { oobStaying = 0, oobDestroyed = 1, oobFinalized = 2 };
+/* Stops the monitor; graceful sends every peer a goodbye (destroyed) first. */
 void oobStop(struct bootstrap *b, int graceful);
+/* Tells every peer this rank is done with the communicator (ncclCommFinalize),
+ * so that one still waiting for it fails at once; the monitor goes on. */
+void oobSayGoodbye(struct bootstrap *b, enum oobDeparture why);
 
 ncclResult_t oobSendData(struct bootstrap *b, int peer, const void *data, size_t size, struct waitState *w);
 /* The next data message from peer, which must be exactly size bytes. */
@@ -39,7 +44,7 @@ ncclResult_t oobRecvData(struct bootstrap *b, int peer, void *data, size_t size,
 
 /* 1 when peer went away without a goodbye (or broke the protocol). */
 int oobPeerGone(const struct bootstrap *b, int peer);
-/* 1 when peer said goodbye. */
+/* Why peer said goodbye (enum oobDeparture; oobStaying: it has not). */
 int oobPeerDeparted(const struct bootstrap *b, int peer);
 
 /* Asks every live peer for its status and waits up to waitMs for the

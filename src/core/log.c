@@ -95,7 +95,18 @@ void logSetRank(int rank) { logRank = rank; }
 
 const char *logLastError(void) { return lastError; }
 
+/* The last WARN of this thread: the one that explains what this thread
+ * just saw fail (another thread's WARN, a socket helper's about another
+ * peer, say, may come in between). */
+static _Thread_local char threadLastError[1024];
+
+void logStartThreadErrors(void) { threadLastError[0] = 0; }
+
 void logCopyLastError(char *buf, size_t len) {
+  if (threadLastError[0]) {
+    snprintf(buf, len, "%s", threadLastError);
+    return;
+  }
   pthread_mutex_lock(&logLock);
   snprintf(buf, len, "%s", lastError);
   pthread_mutex_unlock(&logLock);
@@ -109,6 +120,7 @@ void logMessage(int level, unsigned subsys, const char *file, int line, const ch
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
   if (level == logWarn) {
+    snprintf(threadLastError, sizeof threadLastError, "%s", msg);
     pthread_mutex_lock(&logLock);
     snprintf(lastError, sizeof lastError, "%s", msg);
     pthread_mutex_unlock(&logLock);

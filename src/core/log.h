@@ -26,8 +26,12 @@ void logMessage(int level, unsigned subsys, const char *file, int line, const ch
 void logSetRank(int rank);
 /* Text of the last WARN (ncclGetLastError). */
 const char *logLastError(void);
-/* A copy of it, taken under the log's lock. */
+/* A copy of this thread's last WARN since logStartThreadErrors (the
+ * process's, if it has none): what a communicator keeps as the explanation
+ * of its failure. */
 void logCopyLastError(char *buf, size_t len);
+/* Forgets this thread's earlier WARNs (a launch starts). */
+void logStartThreadErrors(void);
 
 #define CHORUS_LOG(level, subsys, ...)                                 \
   do {                                                                 \

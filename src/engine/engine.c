@@ -130,6 +130,42 @@ static int taskProgress(struct schedule *s, struct task *t) {
 
 /* Liveness of everything a schedule depends on: each task's abort flag and
  * peers. Tasks of one communicator share both, so check each once. */
+/* The connection a stalled task's current step waits on (for data to
+ * arrive, or for room in the peer's FIFO), or NULL. */
+static struct conn *stalledOn(struct schedule *s, struct task *t) {
+  if (t->done || t->cur >= t->nsteps) return NULL;
+  if ((t->dep >= 0 && !s->tasks[t->dep].done) || (t->dep2 >= 0 && !s->tasks[t->dep2].done)) return NULL;
+  struct step *st = &s->steps[t->firstStep + t->cur];
+  if (st->recv && !simpleRecvSlot(st->recv)) return st->recv;
+  if (st->send && !simpleSendSlot(st->send)) return st->send;
+  return NULL;
+}
+
+/* A step that waits for a peer which has destroyed or finalized its
+ * communicator would wait forever: fail now, naming it. The peer said so
+ * after publishing its last slot, so a step that still waits once that is
+ * known has nothing more coming. */
+static ncclResult_t departedPeers(struct schedule *s) {
+  for (int i = 0; i < s->ntasks; i++) {
+    struct task *t = &s->tasks[i];
+    if (!t->boot) continue;
+    struct conn *c = stalledOn(s, t);
+    int why = c ? bootstrapPeerDeparted(t->boot, c->peer) : 0;
+    if (!why || stalledOn(s, t) != c) continue;
+    char peer[128], op[160], text[400];
+    if (t->desc.seq) descStr(&t->desc, op, sizeof op);
+    else snprintf(op, sizeof op, "%s", t->what);
+    snprintf(text, sizeof text, "%s %s its communicator while rank %d waited for it in %s",
+             bootstrapDescribePeer(t->boot, c->peer, peer, sizeof peer),
+             why == oobFinalized ? "finalized" : "destroyed", t->rank, op);
+    WARN("%s", text);
+    /* The ranks that wait on this one, not on the one that left, learn why. */
+    if (t->boot->oob) oobBroadcastFault(t->boot, ncclRemoteError, text);
+    return ncclRemoteError;
+  }
+  return ncclSuccess;
+}
+
 static ncclResult_t scheduleLiveness(void *arg) {
   struct schedule *s = arg;
   struct bootstrap *last = NULL;
@@ -149,7 +185,7 @@ static ncclResult_t scheduleLiveness(void *arg) {
       }
     }
   }
-  return ncclSuccess;
+  return departedPeers(s);
 }
 
 /* The socket connections of one run: they need the running thread to move
