@@ -30,7 +30,11 @@ static int stepMismatch(struct task *t, struct step *st, const struct opDesc *d)
     snprintf(text, sizeof text, "rank %d called %s but rank %d still sends data of an earlier operation "
              "(it called that one with a larger count or another operation)", t->rank, mine, peer);
   WARN("Mismatched operation: %s (CHORUS_CHECK=0 turns this check off)", text);
-  if (t->boot && t->boot->oob) oobBroadcastFault(t->boot, ncclInvalidUsage, text);
+  if (t->boot && t->boot->oob) { /* the ranks that learn it from this one read what it is, too */
+    char relayed[sizeof text + 32];
+    snprintf(relayed, sizeof relayed, "Mismatched operation: %s", text);
+    oobBroadcastFault(t->boot, ncclInvalidUsage, relayed);
+  }
   return -1;
 }
 
