@@ -126,6 +126,18 @@ int runRanksWithId(int nranks, ncclUniqueId id, rankFn fn, void *arg, int deadli
         if (WIFSIGNALED(status)) fprintf(stderr, "rank %d died with signal %d\n", r, WTERMSIG(status));
         else fprintf(stderr, "rank %d exited with %d\n", r, WEXITSTATUS(status));
       }
+      /* A rank that failed a check (it exits 1; fault tests kill theirs with
+       * signals) ends the run: the others may wait for it, and the test
+       * should fail now, not at its deadline. */
+      if (WIFEXITED(status) && WEXITSTATUS(status) != 0 && left > 0) {
+        fprintf(stderr, "rank %d failed: stopping the other %d rank(s)\n", r, left);
+        for (int q = 0; q < nranks; q++)
+          if (pids[q] > 0) kill(pids[q], SIGKILL);
+        for (int q = 0; q < nranks; q++)
+          if (pids[q] > 0) waitpid(pids[q], NULL, 0);
+        free(pids);
+        return failed + left;
+      }
     }
     if (reaped) continue;
     if (nowSec() > end) {

@@ -11,7 +11,10 @@
 typedef int (*rankFn)(int rank, int nranks, ncclUniqueId id, void *arg);
 
 /* Runs fn on nranks forked processes; returns the number of ranks that
- * failed (0 = all passed). deadlineSec bounds the whole run. */
+ * failed (0 = all passed). deadlineSec bounds the whole run; a rank whose
+ * fn returns nonzero (a failed check) ends it at once, the others killed
+ * and counted as failed. A rank killed by a signal does not (fault tests
+ * kill ranks on purpose). */
 int runRanks(int nranks, rankFn fn, void *arg, int deadlineSec);
 /* The id runRanks uses: ncclGetUniqueId's, or with CHORUS_TEST_COMM_ID=1
  * (make tsan) one whose root rank 0 hosts. 0 on success. */
