@@ -29,8 +29,11 @@ int dtypeIsFloat(int dtype) { return dtype >= ncclFloat16; }
 /* Binary operators on values in the computation type. */
 #define OP_SUM(a, b) ((a) + (b))
 #define OP_PROD(a, b) ((a) * (b))
-#define OP_MAX(a, b) ((a) > (b) ? (a) : (b))
-#define OP_MIN(a, b) ((a) < (b) ? (a) : (b))
+/* Max and min as NCCL's (fmaxf, __hmax): a NaN loses to a number, so a NaN
+ * on one rank does not win over the others' values (b != b is a NaN test;
+ * it folds away for integers). */
+#define OP_MAX(a, b) (((b) != (b) || (a) > (b)) ? (a) : (b))
+#define OP_MIN(a, b) (((b) != (b) || (a) < (b)) ? (a) : (b))
 
 /* Native types: T is the storage type; sums and products are computed in
  * U (the unsigned twin for signed integers) so that overflow wraps, as on
