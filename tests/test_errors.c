@@ -20,6 +20,133 @@ static int expectErr(ncclResult_t got, ncclResult_t want, const char *word, cons
 }
 #define BAD(call, want, word) failed += expectErr((call), (want), (word), #call)
 
+/* Every collective and point-to-point entry point, called with one
+ * argument wrong at a time: the exact error, a WARN naming the argument,
+ * and no byte of any buffer (guard bytes included) changed. */
+enum entry { eAllReduce, eBroadcast, eBcast, eReduce, eAllGather, eReduceScatter, eAlltoAll, eGather, eScatter,
+             eSend, eRecv, eSendTag, eRecvTag, eEntries };
+static const char *entryName[eEntries] = {"AllReduce", "Broadcast", "Bcast", "Reduce", "AllGather", "ReduceScatter",
+                                          "AlltoAll", "Gather", "Scatter", "Send", "Recv", "chorusSendTag",
+                                          "chorusRecvTag"};
+struct callSpec {
+  const void *send;
+  void *recv;
+  size_t count;
+  int dtype, op, root; /* root: the peer for point-to-point */
+  ncclComm_t comm;
+  cudaStream_t stream;
+};
+static ncclResult_t callEntry(int e, const struct callSpec *c) {
+  ncclDataType_t t = (ncclDataType_t)c->dtype;
+  ncclRedOp_t op = (ncclRedOp_t)c->op;
+  switch (e) {
+    case eAllReduce: return ncclAllReduce(c->send, c->recv, c->count, t, op, c->comm, c->stream);
+    case eBroadcast: return ncclBroadcast(c->send, c->recv, c->count, t, c->root, c->comm, c->stream);
+    case eBcast: return ncclBcast(c->recv, c->count, t, c->root, c->comm, c->stream);
+    case eReduce: return ncclReduce(c->send, c->recv, c->count, t, op, c->root, c->comm, c->stream);
+    case eAllGather: return ncclAllGather(c->send, c->recv, c->count, t, c->comm, c->stream);
+    case eReduceScatter: return ncclReduceScatter(c->send, c->recv, c->count, t, op, c->comm, c->stream);
+    case eAlltoAll: return ncclAlltoAll(c->send, c->recv, c->count, t, c->comm, c->stream);
+    case eGather: return ncclGather(c->send, c->recv, c->count, t, c->root, c->comm, c->stream);
+    case eScatter: return ncclScatter(c->send, c->recv, c->count, t, c->root, c->comm, c->stream);
+    case eSend: return ncclSend(c->send, c->count, t, c->root, c->comm, c->stream);
+    case eRecv: return ncclRecv(c->recv, c->count, t, c->root, c->comm, c->stream);
+    case eSendTag: return chorusSendTag(c->send, c->count, t, c->root, 5, c->comm, c->stream);
+    default: return chorusRecvTag(c->recv, c->count, t, c->root, 5, c->comm, c->stream);
+  }
+}
+static int reduces(int e) { return e == eAllReduce || e == eReduce || e == eReduceScatter; }
+static int rooted(int e) { return e == eBroadcast || e == eBcast || e == eReduce || e == eGather || e == eScatter; }
+static int p2p(int e) { return e >= eSend; }
+static int readsSend(int e) { return e != eRecv && e != eRecvTag && e != eBcast; }
+static int writesRecv(int e) { return e != eSend && e != eSendTag; }
+
+static int everyArgument(int rank, int n, ncclComm_t comm) {
+  int failed = 0;
+  size_t bytes = 64 * sizeof(float) * (size_t)n;
+  unsigned char *send = guardAlloc(bytes), *recv = guardAlloc(bytes), *before = malloc(bytes);
+  memset(send, 0x11, bytes);
+  memset(recv, 0x22, bytes);
+  memcpy(before, recv, bytes);
+  static uint64_t fake[16];
+  for (int e = 0; e < eEntries; e++) {
+    /* the good call's arguments: root/peer 0 (this rank is a valid peer only with a matching receive) */
+    struct callSpec good = {send, recv, 8, ncclFloat, ncclSum, 0, comm, NULL};
+    struct {
+      struct callSpec c;
+      ncclResult_t want;
+      const char *word;
+      int applies;
+    } cases[] = {
+        {{send, recv, 8, ncclFloat, ncclSum, 0, NULL, NULL}, ncclInvalidArgument, "comm", 1},
+        {{send, recv, 8, -1, ncclSum, 0, comm, NULL}, ncclInvalidArgument, "type", 1},
+        {{send, recv, 8, ncclNumTypes, ncclSum, 0, comm, NULL}, ncclInvalidArgument, "type", 1},
+        {{send, recv, 8, ncclFloat, -1, 0, comm, NULL}, ncclInvalidArgument, "operation", reduces(e)},
+        {{send, recv, 8, ncclFloat, ncclNumOps, 0, comm, NULL}, ncclInvalidArgument, "operation", reduces(e)},
+        {{send, recv, 8, ncclFloat, ncclSum, -1, comm, NULL}, ncclInvalidArgument, p2p(e) ? "peer" : "root",
+         rooted(e) || p2p(e)},
+        {{send, recv, 8, ncclFloat, ncclSum, n, comm, NULL}, ncclInvalidArgument, p2p(e) ? "peer" : "root",
+         rooted(e) || p2p(e)},
+        {{NULL, recv, 8, ncclFloat, ncclSum, 0, comm, NULL}, ncclInvalidArgument, "sendbuff",
+         readsSend(e) && !((e == eBroadcast || e == eScatter) && rank != 0)},
+        {{send, NULL, 8, ncclFloat, ncclSum, 0, comm, NULL}, ncclInvalidArgument, e == eBcast ? "buff" : "recvbuff",
+         writesRecv(e) && !((e == eReduce || e == eGather) && rank != 0)},
+        {{send, recv, 8, ncclFloat, ncclSum, 0, comm, (cudaStream_t)fake}, ncclInvalidArgument, "stream", 1},
+        {{send, recv, SIZE_MAX / 2, ncclFloat, ncclSum, 0, comm, NULL}, ncclInvalidArgument, "too large", 1},
+    };
+    (void)good;
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+      if (!cases[k].applies) continue;
+      char what[96];
+      snprintf(what, sizeof what, "%s case %zu (rank %d)", entryName[e], k, rank);
+      failed += expectErr(callEntry(e, &cases[k].c), cases[k].want, cases[k].word, what);
+      if (memcmp(recv, before, bytes) != 0 || guardCheck(recv) || guardCheck(send)) {
+        fprintf(stderr, "%s: a refused call changed a buffer\n", what);
+        failed++;
+        memcpy(recv, before, bytes);
+      }
+    }
+  }
+  /* Refusals on one rank only leave the operations' numbering alone: the
+   * next call still matches the other ranks' (mismatch detection is on). */
+  if (rank == 0) {
+    failed += expectErr(ncclAllReduce(send, recv, 8, ncclFloat, ncclSum, comm, (cudaStream_t)fake),
+                        ncclInvalidArgument, "stream", "a refused call on rank 0 alone");
+    failed += expectErr(ncclSend(send, 8, ncclFloat, n - 1, comm, (cudaStream_t)fake), ncclInvalidArgument,
+                        "stream", "a refused send on rank 0 alone");
+  }
+  float one = 1, sum = 0;
+  NCCLCHECK(ncclAllReduce(&one, &sum, 1, ncclFloat, ncclSum, comm, NULL));
+  EXPECT(sum == n, "all_reduce after one-sided refusals: %g", sum);
+  if (n > 1 && (rank == 0 || rank == n - 1)) {
+    float v = (float)rank, got = -1;
+    NCCLCHECK(ncclGroupStart());
+    NCCLCHECK(ncclSend(&v, 1, ncclFloat, n - 1 - rank, comm, NULL));
+    NCCLCHECK(ncclRecv(&got, 1, ncclFloat, n - 1 - rank, comm, NULL));
+    NCCLCHECK(ncclGroupEnd());
+    EXPECT(got == (float)(n - 1 - rank), "send/recv after one-sided refusals: %g", got);
+  }
+  /* A lone send to self (or receive from self) cannot complete. */
+  failed += expectErr(ncclSend(send, 8, ncclFloat, rank, comm, NULL), ncclInvalidUsage, "send to self",
+                      "send to self without a receive");
+  failed += expectErr(ncclRecv(recv, 8, ncclFloat, rank, comm, NULL), ncclInvalidUsage, "receive from self",
+                      "receive from self without a send");
+  if (memcmp(recv, before, bytes) != 0) {
+    fprintf(stderr, "a refused self receive changed the buffer\n");
+    failed++;
+  }
+  /* and with its match in a group it works */
+  NCCLCHECK(ncclGroupStart());
+  NCCLCHECK(ncclSend(send, 8, ncclFloat, rank, comm, NULL));
+  NCCLCHECK(ncclRecv(recv, 8, ncclFloat, rank, comm, NULL));
+  NCCLCHECK(ncclGroupEnd());
+  EXPECT(memcmp(recv, send, 8 * sizeof(float)) == 0, "send to self in a group");
+  guardFree(send);
+  guardFree(recv);
+  free(before);
+  return failed;
+}
+
 static int rankMain(int rank, int n, ncclUniqueId id, void *arg) {
   int failed = 0;
   ncclComm_t comm;
@@ -79,6 +206,7 @@ static int rankMain(int rank, int n, ncclUniqueId id, void *arg) {
   BAD(ncclCommGetAsyncError(comm, NULL), ncclInvalidArgument, "asyncError");
   NCCLCHECK(ncclCommGetAsyncError(comm, &async));
   EXPECT(async == ncclSuccess, "async error %d", async);
+  failed += everyArgument(rank, n, comm);
   /* The communicator still works after all the rejected calls. */
   NCCLCHECK(ncclAllReduce(send, recv, 16, ncclFloat, ncclSum, comm, NULL));
   for (int i = 0; i < 16; i++) EXPECT(recv[i] == n, "recv[%d] = %g after the good call", i, recv[i]);

@@ -8,6 +8,7 @@
 #include "api/watch.h"
 #include "core/err.h"
 #include "core/log.h"
+#include "engine/stream.h"
 
 struct callArgs {
   int coll;
@@ -70,6 +71,10 @@ static ncclResult_t enqueueCheckArgs(const struct callArgs *a) {
     WARN("%s : invalid %s %d (nranks %d)", name, p2p ? "peer" : "root", a->root, comm->nranks);
     return ncclInvalidArgument;
   }
+  if (a->stream != NULL && !streamValid(a->stream)) {
+    WARN("%s : stream %p was not created by chorusStreamCreate", name, (void *)a->stream);
+    return ncclInvalidArgument;
+  }
   size_t esz = dtypeSize(a->dtype);
   if (a->count > SIZE_MAX / esz / (size_t)comm->nranks) {
     WARN("%s : count %zu is too large", name, a->count);
@@ -101,17 +106,15 @@ static ncclResult_t enqueueCheckArgs(const struct callArgs *a) {
   if (p2p) c->tag = (uint16_t)a->tag;
   c->root = rooted || p2p ? a->root : -1;
   c->rank = comm->rank;
-  if (p2p) c->seq = ++comm->p2pSeq[(a->coll == collRecv ? comm->nranks : 0) + a->root];
-  else c->seq = ++comm->collSeq;
-  if (a->count == 0) { /* a no-op, as in NCCL */
-    if (!p2p && c->seq > comm->doneSeq) {
-      pthread_mutex_lock(&comm->statusLock);
-      comm->doneSeq = c->seq;
-      pthread_mutex_unlock(&comm->statusLock);
+  if (a->count == 0) { /* a no-op, as in NCCL; a collective keeps its number (every rank calls it), a
+                         * send or receive takes none (its peer need not call anything) */
+    if (!p2p) {
+      watchNumber(&item);
+      watchNoop(&item);
     }
     return ncclSuccess;
   }
-  return groupEnqueue(&item);
+  return groupEnqueue(&item); /* numbered when it launches: a launch refused changes no count */
 }
 
 static ncclResult_t enqueueCheck(const struct callArgs *a) { return groupNoteError(enqueueCheckArgs(a)); }

@@ -201,8 +201,9 @@ static ncclResult_t launchStream(const struct groupItem *items, int n, cudaStrea
   return ncclSuccess;
 }
 
-static ncclResult_t launch(const struct groupItem *items, int n) {
+static ncclResult_t launch(struct groupItem *items, int n) {
   CHECK(checkSelfP2p(items, n));
+  for (int i = 0; i < n; i++) watchNumber(&items[i]);
   for (int i = 0; i < n; i++) {
     if (items[i].stream == NULL) continue;
     int first = 1;
@@ -228,11 +229,10 @@ static ncclResult_t launch(const struct groupItem *items, int n) {
 }
 
 ncclResult_t groupEnqueue(const struct groupItem *item) {
-  if (item->stream != NULL && !streamValid(item->stream)) {
-    WARN("%s : stream %p was not created by chorusStreamCreate", collName(item->desc.coll), (void *)item->stream);
-    return ncclInvalidArgument;
+  if (groupDepth == 0) {
+    struct groupItem one = *item;
+    return launch(&one, 1);
   }
-  if (groupDepth == 0) return launch(item, 1);
   if (groupCount == groupCap) {
     if (groupCap == 0) threadCacheInUse();
     int cap = groupCap ? 2 * groupCap : 16;

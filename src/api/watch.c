@@ -31,6 +31,24 @@ void watchStatus(void *arg, void *out, size_t size) {
   memcpy(out, &r, size < sizeof r ? size : sizeof r);
 }
 
+void watchNumber(struct groupItem *item) {
+  struct ncclComm *comm = item->comm;
+  struct opDesc *c = &item->desc.check;
+  if (c->coll == collSend || c->coll == collRecv)
+    c->seq = ++comm->p2pSeq[(c->coll == collRecv ? comm->nranks : 0) + c->root];
+  else
+    c->seq = ++comm->collSeq;
+}
+
+void watchNoop(const struct groupItem *item) {
+  struct ncclComm *comm = item->comm;
+  const struct opDesc *c = &item->desc.check;
+  if (c->coll == collSend || c->coll == collRecv || c->seq <= comm->doneSeq) return;
+  pthread_mutex_lock(&comm->statusLock);
+  comm->doneSeq = c->seq;
+  pthread_mutex_unlock(&comm->statusLock);
+}
+
 /* 1 when items[i] is the first of its communicator among those on stream. */
 static int firstOfComm(const struct groupItem *items, int i, cudaStream_t stream) {
   if (items[i].stream != stream) return 0;

@@ -10,6 +10,12 @@
 /* The monitor's status callback (oobStatusFn) and its reply size. */
 void watchStatus(void *comm, void *out, size_t size);
 size_t watchStatusBytes(void);
+/* Gives an operation its number (collectives per communicator, Send/Recv
+ * per peer and direction, from 1): when its launch is accepted, so that a
+ * refused call changes nothing. */
+void watchNumber(struct groupItem *item);
+/* A numbered operation with nothing to do (count 0) is done at once. */
+void watchNoop(const struct groupItem *item);
 /* A launch of items (those on stream) starts / ends with res; ran = 0 when
  * it was not run at all (a failure before it on its stream): then a
  * timeout is not diagnosed again. */
