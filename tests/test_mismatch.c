@@ -1,7 +1,8 @@
 /* Mismatched operations end in ncclInvalidUsage on every rank, never a hang
  * or an overrun (CHORUS_CHECK, on by default). One rank calls something else
  * than the others; each case runs on 3 ranks:
- *   count dtype op root coll p2p tag    test_mismatch <case>
+ *   count dtype op root coll p2p tag every    test_mismatch <case>
+ * (every: each collective and Send/Recv, by count and by datatype)
  * (tag: a ring of chorusSendTag/chorusRecvTag, one receive with another tag)
  * Each rank's mismatched call fails within 2 s with a WARN that names both
  * calls, or (a rank whose part ended before anyone noticed) succeeds and
@@ -85,11 +86,71 @@ static int mismatchRank(int rank, int n, ncclUniqueId id, void *arg) {
   return 0;
 }
 
+/* Every collective, and Send/Recv, with the last rank's count or datatype
+ * different: each on a communicator split off for it (a mismatch fails the
+ * communicator), every rank must end with ncclInvalidUsage naming both calls. */
+enum { mAllReduce, mBroadcast, mReduce, mAllGather, mReduceScatter, mAlltoAll, mGather, mScatter, mSendRecv, mColls };
+static const char *mName[mColls] = {"AllReduce", "Broadcast", "Reduce", "AllGather", "ReduceScatter",
+                                    "AlltoAll", "Gather", "Scatter", "Send/Recv"};
+static ncclResult_t mCall(int coll, int odd, int byDtype, float *in, float *out, int rank, int n, ncclComm_t c) {
+  size_t cnt = odd && !byDtype ? 37 : 40;
+  ncclDataType_t t = odd && byDtype ? ncclInt32 : ncclFloat;
+  switch (coll) {
+    case mAllReduce: return ncclAllReduce(in, out, cnt, t, ncclSum, c, NULL);
+    case mBroadcast: return ncclBroadcast(in, out, cnt, t, 0, c, NULL);
+    case mReduce: return ncclReduce(in, out, cnt, t, ncclSum, 0, c, NULL);
+    case mAllGather: return ncclAllGather(in, out, cnt, t, c, NULL);
+    case mReduceScatter: return ncclReduceScatter(in, out, cnt, t, ncclSum, c, NULL);
+    case mAlltoAll: return ncclAlltoAll(in, out, cnt, t, c, NULL);
+    case mGather: return ncclGather(in, out, cnt, t, 0, c, NULL);
+    case mScatter: return ncclScatter(in, out, cnt, t, 0, c, NULL);
+    default:
+      ncclGroupStart();
+      ncclSend(in, cnt, t, (rank + 1) % n, c, NULL);
+      ncclRecv(out, 40, ncclFloat, (rank + n - 1) % n, c, NULL);
+      return ncclGroupEnd();
+  }
+}
+
+static int everyRank(int rank, int n, ncclUniqueId id, void *arg) {
+  (void)arg;
+  ncclComm_t parent;
+  NCCLCHECK(ncclCommInitRank(&parent, n, id, rank));
+  size_t big = 40 * (size_t)n;
+  float *in = guardAlloc(big * sizeof(float)), *out = guardAlloc(big * sizeof(float));
+  for (size_t i = 0; i < big; i++) in[i] = 1;
+  for (int coll = 0; coll < mColls; coll++)
+    for (int byDtype = 0; byDtype < 2; byDtype++) {
+      ncclComm_t c;
+      NCCLCHECK(ncclCommSplit(parent, 0, rank, &c, NULL));
+      double t0 = nowSec();
+      ncclResult_t res = mCall(coll, rank == n - 1, byDtype, in, out, rank, n, c);
+      if (res == ncclSuccess) /* its part was done before anyone saw it: the next call says so */
+        res = ncclAllReduce(in, out, 1, ncclFloat, ncclSum, c, NULL);
+      double t = nowSec() - t0;
+      const char *err = ncclGetLastError(c);
+      EXPECT(res == ncclInvalidUsage, "%s by %s, rank %d: got %s (%s)", mName[coll], byDtype ? "datatype" : "count",
+             rank, ncclGetErrorString(res), err);
+      EXPECT(t < 2.0, "%s: the error took %.2f s", mName[coll], t);
+      EXPECT(strstr(err, "Mismatched operation") || strstr(err, "reported"), "%s: rank %d's error '%s'", mName[coll],
+             rank, err);
+      EXPECT(!guardCheck(in) && !guardCheck(out), "%s: guard bytes", mName[coll]);
+      /* everyone has seen it before anyone leaves (leaving looks like a death) */
+      NCCLCHECK(ncclAllReduce(in, out, 1, ncclFloat, ncclSum, parent, NULL));
+      NCCLCHECK(ncclCommAbort(c));
+    }
+  NCCLCHECK(ncclCommDestroy(parent));
+  guardFree(in);
+  guardFree(out);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   which = argc > 1 ? argv[1] : "count";
   arrived = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   setenv("CHORUS_TIMEOUT", "20", 0); /* a hang fails the deadline, not the check */
-  int failed = runRanks(3, mismatchRank, NULL, 30);
+  int failed = strcmp(which, "every") == 0 ? runRanks(3, everyRank, NULL, 60) + runRanks(2, everyRank, NULL, 60)
+                                            : runRanks(3, mismatchRank, NULL, 30);
   printf("test_mismatch %s: %s\n", which, failed ? "FAILED" : "passed");
   return failed != 0;
 }
