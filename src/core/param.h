@@ -27,6 +27,8 @@
   X(IbDisable, "NCCL_IB_DISABLE", 0, "0", "1 disables InfiniBand (chorus has sockets only)")        \
   X(Net, "NCCL_NET", 1, "", "network transport by name: Socket (the only one)")                     \
   X(Timeout, "CHORUS_TIMEOUT", 0, "600", "seconds without progress before an operation fails")   \
+  X(SocketBufSize, "CHORUS_SOCKET_BUFSIZE", 0, "0",                                               \
+    "SO_SNDBUF/SO_RCVBUF of the socket transport's sockets (0: the kernel's); small ones force short writes and reads (tests)") \
   X(Check, "CHORUS_CHECK", 0, "1", "1 checks that every rank called the same operation (count, type, op, root)") \
   X(DumpSchedule, "CHORUS_DUMP_SCHEDULE", 0, "0", "1 prints every schedule built")                \
   X(LLThreshold, "CHORUS_SMALL_THRESHOLD", 0, "16384",                                            \

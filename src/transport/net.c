@@ -75,6 +75,18 @@ static void setUserTimeout(int fd) {
   setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &ms, sizeof ms);
 }
 
+/* Every transport socket, once connected: the user timeout above, and
+ * CHORUS_SOCKET_BUFSIZE's kernel buffers when set (tests make them small,
+ * so that every large message meets short writes and reads). */
+static void sockTune(int fd) {
+  setUserTimeout(fd);
+  int64_t b = paramInt(paramSocketBufSize);
+  if (b <= 0) return;
+  int v = b > 0x7fffffff ? 0x7fffffff : (int)b;
+  setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &v, sizeof v);
+  setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &v, sizeof v);
+}
+
 static void sockPush(struct netSock *k, char *ptr, uint32_t len, uint64_t step) {
   struct netTask *t = &k->q[k->qtail % k->qcap];
   t->ptr = ptr;
@@ -544,7 +556,7 @@ static ncclResult_t netAcceptAll(struct netState *s, struct bootstrap *b, struct
       continue;
     }
     n->socks[h.sock].fd = fd;
-    setUserTimeout(fd);
+    sockTune(fd);
     expected--;
   }
 out:
@@ -632,7 +644,7 @@ ncclResult_t netSetup(struct netState *s, struct bootstrap *b, struct connTable 
       struct netConn *nc = connSend(t, p, l)->net;
       for (int i = 0; i < nc->nsocks; i++) {
         CHECKGOTO(sockConnect(&info[p].addr, &nc->socks[i].fd, &w), res, out);
-        setUserTimeout(nc->socks[i].fd);
+        sockTune(nc->socks[i].fd);
         struct netHello h = {b->secret, b->peers[0].nonce, me, l, i, 0};
         CHECKGOTO(sockSendAll(nc->socks[i].fd, &h, sizeof h, &w), res, out);
       }
