@@ -2,7 +2,8 @@
  * forked processes (one per rank) or on ncclCommInitAll ranks driven from
  * one thread with group calls; results checked against an independent
  * reference, with guard bytes around every buffer.
- *   test_coll <nranks> [fork|threads] [quick|full] [groupinit] */
+ * "bounds" runs the counts on the algorithms' edges instead (see boundCounts).
+ *   test_coll <nranks> [fork|threads] [quick|full|bounds] [groupinit] */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -162,7 +163,7 @@ static int check(const struct testCase *c, int rank, int n, ncclComm_t comm, str
 }
 
 struct config {
-  int quick;
+  int quick, bounds;
 };
 
 /* Calls fn for every test case, in the same order on every rank. */
@@ -183,6 +184,65 @@ static int forEachCase(int n, int quick, caseFn fn, void *arg) {
     for (int inplace = 0; inplace < 2; inplace++) {
       struct testCase c = {coll, ncclFloat32, ncclSum, inplace, n - 1, (1 << 20) + 3};
       if (fn(&c, arg)) return 1;
+    }
+  return 0;
+}
+
+/* Counts on the algorithms' edges of one collective, for a FIFO of
+ * NCCL_BUFFSIZE bytes (the slot geometry mirrors transport/conn.c; if it
+ * drifts these counts still test correctness, only less sharply), each -1,
+ * exact and +1: multiples of nranks x the 64-byte alignment a ring block
+ * is cut at, a FIFO slot, a ring piece (half the peer's FIFO), a pipeline
+ * loop (AllReduce: nranks pieces; AllGather, ReduceScatter: one piece;
+ * the chains: a slot), the one-hop AllReduce's limit; then one odd count
+ * of more than two loops and, for float32 up to 8 ranks, one of two
+ * channels. */
+static int boundCounts(int coll, int n, size_t esz, size_t *out, int max) {
+  const char *e = getenv("NCCL_BUFFSIZE");
+  size_t buff = e ? strtoull(e, NULL, 0) : 4194304;
+  size_t nslots = buff / (128 * 1024);
+  nslots = nslots < 8 ? 8 : nslots > 64 ? 64 : nslots;
+  size_t slot = (((buff / nslots) & ~(size_t)63) - 32) / esz;
+  size_t piece = nslots * slot * esz / 2 / 64 * 64 / esz, align = 64 / esz;
+  size_t loop = coll == AR ? piece * n : coll == AG || coll == RS ? piece : slot;
+  e = getenv("CHORUS_SMALL_THRESHOLD");
+  size_t small = coll == AR ? (e ? strtoull(e, NULL, 0) : 16384) / esz : 1;
+  size_t centres[] = {1, (size_t)n, align * n, 3 * align * n, slot, piece, loop, small};
+  size_t once[] = {2 * loop + align + 1, esz == 4 && n <= 8 ? (2u << 20) / esz + 1 : 0};
+  int k = 0;
+  out[k++] = 0;
+  for (size_t i = 0; i < sizeof centres / sizeof centres[0] + sizeof once / sizeof once[0]; i++)
+    for (int d = -1; d <= 1; d++) {
+      int single = i >= sizeof centres / sizeof centres[0];
+      if (single && d != 0) continue;
+      size_t c = single ? once[i - sizeof centres / sizeof centres[0]] : centres[i] + (size_t)d;
+      int dup = c == 0;
+      for (int j = 0; j < k; j++) dup |= out[j] == c;
+      if (!dup && k < max) out[k++] = c;
+    }
+  return k;
+}
+
+/* Every collective at its edge counts, for one type per element size (and
+ * bfloat16 for rounding; past 8 ranks, in threads mode on one process, the
+ * 2- and 4-byte ones), sum in and out of place, and avg and premulsum on
+ * AllReduce and ReduceScatter. */
+static int forEachBoundCase(int n, caseFn fn, void *arg) {
+  static const int types[] = {ncclInt8, ncclBfloat16, ncclFloat32, ncclFloat64};
+  size_t lo = n > 8 ? 1 : 0, hi = n > 8 ? 3 : sizeof types / sizeof types[0];
+  for (size_t ti = lo; ti < hi; ti++)
+    for (int coll = 0; coll < NCOLL; coll++) {
+      size_t counts[64];
+      int nc = boundCounts(coll, n, typeSize(types[ti]), counts, 64);
+      for (int ci = 0; ci < nc; ci++)
+        for (int inplace = 0; inplace < 2; inplace++) {
+          int ops[] = {ncclSum, ncclAvg, OP_PREMUL};
+          int nops = coll == AR || coll == RS ? 3 : 1;
+          for (int oi = 0; oi < nops; oi++) {
+            struct testCase c = {coll, types[ti], ops[oi], inplace, (int)((counts[ci] + coll) % n), counts[ci]};
+            if (fn(&c, arg)) return 1;
+          }
+        }
     }
   return 0;
 }
@@ -208,7 +268,7 @@ static int forkRank(int rank, int n, ncclUniqueId id, void *arg) {
   struct config *cfg = arg;
   struct forkArg a = {rank, n, NULL};
   NCCLCHECK(ncclCommInitRank(&a.comm, n, id, rank));
-  int rc = forEachCase(n, cfg->quick, forkCase, &a);
+  int rc = cfg->bounds ? forEachBoundCase(n, forkCase, &a) : forEachCase(n, cfg->quick, forkCase, &a);
   NCCLCHECK(ncclCommDestroy(a.comm));
   return rc;
 }
@@ -234,7 +294,7 @@ static int threadCase(const struct testCase *c, void *argp) {
 int main(int argc, char **argv) {
   int n = argc > 1 ? atoi(argv[1]) : 2;
   int threads = argc > 2 && strcmp(argv[2], "threads") == 0;
-  struct config cfg = {argc > 3 && strcmp(argv[3], "quick") == 0};
+  struct config cfg = {argc > 3 && strcmp(argv[3], "quick") == 0, argc > 3 && strcmp(argv[3], "bounds") == 0};
   double t0 = nowSec();
   int failed;
   if (threads) {
@@ -257,7 +317,7 @@ int main(int argc, char **argv) {
       NCCLCHECK(ncclCommCount(a.comms[r], &count));
       EXPECT((dev == r || argc > 4) && rank == r && count == n, "rank %d: dev %d rank %d count %d", r, dev, rank, count);
     }
-    failed = forEachCase(n, cfg.quick, threadCase, &a);
+    failed = cfg.bounds ? forEachBoundCase(n, threadCase, &a) : forEachCase(n, cfg.quick, threadCase, &a);
     for (int r = 0; r < n; r++) NCCLCHECK(ncclCommDestroy(a.comms[r]));
     free(a.comms);
     free(a.states);
