@@ -58,6 +58,14 @@ int testCommId(ncclUniqueId *id) {
   return 0;
 }
 
+/* A test's own deadline, cut to CHORUS_TEST_DEADLINE (tests/deadlines.cmake
+ * sets it a few times the test's normal time). */
+static int testDeadline(int deadlineSec) {
+  const char *e = getenv("CHORUS_TEST_DEADLINE");
+  int cap = e ? atoi(e) : 0;
+  return cap > 0 && cap < deadlineSec ? cap : deadlineSec;
+}
+
 static int runLaunchedRank(int nranks, rankFn fn, void *arg, int deadlineSec) {
   int rank, n;
   ncclUniqueId id;
@@ -66,7 +74,7 @@ static int runLaunchedRank(int nranks, rankFn fn, void *arg, int deadlineSec) {
     return 1;
   }
   if (ncclGetUniqueId(&id) != ncclSuccess) return 1;
-  alarm(deadlineSec);
+  alarm(testDeadline(deadlineSec));
   int rc = fn(rank, n, id, arg);
   if (rc) fprintf(stderr, "rank %d failed\n", rank);
   return rc ? 1 : 0;
@@ -84,6 +92,7 @@ int runRanks(int nranks, rankFn fn, void *arg, int deadlineSec) {
 extern int __lsan_do_recoverable_leak_check(void) __attribute__((weak));
 
 int runRanksWithId(int nranks, ncclUniqueId id, rankFn fn, void *arg, int deadlineSec) {
+  deadlineSec = testDeadline(deadlineSec);
   fflush(NULL);
   pid_t *pids = calloc(nranks, sizeof *pids);
   /* Children start only once all are forked: no rank reaches the root

@@ -1,0 +1,66 @@
+# Per-test deadlines: a few times each test's normal time on 2 cores under
+# `ctest -j2`, so that a hang fails in seconds, not at a 600 s limit. The
+# harnesses (tests/harness.c runRanks, python/tests/harness.py run) cut their
+# own deadlines to CHORUS_TEST_DEADLINE, so a stuck run ends with the ranks
+# that did not finish named, before ctest's TIMEOUT (10 s later) kills it.
+# Sanitizer builds run several times slower: CHORUS_DEADLINE_SCALE.
+if(CHORUS_SANITIZE STREQUAL "thread")
+  set(CHORUS_DEADLINE_SCALE 10 CACHE STRING "multiplies every test deadline")
+elseif(CHORUS_SANITIZE)
+  set(CHORUS_DEADLINE_SCALE 4 CACHE STRING "multiplies every test deadline")
+else()
+  set(CHORUS_DEADLINE_SCALE 1 CACHE STRING "multiplies every test deadline")
+endif()
+
+# tests/mutate.sh builds with a cap on every deadline (a mutant that makes a
+# test hang should cost seconds).
+set(CHORUS_DEADLINE_CAP 0 CACHE STRING "caps every test deadline (seconds; 0: no cap)")
+
+# Seconds, for the tests that normally take more than a few (normal time in
+# the comment); every other test gets 20.
+set(CHORUS_DEADLINES
+  torch_ddp=300          # 80 s
+  netns_suite=200        # 50 s
+  torch_ops_4=180        # 45 s
+  torch_ops_3=150        # 37 s
+  torch_plugin=120       # 32 s
+  torch_faults=120       # 26 s
+  torch_ops_2=90         # 22 s
+  fuzz=80                # 19 s
+  torch_ops_1=75         # 18 s
+  coll_fork_8=75         # 18 s
+  coll_fork_8_socket=75  # 19 s
+  coll_bounds_threads_16=80  # 20 s
+  coll_bounds_8=60       # 14 s
+  netns_shaped=60        # 13 s
+  coll_bounds_7=45       # 10 s
+  coll_bounds_7_socket=45  # 10 s
+  torch_async=45         # 11 s
+  coll_fork_5_socket=45  # 10 s
+  coll_fork_5=30         # 8 s
+  coll_bounds_6=30       # 7 s
+  torch_groups=30        # 7 s
+  netns_linkdown=30      # 6 s
+  fault_stop=30 fault_stop_socket=30 fault_skip=30 fault_skip_socket=30 fault_commtimeout=30  # 6 s
+  fault_finalized=30 fault_finalized_socket=30  # 5 s
+)
+
+# Sets TIMEOUT and CHORUS_TEST_DEADLINE on every test of the calling directory.
+function(chorus_set_deadlines)
+  get_property(tests DIRECTORY PROPERTY TESTS)
+  foreach(t ${tests})
+    set(sec 20)
+    foreach(entry ${CHORUS_DEADLINES})
+      if(entry MATCHES "^${t}=([0-9]+)$")
+        set(sec ${CMAKE_MATCH_1})
+      endif()
+    endforeach()
+    math(EXPR sec "${sec} * ${CHORUS_DEADLINE_SCALE}")
+    if(CHORUS_DEADLINE_CAP GREATER 0 AND sec GREATER CHORUS_DEADLINE_CAP)
+      set(sec ${CHORUS_DEADLINE_CAP})
+    endif()
+    math(EXPR limit "${sec} + 10")
+    set_property(TEST ${t} PROPERTY TIMEOUT ${limit})
+    set_property(TEST ${t} APPEND PROPERTY ENVIRONMENT_MODIFICATION "CHORUS_TEST_DEADLINE=set:${sec}")
+  endforeach()
+endfunction()
