@@ -4,7 +4,7 @@ PREFIX ?= /usr/local
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all test perf install asan tsan clean
+.PHONY: all test perf install asan tsan mutate clean
 
 all: $(BUILD)/Makefile
 	@$(MAKE) --no-print-directory -C $(BUILD) -j$(JOBS)
@@ -32,6 +32,12 @@ asan:
 
 tsan:
 	CHORUS_TEST_COMM_ID=1 TSAN_OPTIONS="die_after_fork=0 $(TSAN_OPTIONS)" $(MAKE) BUILD=build-tsan CMAKE_FLAGS="-DCHORUS_SANITIZE=thread -DCMAKE_BUILD_TYPE=RelWithDebInfo" test
+
+# Mutation testing (tests/mutate.sh): every mutant of tests/mutants.txt must
+# be killed by a failing check; MUTATE_ARGS picks mutants or sets deadlines.
+MUTATE_ARGS ?=
+mutate:
+	tests/mutate.sh $(MUTATE_ARGS)
 
 clean:
 	rm -rf build build-asan build-tsan
