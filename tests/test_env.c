@@ -65,6 +65,12 @@ int main(void) {
     char junk[200];
     memset(junk, k ? 0x41 : 0xff, sizeof junk);
     if (write(s, junk, sizeof junk) < 0) perror("write");
+    /* Wait until the root has dealt with it (it logs, then closes): the
+     * ranks are forked next, and a fork taken while the root thread holds
+     * the log's or the allocator's lock would leave a child stuck on it. */
+    shutdown(s, SHUT_WR);
+    while (read(s, junk, sizeof junk) > 0) {
+    }
     close(s);
   }
   int n = 3;
