@@ -16,8 +16,10 @@ namespace {
 
 // Point-to-point operations wait this long for company before they are
 // launched (Work.wait, the next collective or shutdown launch them sooner):
-// an isend and the irecv after it then run as one chorus group, so that two
-// ranks exchanging large tensors do not each block in their send.
+// the sends that come together then run as one chorus group (an isend to the
+// next rank and one to the previous do not wait for each other), and so do
+// the receives, on their own stream (recvStream_): however late the irecv
+// after an isend comes, the send never holds it up.
 constexpr auto kP2pQuiet = std::chrono::microseconds(200);
 constexpr auto kP2pMaxDelay = std::chrono::milliseconds(1);  // however often more come
 
@@ -189,9 +191,12 @@ c10::intrusive_ptr<c10d::Work> Group::launch(Launch l) {
   std::unique_lock<std::mutex> g(mutex_);
   checkOpenLocked(l.name);
   auto calls = std::move(l.calls);
+  bool recv = l.type == c10d::OpType::RECV;
+  bool recvLane = recv || l.type == c10d::OpType::ALLTOALL || l.type == c10d::OpType::ALLTOALL_BASE ||
+                  l.type == c10d::OpType::GATHER || l.type == c10d::OpType::SCATTER;
   auto work = newWork(l);
   std::vector<Item> items;
-  items.push_back({std::move(calls), work});
+  items.push_back({std::move(calls), work, recv, recvLane});
   if (coalescing_) {
     work->setCoalesced(true);
     coalesced_.push_back(std::move(items[0]));
@@ -207,15 +212,63 @@ c10::intrusive_ptr<c10d::Work> Group::launch(Launch l) {
     return work;
   }
   flushLocked();
-  issueLocked(items, true);
+  issueLocked(items, true, stream_);
   return work;
 }
 
-void Group::issueLocked(std::vector<Item> &items, bool throwOnError) {
+namespace {
+struct OrderPoint {
+  chorusEvent_t event;
+  static void wait(void *self, ncclResult_t) {
+    auto *p = static_cast<OrderPoint *>(self);
+    chorusEventSynchronize(p->event);  // a failure there fails the work behind it on its own
+    chorusEventDestroy(p->event);
+    delete p;
+  }
+};
+}  // namespace
+
+bool Group::orderAfterLocked(cudaStream_t stream, chorusEvent_t point) {
+  auto *p = new OrderPoint{point};
+  if (chorusLaunchHostFunc(stream, OrderPoint::wait, p) != ncclSuccess) {
+    chorusEventDestroy(point);
+    delete p;
+    return false;
+  }
+  return true;
+}
+
+void Group::issueLocked(std::vector<Item> &items, bool throwOnError, cudaStream_t stream) {
   if (items.empty()) return;
+  bool recvLane = false;
+  for (const Item &it : items) recvLane |= it.recvLane;
+  bool ordered = true;
+  if (stream != stream_ && mainRecvLanePoint_) {
+    ordered = orderAfterLocked(stream, mainRecvLanePoint_);
+    mainRecvLanePoint_ = nullptr;
+  } else if (stream == stream_ && recvLane && recvStreamUsed_) {
+    chorusEvent_t tail = nullptr;  // everything on recvStream_ so far
+    ordered = chorusEventCreate(&tail) == ncclSuccess;
+    if (ordered && chorusEventRecord(tail, recvStream_) != ncclSuccess) {
+      chorusEventDestroy(tail);
+      ordered = false;
+    }
+    ordered = ordered && orderAfterLocked(stream, tail);
+    recvStreamUsed_ = !ordered;
+  }
+  if (!ordered) {  // short of memory only
+    std::string text = c10::str("chorus: group '", name_, "': cannot order the operation after earlier receives");
+    for (Item &it : items) {
+      it.work->setDeferred(false);
+      it.work->fail(text);
+    }
+    if (throwOnError) throwBackend(text);
+    return;
+  }
+  if (stream != stream_) recvStreamUsed_ = true;
   ncclResult_t first = ncclGroupStart();
   for (Item &it : items) {
-    ncclResult_t r = it.calls(comm_, stream_);
+    ncclResult_t r = it.calls(comm_, stream);
     if (first == ncclSuccess) first = r;
   }
   ncclResult_t end = ncclGroupEnd();  // drops the whole group when a call failed
@@ -233,7 +286,7 @@ void Group::issueLocked(std::vector<Item> &items, bool throwOnError) {
   }
   auto *batch = new Batch;
   for (Item &it : items) batch->works.push_back(it.work);
-  ncclResult_t r = chorusLaunchHostFunc(stream_, Batch::done, batch);
+  ncclResult_t r = chorusLaunchHostFunc(stream, Batch::done, batch);
   if (r != ncclSuccess) {  // cannot happen short of memory: the calls are queued, their completion is not
     delete batch;
     std::string text = c10::str("chorus: group '", name_, "': cannot queue a completion: ", resultName(r));
@@ -241,14 +294,30 @@ void Group::issueLocked(std::vector<Item> &items, bool throwOnError) {
     if (throwOnError) throwBackend(text);
     return;
   }
-  for (Item &it : items) it.work->markEnqueued(stream_);
+  for (Item &it : items) it.work->markEnqueued(stream);
+  if (stream == stream_ && recvLane) {  // recvStream_'s next work waits for this point
+    if (!mainRecvLanePoint_ && chorusEventCreate(&mainRecvLanePoint_) != ncclSuccess) mainRecvLanePoint_ = nullptr;
+    if (mainRecvLanePoint_) chorusEventRecord(mainRecvLanePoint_, stream_);
+  }
 }
 
 void Group::flushLocked() {
   if (deferred_.empty()) return;
-  std::vector<Item> items;
-  items.swap(deferred_);
-  issueLocked(items, false);
+  std::vector<Item> sends, recvs;
+  for (Item &it : deferred_) (it.recv ? recvs : sends).push_back(std::move(it));
+  deferred_.clear();
+  issueLocked(sends, false, stream_);
+  if (recvs.empty()) return;
+  if (!recvStream_ && chorusStreamCreate(&recvStream_) != ncclSuccess) {
+    recvStream_ = nullptr;
+    std::string text = c10::str("chorus: group '", name_, "': cannot create the stream for receives");
+    for (Item &it : recvs) {
+      it.work->setDeferred(false);
+      it.work->fail(text);
+    }
+    return;
+  }
+  issueLocked(recvs, false, recvStream_);
 }
 
 void Group::flush() {
@@ -295,7 +364,7 @@ c10::intrusive_ptr<c10d::Work> Group::endCoalescing() {
     for (const at::Tensor &t : it.work->result()) whole.outputs.push_back(t);
   auto work = newWork(whole);
   items.push_back({[](ncclComm_t, cudaStream_t) { return ncclSuccess; }, work});
-  issueLocked(items, true);
+  issueLocked(items, true, stream_);
   return work;
 }
 
@@ -346,9 +415,12 @@ void Group::finishTeardown() {
   if (flusher_.joinable()) flusher_.join();
   {
     CollectFinished collect;  // what finishes here goes to the completion threads
+    if (recvStream_) chorusStreamDestroy(recvStream_);
     chorusStreamDestroy(stream_);
   }
-  stream_ = nullptr;
+  stream_ = recvStream_ = nullptr;
+  if (mainRecvLanePoint_) chorusEventDestroy(mainRecvLanePoint_);
+  mainRecvLanePoint_ = nullptr;
   completions_.stop();
   std::lock_guard<std::mutex> g(mutex_);
   inFlight_.clear();
@@ -367,6 +439,7 @@ void Group::shutdown() {
   if (flusher_.joinable()) flusher_.join();
   {
     CollectFinished collect;
+    if (recvStream_) chorusStreamSynchronize(recvStream_);
     chorusStreamSynchronize(stream_);
   }
   if (ncclComm_t comm = takeComm()) {

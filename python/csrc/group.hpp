@@ -1,9 +1,11 @@
-// One process group's chorus side: its communicator and stream, and the one
+// One process group's chorus side: its communicator and streams, and the one
 // way operations are launched on them. Operations run in issue order on the
 // group's chorus stream; each is followed on the stream by a host function
 // that completes its Work (and the Future DDP waits on) and by an event that
 // Work.wait() runs the stream up to, on the waiting thread. Point-to-point
-// operations are held back briefly and launched together (see deferP2p).
+// operations are held back briefly and launched together (see kP2pQuiet);
+// receives launched on their own run on a second stream, so that a rank's
+// large send never holds up its receive (see recvStream_).
 #pragma once
 #include <chorus.h>
 #include <nccl.h>
@@ -93,9 +95,15 @@ class Group : public std::enable_shared_from_this<Group> {
   struct Item {
     std::function<ncclResult_t(ncclComm_t, cudaStream_t)> calls;
     c10::intrusive_ptr<WorkChorus> work;
+    bool recv = false;      // a point-to-point receive
+    bool recvLane = false;  // receives over the point-to-point connections (recv, alltoall, gather, scatter)
   };
   c10::intrusive_ptr<WorkChorus> newWork(Launch &l);
-  void issueLocked(std::vector<Item> &items, bool throwOnError);
+  // Issues items as one chorus group on stream (stream_ or recvStream_).
+  void issueLocked(std::vector<Item> &items, bool throwOnError, cudaStream_t stream);
+  // Makes stream wait for the point of another stream that event marks (the
+  // wait owns the event).
+  bool orderAfterLocked(cudaStream_t stream, chorusEvent_t point);
   void flushLocked();
   void flusherMain();
   void throttle();
@@ -109,6 +117,19 @@ class Group : public std::enable_shared_from_this<Group> {
 
   ncclComm_t comm_;
   cudaStream_t stream_ = nullptr;
+  // Receives launched on their own (not with sends, not coalesced) run here:
+  // two ranks that each isend a large tensor and then irecv one would both
+  // block in the send on a single stream. Work that receives over the same
+  // connections on stream_ (coalesced groups, alltoall, gather, scatter) and
+  // the receives here wait for each other's earlier work, so a connection
+  // never carries two receives at once; sends and collectives on rings need
+  // no order against them. Created with the first such receive.
+  cudaStream_t recvStream_ = nullptr;
+  bool recvStreamUsed_ = false;  // work on recvStream_ that stream_'s next receiving work must wait for
+  // Marks stream_ just after its latest receiving work, until recvStream_'s
+  // next work waits for it (not stream_'s tail: a send issued since then may
+  // wait for that very receive).
+  chorusEvent_t mainRecvLanePoint_ = nullptr;
   int rank_, size_;
   std::atomic<int64_t> timeoutMs_;
   std::string name_;

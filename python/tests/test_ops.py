@@ -3,6 +3,8 @@ checked against results each rank computes on its own from every rank's
 (deterministic) inputs: python3 test_ops.py NRANKS [case ...]."""
 import sys
 
+import time
+
 import torch
 import torch.distributed as dist
 
@@ -266,6 +268,14 @@ def p2p(rank, size):
         for q in reqs:
             q.wait()
         check(got, torch.arange(n, dtype=torch.float32) + prv, f"isend/irecv n={n}")
+        # The same with the irecv late: the isend has been launched on its own by then.
+        got = torch.zeros(n)
+        s = dist.isend(out, nxt, tag=8)
+        time.sleep(0.02)
+        r = dist.irecv(got, prv, tag=8)
+        s.wait()
+        r.wait()
+        check(got, torch.arange(n, dtype=torch.float32) + prv, f"isend, later irecv n={n}")
         # batch_isend_irecv both ways
         a, b = torch.zeros(n), torch.zeros(n)
         ops = [dist.P2POp(dist.isend, out, nxt), dist.P2POp(dist.isend, out, prv),
