@@ -3,11 +3,12 @@
 # realistic bug at a time) in a copy of the tree, rebuilds, runs the C suite
 # against it and says whether a failing check killed it, and how fast.
 #
-#   tests/mutate.sh [-t SECONDS] [-k SECONDS] [-d DIR] [-l] [PATTERN...]
+#   tests/mutate.sh [-t SECONDS] [-k SECONDS] [-d DIR] [-f LIST] [-l] [PATTERN...]
 #     -t  per-test deadline of the runs (default 20): a mutant that makes a
 #         test hang costs this much, not the suite's normal limits
 #     -k  a kill counts when the failing test failed within this (default 10)
 #     -d  work directory (default /tmp/chorus-mutate); reused between runs
+#     -f  the mutant list (default tests/mutants.txt)
 #     -l  list the mutants and check that each still applies, run nothing
 #     PATTERN  only the mutants whose name contains one of these
 #
@@ -26,14 +27,15 @@
 # must occur exactly once in the file) and their replacement ("+" lines).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-deadline=20 killWithin=10 work=/tmp/chorus-mutate listOnly=0
-while getopts "t:k:d:lh" o; do
+deadline=20 killWithin=10 work=/tmp/chorus-mutate listOnly=0 list=$root/tests/mutants.txt
+while getopts "t:k:d:f:lh" o; do
   case $o in
     t) deadline=$OPTARG ;;
     k) killWithin=$OPTARG ;;
     d) work=$OPTARG ;;
+    f) list=$(cd "$(dirname "$OPTARG")" && pwd)/$(basename "$OPTARG") ;;
     l) listOnly=1 ;;
-    *) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+    *) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
   esac
 done
 shift $((OPTIND - 1))
@@ -42,7 +44,7 @@ patterns=("$@")
 # The mutant list as NUL-free records, via python3 (exact, multi-line
 # replacement): apply NAME FILE, or list.
 mutantTool() {
-  python3 - "$root/tests/mutants.txt" "$@" <<'PY'
+  python3 - "$list" "$@" <<'PY'
 import sys
 path, cmd = sys.argv[1], sys.argv[2]
 mutants, cur = [], None
@@ -106,7 +108,8 @@ done <<<"$listing"
 # A copy of the tree as it is now (tracked and untracked files), built once.
 src=$work/src build=$work/build
 mkdir -p "$src"
-(cd "$root" && git ls-files -co --exclude-standard -z | tar --null -T - -cf -) | tar -C "$src" -xf -
+# Extracted with fresh times (-m), so that make sees every file that changed.
+(cd "$root" && git ls-files -co --exclude-standard -z | tar --null -T - -cf -) | tar -C "$src" -mxf -
 cmake -S "$src" -B "$build" -DCMAKE_BUILD_TYPE=Release -DCHORUS_PYTHON3=CHORUS_PYTHON3-NOTFOUND \
   -DCHORUS_DEADLINE_CAP="$deadline" >/dev/null
 jobs=$(nproc)
@@ -148,6 +151,7 @@ for name in "${selected[@]}"; do
   total=$((total + 1))
   file=$(awk -F'\t' -v n="$name" '$1 == n {print $2}' <<<"$listing")
   cp "$root/$file" "$src/$file"
+  trap 'cp "$root/$file" "$src/$file"' EXIT # never leave a mutant in the copy
   mutantTool apply "$src" "$name"
   t0=$(date +%s.%N)
   if ! cmake --build "$build" -j"$jobs" >"$work/build.log" 2>&1; then
@@ -156,7 +160,7 @@ for name in "${selected[@]}"; do
     cp "$root/$file" "$src/$file"
     continue
   fi
-  log=$work/run-$name.log
+  log=$work/run-${name//\//_}.log
   : >"$log"
   for batch in quick slow; do
     declare -n tests=$batch

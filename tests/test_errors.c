@@ -82,7 +82,8 @@ static int everyArgument(int rank, int n, ncclComm_t comm) {
         {{send, recv, 8, -1, ncclSum, 0, comm, NULL}, ncclInvalidArgument, "type", 1},
         {{send, recv, 8, ncclNumTypes, ncclSum, 0, comm, NULL}, ncclInvalidArgument, "type", 1},
         {{send, recv, 8, ncclFloat, -1, 0, comm, NULL}, ncclInvalidArgument, "operation", reduces(e)},
-        {{send, recv, 8, ncclFloat, ncclNumOps, 0, comm, NULL}, ncclInvalidArgument, "operation", reduces(e)},
+        {{send, recv, 8, ncclFloat, ncclNumOps, 0, comm, NULL}, ncclInvalidArgument, "unknown to this communicator",
+         reduces(e)},
         {{send, recv, 8, ncclFloat, ncclSum, -1, comm, NULL}, ncclInvalidArgument, p2p(e) ? "peer" : "root",
          rooted(e) || p2p(e)},
         {{send, recv, 8, ncclFloat, ncclSum, n, comm, NULL}, ncclInvalidArgument, p2p(e) ? "peer" : "root",
@@ -93,6 +94,9 @@ static int everyArgument(int rank, int n, ncclComm_t comm) {
          writesRecv(e) && !((e == eReduce || e == eGather) && rank != 0)},
         {{send, recv, 8, ncclFloat, ncclSum, 0, comm, (cudaStream_t)fake}, ncclInvalidArgument, "stream", 1},
         {{send, recv, SIZE_MAX / 2, ncclFloat, ncclSum, 0, comm, NULL}, ncclInvalidArgument, "too large", 1},
+        /* fits one buffer, but not nranks of them (AllGather's output, ReduceScatter's input) */
+        {{send, recv, SIZE_MAX / sizeof(float) / (size_t)n + 1, ncclFloat, ncclSum, 0, comm, NULL},
+         ncclInvalidArgument, "too large", n > 1},
     };
     (void)good;
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
@@ -174,6 +178,11 @@ static int rankMain(int rank, int n, ncclUniqueId id, void *arg) {
   float two = 2;
   NCCLCHECK(ncclRedOpCreatePreMulSum(&op, &two, ncclFloat, ncclScalarHostImmediate, comm));
   BAD(ncclAllReduce(send, recv, 2, ncclDouble, op, comm, NULL), ncclInvalidArgument, "created for");
+  /* the one after the last created is unknown, whatever its type */
+  BAD(ncclAllReduce(send, recv, 16, ncclFloat, (ncclRedOp_t)(op + 1), comm, NULL), ncclInvalidArgument,
+      "unknown to this communicator");
+  BAD(ncclAllReduce(send, recv, 16, ncclInt8, (ncclRedOp_t)(op + 1), comm, NULL), ncclInvalidArgument,
+      "unknown to this communicator");
   NCCLCHECK(ncclRedOpDestroy(op, comm));
   BAD(ncclAllReduce(send, recv, 16, ncclFloat, op, comm, NULL), ncclInvalidArgument, "operation");
   BAD(ncclRedOpDestroy(op, comm), ncclInvalidArgument, "unknown");

@@ -193,6 +193,11 @@ static int peerAbortRank(int rank, int n, ncclUniqueId id, void *arg) {
 
 /* A rank leaves (destroy or finalize) while the others wait for it. */
 static int p2pDepart;
+/* The others call only once the leaver has gone (destroyed, exited, its
+ * connections closed): it said goodbye, so they still say it destroyed its
+ * communicator, not that it died. */
+static int lateDepart;
+
 static int departRank(int rank, int n, ncclUniqueId id, void *arg) {
   int finalize = arg != NULL;
   ncclComm_t comm;
@@ -201,7 +206,7 @@ static int departRank(int rank, int n, ncclUniqueId id, void *arg) {
   NCCLCHECK(ncclAllReduce(&x, &y, 1, ncclFloat, ncclSum, comm, NULL)); /* #1, together */
   int leaver = n - 1;
   if (rank == leaver) {
-    usleep(200000); /* the others are waiting by now */
+    if (!lateDepart) usleep(200000); /* the others are waiting by now */
     shared[0] = nowSec();
     if (finalize) {
       NCCLCHECK(ncclCommFinalize(comm));
@@ -213,6 +218,7 @@ static int departRank(int rank, int n, ncclUniqueId id, void *arg) {
   /* p2p: a send of 16 MiB to the leaver, more than its FIFO holds */
   size_t count = 4 << 20;
   float *big = calloc(count, sizeof(float));
+  if (lateDepart) usleep(300000);
   double t0 = nowSec();
   ncclResult_t res = p2pDepart ? ncclSend(big, count, ncclFloat, leaver, comm, NULL)
                                : ncclAllReduce(&x, &y, 1, ncclFloat, ncclSum, comm, NULL);
@@ -270,6 +276,11 @@ int main(int argc, char **argv) {
     failed = runRanks(2, departRank, finalize, 30) + runRanks(4, departRank, finalize, 30);
     p2pDepart = 1;
     failed += runRanks(2, departRank, finalize, 30);
+    if (!finalize) { /* a finalized leaver stays (its destroy comes later) */
+      p2pDepart = 0;
+      lateDepart = 1;
+      failed += runRanks(2, departRank, NULL, 30) + runRanks(4, departRank, NULL, 30);
+    }
   } else if (strcmp(which, "commtimeout") == 0) {
     unsetenv("CHORUS_TIMEOUT");
     commTimeout = 1;

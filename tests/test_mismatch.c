@@ -57,6 +57,8 @@ static int mismatchRank(int rank, int n, ncclUniqueId id, void *arg) {
   for (int i = 0; i < COUNT; i++) in[i] = (float)(rank + 1);
   NCCLCHECK(ncclAllReduce(in, out, COUNT, ncclFloat, ncclSum, comm, NULL)); /* all agree on #1 */
   EXPECT(out[0] == n * (n + 1) / 2, "warm-up result %g", out[0]);
+  /* A zero-count call is a no-op that every rank makes: it keeps its number (#2), as in NCCL. */
+  NCCLCHECK(ncclAllReduce(in, out, 0, ncclFloat, ncclSum, comm, NULL));
   double t0 = nowSec();
   ncclResult_t res = oddCall(rank, n, in, out, comm);
   double t = nowSec() - t0;
@@ -69,6 +71,8 @@ static int mismatchRank(int rank, int n, ncclUniqueId id, void *arg) {
   EXPECT(t < 2.0, "rank %d: the error took %.2f s", rank, t);
   const char *err = ncclGetLastError(comm);
   EXPECT(strstr(err, "called") != NULL && strstr(err, "but rank") != NULL, "rank %d: last error '%s'", rank, err);
+  if (strcmp(which, "count") == 0 || strcmp(which, "dtype") == 0 || strcmp(which, "op") == 0)
+    EXPECT(strstr(err, "AllReduce #3 ("), "rank %d: last error '%s' does not name AllReduce #3", rank, err);
   if (strcmp(which, "tag") == 0)
     EXPECT(strstr(err, "tag 7") && strstr(err, "tag 8"), "rank %d: last error '%s' names not both tags", rank, err);
   EXPECT(guardCheck(in) == 0 && guardCheck(out) == 0, "rank %d: guard bytes overwritten", rank);
