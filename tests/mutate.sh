@@ -16,11 +16,12 @@
 # need privileges) and fuzz (not a check of behaviour), and any test whose
 # unmutated run takes more than half the deadline or runs into it (named at
 # the start).
-# Quick tests run first, then the others, each batch stopping at the first
-# failure. A mutant is "killed" when a test fails within -k seconds by a
-# check (its exit status or a signal), "slow" when the first failing test
-# took longer, "timeout" when only deadlines caught it, "survived" when
-# everything passed. Exit status 0 only when every mutant was killed.
+# Quick tests run first (under 1.5 s unmutated), then those under 5 s, then
+# the others, each batch stopping at the first failure. A mutant is "killed"
+# when a test fails by a check (its exit status or a signal) within -k
+# seconds, "slow" when the quickest such test took longer, "timeout" when
+# only deadlines caught it, "survived" when everything passed. Exit status
+# 0 only when every mutant was killed.
 #
 # The list format (tests/mutants.txt): a mutant starts with "== name: what
 # it models", then the file, then the lines it replaces ("-" lines, which
@@ -35,7 +36,7 @@ while getopts "t:k:d:f:lh" o; do
     d) work=$OPTARG ;;
     f) list=$(cd "$(dirname "$OPTARG")" && pwd)/$(basename "$OPTARG") ;;
     l) listOnly=1 ;;
-    *) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+    *) sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
   esac
 done
 shift $((OPTIND - 1))
@@ -131,11 +132,12 @@ runSuite() { # log, ctest args...
 
 echo "mutate: unmutated run (deadline ${deadline} s per test)"
 runSuite "$work/baseline.log" -E "$exclude"
-quick=() slow=() skipped=() failedBase=()
+quick=() medium=() slow=() skipped=() failedBase=()
 while read -r name sec status; do
   if awk -v s="$sec" -v d="$deadline" 'BEGIN{exit !(s > d / 2)}'; then skipped+=("$name(${sec}s)")
   elif [ "$status" != Passed ]; then failedBase+=("$name ($status)")
   elif awk -v s="$sec" 'BEGIN{exit !(s < 1.5)}'; then quick+=("$name")
+  elif awk -v s="$sec" 'BEGIN{exit !(s < 5)}'; then medium+=("$name")
   else slow+=("$name"); fi
 done < <(results "$work/baseline.log")
 if [ ${#failedBase[@]} -gt 0 ]; then
@@ -143,7 +145,7 @@ if [ ${#failedBase[@]} -gt 0 ]; then
   exit 1
 fi
 [ ${#skipped[@]} -eq 0 ] || echo "mutate: too slow for a ${deadline} s deadline, left out: ${skipped[*]}"
-echo "mutate: ${#quick[@]} quick tests, then ${#slow[@]} others"
+echo "mutate: ${#quick[@]} quick tests (under 1.5 s), then ${#medium[@]} under 5 s, then ${#slow[@]} others"
 join() { local IFS='|'; echo "^($*)\$"; }
 
 killed=0 total=0 notKilled=()
@@ -162,7 +164,7 @@ for name in "${selected[@]}"; do
   fi
   log=$work/run-${name//\//_}.log
   : >"$log"
-  for batch in quick slow; do
+  for batch in quick medium slow; do
     declare -n tests=$batch
     [ ${#tests[@]} -gt 0 ] || continue
     runSuite "$log.$batch" --stop-on-failure -R "$(join "${tests[@]}")"
@@ -171,8 +173,10 @@ for name in "${selected[@]}"; do
     results "$log" | grep -qv ' Passed$' && break
   done
   wall=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b - a}')
-  first=$(results "$log" | awk '$3 != "Passed" && $3 !~ /Timeout/ {print; exit}')
-  timedOut=$(results "$log" | awk '$3 ~ /Timeout/ {print $1; exit}')
+  # The killer: the quickest test that failed a check; one that ran into its
+  # deadline (ctest's Timeout, or the harness's own at the deadline) is not.
+  first=$(results "$log" | awk -v d="$deadline" '$3 != "Passed" && $3 !~ /Timeout/ && $2 < d * 0.95' | sort -k2,2g | head -1)
+  timedOut=$(results "$log" | awk -v d="$deadline" '$3 != "Passed" && ($3 ~ /Timeout/ || $2 >= d * 0.95) {print $1; exit}')
   if [ -n "$first" ]; then
     read -r tname tsec tstatus <<<"$first"
     if awk -v s="$tsec" -v k="$killWithin" 'BEGIN{exit !(s <= k)}'; then

@@ -55,10 +55,10 @@ static int mismatchRank(int rank, int n, ncclUniqueId id, void *arg) {
   NCCLCHECK(ncclCommInitRank(&comm, n, id, rank));
   float *in = guardAlloc(COUNT * sizeof(float)), *out = guardAlloc(COUNT * sizeof(float));
   for (int i = 0; i < COUNT; i++) in[i] = (float)(rank + 1);
-  NCCLCHECK(ncclAllReduce(in, out, COUNT, ncclFloat, ncclSum, comm, NULL)); /* all agree on #1 */
-  EXPECT(out[0] == n * (n + 1) / 2, "warm-up result %g", out[0]);
-  /* A zero-count call is a no-op that every rank makes: it keeps its number (#2), as in NCCL. */
+  /* A zero-count call is a no-op that every rank makes: it keeps its number (#1), as in NCCL. */
   NCCLCHECK(ncclAllReduce(in, out, 0, ncclFloat, ncclSum, comm, NULL));
+  NCCLCHECK(ncclAllReduce(in, out, COUNT, ncclFloat, ncclSum, comm, NULL)); /* all agree on #2 */
+  EXPECT(out[0] == n * (n + 1) / 2, "warm-up result %g", out[0]);
   double t0 = nowSec();
   ncclResult_t res = oddCall(rank, n, in, out, comm);
   double t = nowSec() - t0;
