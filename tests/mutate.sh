@@ -151,6 +151,7 @@ join() { local IFS='|'; echo "^($*)\$"; }
 killed=0 total=0 notKilled=()
 for name in "${selected[@]}"; do
   total=$((total + 1))
+  verdict=""
   file=$(awk -F'\t' -v n="$name" '$1 == n {print $2}' <<<"$listing")
   cp "$root/$file" "$src/$file"
   trap 'cp "$root/$file" "$src/$file"' EXIT # never leave a mutant in the copy
@@ -194,8 +195,7 @@ for name in "${selected[@]}"; do
     printf '%-9s %-28s every test passed\n' SURVIVED "$name"
     notKilled+=("$name(survived)")
   fi
-  [ "$verdict" = killed ] 2>/dev/null && rm -f "$log"
-  verdict=
+  [ "$verdict" = killed ] && rm -f "$log"
   cp "$root/$file" "$src/$file"
 done
 cmake --build "$build" -j"$jobs" >/dev/null 2>&1 || true
