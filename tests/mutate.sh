@@ -5,7 +5,8 @@
 #
 #   tests/mutate.sh [-t SECONDS] [-k SECONDS] [-d DIR] [-f LIST] [-l] [PATTERN...]
 #     -t  per-test deadline of the runs (default 20): a mutant that makes a
-#         test hang costs this much, not the suite's normal limits
+#         test hang costs this much, not the suite's normal limits; and
+#         CHORUS_TIMEOUT is 5 (unless set) so that a deadlock fails a call
 #     -k  a kill counts when the failing test failed within this (default 10)
 #     -d  work directory (default /tmp/chorus-mutate); reused between runs
 #     -f  the mutant list (default tests/mutants.txt)
@@ -36,7 +37,7 @@ while getopts "t:k:d:f:lh" o; do
     d) work=$OPTARG ;;
     f) list=$(cd "$(dirname "$OPTARG")" && pwd)/$(basename "$OPTARG") ;;
     l) listOnly=1 ;;
-    *) sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+    *) sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
   esac
 done
 shift $((OPTIND - 1))
@@ -127,7 +128,9 @@ exclude='^(torch_.*|netns_.*|fuzz)$'
 runSuite() { # log, ctest args...
   local log=$1
   shift
-  (cd "$build" && ctest -j2 --timeout $((deadline + 10)) "$@") >"$log" 2>&1 || true
+  # A deadlock becomes a failed call (ncclTimeout) within seconds, in every
+  # test that does not set CHORUS_TIMEOUT itself.
+  (cd "$build" && CHORUS_TIMEOUT=${CHORUS_TIMEOUT:-5} ctest -j2 --timeout $((deadline + 10)) "$@") >"$log" 2>&1 || true
 }
 
 echo "mutate: unmutated run (deadline ${deadline} s per test)"

@@ -1,7 +1,9 @@
 /* Every entry point rejects bad input with ncclInvalidArgument or
  * ncclInvalidUsage, a WARN naming the argument (ncclGetLastError), and no
  * change to any buffer. */
+#include <signal.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "chorus.h"
 #include "harness.h"
@@ -57,6 +59,19 @@ static ncclResult_t callEntry(int e, const struct callSpec *c) {
 }
 static int reduces(int e) { return e == eAllReduce || e == eReduce || e == eReduceScatter; }
 static int rooted(int e) { return e == eBroadcast || e == eBcast || e == eReduce || e == eGather || e == eScatter; }
+/* A refusal is an argument check: it returns at once. A call that should
+ * have been refused and runs instead (a giant count, say) fails the test
+ * within seconds rather than at its deadline. */
+static const char *pendingCall;
+static void refusalTookTooLong(int sig) {
+  (void)sig;
+  static const char msg[] = "a call that should have been refused did not return within 2 s: ";
+  if (write(2, msg, sizeof msg - 1) < 0 || write(2, pendingCall, strlen(pendingCall)) < 0 || write(2, "\n", 1) < 0) {
+  }
+  _exit(1);
+}
+static ncclResult_t refusedWithin2s(int e, const struct callSpec *c, const char *what);
+
 static int p2p(int e) { return e >= eSend; }
 static int readsSend(int e) { return e != eRecv && e != eRecvTag && e != eBcast; }
 static int writesRecv(int e) { return e != eSend && e != eSendTag; }
@@ -103,7 +118,7 @@ static int everyArgument(int rank, int n, ncclComm_t comm) {
       if (!cases[k].applies) continue;
       char what[96];
       snprintf(what, sizeof what, "%s case %zu (rank %d)", entryName[e], k, rank);
-      failed += expectErr(callEntry(e, &cases[k].c), cases[k].want, cases[k].word, what);
+      failed += expectErr(refusedWithin2s(e, &cases[k].c, what), cases[k].want, cases[k].word, what);
       if (memcmp(recv, before, bytes) != 0 || guardCheck(recv) || guardCheck(send)) {
         fprintf(stderr, "%s: a refused call changed a buffer\n", what);
         failed++;
@@ -149,6 +164,16 @@ static int everyArgument(int rank, int n, ncclComm_t comm) {
   guardFree(recv);
   free(before);
   return failed;
+}
+
+static ncclResult_t refusedWithin2s(int e, const struct callSpec *c, const char *what) {
+  pendingCall = what;
+  void (*old)(int) = signal(SIGALRM, refusalTookTooLong);
+  unsigned left = alarm(2); /* the harness's own alarm, restored below */
+  ncclResult_t r = callEntry(e, c);
+  alarm(left);
+  signal(SIGALRM, old);
+  return r;
 }
 
 static int rankMain(int rank, int n, ncclUniqueId id, void *arg) {
