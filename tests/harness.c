@@ -91,6 +91,15 @@ int runRanks(int nranks, rankFn fn, void *arg, int deadlineSec) {
 /* LeakSanitizer's entry point, present in ASan builds only. */
 extern int __lsan_do_recoverable_leak_check(void) __attribute__((weak));
 
+/* Kills and reaps the ranks still running (pid > 0), and frees pids. */
+static void killRanks(pid_t *pids, int nranks) {
+  for (int r = 0; r < nranks; r++)
+    if (pids[r] > 0) kill(pids[r], SIGKILL);
+  for (int r = 0; r < nranks; r++)
+    if (pids[r] > 0) waitpid(pids[r], NULL, 0);
+  free(pids);
+}
+
 int runRanksWithId(int nranks, ncclUniqueId id, rankFn fn, void *arg, int deadlineSec) {
   deadlineSec = testDeadline(deadlineSec);
   fflush(NULL);
@@ -140,22 +149,14 @@ int runRanksWithId(int nranks, ncclUniqueId id, rankFn fn, void *arg, int deadli
        * should fail now, not at its deadline. */
       if (WIFEXITED(status) && WEXITSTATUS(status) != 0 && left > 0) {
         fprintf(stderr, "rank %d failed: stopping the other %d rank(s)\n", r, left);
-        for (int q = 0; q < nranks; q++)
-          if (pids[q] > 0) kill(pids[q], SIGKILL);
-        for (int q = 0; q < nranks; q++)
-          if (pids[q] > 0) waitpid(pids[q], NULL, 0);
-        free(pids);
+        killRanks(pids, nranks);
         return failed + left;
       }
     }
     if (reaped) continue;
     if (nowSec() > end) {
       fprintf(stderr, "deadline of %d s passed: killing %d rank(s)\n", deadlineSec, left);
-      for (int r = 0; r < nranks; r++)
-        if (pids[r] > 0) kill(pids[r], SIGKILL);
-      for (int r = 0; r < nranks; r++)
-        if (pids[r] > 0) waitpid(pids[r], NULL, 0);
-      free(pids);
+      killRanks(pids, nranks);
       return failed + left;
     }
     usleep(2000);

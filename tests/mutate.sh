@@ -156,14 +156,16 @@ for name in "${selected[@]}"; do
   total=$((total + 1))
   verdict=""
   file=$(awk -F'\t' -v n="$name" '$1 == n {print $2}' <<<"$listing")
-  cp "$root/$file" "$src/$file"
-  trap 'cp "$root/$file" "$src/$file"' EXIT # never leave a mutant in the copy
+  # The copy's own file, kept to put back (the tree may change meanwhile).
+  cp "$src/$file" "$work/pristine"
+  restore() { cp "$work/pristine" "$src/$file"; }
+  trap restore EXIT # never leave a mutant in the copy
   mutantTool apply "$src" "$name"
   t0=$(date +%s.%N)
   if ! cmake --build "$build" -j"$jobs" >"$work/build.log" 2>&1; then
     echo "BROKEN    $name: does not build (see $work/build.log)"
     notKilled+=("$name(does not build)")
-    cp "$root/$file" "$src/$file"
+    restore
     continue
   fi
   log=$work/run-${name//\//_}.log
@@ -199,7 +201,7 @@ for name in "${selected[@]}"; do
     notKilled+=("$name(survived)")
   fi
   [ "$verdict" = killed ] && rm -f "$log"
-  cp "$root/$file" "$src/$file"
+  restore
 done
 cmake --build "$build" -j"$jobs" >/dev/null 2>&1 || true
 echo "mutate: $killed of $total mutants killed by a failing check within ${killWithin} s"

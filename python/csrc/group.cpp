@@ -226,7 +226,24 @@ struct OrderPoint {
     delete p;
   }
 };
+
+// An event at what has been issued on stream so far, or nullptr (short of memory).
+chorusEvent_t pointNow(cudaStream_t stream) {
+  chorusEvent_t e = nullptr;
+  if (chorusEventCreate(&e) != ncclSuccess) return nullptr;
+  if (chorusEventRecord(e, stream) == ncclSuccess) return e;
+  chorusEventDestroy(e);
+  return nullptr;
+}
 }  // namespace
+
+void Group::failLocked(std::vector<Item> &items, const std::string &text, bool throwOnError) {
+  for (Item &it : items) {
+    it.work->setDeferred(false);
+    it.work->fail(text);
+  }
+  if (throwOnError) throwBackend(text);
+}
 
 bool Group::orderAfterLocked(cudaStream_t stream, chorusEvent_t point) {
   auto *p = new OrderPoint{point};
@@ -247,24 +264,13 @@ void Group::issueLocked(std::vector<Item> &items, bool throwOnError, cudaStream_
     ordered = orderAfterLocked(stream, mainRecvLanePoint_);
     mainRecvLanePoint_ = nullptr;
   } else if (stream == stream_ && recvLane && recvStreamUsed_) {
-    chorusEvent_t tail = nullptr;  // everything on recvStream_ so far
-    ordered = chorusEventCreate(&tail) == ncclSuccess;
-    if (ordered && chorusEventRecord(tail, recvStream_) != ncclSuccess) {
-      chorusEventDestroy(tail);
-      ordered = false;
-    }
-    ordered = ordered && orderAfterLocked(stream, tail);
+    chorusEvent_t tail = pointNow(recvStream_);
+    ordered = tail && orderAfterLocked(stream, tail);
     recvStreamUsed_ = !ordered;
   }
-  if (!ordered) {  // short of memory only
-    std::string text = c10::str("chorus: group '", name_, "': cannot order the operation after earlier receives");
-    for (Item &it : items) {
-      it.work->setDeferred(false);
-      it.work->fail(text);
-    }
-    if (throwOnError) throwBackend(text);
-    return;
-  }
+  if (!ordered)  // short of memory only
+    return failLocked(items, c10::str("chorus: group '", name_, "': cannot order the operation after earlier receives"),
+                      throwOnError);
   if (stream != stream_) recvStreamUsed_ = true;
   ncclResult_t first = ncclGroupStart();
   for (Item &it : items) {
@@ -277,27 +283,20 @@ void Group::issueLocked(std::vector<Item> &items, bool throwOnError, cudaStream_
     std::string text = c10::str("chorus: ", items.size() > 1 ? "a group of operations" : "the operation",
                                 " on group '", name_, "' was refused: ", resultName(first), ": ",
                                 ncclGetLastError(comm_));
-    for (Item &it : items) {
-      it.work->setDeferred(false);
-      it.work->fail(text);
-    }
-    if (throwOnError) throwBackend(text);
-    return;
+    return failLocked(items, text, throwOnError);
   }
   auto *batch = new Batch;
   for (Item &it : items) batch->works.push_back(it.work);
   ncclResult_t r = chorusLaunchHostFunc(stream, Batch::done, batch);
   if (r != ncclSuccess) {  // cannot happen short of memory: the calls are queued, their completion is not
     delete batch;
-    std::string text = c10::str("chorus: group '", name_, "': cannot queue a completion: ", resultName(r));
-    for (Item &it : items) it.work->fail(text);
-    if (throwOnError) throwBackend(text);
-    return;
+    return failLocked(items, c10::str("chorus: group '", name_, "': cannot queue a completion: ", resultName(r)),
+                      throwOnError);
   }
   for (Item &it : items) it.work->markEnqueued(stream);
   if (stream == stream_ && recvLane) {  // recvStream_'s next work waits for this point
-    if (!mainRecvLanePoint_ && chorusEventCreate(&mainRecvLanePoint_) != ncclSuccess) mainRecvLanePoint_ = nullptr;
-    if (mainRecvLanePoint_) chorusEventRecord(mainRecvLanePoint_, stream_);
+    if (mainRecvLanePoint_) chorusEventDestroy(mainRecvLanePoint_);
+    mainRecvLanePoint_ = pointNow(stream_);
   }
 }
 
@@ -310,12 +309,7 @@ void Group::flushLocked() {
   if (recvs.empty()) return;
   if (!recvStream_ && chorusStreamCreate(&recvStream_) != ncclSuccess) {
     recvStream_ = nullptr;
-    std::string text = c10::str("chorus: group '", name_, "': cannot create the stream for receives");
-    for (Item &it : recvs) {
-      it.work->setDeferred(false);
-      it.work->fail(text);
-    }
-    return;
+    return failLocked(recvs, c10::str("chorus: group '", name_, "': cannot create the stream for receives"), false);
   }
   issueLocked(recvs, false, recvStream_);
 }

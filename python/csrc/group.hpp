@@ -101,6 +101,8 @@ class Group : public std::enable_shared_from_this<Group> {
   c10::intrusive_ptr<WorkChorus> newWork(Launch &l);
   // Issues items as one chorus group on stream (stream_ or recvStream_).
   void issueLocked(std::vector<Item> &items, bool throwOnError, cudaStream_t stream);
+  // Fails items that were not launched (and throws when asked to).
+  void failLocked(std::vector<Item> &items, const std::string &text, bool throwOnError);
   // Makes stream wait for the point of another stream that event marks (the
   // wait owns the event).
   bool orderAfterLocked(cudaStream_t stream, chorusEvent_t point);

@@ -359,18 +359,18 @@ int bootstrapGoneCount(struct bootstrap *b) {
 
 ncclResult_t bootstrapLiveness(void *arg) {
   struct bootstrap *b = arg;
-  char names[512];
+  char names[512], peer[128];
   int len = 0, gone = 0, from;
   ncclResult_t fault = oobPendingFault(b, names, sizeof names, &from);
   if (fault != ncclSuccess) {
-    WARN("rank %d (host %s, pid %d) reported: %s", from, b->peers[from].hostname, b->peers[from].pid, names);
+    WARN("%s reported: %s", bootstrapDescribePeer(b, from, peer, sizeof peer), names);
     return fault;
   }
   for (int i = 0; i < b->nranks; i++) {
     if (b->peerFd[i] < 0 || bootstrapPeerDeparted(b, i) || !peerGone(b, i)) continue;
     if (len < (int)sizeof names - 100)
-      len += snprintf(names + len, sizeof names - len, "%srank %d (host %s, pid %d)", gone ? ", " : "", i,
-                      b->peers[i].hostname, b->peers[i].pid);
+      len += snprintf(names + len, sizeof names - len, "%s%s", gone ? ", " : "",
+                      bootstrapDescribePeer(b, i, peer, sizeof peer));
     gone++;
   }
   if (!gone) return ncclSuccess;

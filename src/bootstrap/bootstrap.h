@@ -60,9 +60,6 @@ ncclResult_t bootstrapBarrier(struct bootstrap *b);
 /* The liveness check of the one wait: ncclRemoteError, with a WARN naming
  * the rank, host and pid, once a peer has gone without saying goodbye. */
 ncclResult_t bootstrapLiveness(void *bootstrap);
-/* Closes everything; graceful says goodbye first, so peers do not take the
- * closed connections for a failure (ncclCommAbort does not: its peers must
- * see it as gone). */
 /* Nonzero when peer said goodbye: it destroyed (1) or finalized (2) its
  * communicator and will take part in nothing more (enum oobDeparture). */
 int bootstrapPeerDeparted(const struct bootstrap *b, int peer);
@@ -70,6 +67,9 @@ int bootstrapPeerDeparted(const struct bootstrap *b, int peer);
 const char *bootstrapDescribePeer(const struct bootstrap *b, int peer, char *buf, size_t len);
 /* How many peers are gone (as bootstrapLiveness sees them), quietly. */
 int bootstrapGoneCount(struct bootstrap *b);
+/* Closes everything; graceful says goodbye first, so peers do not take the
+ * closed connections for a failure (ncclCommAbort does not: its peers must
+ * see it as gone). */
 void bootstrapClose(struct bootstrap *b, int graceful);
 uint64_t bootstrapHostHash(void);
 

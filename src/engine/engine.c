@@ -132,8 +132,6 @@ static int taskProgress(struct schedule *s, struct task *t) {
   return moved;
 }
 
-/* Liveness of everything a schedule depends on: each task's abort flag and
- * peers. Tasks of one communicator share both, so check each once. */
 /* The connection a stalled task's current step waits on (for data to
  * arrive, or for room in the peer's FIFO), or NULL. */
 static struct conn *stalledOn(struct schedule *s, struct task *t) {
@@ -170,6 +168,8 @@ static ncclResult_t departedPeers(struct schedule *s) {
   return ncclSuccess;
 }
 
+/* Liveness of everything a schedule depends on: each task's abort flag and
+ * peers. Tasks of one communicator share both, so check each once. */
 static ncclResult_t scheduleLiveness(void *arg) {
   struct schedule *s = arg;
   struct bootstrap *last = NULL;
