@@ -31,7 +31,8 @@
 #include "chorus.h"
 #include "harness.h"
 
-static volatile double *shared; /* [0]: when the fault happened; [1]: random delay; [2]: flood done; [3]: a pid */
+static volatile double *shared; /* [0]: when the fault happened; [1]: random delay; [2]: flood done; [3]: a pid;
+                                  * [4]: ranks that have seen the fault (asyncdead) */
 static const char *which;
 
 static int report(int rank, double ms, double bound, const char *what, ncclResult_t res) {
@@ -135,6 +136,10 @@ static int asyncDeadRank(int rank, int n, ncclUniqueId id, void *arg) {
   snprintf(want, sizeof want, "rank %d", n - 1);
   EXPECT(strstr(ncclGetLastError(comm), want), "rank %d: last error '%s'", rank, ncclGetLastError(comm));
   double ms = (nowSec() - shared[0]) * 1e3;
+  /* No survivor aborts (and looks dead itself) before every survivor has
+   * seen the death: one that noticed late would name the aborted rank. */
+  __atomic_add_fetch((volatile int *)&shared[4], 1, __ATOMIC_SEQ_CST);
+  while (__atomic_load_n((volatile int *)&shared[4], __ATOMIC_SEQ_CST) < n - 1 && nowSec() < end) usleep(1000);
   ncclCommAbort(comm);
   return report(rank, ms, 2.0, "kill -9 while no call runs: ncclCommGetAsyncError", state);
 }
@@ -286,6 +291,7 @@ int main(int argc, char **argv) {
   for (int rep = 0; rep < repeats; rep++) {
     shared[0] = 0;
     shared[1] = (rand() % 1000) / 1e5; /* 0 to 10 ms */
+    *(volatile int *)&shared[4] = 0;
     if (strcmp(which, "killinit") == 0) {
       setenv("CHORUS_TIMEOUT", "3", 1);
       failed += runRanks(4, killInitRank, NULL, 30) != 1;
