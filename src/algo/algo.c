@@ -3,11 +3,6 @@
 #include "core/err.h"
 #include "core/log.h"
 
-const char *algoName(int algo) {
-  static const char *names[] = {"Local", "Ring", "OneHop", "Chain", "P2p", "Pairwise"};
-  return names[algo];
-}
-
 #define ADD(s, ...)                                                   \
   do {                                                                \
     if (scheduleAddStep((s), __VA_ARGS__) < 0) return ncclSystemError; \

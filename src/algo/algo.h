@@ -6,9 +6,6 @@
 #include "engine/schedule.h"
 
 
-enum algoId { algoLocal, algoRing, algoOneHop, algoChain, algoP2p, algoPairwise };
-const char *algoName(int algo);
-
 struct collDesc {
   int coll;
   const void *sendbuff;

@@ -12,6 +12,7 @@
 #include "transport/conn.h"
 #include "transport/net.h"
 #include "transport/shm.h"
+#include "tune/tune.h"
 
 #define COMM_MAGIC 0x0280028002800280ull /* as NCCL: nickel is element 28 */
 #define COMM_MAX_CHANNELS 64
@@ -44,6 +45,7 @@ struct ncclComm {
   /* What this rank is doing, for mismatch checks and for other ranks'
    * timeout diagnosis (watch.h). */
   int check;          /* CHORUS_CHECK, as rank 0 has it */
+  struct tuneConfig tune; /* the tuning variables, as rank 0 has them */
   uint32_t collSeq;   /* collective calls made; the next is collSeq + 1 */
   uint32_t *p2pSeq;   /* [2 * nranks]: sends to, then receives from, each peer */
   pthread_mutex_t statusLock;

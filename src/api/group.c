@@ -51,7 +51,7 @@ static ncclResult_t buildItem(struct schedule *s, const struct groupItem *it, ui
   }
   size_t bytes = it->desc.count * dtypeSize(it->desc.dtype);
   size_t smallCap = comm->slotBytes < COMM_SCRATCH_BYTES ? comm->slotBytes : COMM_SCRATCH_BYTES;
-  struct tuneChoice c = tuneChoose(it->desc.coll, bytes, comm->nranks, comm->nch, smallCap);
+  struct tuneChoice c = tuneChoose(&comm->tune, it->desc.coll, bytes, comm->nranks, comm->nch, smallCap);
   struct algoCtx ctx = {comm->rank, comm->nranks, &comm->conns, &comm->boot, &comm->abortFlag, comm->scratch,
                         comm->laneLast};
   TRACE(subsysTuning, "%s %zu bytes: algorithm %s, %d channel(s)", collName(it->desc.coll), bytes,
@@ -60,7 +60,14 @@ static ncclResult_t buildItem(struct schedule *s, const struct groupItem *it, ui
   uint64_t timeoutNs = commTimeoutNs(comm);
   if (timeoutNs && (s->timeoutNs == 0 || timeoutNs < s->timeoutNs)) s->timeoutNs = timeoutNs;
   ncclResult_t res = algoBuild(s, &ctx, &it->desc, c.algo, c.nch);
-  if (res == ncclSuccess && comm->check) scheduleMarkOp(s, firstTask, &it->desc.check);
+  if (res == ncclSuccess && comm->check) {
+    struct opDesc check = it->desc.check;
+    if (check.coll != collSend && check.coll != collRecv) {
+      check.algo = (uint8_t)c.algo;
+      check.nch = (uint8_t)c.nch;
+    }
+    scheduleMarkOp(s, firstTask, &check);
+  }
   if (res != ncclSuccess) WARN("%s : rank %d: out of memory building the schedule", collName(it->desc.coll), comm->rank);
   return res;
 }

@@ -139,6 +139,7 @@ struct commAgreement {
   int nch;
   int check; /* CHORUS_CHECK */
   int64_t buffSize;
+  struct tuneConfig tune;
 };
 
 /* NCCL's init lines: each channel's ring, then the transport to each peer. */
@@ -208,6 +209,7 @@ static ncclResult_t commSetup(struct ncclComm *comm) {
   agree[rank].nch = channelCount();
   agree[rank].check = paramInt(paramCheck) != 0;
   agree[rank].buffSize = paramInt(paramBuffSize);
+  tuneConfigFromEnv(&agree[rank].tune);
   res = bootstrapAllGather(&comm->boot, agree, sizeof *agree);
   struct commAgreement a0 = agree[0];
   for (int i = 0; res == ncclSuccess && i < nranks; i++)
@@ -220,6 +222,7 @@ static ncclResult_t commSetup(struct ncclComm *comm) {
   if (a0.buffSize < 64 * 1024) a0.buffSize = 64 * 1024;
   comm->nch = a0.nch;
   comm->check = a0.check;
+  comm->tune = a0.tune;
 
   comm->conns.nranks = nranks;
   comm->conns.nch = comm->nch;
@@ -292,6 +295,10 @@ static ncclResult_t checkInitArgs(ncclComm_t *comm, int nranks, int rank, const 
   }
   if (nranks < 1 || rank < 0 || rank >= nranks) {
     WARN("%s : Invalid rank requested : %d/%d", call, rank, nranks);
+    return ncclInvalidArgument;
+  }
+  if (nranks > OPDESC_MAX_RANKS) {
+    WARN("%s : nranks %d is more than chorus supports (%d)", call, nranks, OPDESC_MAX_RANKS);
     return ncclInvalidArgument;
   }
   return ncclSuccess;

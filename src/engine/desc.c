@@ -10,6 +10,11 @@ const char *collName(int coll) {
   return coll >= 0 && coll < collTypeCount ? names[coll] : "Unknown";
 }
 
+const char *algoName(int algo) {
+  static const char *names[algoCount] = {"Local", "Ring", "OneHop", "Chain", "P2p", "Pairwise"};
+  return algo >= 0 && algo < algoCount ? names[algo] : "Unknown";
+}
+
 static int rooted(int coll) {
   return coll == collBroadcast || coll == collReduce || coll == collGather || coll == collScatter;
 }
@@ -22,7 +27,13 @@ int descMatch(const struct opDesc *mine, const struct opDesc *theirs) {
            theirs->tag == mine->tag;
   }
   if (mine->coll != theirs->coll || mine->op != theirs->op) return 0;
-  return !rooted(mine->coll) || mine->root == theirs->root;
+  if (rooted(mine->coll) && mine->root != theirs->root) return 0;
+  return descSamePlan(mine, theirs);
+}
+
+int descSamePlan(const struct opDesc *mine, const struct opDesc *theirs) {
+  int p2p = mine->coll == collRecv || mine->coll == collSend;
+  return p2p || (mine->algo == theirs->algo && mine->nch == theirs->nch);
 }
 
 static const char *opStr(int op) {

@@ -27,6 +27,10 @@ enum collType {
 };
 const char *collName(int coll);
 
+/* The algorithms (built in src/algo/; named here because descriptors carry them). */
+enum algoId { algoLocal, algoRing, algoOneHop, algoChain, algoP2p, algoPairwise, algoCount };
+const char *algoName(int algo);
+
 struct opDesc {
   uint64_t count;
   uint32_t seq;  /* collectives: the communicator's call number (from 1); Send/Recv: per peer and direction */
@@ -34,17 +38,20 @@ struct opDesc {
   uint8_t dtype; /* ncclDataType_t */
   union {
     struct {
-      uint8_t op; /* ncclRedOp_t for built-in ones, OPDESC_USER_OP for ncclRedOpCreatePreMulSum's */
-      uint8_t pad;
+      uint8_t op;   /* ncclRedOp_t for built-in ones, OPDESC_USER_OP for ncclRedOpCreatePreMulSum's */
+      uint8_t algo; /* collectives: the tuner's algorithm (enum algoId), so ranks that chose
+                     * differently fail instead of mixing up data */
     };
     uint16_t tag; /* Send/Recv: the tag's low 16 bits (chorusSendTag / chorusRecvTag) */
   };
-  int32_t root; /* root; the peer for Send/Recv; -1 when neither */
-  int32_t rank; /* the rank that made the call */
+  int32_t root;       /* root; the peer for Send/Recv; -1 when neither */
+  uint32_t rank : 24; /* the rank that made the call (init refuses more ranks than this holds) */
+  uint32_t nch : 8;   /* collectives: the channels the tuner chose */
 };
 _Static_assert(sizeof(struct opDesc) == 24, "struct connDesc carries 24 bytes");
 #define OPDESC_USER_OP 255
 #define OPDESC_NO_OP 254 /* not a reduction */
+#define OPDESC_MAX_RANKS (1 << 24)
 
 /* Step flags (struct step.check): the first slot of this step, on its
  * connection, is the operation's first there. */
@@ -54,6 +61,8 @@ _Static_assert(sizeof(struct opDesc) == 24, "struct connDesc carries 24 bytes");
 /* 1 when what the receiver called (mine) and what the sender called
  * (theirs) belong together. */
 int descMatch(const struct opDesc *mine, const struct opDesc *theirs);
+/* 1 when both chose the same algorithm and channels (always for Send/Recv). */
+int descSamePlan(const struct opDesc *mine, const struct opDesc *theirs);
 /* "AllReduce #42 (count=1000, float, sum)", "Send #3 (count=8, int32, to rank 2)",
  * "Recv #1 (count=8, int32, from rank 0, tag 7)" */
 const char *descStr(const struct opDesc *d, char *buf, size_t len);

@@ -21,7 +21,18 @@ static int stepMismatch(struct task *t, struct step *st, const struct opDesc *d)
   int peer = st->recv->peer;
   descStr(&t->desc, mine, sizeof mine);
   if (d) descStr(d, theirs, sizeof theirs);
-  if (d && (st->check & CHECK_RECV_DESC) && t->off == 0)
+  struct opDesc samePlan;
+  if (d) { /* the same call but another plan: say so, it is a tuning disagreement */
+    samePlan = *d;
+    samePlan.algo = t->desc.algo;
+    samePlan.nch = t->desc.nch;
+  }
+  if (d && (st->check & CHECK_RECV_DESC) && t->off == 0 && !descSamePlan(&t->desc, d) &&
+      descMatch(&t->desc, &samePlan))
+    snprintf(text, sizeof text, "rank %d chose algorithm %s over %u channel(s) for %s but rank %d chose %s over %u "
+             "(their tuning differs)", t->rank, algoName(t->desc.algo), t->desc.nch, mine, peer, algoName(d->algo),
+             d->nch);
+  else if (d && (st->check & CHECK_RECV_DESC) && t->off == 0)
     snprintf(text, sizeof text, "rank %d called %s but rank %d called %s", t->rank, mine, peer, theirs);
   else if (d)
     snprintf(text, sizeof text, "rank %d called %s but rank %d started %s with less data for it "

@@ -7,7 +7,10 @@
  * its FIFO; below that one channel has the least overhead. */
 #define TUNE_BYTES_PER_CHANNEL (1u << 20)
 
-struct tuneChoice tuneChoose(int coll, size_t bytes, int nranks, int maxNch, size_t slotBytes) {
+void tuneConfigFromEnv(struct tuneConfig *cfg) { cfg->smallThreshold = paramInt(paramLLThreshold); }
+
+struct tuneChoice tuneChoose(const struct tuneConfig *cfg, int coll, size_t bytes, int nranks, int maxNch,
+                             size_t slotBytes) {
   struct tuneChoice c = {algoRing, 1};
   if (coll == collSend || coll == collRecv) {
     c.algo = algoP2p;
@@ -22,8 +25,8 @@ struct tuneChoice tuneChoose(int coll, size_t bytes, int nranks, int maxNch, siz
     return c;
   }
   if (coll == collBroadcast || coll == collReduce) c.algo = algoChain;
-  size_t small = (size_t)paramInt(paramLLThreshold);
-  if (coll == collAllReduce && bytes <= small && bytes <= slotBytes) {
+  if (coll == collAllReduce && cfg->smallThreshold >= 0 && bytes <= (size_t)cfg->smallThreshold &&
+      bytes <= slotBytes) {
     c.algo = algoOneHop;
     return c;
   }
