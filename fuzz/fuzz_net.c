@@ -30,12 +30,15 @@ static int fuzzHello(const uint8_t *data, size_t size) {
   struct connTable t = {4, 2, calloc(12, sizeof(struct conn)), calloc(12, sizeof(struct conn))};
   struct netConn *ncs = calloc(12, sizeof *ncs);
   for (int i = 0; i < 12; i++) {
-    t.recv[i].net = &ncs[i];
+    t.recv[i].tpConn = &ncs[i];
     for (int k = 0; k < NET_MAX_SOCKS; k++) ncs[i].socks[k].fd = k == 1 ? 9 : -1; /* socket 1 taken */
   }
   if ((h.secret & 1) == 0) h.secret = 42; /* reach the range checks often */
   if ((h.nonce & 1) == 0) h.nonce = 7;
-  struct netConn *n = helloConn(&b, &t, info, &h);
+  unsigned char mine[4] = {1, 0, 1, 1}; /* everyone but itself */
+  struct netState s = {0};
+  s.mine = mine;
+  struct netConn *n = helloConn(&s, &b, &t, info, &h);
   if (n && (h.rank == 1 || h.sock == 1 || h.sock > info[h.rank].cut.ndata || n->socks[h.sock].fd >= 0)) abort();
   free(t.send);
   free(t.recv);
@@ -58,45 +61,44 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   struct bootstrapPeerInfo peers[2];
   memset(peers, 0, sizeof peers);
   b.peers = peers;
-  struct netState s;
-  memset(&s, 0, sizeof s);
+  struct netState *s = calloc(1, sizeof *s); /* netClose frees it */
   size_t buffSize = 64 * 1024;
-  s.memBytes = CONN_CTRL_BYTES + buffSize;
-  s.conns = calloc(1, sizeof *s.conns);
-  s.mem = calloc(1, sizeof *s.mem);
-  s.listenFd = -1;
+  s->memBytes = CONN_CTRL_BYTES + buffSize;
+  s->conns = calloc(1, sizeof *s->conns);
+  s->mem = calloc(1, sizeof *s->mem);
+  s->listenFd = -1;
   struct conn c;
   memset(&c, 0, sizeof c);
-  if (netConnAlloc(&s, &c, 1, 0, 0, &cut, &b, buffSize) != ncclSuccess) abort();
+  if (netConnAlloc(s, &c, 1, 0, 0, &cut, &b, buffSize) != ncclSuccess) abort();
   int writers[NET_MAX_SOCKS];
-  for (int i = 0; i < c.net->nsocks; i++) {
+  for (int i = 0; i < NET(&c)->nsocks; i++) {
     int sv[2];
     if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0) abort();
     fcntl(sv[0], F_SETFL, O_NONBLOCK);
     fcntl(sv[1], F_SETFL, O_NONBLOCK);
-    c.net->socks[i].fd = sv[0];
+    NET(&c)->socks[i].fd = sv[0];
     writers[i] = sv[1];
   }
   /* The stream goes to the control socket, except that every 7th byte goes
    * round-robin to the data sockets: pieces arrive wherever they do. */
   for (size_t i = 0; i < size; i++) {
-    int k = c.net->nsocks > 1 && i % 7 == 6 ? 1 + (int)(i / 7) % (c.net->nsocks - 1) : 0;
+    int k = NET(&c)->nsocks > 1 && i % 7 == 6 ? 1 + (int)(i / 7) % (NET(&c)->nsocks - 1) : 0;
     if (write(writers[k], data + i, 1) != 1) break;
   }
-  for (int i = 0; closeAfter && i < c.net->nsocks; i++) shutdown(writers[i], SHUT_WR);
+  for (int i = 0; closeAfter && i < NET(&c)->nsocks; i++) shutdown(writers[i], SHUT_WR);
   for (int round = 0; round < 64; round++) {
     if (netProgress(&c) != ncclSuccess) break;
     /* The engine's side: take every slot that arrived. */
     while (__atomic_load_n(&c.ctrl->tail, __ATOMIC_ACQUIRE) > c.step) {
       uint32_t k = (uint32_t)(c.step % c.nslots);
-      if (c.net->sizes[k] > c.slotBytes) abort();
+      if (NET(&c)->sizes[k] > c.slotBytes) abort();
       unsigned char body[24];
       connDescGet(&c, body);
       __atomic_store_n(&c.ctrl->head, ++c.step, __ATOMIC_RELEASE);
     }
   }
   netCheckNeeded(&c);
-  for (int i = 0; i < c.net->nsocks; i++) close(writers[i]);
-  netClose(&s);
+  for (int i = 0; i < NET(&c)->nsocks; i++) close(writers[i]);
+  netClose(s);
   return 0;
 }

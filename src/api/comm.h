@@ -10,8 +10,7 @@
 #include "engine/desc.h"
 #include "reduce/reduce.h"
 #include "transport/conn.h"
-#include "transport/net.h"
-#include "transport/shm.h"
+#include "transport/transport.h"
 #include "tune/tune.h"
 
 #define COMM_MAGIC 0x0280028002800280ull /* as NCCL: nickel is element 28 */
@@ -31,8 +30,7 @@ struct ncclComm {
   int nch; /* collective channels */
   int blocking;
   struct bootstrap boot;
-  struct shmState shm;
-  struct netState net;
+  void *transports[TRANSPORT_COUNT]; /* each transport's state (transport.h) */
   struct connTable conns;
   size_t slotBytes;
   volatile int abortFlag;

@@ -111,8 +111,7 @@ static void commFree(struct ncclComm *comm, int graceful) {
     comm->initThreadRunning = 0;
   }
   bootstrapClose(&comm->boot, graceful);
-  netClose(&comm->net);
-  shmClose(&comm->shm);
+  transportCloseAll(comm->transports);
   free(comm->conns.send);
   free(comm->conns.recv);
   free(comm->laneLast);
@@ -154,12 +153,12 @@ static void logTopology(struct ncclComm *comm) {
   for (int c = 0; c < comm->nch && n > 1; c++)
     INFO(subsysInit, "Channel %02d/0 : %d[%d] -> %d[%d] via %s", c, comm->rank,
          comm->boot.peers[comm->rank].cudaDev, next, comm->boot.peers[next].cudaDev,
-         netNeeded(&comm->boot, next) ? "NET/Socket/0" : "SHM/direct/direct");
+         transportTable[transportFor(&comm->boot, next)]->name);
   for (int p = 0; p < n; p++)
     if (p != comm->rank)
       INFO(subsysP2p, "Channel %02d/1 : %d[%d] -> %d[%d] via %s (host %s pid %d)", comm->nch, comm->rank,
            comm->boot.peers[comm->rank].cudaDev, p, comm->boot.peers[p].cudaDev,
-           netNeeded(&comm->boot, p) ? "NET/Socket/0" : "P2P/SHM", comm->boot.peers[p].hostname,
+           transportTable[transportFor(&comm->boot, p)]->p2pName, comm->boot.peers[p].hostname,
            comm->boot.peers[p].pid);
   INFO(subsysInit, "Connected all rings, %d channel(s), %zu-byte FIFO slots", comm->nch, comm->slotBytes);
 }
@@ -173,7 +172,6 @@ static struct ncclComm *commAlloc(int nranks, const ncclUniqueId *id, int rank, 
   comm->cudaDev = cudaDev;
   comm->blocking = blocking;
   comm->boot.listenFd = -1;
-  comm->net.listenFd = -1;
   comm->initId = *id;
   pthread_mutex_init(&comm->statusLock, NULL);
   return comm;
@@ -237,8 +235,7 @@ static ncclResult_t commSetup(struct ncclComm *comm) {
     res = ncclSystemError;
     goto fail;
   }
-  CHECKGOTO(shmSetup(&comm->shm, &comm->boot, &comm->conns, (size_t)a0.buffSize), res, fail);
-  CHECKGOTO(netSetup(&comm->net, &comm->boot, &comm->conns, (size_t)a0.buffSize), res, fail);
+  CHECKGOTO(transportSetupAll(comm->transports, &comm->boot, &comm->conns, (size_t)a0.buffSize), res, fail);
   comm->slotBytes = connSend(&comm->conns, rank, 0)->slotBytes;
   /* Everyone has mapped everyone's segment before anyone sends. */
   CHECKGOTO(bootstrapBarrier(&comm->boot), res, fail);

@@ -93,7 +93,7 @@ static int stepAdvance(struct task *t, struct step *st) {
       if (dst != src) memcpy(dst, src, nb);
       break;
     case stepRecvCopySend:
-      if (st->send->net) { /* one copy: the socket reads dst */
+      if (simpleSendReadsSource(st->send)) { /* one copy: the transport reads dst */
         memcpy(dst, slotIn, nb);
         simpleSendPostFrom(st->send, dst, nb);
       } else {
@@ -105,7 +105,7 @@ static int stepAdvance(struct task *t, struct step *st) {
     case stepRecvReduceSend: reduceTwo(op, slotOut, slotIn, src, n, st->flags); posted = 0; break;
     case stepRecvReduceCopy: reduceTwo(op, dst, slotIn, src, n, st->flags); break;
     case stepRecvReduceCopySend:
-      if (st->send->net) { /* one pass: the socket reads dst */
+      if (simpleSendReadsSource(st->send)) { /* one pass: the transport reads dst */
         reduceTwo(op, dst, slotIn, src, n, st->flags);
         simpleSendPostFrom(st->send, dst, nb);
       } else {
@@ -203,62 +203,66 @@ static ncclResult_t scheduleLiveness(void *arg) {
   return departedPeers(s);
 }
 
-/* The socket connections of one run: they need the running thread to move
- * their bytes while it waits, and before it returns (a posted slot not yet
- * handed to the kernel would otherwise wait for the next call). */
-#define ENGINE_MAX_NET 256
-struct engineNet {
+/* The connections of one run whose transport moves bytes itself (sockets):
+ * they need the running thread to drive them while it waits, and before it
+ * returns (a posted slot not yet handed to the kernel would otherwise wait
+ * for the next call). */
+#define ENGINE_MAX_DRIVEN 256
+struct engineDriven {
   int n;
-  int helped; /* some connection has helper threads (they do not wake poll) */
-  struct conn *c[ENGINE_MAX_NET];
+  int quiet; /* some connection's transport moves bytes without waking poll() */
+  struct conn *c[ENGINE_MAX_DRIVEN];
 };
 
-static void netAdd(struct engineNet *en, struct conn *c) {
-  if (!c || !c->net) return;
-  for (int i = 0; i < en->n; i++)
-    if (en->c[i] == c) return;
-  if (en->n < ENGINE_MAX_NET) en->c[en->n++] = c;
-  en->helped |= c->net->helped;
+static void drivenAdd(struct engineDriven *ed, struct conn *c) {
+  if (!c || !c->tp->progress) return;
+  for (int i = 0; i < ed->n; i++)
+    if (ed->c[i] == c) return;
+  if (ed->n < ENGINE_MAX_DRIVEN) ed->c[ed->n++] = c;
+  ed->quiet |= !c->tp->pollWakes(c);
 }
 
-static void netCollect(const struct schedule *s, struct engineNet *en) {
-  en->n = 0;
-  en->helped = 0;
+static void drivenCollect(const struct schedule *s, struct engineDriven *ed) {
+  ed->n = 0;
+  ed->quiet = 0;
   for (int i = 0; i < s->nsteps; i++) {
-    netAdd(en, s->steps[i].recv);
-    netAdd(en, s->steps[i].send);
+    drivenAdd(ed, s->steps[i].recv);
+    drivenAdd(ed, s->steps[i].send);
   }
 }
 
-/* Progress on every socket connection; *busy says whether a sender still
- * holds slots the kernel has not taken, *moved whether any bytes moved (a
+/* Progress on every driven connection; *busy says whether a sender still
+ * holds slots its transport has not sent, *moved whether any bytes moved (a
  * slow link is no stall). */
-static ncclResult_t netPump(struct engineNet *en, int *busy, int *moved) {
+static ncclResult_t drivenPump(struct engineDriven *ed, int *busy, int *moved) {
   *busy = 0;
-  for (int i = 0; i < en->n; i++) {
-    struct conn *c = en->c[i];
-    uint64_t before = __atomic_load_n(&c->net->bytes, __ATOMIC_RELAXED); /* helpers add to it */
-    CHECK(netProgress(c));
-    if (__atomic_load_n(&c->net->bytes, __ATOMIC_RELAXED) != before) *moved = 1;
-    if (c->net->isSend && netSendPending(c)) *busy = 1;
+  for (int i = 0; i < ed->n; i++) {
+    struct conn *c = ed->c[i];
+    uint64_t before = c->tp->moved(c);
+    CHECK(c->tp->progress(c));
+    if (c->tp->moved(c) != before) *moved = 1;
+    if (c->tp->pending(c)) *busy = 1;
   }
   return ncclSuccess;
 }
 
-/* A broken socket usually means a dead peer, and the first peer to notice a
- * death may abort and close its own sockets before the dead process's other
- * connections have all closed (a killed process unmaps its memory before
- * its files are closed). So let the bootstrap's view settle, up to 200 ms,
- * until the set of gone ranks holds still for 20 ms: then the last error
- * names them all, the first one included. */
-static ncclResult_t netBroken(struct schedule *s, ncclResult_t res) {
+/* A broken connection usually means a dead peer, and the first peer to
+ * notice a death may abort and close its own sockets before the dead
+ * process's other connections have all closed (a killed process unmaps its
+ * memory before its files are closed). So let the bootstrap's view settle,
+ * up to 200 ms, until the set of gone ranks holds still for 20 ms: then the
+ * last error names them all, the first one included. It waits through the
+ * one wait. */
+static ncclResult_t drivenBroken(struct schedule *s, ncclResult_t res) {
   struct bootstrap *b = s->ntasks ? s->tasks[0].boot : NULL;
   if (b) {
+    struct waitState w;
+    waitBegin(&w, NULL, NULL, NULL, "the view of gone peers to settle");
+    w.timeoutNs = 0; /* bounded here, silently: the WARN that follows is the one that explains */
     uint64_t t0 = clockNs(), stable = t0;
     int last = bootstrapGoneCount(b);
     while (clockNs() - t0 < 200000000ull && (last == 0 || clockNs() - stable < 20000000ull)) {
-      struct timespec ts = {0, 1000000};
-      nanosleep(&ts, NULL);
+      if (waitPause(&w) != ncclSuccess) break;
       int now = bootstrapGoneCount(b);
       if (now != last) {
         last = now;
@@ -270,20 +274,21 @@ static ncclResult_t netBroken(struct schedule *s, ncclResult_t res) {
   return live != ncclSuccess ? live : res;
 }
 
-/* A stalled step that waits on a socket whose peer has closed it fails. */
-static ncclResult_t netCheckStalled(struct schedule *s) {
+/* A stalled step that waits for data no transport can bring any more (the
+ * peer closed its end) fails. */
+static ncclResult_t drivenCheckStalled(struct schedule *s) {
   for (int i = 0; i < s->ntasks; i++) {
     struct task *t = &s->tasks[i];
     if (t->done || t->cur >= t->nsteps) continue;
     struct step *st = &s->steps[t->firstStep + t->cur];
-    if (st->recv && st->recv->net) CHECK(netCheckNeeded(st->recv));
+    if (st->recv && st->recv->tp->stalled) CHECK(st->recv->tp->stalled(st->recv));
   }
   return ncclSuccess;
 }
 
-/* 1 when every task that can run waits on a socket (data to arrive, or
- * room to send): then poll() wakes the wait when it can go on. */
-static int netOnlyWait(struct schedule *s) {
+/* 1 when every task that can run waits on a connection whose poll()
+ * descriptors wake when it can go on: then the wait sleeps in poll(). */
+static int drivenOnlyWait(struct schedule *s) {
   for (int i = 0; i < s->ntasks; i++) {
     struct task *t = &s->tasks[i];
     if (t->done || t->cur >= t->nsteps || (t->dep >= 0 && !s->tasks[t->dep].done) ||
@@ -291,19 +296,19 @@ static int netOnlyWait(struct schedule *s) {
       continue;
     struct step *st = &s->steps[t->firstStep + t->cur];
     struct conn *c = st->recv ? st->recv : st->send;
-    /* Helper threads finish pieces without waking poll(): keep yielding. */
-    if (!c || !c->net || c->net->helped) return 0;
+    if (!c || !c->tp->pollFds || !c->tp->pollWakes(c)) return 0;
   }
   return 1;
 }
 
-/* The one wait's sleep, for runs with sockets: sleep in poll(), so that
- * arriving bytes or room to send end the sleep at once. */
-static void netBlock(void *arg, uint64_t ns) {
-  struct engineNet *en = arg;
+/* The one wait's sleep, for runs with driven connections: sleep in poll(),
+ * so that arriving bytes or room to send end the sleep at once. */
+static void drivenBlock(void *arg, uint64_t ns) {
+  struct engineDriven *ed = arg;
   struct pollfd fds[64];
   int nf = 0;
-  for (int i = 0; i < en->n && nf < 64; i++) nf += netPollFds(en->c[i], fds + nf, 64 - nf);
+  for (int i = 0; i < ed->n && nf < 64; i++)
+    if (ed->c[i]->tp->pollFds) nf += ed->c[i]->tp->pollFds(ed->c[i], fds + nf, 64 - nf);
   struct timespec ts = {(time_t)(ns / 1000000000ull), (long)(ns % 1000000000ull)};
   ppoll(fds, (nfds_t)nf, &ts, NULL);
 }
@@ -319,9 +324,9 @@ ncclResult_t engineRun(struct schedule *s) {
   if (s->timeoutNs) w.timeoutNs = s->timeoutNs;
   uint64_t diagnosis = waitDiagnosisNs(w.timeoutNs);
   if (w.timeoutNs > diagnosis) w.timeoutNs -= diagnosis; /* then the diagnosis (api/watch.c) */
-  struct engineNet en;
-  netCollect(s, &en);
-  if (en.n) waitSetBlock(&w, netBlock, &en);
+  struct engineDriven ed;
+  drivenCollect(s, &ed);
+  if (ed.n) waitSetBlock(&w, drivenBlock, &ed);
   while (remaining > 0) {
     int moved = 0;
     for (int i = 0; i < s->ntasks; i++) {
@@ -333,11 +338,11 @@ ncclResult_t engineRun(struct schedule *s) {
       if (t->done) remaining--;
     }
     int busy;
-    if (!moved && en.n) {
-      ncclResult_t res = netPump(&en, &busy, &moved);
-      if (res == ncclSuccess && !moved) res = netCheckStalled(s);
-      if (res != ncclSuccess) return netBroken(s, res);
-      w.blockNow = !moved && netOnlyWait(s);
+    if (!moved && ed.n) {
+      ncclResult_t res = drivenPump(&ed, &busy, &moved);
+      if (res == ncclSuccess && !moved) res = drivenCheckStalled(s);
+      if (res != ncclSuccess) return drivenBroken(s, res);
+      w.blockNow = !moved && drivenOnlyWait(s);
     }
     if (moved) {
       waitProgress(&w);
@@ -355,10 +360,10 @@ ncclResult_t engineRun(struct schedule *s) {
   }
   for (;;) {
     int busy = 0, moved = 0;
-    ncclResult_t res = en.n ? netPump(&en, &busy, &moved) : ncclSuccess;
-    if (res != ncclSuccess) return netBroken(s, res);
+    ncclResult_t res = ed.n ? drivenPump(&ed, &busy, &moved) : ncclSuccess;
+    if (res != ncclSuccess) return drivenBroken(s, res);
     if (!busy) return ncclSuccess;
-    w.blockNow = !en.helped;
+    w.blockNow = !ed.quiet;
     if (moved) waitProgress(&w);
     else CHECK(waitPause(&w));
   }

@@ -12,7 +12,8 @@ void connLayout(struct conn *c, char *base, size_t buffSize, int peer) {
   c->step = 0;
   c->headCache = 0;
   c->peer = peer;
-  c->net = 0;
+  c->tp = 0;
+  c->tpConn = 0;
 }
 
 void connPrefault(struct conn *c) {

@@ -2,12 +2,15 @@
  * slots with monotonically increasing head and tail counters (DESIGN.md
  * invariant 5). Over shared memory the control block and slots live in the
  * receiver's segment and both sides use them; over sockets each side has its
- * own FIFO and the transport moves filled slots between them (net != NULL).
- * Each side keeps its own step counter. */
+ * own FIFO and the transport moves filled slots between them. Either way the
+ * connection's transport (tp, transport/transport.h) is reached only through
+ * its table of functions. Each side keeps its own step counter. */
 #ifndef CHORUS_TRANSPORT_CONN_H
 #define CHORUS_TRANSPORT_CONN_H
 #include <stddef.h>
 #include <stdint.h>
+
+struct transport;
 
 #define CONN_CTRL_BYTES 4096
 #define CONN_MAX_SLOTS 64
@@ -41,7 +44,8 @@ struct conn {
   uint64_t headCache; /* sender: last head seen */
   int peer;
   uint64_t descStamp;  /* schedule building: the operation that last marked a step on it */
-  struct netConn *net; /* socket transport state; NULL over shared memory */
+  const struct transport *tp; /* the transport that connected it */
+  void *tpConn;               /* that transport's own state for it (NULL: none) */
 };
 
 /* Lays a connection's control block and slots out in buffSize bytes of FIFO

@@ -18,7 +18,9 @@
 #include "core/err.h"
 #include "core/log.h"
 #include "core/param.h"
-#include "transport/shm.h"
+#include "transport/transport.h"
+
+#define NET(c) ((struct netConn *)(c)->tpConn)
 
 /* What each rank tells the others about its socket transport. */
 struct netInfo {
@@ -32,8 +34,6 @@ struct netHello {
   uint64_t secret, nonce;
   int32_t rank, lane, sock, pad;
 };
-
-int netNeeded(const struct bootstrap *b, int peer) { return !shmCanConnect(b, peer); }
 
 /* NCCL's defaults when unset: the calling thread drives one control socket
  * per connection, no helpers. At most 64 data sockets, as NCCL. */
@@ -53,7 +53,7 @@ static struct netCut netLocalCut(void) {
 }
 
 static ncclResult_t netFail(struct conn *c, const char *what, int err) {
-  struct netConn *n = c->net;
+  struct netConn *n = NET(c);
   ncclResult_t ok = ncclSuccess;
   /* Once, from whichever thread saw it first (a helper or the caller). */
   if (__atomic_compare_exchange_n(&n->err, &ok, ncclRemoteError, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
@@ -121,7 +121,7 @@ static uint32_t cutSlot(struct netConn *n, uint64_t step, char *slot, uint32_t s
 
 static void pieceDone(struct conn *c, struct netSock *k) {
   struct netTask *t = &k->q[k->qhead % k->qcap];
-  __atomic_fetch_sub(&c->net->pending[t->step % c->nslots], 1, __ATOMIC_RELEASE);
+  __atomic_fetch_sub(&NET(c)->pending[t->step % c->nslots], 1, __ATOMIC_RELEASE);
   __atomic_store_n(&k->qhead, k->qhead + 1, __ATOMIC_RELEASE);
   k->off = 0;
 }
@@ -148,7 +148,7 @@ static ncclResult_t sockSend(struct conn *c, struct netSock *k) {
       return netFail(c, "sending", errno);
     }
     size_t left = (size_t)r;
-    __atomic_fetch_add(&c->net->bytes, left, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&NET(c)->bytes, left, __ATOMIC_RELAXED);
     while (left > 0) {
       struct netTask *t = &k->q[k->qhead % k->qcap];
       size_t rest = t->len - k->off;
@@ -166,7 +166,7 @@ static ncclResult_t sockSend(struct conn *c, struct netSock *k) {
 
 /* Reads into queued pieces as far as bytes have arrived. */
 static ncclResult_t sockRecv(struct conn *c, struct netSock *k) {
-  struct netConn *n = c->net;
+  struct netConn *n = NET(c);
   while (k->qhead < __atomic_load_n(&k->qtail, __ATOMIC_ACQUIRE)) {
     struct netTask *t = &k->q[k->qhead % k->qcap];
     if (k == &n->socks[0] && n->stageTail > n->stageHead) { /* read ahead with the header */
@@ -181,7 +181,7 @@ static ncclResult_t sockRecv(struct conn *c, struct netSock *k) {
     ssize_t r = recv(k->fd, t->ptr + k->off, t->len - k->off, MSG_DONTWAIT);
     if (r > 0) {
       k->off += (size_t)r;
-      __atomic_fetch_add(&c->net->bytes, (size_t)r, __ATOMIC_RELAXED);
+      __atomic_fetch_add(&NET(c)->bytes, (size_t)r, __ATOMIC_RELAXED);
       if (k->off == t->len) pieceDone(c, k);
       continue;
     }
@@ -196,7 +196,7 @@ static ncclResult_t sockRecv(struct conn *c, struct netSock *k) {
  * Reads up to a stage-full at once; what follows the header is used by the
  * next pieces on that socket. */
 static int readHeader(struct conn *c, uint32_t *size, struct connDesc *desc, ncclResult_t *res) {
-  struct netConn *n = c->net;
+  struct netConn *n = NET(c);
   size_t need = sizeof *size;
   for (;;) {
     if (n->stageTail - n->stageHead >= sizeof *size) {
@@ -239,7 +239,7 @@ static int readHeader(struct conn *c, uint32_t *size, struct connDesc *desc, ncc
 /* Slots whose pieces have all moved, in order, are done: publish them
  * (a sender frees them for reuse: head; a receiver hands them over: tail). */
 static void slotsComplete(struct conn *c, uint64_t *counter) {
-  struct netConn *n = c->net;
+  struct netConn *n = NET(c);
   uint64_t done = n->done;
   while (done < n->queued && __atomic_load_n(&n->pending[done % c->nslots], __ATOMIC_ACQUIRE) == 0) done++;
   if (done != n->done) {
@@ -249,7 +249,7 @@ static void slotsComplete(struct conn *c, uint64_t *counter) {
 }
 
 static ncclResult_t sendProgress(struct conn *c) {
-  struct netConn *n = c->net;
+  struct netConn *n = NET(c);
   while (n->queued < c->step) {
     uint64_t step = n->queued++;
     uint32_t k = (uint32_t)(step % c->nslots);
@@ -272,7 +272,7 @@ static ncclResult_t sendProgress(struct conn *c) {
 }
 
 static ncclResult_t recvProgress(struct conn *c) {
-  struct netConn *n = c->net;
+  struct netConn *n = NET(c);
   uint64_t head = __atomic_load_n(&c->ctrl->head, __ATOMIC_ACQUIRE);
   ncclResult_t res = ncclSuccess;
   for (;;) {
@@ -308,14 +308,15 @@ static ncclResult_t recvProgress(struct conn *c) {
   return ncclSuccess;
 }
 
-ncclResult_t netProgress(struct conn *c) {
-  ncclResult_t err = __atomic_load_n(&c->net->err, __ATOMIC_ACQUIRE);
+static ncclResult_t netProgress(struct conn *c) {
+  ncclResult_t err = __atomic_load_n(&NET(c)->err, __ATOMIC_ACQUIRE);
   if (err != ncclSuccess) return err;
-  return c->net->isSend ? sendProgress(c) : recvProgress(c);
+  return NET(c)->isSend ? sendProgress(c) : recvProgress(c);
 }
 
-void netPostFrom(struct conn *c, const char *data, size_t bytes) {
-  struct netConn *n = c->net;
+static void netPostFrom(struct conn *c, const void *src, size_t bytes) {
+  const char *data = src;
+  struct netConn *n = NET(c);
   uint32_t k = (uint32_t)(c->step % c->nslots);
   if (n->helped && n->cut.ndata > 0 && bytes > n->cut.inlineBytes) {
     /* Its pieces go to helpers, which may read them at any time: copy. */
@@ -345,15 +346,15 @@ void netPostFrom(struct conn *c, const char *data, size_t bytes) {
   }
 }
 
-ncclResult_t netCheckNeeded(struct conn *c) {
-  struct netConn *n = c->net;
+static ncclResult_t netCheckNeeded(struct conn *c) {
+  struct netConn *n = NET(c);
   ncclResult_t err = __atomic_load_n(&n->err, __ATOMIC_ACQUIRE);
   if (err != ncclSuccess || !n->eof || n->queued > c->step) return err;
   return netFail(c, "waiting for data", 0);
 }
 
-int netPollFds(const struct conn *c, struct pollfd *fds, int max) {
-  const struct netConn *n = c->net;
+static int netPollFds(const struct conn *c, struct pollfd *fds, int max) {
+  const struct netConn *n = NET(c);
   int nf = 0;
   for (int i = 0; i < n->nsocks && nf < max; i++) {
     const struct netSock *k = &n->socks[i];
@@ -379,11 +380,11 @@ static void *helperMain(void *arg) {
     for (int i = 0; i < h->nsocks; i++) {
       struct netSock *k = h->socks[i];
       struct conn *c = h->conns[i];
-      if (__atomic_load_n(&c->net->err, __ATOMIC_ACQUIRE) != ncclSuccess) continue;
+      if (__atomic_load_n(&NET(c)->err, __ATOMIC_ACQUIRE) != ncclSuccess) continue;
       uint64_t head = k->qhead;
       size_t off = k->off;
       if (head == __atomic_load_n(&k->qtail, __ATOMIC_ACQUIRE)) continue;
-      if (c->net->isSend) sockSend(c, k);
+      if (NET(c)->isSend) sockSend(c, k);
       else sockRecv(c, k);
       moved |= k->qhead != head || k->off != off;
     }
@@ -396,9 +397,9 @@ static void *helperMain(void *arg) {
     for (int i = 0; i < h->nsocks; i++) {
       struct netSock *k = h->socks[i];
       if (k->qhead == __atomic_load_n(&k->qtail, __ATOMIC_SEQ_CST) ||
-          __atomic_load_n(&h->conns[i]->net->err, __ATOMIC_ACQUIRE) != ncclSuccess)
+          __atomic_load_n(&NET(h->conns[i])->err, __ATOMIC_ACQUIRE) != ncclSuccess)
         continue;
-      fds[nf++] = (struct pollfd){k->fd, h->conns[i]->net->isSend ? POLLOUT : POLLIN, 0};
+      fds[nf++] = (struct pollfd){k->fd, NET(h->conns[i])->isSend ? POLLOUT : POLLIN, 0};
     }
     fds[nf++] = (struct pollfd){h->efd, POLLIN, 0};
     poll(fds, (nfds_t)nf, 100);
@@ -435,7 +436,7 @@ static ncclResult_t helpersStart(struct netState *s) {
   int64_t nt = paramInt(paramSocketNThreads);
   if (nt > 16) nt = 16;
   int ndata = 0;
-  for (int i = 0; i < s->nconns; i++) ndata += s->conns[i]->net->cut.ndata;
+  for (int i = 0; i < s->nconns; i++) ndata += NET(s->conns[i])->cut.ndata;
   if (nt <= 0 || ndata == 0) return ncclSuccess;
   s->helpers = calloc((size_t)nt, sizeof *s->helpers);
   if (!s->helpers) return ncclSystemError;
@@ -450,7 +451,7 @@ static ncclResult_t helpersStart(struct netState *s) {
   }
   int next = 0;
   for (int i = 0; i < s->nconns; i++) {
-    struct netConn *n = s->conns[i]->net;
+    struct netConn *n = NET(s->conns[i]);
     for (int k = 1; k < n->nsocks; k++, next = (next + 1) % (int)nt)
       CHECK(helperAdd(&s->helpers[next], s->conns[i], &n->socks[k]));
     n->helped = n->nsocks > 1;
@@ -477,7 +478,7 @@ static void helpersStop(struct netState *s) {
   }
   s->nhelpers = 0;
   for (int i = 0; s->helpers && s->conns && i < s->nconns; i++) {
-    struct netConn *n = s->conns[i]->net;
+    struct netConn *n = NET(s->conns[i]);
     for (int k = 0; n && k < n->nsocks; k++) n->socks[k].helper = NULL;
   }
   for (int t = 0; t < s->helperSlots; t++) {
@@ -508,7 +509,8 @@ static ncclResult_t netConnAlloc(struct netState *s, struct conn *c, int peer, i
   s->conns[s->nconns++] = c;
   connLayout(c, mem, buffSize, peer);
   connPrefault(c);
-  c->net = n;
+  c->tp = &netTransport;
+  c->tpConn = n;
   n->isSend = isSend;
   n->lane = lane;
   n->rank = b->rank;
@@ -527,13 +529,13 @@ static ncclResult_t netConnAlloc(struct netState *s, struct conn *c, int peer, i
 /* The receiving side a transport socket's hello names, or NULL when it is
  * not one this rank waits for (wrong secret or communicator, a rank, lane
  * or socket out of range, one already connected). */
-static struct netConn *helloConn(const struct bootstrap *b, struct connTable *t, const struct netInfo *info,
+static struct netConn *helloConn(const struct netState *s, const struct bootstrap *b, struct connTable *t, const struct netInfo *info,
                                  const struct netHello *h) {
   int lanes = t->nch + 1;
   if (h->secret != b->secret || h->nonce != b->peers[0].nonce || h->rank < 0 || h->rank >= b->nranks ||
-      !netNeeded(b, h->rank) || h->lane < 0 || h->lane >= lanes || h->sock < 0 || h->sock > info[h->rank].cut.ndata)
+      !s->mine[h->rank] || h->lane < 0 || h->lane >= lanes || h->sock < 0 || h->sock > info[h->rank].cut.ndata)
     return NULL;
-  struct netConn *n = connRecv(t, h->rank, h->lane)->net;
+  struct netConn *n = NET(connRecv(t, h->rank, h->lane));
   return n && n->socks[h->sock].fd < 0 ? n : NULL;
 }
 
@@ -549,7 +551,7 @@ static ncclResult_t netAcceptAll(struct netState *s, struct bootstrap *b, struct
     int fd;
     struct netHello h;
     CHECKGOTO(acceptorNext(acc, &fd, &h, &w), res, out);
-    struct netConn *n = helloConn(b, t, info, &h);
+    struct netConn *n = helloConn(s, b, t, info, &h);
     if (!n) {
       WARN("NET/Socket : rank %d dropped a connection that is not one of this communicator's", b->rank);
       close(fd);
@@ -565,12 +567,19 @@ out:
   return res;
 }
 
-ncclResult_t netSetup(struct netState *s, struct bootstrap *b, struct connTable *t, size_t buffSize) {
+static ncclResult_t netSetup(void **state, struct bootstrap *b, struct connTable *t, size_t buffSize,
+                             const unsigned char *mine) {
   int me = b->rank, n = b->nranks, lanes = t->nch + 1;
-  memset(s, 0, sizeof *s);
+  struct netState *s = calloc(1, sizeof *s);
+  if (!s || !(s->mine = malloc((size_t)n))) {
+    free(s);
+    return ncclSystemError;
+  }
+  *state = s;
   s->listenFd = -1;
+  memcpy(s->mine, mine, (size_t)n);
   int nremote = 0;
-  for (int p = 0; p < n; p++) nremote += netNeeded(b, p);
+  for (int p = 0; p < n; p++) nremote += mine[p];
 
   struct netInfo *info = calloc(n, sizeof *info);
   if (!info) return ncclSystemError;
@@ -602,7 +611,7 @@ ncclResult_t netSetup(struct netState *s, struct bootstrap *b, struct connTable 
   if (nremote == 0) goto out;
   for (int p = 0; p < n; p++) { /* what peers say bounds arrays here: check it */
     const struct netCut *c = &info[p].cut;
-    if (netNeeded(b, p) && (c->ndata < 0 || c->ndata > NET_MAX_SOCKS - 1 || c->minTask < 4096 ||
+    if (mine[p] && (c->ndata < 0 || c->ndata > NET_MAX_SOCKS - 1 || c->minTask < 4096 ||
                             c->inlineBytes > (1u << 20))) {
       WARN("NET/Socket : rank %d announced %d data sockets, %u-byte pieces, %u inline bytes: out of range", p,
            (int)c->ndata, c->minTask, c->inlineBytes);
@@ -621,7 +630,7 @@ ncclResult_t netSetup(struct netState *s, struct bootstrap *b, struct connTable 
   }
   int expected = 0;
   for (int p = 0; p < n; p++) {
-    if (!netNeeded(b, p)) continue;
+    if (!mine[p]) continue;
     if (!info[p].listening) {
       WARN("NET/Socket : rank %d needs sockets to reach rank %d, which does not listen (NCCL_SHM_DISABLE "
            "differs between the ranks?)", me, p);
@@ -639,9 +648,9 @@ ncclResult_t netSetup(struct netState *s, struct bootstrap *b, struct connTable 
   struct waitState w;
   waitBegin(&w, b->abortFlag, bootstrapLiveness, b, "socket transport connect");
   for (int p = 0; p < n; p++) {
-    if (!netNeeded(b, p)) continue;
+    if (!mine[p]) continue;
     for (int l = 0; l < lanes; l++) {
-      struct netConn *nc = connSend(t, p, l)->net;
+      struct netConn *nc = NET(connSend(t, p, l));
       for (int i = 0; i < nc->nsocks; i++) {
         CHECKGOTO(sockConnect(&info[p].addr, &nc->socks[i].fd, &w), res, out);
         sockTune(nc->socks[i].fd);
@@ -660,16 +669,18 @@ out:
   return res;
 }
 
-void netClose(struct netState *s) {
+static void netClose(void *state) {
+  struct netState *s = state;
+  if (!s) return;
   helpersStop(s);
   for (int i = 0; i < s->nconns; i++) {
-    struct netConn *n = s->conns[i]->net;
+    struct netConn *n = NET(s->conns[i]);
     for (int k = 0; n && k < n->nsocks; k++) {
       if (n->socks[k].fd >= 0) close(n->socks[k].fd);
       free(n->socks[k].q);
     }
     free(n);
-    s->conns[i]->net = NULL;
+    s->conns[i]->tpConn = NULL;
     munmap(s->mem[i], s->memBytes);
   }
   free(s->conns);
@@ -678,5 +689,40 @@ void netClose(struct netState *s) {
   s->mem = NULL;
   s->nconns = 0;
   if (s->listenFd >= 0) close(s->listenFd);
-  s->listenFd = -1;
+  free(s->mine);
+  free(s);
 }
+
+/* The sender published a slot: its size for the header, and on the wire at once. */
+static void netPosted(struct conn *c, size_t bytes) {
+  NET(c)->sizes[(c->step - 1) % c->nslots] = (uint32_t)bytes;
+  netProgress(c);
+}
+
+static int netPending(const struct conn *c) { return NET(c)->isSend && NET(c)->done < c->step; }
+
+static uint64_t netMoved(const struct conn *c) { return __atomic_load_n(&NET(c)->bytes, __ATOMIC_RELAXED); }
+
+static int netPollWakes(const struct conn *c) { return !NET(c)->helped; }
+
+static int netCanConnect(const struct bootstrap *b, int peer) {
+  (void)b;
+  (void)peer;
+  return 1; /* every rank listens: the network reaches everyone */
+}
+
+const struct transport netTransport = {
+    .name = "NET/Socket/0",
+    .p2pName = "NET/Socket/0",
+    .canConnect = netCanConnect,
+    .setup = netSetup,
+    .close = netClose,
+    .progress = netProgress,
+    .posted = netPosted,
+    .postFrom = netPostFrom,
+    .pending = netPending,
+    .moved = netMoved,
+    .stalled = netCheckNeeded,
+    .pollFds = netPollFds,
+    .pollWakes = netPollWakes,
+};

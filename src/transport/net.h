@@ -1,9 +1,11 @@
 /* The socket transport (NCCL's "NET/Socket"): ranks on different hosts, or
  * on one host with NCCL_SHM_DISABLE=1, connect over TCP. It plugs under the
- * same FIFO of slots as shared memory (DESIGN.md invariant 5): each side of
- * a connection has its own FIFO in private memory; netProgress() sends the
- * slots the engine posted and receives into the slots it released, with
- * nonblocking I/O only, from whichever thread runs the operation.
+ * same FIFO of slots as shared memory (DESIGN.md invariant 5), behind the
+ * transport table as netTransport: each side of a connection has its own
+ * FIFO in private memory; its progress function sends the slots the
+ * protocol posted and receives into the slots it released, with
+ * nonblocking I/O only, from whichever thread runs the operation. This
+ * header is the transport's own (its state's layout).
  *
  * Wire format, per slot: a 4-byte size on the connection's first socket
  * (the control socket; NET_HDR_DESC set: the slot's 24-byte operation
@@ -97,31 +99,7 @@ struct netState {
   char **mem;          /* FIFO memory of each */
   size_t memBytes;
   int listenFd;
+  unsigned char *mine; /* [nranks]: the peers it connects */
 };
-
-/* 1 when the socket transport is the way to peer (not self, not shared memory). */
-int netNeeded(const struct bootstrap *b, int peer);
-/* Connects to every peer that needs sockets (all ranks call it: it
- * all-gathers listening addresses) and fills those connections of t. */
-ncclResult_t netSetup(struct netState *s, struct bootstrap *b, struct connTable *t, size_t buffSize);
-void netClose(struct netState *s);
-
-/* Moves what it can without blocking: a sender's posted slots out, a
- * receiver's free slots in. ncclRemoteError (named in a WARN, once) when the
- * connection broke; the error sticks. */
-ncclResult_t netProgress(struct conn *c);
-/* Posts the next slot with bytes taken from data, not from the slot: the
- * kernel copies them straight from data, and whatever it does not take at
- * once is copied into the slot before this returns, so data may change
- * afterwards. Saves a copy when the socket has room. */
-void netPostFrom(struct conn *c, const char *data, size_t bytes);
-/* A receiver whose peer closed the connection between messages (as
- * ncclCommDestroy does) is no failure until a step needs data from it:
- * then this WARNs and returns ncclRemoteError; otherwise ncclSuccess. */
-ncclResult_t netCheckNeeded(struct conn *c);
-/* 1 while a sender has posted slots not yet handed to the kernel. */
-static inline int netSendPending(const struct conn *c) { return c->net->done < c->step; }
-/* Adds the sockets c waits on to fds (at most max entries); returns how many. */
-int netPollFds(const struct conn *c, struct pollfd *fds, int max);
 
 #endif

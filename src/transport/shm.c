@@ -15,10 +15,7 @@
 #include "core/log.h"
 #include "core/param.h"
 
-int shmCanConnect(const struct bootstrap *b, int peer) {
-  /* A rank's connection to itself is always local memory, as NCCL's self
-   * transport is whatever NCCL_SHM_DISABLE says. */
-  if (peer == b->rank) return 1;
+static int shmCanConnect(const struct bootstrap *b, int peer) {
   const struct bootstrapPeerInfo *me = &b->peers[b->rank], *them = &b->peers[peer];
   return !me->shmDisable && !them->shmDisable && them->hostHash == me->hostHash;
 }
@@ -78,16 +75,19 @@ static int tryRecvFd(int sock, int *fd) {
   return 1;
 }
 
-ncclResult_t shmSetup(struct shmState *s, struct bootstrap *b, struct connTable *t, size_t buffSize) {
+static ncclResult_t shmSetup(void **state, struct bootstrap *b, struct connTable *t, size_t buffSize,
+                             const unsigned char *mine) {
   int me = b->rank, n = b->nranks, lanes = t->nch + 1;
-  memset(s, 0, sizeof *s);
+  struct shmState *s = calloc(1, sizeof *s);
+  if (!s) return ncclSystemError;
+  *state = s;
   s->nranks = n;
   s->connBytes = CONN_CTRL_BYTES + ((buffSize + 4095) & ~(size_t)4095);
   s->segBytes = s->connBytes * lanes * n;
   s->segs = calloc(n, sizeof(void *));
   if (!s->segs) return ncclSystemError;
-  int nlocal = 0;
-  for (int p = 0; p < n; p++) nlocal += shmCanConnect(b, p);
+  int nlocal = 1; /* me and the peers it connects */
+  for (int p = 0; p < n; p++) nlocal += mine[p];
 
   int memfd = memfd_create("chorus-fifo", MFD_CLOEXEC);
   SYSCHECK(memfd, "memfd_create");
@@ -127,7 +127,7 @@ ncclResult_t shmSetup(struct shmState *s, struct bootstrap *b, struct connTable 
   CHECKGOTO(bootstrapBarrier(b), res, out);
   int toReceive = 0, toServe = nlocal - 1;
   for (int p = 0; p < n; p++) {
-    if (p == me || !shmCanConnect(b, p)) continue;
+    if (!mine[p]) continue;
     peerSock[p] = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     socklen_t len = udsName(&addr, nonce, p);
     if (peerSock[p] < 0 || connect(peerSock[p], (struct sockaddr *)&addr, len) < 0) {
@@ -180,11 +180,12 @@ ncclResult_t shmSetup(struct shmState *s, struct bootstrap *b, struct connTable 
     else CHECKGOTO(waitPause(&w), res, out);
   }
   for (int p = 0; p < n; p++) {
-    if (!s->segs[p]) continue;
+    if (!mine[p]) continue;
     for (int l = 0; l < lanes; l++) {
       /* I send into the peer's segment at my index; I receive in mine at theirs. */
       connLayout(connSend(t, p, l), (char *)s->segs[p] + s->connBytes * (size_t)(me * lanes + l), buffSize, p);
       connLayout(connRecv(t, p, l), (char *)s->segs[me] + s->connBytes * (size_t)(p * lanes + l), buffSize, p);
+      connSend(t, p, l)->tp = connRecv(t, p, l)->tp = &shmTransport;
     }
   }
   /* Fault in the control block and each slot's first page on both sides now
@@ -192,7 +193,7 @@ ncclResult_t shmSetup(struct shmState *s, struct bootstrap *b, struct connTable 
    * pay for a page fault later. Nothing is in flight before the barrier that
    * follows setup, so writing zeros is safe. */
   for (int p = 0; p < n; p++)
-    for (int l = 0; s->segs[p] && l < lanes; l++) {
+    for (int l = 0; mine[p] && l < lanes; l++) {
       connPrefault(connSend(t, p, l));
       connPrefault(connRecv(t, p, l));
     }
@@ -207,9 +208,19 @@ out:
   return res;
 }
 
-void shmClose(struct shmState *s) {
+static void shmClose(void *state) {
+  struct shmState *s = state;
+  if (!s) return;
   for (int p = 0; s->segs && p < s->nranks; p++)
     if (s->segs[p]) munmap(s->segs[p], s->segBytes);
   free(s->segs);
-  s->segs = NULL;
+  free(s);
 }
+
+const struct transport shmTransport = {
+    .name = "SHM/direct/direct",
+    .p2pName = "P2P/SHM",
+    .canConnect = shmCanConnect,
+    .setup = shmSetup,
+    .close = shmClose,
+};
