@@ -1,10 +1,14 @@
-/* Schedule builders: each turns one operation into tasks of primitive steps
- * over the communicator's connections. None of them moves a byte. */
+/* The algorithm registry (DESIGN.md invariants 1 and 5): one family per
+ * file in src/algo/, each saying which collectives and rank counts it
+ * supports and building their schedules. A builder turns one operation
+ * into tasks of primitive steps over the communicator's connections and
+ * moves no byte itself; it reads of a connection only its slot geometry,
+ * so a schedule can be built for any rank of any size without a live
+ * communicator (tests/test_schedule.c). */
 #ifndef CHORUS_ALGO_ALGO_H
 #define CHORUS_ALGO_ALGO_H
 #include "engine/desc.h"
 #include "engine/schedule.h"
-
 
 struct collDesc {
   int coll;
@@ -30,8 +34,21 @@ struct algoCtx {
   int *laneLast;
 };
 
+struct algoFamily {
+  /* 1 when it builds coll (enum collType) for nranks ranks. */
+  int (*supports)(int coll, int nranks);
+  /* Builds d over nch channels (1 for the families that use one lane).
+   * Returns ncclSystemError when out of memory. */
+  ncclResult_t (*build)(struct schedule *s, struct algoCtx *c, const struct collDesc *d, int nch);
+};
+
+/* The family of an algorithm (enum algoId, named in engine/desc.h), or NULL. */
+const struct algoFamily *algoFamily(int algo);
+/* 1 when algo builds coll for nranks ranks. */
+int algoSupports(int algo, int coll, int nranks);
 /* Builds the schedule of one operation with the given algorithm over nch
- * channels. Returns ncclSystemError when out of memory. */
+ * channels. ncclInternalError when the algorithm does not support it (the
+ * tuner never asks), ncclSystemError when out of memory. */
 ncclResult_t algoBuild(struct schedule *s, struct algoCtx *ctx, const struct collDesc *d, int algo, int nch);
 
 #endif

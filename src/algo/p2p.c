@@ -1,0 +1,18 @@
+/* Send and Recv: one task on the point-to-point lane of the peer, in each
+ * direction its own lane, so sends and receives of a group never wait on
+ * each other. */
+#include "algo/build.h"
+
+static int p2pSupports(int coll, int nranks) {
+  (void)nranks;
+  return coll == collSend || coll == collRecv;
+}
+
+static ncclResult_t p2pBuild(struct schedule *s, struct algoCtx *c, const struct collDesc *d, int nch) {
+  (void)nch;
+  size_t bytes = d->count * dtypeSize(d->dtype);
+  return d->coll == collSend ? p2pTask(s, c, d, 1, d->root, d->sendbuff, bytes)
+                             : p2pTask(s, c, d, 0, d->root, d->recvbuff, bytes);
+}
+
+const struct algoFamily p2pAlgo = {p2pSupports, p2pBuild};

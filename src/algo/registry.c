@@ -1,0 +1,26 @@
+#include "algo/algo.h"
+
+#include "core/log.h"
+
+extern const struct algoFamily localAlgo, ringAlgo, oneHopAlgo, chainAlgo, p2pAlgo, pairwiseAlgo;
+
+/* Indexed by enum algoId (engine/desc.h). */
+static const struct algoFamily *const families[algoCount] = {
+    [algoLocal] = &localAlgo, [algoRing] = &ringAlgo, [algoOneHop] = &oneHopAlgo,
+    [algoChain] = &chainAlgo, [algoP2p] = &p2pAlgo,   [algoPairwise] = &pairwiseAlgo,
+};
+
+const struct algoFamily *algoFamily(int algo) { return algo >= 0 && algo < algoCount ? families[algo] : NULL; }
+
+int algoSupports(int algo, int coll, int nranks) {
+  const struct algoFamily *f = algoFamily(algo);
+  return f && f->supports(coll, nranks);
+}
+
+ncclResult_t algoBuild(struct schedule *s, struct algoCtx *c, const struct collDesc *d, int algo, int nch) {
+  if (!algoSupports(algo, d->coll, c->nranks)) {
+    WARN("%s : algorithm %s cannot build it for %d ranks", collName(d->coll), algoName(algo), c->nranks);
+    return ncclInternalError;
+  }
+  return families[algo]->build(s, c, d, nch);
+}

@@ -1,0 +1,87 @@
+/* Rings: AllReduce as reduce-scatter then all-gather, AllGather and
+ * ReduceScatter as one pass; each channel has its own ring over its own
+ * connections, and each step streams slot by slot, so the ring is
+ * pipelined. */
+#include "algo/build.h"
+
+static int ringSupports(int coll, int nranks) {
+  return nranks >= 2 && (coll == collAllReduce || coll == collAllGather || coll == collReduceScatter);
+}
+
+/* AllReduce of elements [off, off + cnt) on channel ch: 2(n-1) steps. */
+static ncclResult_t ringAllReduce(struct schedule *s, struct algoCtx *c, const struct collDesc *d, int ch,
+                                  size_t off, size_t cnt) {
+  int n = c->nranks, r = c->rank;
+  size_t esz = dtypeSize(d->dtype), align = 64 / esz;
+  size_t per = ((cnt + n - 1) / n + align - 1) / align * align;
+  struct conn *in = connRecv(c->conns, mod(r - 1, n), ch), *out = connSend(c->conns, mod(r + 1, n), ch);
+  const char *src = d->sendbuff;
+  char *dst = d->recvbuff;
+#define BLOCK(b, O, N)                                              \
+  size_t O = off + (size_t)(b)*per < off + cnt ? off + (size_t)(b)*per : off + cnt; \
+  size_t N = ((O + per < off + cnt) ? O + per : off + cnt) - O
+  CHECK(laneTask(s, c, d, ch));
+  {
+    BLOCK(mod(r - 1, n), o, k);
+    ADD(s, stepSend, REDUCE_PRE, NULL, out, src + o * esz, NULL, k * esz);
+  }
+  for (int j = 2; j < n; j++) {
+    BLOCK(mod(r - j, n), o, k);
+    ADD(s, stepRecvReduceSend, REDUCE_PRE, in, out, src + o * esz, NULL, k * esz);
+  }
+  {
+    BLOCK(r, o, k);
+    ADD(s, stepRecvReduceCopySend, REDUCE_PRE | REDUCE_POST, in, out, src + o * esz, dst + o * esz, k * esz);
+  }
+  for (int j = 1; j < n - 1; j++) {
+    BLOCK(mod(r - j, n), o, k);
+    ADD(s, stepRecvCopySend, 0, in, out, NULL, dst + o * esz, k * esz);
+  }
+  {
+    BLOCK(mod(r + 1, n), o, k);
+    ADD(s, stepRecv, 0, in, NULL, NULL, dst + o * esz, k * esz);
+  }
+#undef BLOCK
+  return ncclSuccess;
+}
+
+/* AllGather: my block travels n-1 hops; block b sits at recvbuff + b*count. */
+static ncclResult_t ringAllGather(struct schedule *s, struct algoCtx *c, const struct collDesc *d, int ch,
+                                  size_t off, size_t cnt) {
+  int n = c->nranks, r = c->rank;
+  size_t esz = dtypeSize(d->dtype), blk = d->count * esz, bytes = cnt * esz;
+  struct conn *in = connRecv(c->conns, mod(r - 1, n), ch), *out = connSend(c->conns, mod(r + 1, n), ch);
+  char *dst = (char *)d->recvbuff + off * esz;
+  CHECK(laneTask(s, c, d, ch));
+  ADD(s, stepCopySend, 0, NULL, out, (const char *)d->sendbuff + off * esz, dst + r * blk, bytes);
+  for (int j = 1; j < n - 1; j++) ADD(s, stepRecvCopySend, 0, in, out, NULL, dst + mod(r - j, n) * blk, bytes);
+  ADD(s, stepRecv, 0, in, NULL, NULL, dst + mod(r + 1, n) * blk, bytes);
+  return ncclSuccess;
+}
+
+/* ReduceScatter: block b of sendbuff (at b*count) ends reduced on rank b. */
+static ncclResult_t ringReduceScatter(struct schedule *s, struct algoCtx *c, const struct collDesc *d, int ch,
+                                      size_t off, size_t cnt) {
+  int n = c->nranks, r = c->rank;
+  size_t esz = dtypeSize(d->dtype), blk = d->count * esz, bytes = cnt * esz;
+  struct conn *in = connRecv(c->conns, mod(r - 1, n), ch), *out = connSend(c->conns, mod(r + 1, n), ch);
+  const char *src = (const char *)d->sendbuff + off * esz;
+  CHECK(laneTask(s, c, d, ch));
+  ADD(s, stepSend, REDUCE_PRE, NULL, out, src + mod(r - 1, n) * blk, NULL, bytes);
+  for (int j = 2; j < n; j++) ADD(s, stepRecvReduceSend, REDUCE_PRE, in, out, src + mod(r - j, n) * blk, NULL, bytes);
+  ADD(s, stepRecvReduceCopy, REDUCE_PRE | REDUCE_POST, in, NULL, src + r * blk, (char *)d->recvbuff + off * esz,
+      bytes);
+  return ncclSuccess;
+}
+
+static ncclResult_t ringBuild(struct schedule *s, struct algoCtx *c, const struct collDesc *d, int nch) {
+  size_t piece = pieceElems(c, dtypeSize(d->dtype));
+  switch (d->coll) {
+    case collAllReduce: return perChannel(ringAllReduce, s, c, d, nch, piece * c->nranks);
+    case collAllGather: return perChannel(ringAllGather, s, c, d, nch, piece);
+    case collReduceScatter: return perChannel(ringReduceScatter, s, c, d, nch, piece);
+    default: return ncclInternalError;
+  }
+}
+
+const struct algoFamily ringAlgo = {ringSupports, ringBuild};
