@@ -109,6 +109,7 @@ done <<<"$listing"
 
 # A copy of the tree as it is now (tracked and untracked files), built once.
 src=$work/src build=$work/build
+rm -rf "$src" # files deleted from the tree must go from the copy too (the build is kept)
 mkdir -p "$src"
 # Extracted with fresh times (-m), so that make sees every file that changed.
 (cd "$root" && git ls-files -co --exclude-standard -z | tar --null -T - -cf -) | tar -C "$src" -mxf -

@@ -285,8 +285,14 @@ int main(void) {
   BAD(ncclGroupEnd(), ncclInvalidUsage, "not in a group");
   ncclSimInfo_t sim = NCCL_SIM_INFO_INITIALIZER;
   NCCLCHECK(ncclGroupStart());
-  BAD(ncclGroupSimulateEnd(&sim), ncclInvalidUsage, "not supported");
+  NCCLCHECK(ncclGroupSimulateEnd(&sim)); /* an empty group: nothing to take time */
+  EXPECT(sim.estimatedTime == 0.0f, "an empty group's estimated time %g", sim.estimatedTime);
   BAD(ncclGroupEnd(), ncclInvalidUsage, "not in a group");
+  ncclSimInfo_t unset = NCCL_SIM_INFO_INITIALIZER;
+  unset.magic = 0;
+  NCCLCHECK(ncclGroupStart());
+  BAD(ncclGroupSimulateEnd(&unset), ncclInvalidArgument, "NCCL_SIM_INFO_INITIALIZER");
+  NCCLCHECK(ncclGroupEnd());
   NCCLCHECK(ncclCommDestroy(NULL));
   NCCLCHECK(ncclCommAbort(NULL));
   EXPECT(strcmp(ncclGetErrorString(ncclSuccess), "no error") == 0, "error string");
@@ -298,6 +304,27 @@ int main(void) {
   NCCLCHECK(ncclCommInitAll(comms, 2, devs));
   NCCLCHECK(ncclCommCuDevice(comms[1], &v));
   EXPECT(v == 3, "cuDevice %d", v);
+  /* A simulated group predicts from the tuner's model and runs nothing; a
+   * larger one takes longer; the communicators work afterwards. */
+  static float simIn[2][1 << 16], simOut[2][1 << 16];
+  float est[2];
+  for (int k = 0; k < 2; k++) {
+    ncclSimInfo_t si = NCCL_SIM_INFO_INITIALIZER;
+    NCCLCHECK(ncclGroupStart());
+    for (int r = 0; r < 2; r++) {
+      for (int i = 0; i < 1 << 16; i++) simOut[r][i] = -1.0f;
+      NCCLCHECK(ncclAllReduce(simIn[r], simOut[r], k ? 1 << 16 : 8, ncclFloat, ncclSum, comms[r], NULL));
+    }
+    NCCLCHECK(ncclGroupSimulateEnd(&si));
+    EXPECT(simOut[0][0] == -1.0f && simOut[1][(1 << 16) - 1] == -1.0f, "the simulated group ran");
+    est[k] = si.estimatedTime;
+  }
+  EXPECT(est[0] > 0 && est[1] > est[0], "estimated times %g us (8 floats) and %g us (65536 floats)", est[0], est[1]);
+  for (int r = 0; r < 2; r++) simIn[r][5] = (float)(r + 1);
+  NCCLCHECK(ncclGroupStart());
+  for (int r = 0; r < 2; r++) NCCLCHECK(ncclAllReduce(simIn[r], simOut[r], 8, ncclFloat, ncclSum, comms[r], NULL));
+  NCCLCHECK(ncclGroupEnd());
+  EXPECT(simOut[0][5] == 3.0f && simOut[1][5] == 3.0f, "after a simulated group: %g %g", simOut[0][5], simOut[1][5]);
   NCCLCHECK(ncclCommDestroy(comms[0]));
   NCCLCHECK(ncclCommDestroy(comms[1]));
   printf("test_errors: %s\n", failed ? "FAILED" : "passed");

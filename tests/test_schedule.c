@@ -72,12 +72,21 @@ static void worldInit(struct world *w, int n, int nch) {
     for (int i = 0; i < nch + 2 * n; i++) w->laneLast[r][i] = -1;
     w->scratch[r] = malloc(COMM_SCRATCH_BYTES);
   }
+  /* One arena for every case: its pages stay mapped between cases, so that
+   * most of the run is not page faults; each case's FIFOs are cleared. */
+  static char *arena;
+  static size_t arenaBytes;
   w->fifoBytes = (size_t)n * n * (nch + 1) * (CONN_CTRL_BYTES + FIFO_BYTES);
-  w->fifos = mmap(NULL, w->fifoBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (w->fifos == MAP_FAILED) {
-    perror("mmap");
-    exit(1);
+  if (w->fifoBytes > arenaBytes) {
+    if (arena) munmap(arena, arenaBytes);
+    arena = mmap(NULL, w->fifoBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (arena == MAP_FAILED) {
+      perror("mmap");
+      exit(1);
+    }
+    arenaBytes = w->fifoBytes;
   }
+  w->fifos = arena;
 }
 
 static void worldFree(struct world *w) {
@@ -87,7 +96,7 @@ static void worldFree(struct world *w) {
     free(w->laneLast[r]);
     free(w->scratch[r]);
   }
-  munmap(w->fifos, w->fifoBytes);
+
 }
 
 /* Where conn c sits: rank r's table, send or receive side, peer p, lane l. */
@@ -127,6 +136,8 @@ static int worldConnect(struct world *w, struct schedule *s) {
       char *mem = w->fifos + (size_t)((from * w->n + to) * (w->nch + 1) + l) * (CONN_CTRL_BYTES + FIFO_BYTES);
       connLayout(snd, mem, FIFO_BYTES, to);
       connLayout(rcv, mem, FIFO_BYTES, from);
+      memset(snd->ctrl, 0, sizeof *snd->ctrl); /* counters and descriptor marks of an earlier case */
+      for (uint32_t k = 0; k < snd->nslots; k++) memset(connSlotHdr(snd, k), 0, CONN_SLOT_HDR);
       snd->tp = rcv->tp = &memTransport;
     }
   }

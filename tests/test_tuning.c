@@ -1,11 +1,17 @@
-/* Tuning variables that differ between ranks never give wrong data: rank
- * 0's hold for the communicator (as CHORUS_CHECK's do), so every rank picks
- * the same algorithm. Each rank sets its own CHORUS_SMALL_THRESHOLD (rank 0:
- * 0, the one-hop algorithm never; the others: 65536, always for these
- * sizes) and NCCL_MAX_NCHANNELS, and execs itself, since chorus reads its
- * variables once per process; then it checks AllReduce results at sizes on
- * both sides of the thresholds against the exact sums.
- *   test_tuning [nranks]                                                  */
+/* The tuner as users drive it. Each rank execs itself with its own
+ * environment (chorus reads its variables once per process).
+ *   test_tuning N differ    ranks' CHORUS_SMALL_THRESHOLD and NCCL_MAX_NCHANNELS
+ *                           differ (rank 0: 0 and 2, the others: 65536 and 4), and
+ *                           only rank 0 sets NCCL_ALGO=Ring: rank 0's hold, and
+ *                           AllReduce results at sizes on both sides of the
+ *                           thresholds are exact on every rank
+ *   test_tuning N impossible  NCCL_ALGO="allreduce:tree" (chorus has no Tree yet)
+ *                           on every rank: AllReduce fails with ncclInvalidUsage
+ *                           and NCCL's "No algorithm/protocol available" on every
+ *                           rank, changing nothing; inside a group the group fails;
+ *                           Broadcast still works; NCCL_PROTO="^Simple" likewise
+ *   test_tuning N badname   NCCL_ALGO=Rnig on rank 0 only: init fails on every rank
+ *                           with ncclInvalidUsage                               */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,9 +19,9 @@
 
 #include "harness.h"
 
-static int tuningRank(int rank, int n, ncclUniqueId id) {
-  ncclComm_t comm;
-  NCCLCHECK(ncclCommInitRank(&comm, n, id, rank));
+static const char *mode;
+
+static int differRank(int rank, int n, ncclComm_t comm) {
   static const size_t counts[] = {1, 2, 7, 64, 1000, 4096, 16384, 300000, 1 << 21};
   for (size_t k = 0; k < sizeof counts / sizeof counts[0]; k++) {
     size_t count = counts[k];
@@ -33,8 +39,43 @@ static int tuningRank(int rank, int n, ncclUniqueId id) {
     guardFree(in);
     guardFree(out);
   }
-  NCCLCHECK(ncclCommDestroy(comm));
   return 0;
+}
+
+static int impossibleRank(int rank, int n, ncclComm_t comm) {
+  float in[64], out[64];
+  for (int i = 0; i < 64; i++) in[i] = (float)(rank + 1), out[i] = -1.0f;
+  ncclResult_t res = ncclAllReduce(in, out, 64, ncclFloat, ncclSum, comm, NULL);
+  EXPECT(res == ncclInvalidUsage, "rank %d: AllReduce returned %s", rank, ncclGetErrorString(res));
+  const char *err = ncclGetLastError(comm);
+  EXPECT(strstr(err, "No algorithm/protocol available for function AllReduce"), "rank %d: last error '%s'", rank, err);
+  EXPECT(out[0] == -1.0f, "rank %d: the refused call wrote its output", rank);
+  NCCLCHECK(ncclGroupStart());
+  NCCLCHECK(ncclBroadcast(in, out, 64, ncclFloat, 0, comm, NULL));
+  (void)ncclAllReduce(in, out, 64, ncclFloat, ncclSum, comm, NULL);
+  res = ncclGroupEnd();
+  EXPECT(res == ncclInvalidUsage, "rank %d: the group returned %s", rank, ncclGetErrorString(res));
+  EXPECT(out[0] == -1.0f, "rank %d: the refused group ran", rank);
+  /* The communicator is fine: what is possible runs, and every rank agrees on the numbering. */
+  NCCLCHECK(ncclBroadcast(in, out, 64, ncclFloat, n - 1, comm, NULL));
+  EXPECT(out[63] == (float)n, "rank %d: Broadcast gave %g", rank, out[63]);
+  NCCLCHECK(ncclReduceScatter(in, out, 64 / n, ncclFloat, ncclSum, comm, NULL));
+  EXPECT(out[0] == (float)(n * (n + 1) / 2), "rank %d: ReduceScatter gave %g", rank, out[0]);
+  return 0;
+}
+
+static int tuningRank(int rank, int n, ncclUniqueId id) {
+  ncclComm_t comm;
+  ncclResult_t res = ncclCommInitRank(&comm, n, id, rank);
+  if (strcmp(mode, "badname") == 0) {
+    EXPECT(res == ncclInvalidUsage, "rank %d: init with rank 0's NCCL_ALGO=Rnig returned %s", rank,
+           ncclGetErrorString(res));
+    return 0;
+  }
+  NCCLCHECK(res);
+  int rc = strcmp(mode, "differ") == 0 ? differRank(rank, n, comm) : impossibleRank(rank, n, comm);
+  if (rc == 0) NCCLCHECK(ncclCommDestroy(comm));
+  return rc;
 }
 
 static int execRank(int rank, int n, ncclUniqueId id, void *arg) {
@@ -43,24 +84,36 @@ static int execRank(int rank, int n, ncclUniqueId id, void *arg) {
   for (size_t i = 0; i < sizeof id.internal; i++) snprintf(hex + 2 * i, 3, "%02x", (unsigned char)id.internal[i]);
   snprintf(r, sizeof r, "%d", rank);
   snprintf(nr, sizeof nr, "%d", n);
-  setenv("CHORUS_SMALL_THRESHOLD", rank == 0 ? "0" : "65536", 1);
-  setenv("NCCL_MAX_NCHANNELS", rank == 0 ? "2" : "4", 1);
-  execl("/proc/self/exe", "test_tuning", "rank", r, nr, hex, (char *)NULL);
+  if (strcmp(mode, "differ") == 0) {
+    setenv("CHORUS_SMALL_THRESHOLD", rank == 0 ? "0" : "65536", 1);
+    setenv("NCCL_MAX_NCHANNELS", rank == 0 ? "2" : "4", 1);
+    if (rank == 0) setenv("NCCL_ALGO", "Ring", 1);
+  } else if (strcmp(mode, "impossible") == 0) {
+    setenv("NCCL_ALGO", "allreduce:tree", 1);
+  } else if (strcmp(mode, "impossible-proto") == 0) {
+    setenv("NCCL_PROTO", "allreduce:^Simple", 1);
+  } else if (rank == 0) {
+    setenv("NCCL_ALGO", "Rnig", 1);
+  }
+  execl("/proc/self/exe", "test_tuning", "rank", r, nr, hex, mode, (char *)NULL);
   perror("exec");
   return 1;
 }
 
 int main(int argc, char **argv) {
-  if (argc == 5 && strcmp(argv[1], "rank") == 0) {
+  if (argc == 6 && strcmp(argv[1], "rank") == 0) {
     ncclUniqueId id;
     for (size_t i = 0; i < sizeof id.internal; i++) {
       unsigned v;
       sscanf(argv[4] + 2 * i, "%2x", &v);
       id.internal[i] = (char)v;
     }
+    mode = argv[5];
+    if (strcmp(mode, "impossible-proto") == 0) mode = "impossible";
     return tuningRank(atoi(argv[2]), atoi(argv[3]), id);
   }
   int n = argc > 1 ? atoi(argv[1]) : 3;
+  mode = argc > 2 ? argv[2] : "differ";
   int failed = runRanks(n, execRank, NULL, 60);
   printf("%s\n", failed ? "FAIL" : "PASS");
   return failed != 0;

@@ -54,7 +54,7 @@ static ncclResult_t enqueueCheckArgs(const struct callArgs *a) {
     WARN("%s : invalid type %d", name, (int)a->dtype);
     return ncclInvalidArgument;
   }
-  struct groupItem item = {comm, a->stream, {0}};
+  struct groupItem item = {comm, a->stream, {0}, {0}};
   struct collDesc *d = &item.desc;
   d->coll = a->coll;
   d->sendbuff = a->sendbuff;
@@ -114,6 +114,10 @@ static ncclResult_t enqueueCheckArgs(const struct callArgs *a) {
     }
     return ncclSuccess;
   }
+  /* Chosen now: a choice NCCL_ALGO / NCCL_PROTO leave impossible fails the
+   * call (or the group) and changes nothing. */
+  size_t smallCap = comm->slotBytes < COMM_SCRATCH_BYTES ? comm->slotBytes : COMM_SCRATCH_BYTES;
+  CHECK(tuneChoose(&comm->tune, a->coll, a->count, esz, a->dtype, smallCap, comm->nch, &item.plan));
   return groupEnqueue(&item); /* numbered when it launches: a launch refused changes no count */
 }
 

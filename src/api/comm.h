@@ -43,7 +43,7 @@ struct ncclComm {
   /* What this rank is doing, for mismatch checks and for other ranks'
    * timeout diagnosis (watch.h). */
   int check;          /* CHORUS_CHECK, as rank 0 has it */
-  struct tuneConfig tune; /* the tuning variables, as rank 0 has them */
+  struct tuneTable tune; /* the tuning variables as rank 0 has them, and the topology */
   uint32_t collSeq;   /* collective calls made; the next is collSeq + 1 */
   uint32_t *p2pSeq;   /* [2 * nranks]: sends to, then receives from, each peer */
   pthread_mutex_t statusLock;

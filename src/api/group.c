@@ -11,7 +11,6 @@
 #include "core/param.h"
 #include "engine/engine.h"
 #include "engine/stream.h"
-#include "tune/tune.h"
 
 /* Group state is per thread, as in NCCL. */
 static _Thread_local int groupDepth;
@@ -49,13 +48,9 @@ static ncclResult_t buildItem(struct schedule *s, const struct groupItem *it, ui
     for (int i = 0; i < comm->nch + 2 * comm->nranks; i++) comm->laneLast[i] = -1;
     comm->laneGen = gen;
   }
-  size_t bytes = it->desc.count * dtypeSize(it->desc.dtype);
-  size_t smallCap = comm->slotBytes < COMM_SCRATCH_BYTES ? comm->slotBytes : COMM_SCRATCH_BYTES;
-  struct tuneChoice c = tuneChoose(&comm->tune, it->desc.coll, bytes, comm->nranks, comm->nch, smallCap);
+  const struct tuneChoice c = it->plan;
   struct algoCtx ctx = {comm->rank, comm->nranks, &comm->conns, &comm->boot, &comm->abortFlag, comm->scratch,
                         comm->laneLast};
-  TRACE(subsysTuning, "%s %zu bytes: algorithm %s, %d channel(s)", collName(it->desc.coll), bytes,
-        algoName(c.algo), c.nch);
   int firstTask = s->ntasks;
   uint64_t timeoutNs = commTimeoutNs(comm);
   if (timeoutNs && (s->timeoutNs == 0 || timeoutNs < s->timeoutNs)) s->timeoutNs = timeoutNs;
@@ -64,6 +59,7 @@ static ncclResult_t buildItem(struct schedule *s, const struct groupItem *it, ui
     struct opDesc check = it->desc.check;
     if (check.coll != collSend && check.coll != collRecv) {
       check.algo = (uint8_t)c.algo;
+      check.proto = (uint8_t)c.proto;
       check.nch = (uint8_t)c.nch;
     }
     scheduleMarkOp(s, firstTask, &check);
@@ -312,14 +308,16 @@ NCCL_API(ncclResult_t, ncclGroupSimulateEnd, ncclSimInfo_t *simInfo) {
     WARN("ncclGroupSimulateEnd: not in a group call.");
     return ncclInvalidUsage;
   }
-  /* No cost model to answer with yet (NCCL_VERSION_CODE says 2.19, before
-   * this call existed): say so, and drop the group as an error would. */
-  if (--groupDepth == 0) {
-    for (int i = 0; i < groupInitCount; i++) free(groupInits[i].excluded);
-    groupCount = 0;
-    groupInitCount = 0;
-    groupError = ncclSuccess;
-  }
-  WARN("ncclGroupSimulateEnd is not supported by chorus yet; the group was dropped");
-  return ncclInvalidUsage;
+  if (--groupDepth > 0) return ncclSuccess;
+  /* The tuner's prediction for what the group holds (each call was tuned
+   * when it was made); nothing runs, and the group is over. */
+  ncclResult_t res = groupError;
+  double us = 0;
+  for (int i = 0; i < groupCount; i++) us += groupItems[i].plan.us > 0 ? groupItems[i].plan.us : 0;
+  if (res == ncclSuccess) simInfo->estimatedTime = (float)us;
+  for (int i = 0; i < groupInitCount; i++) free(groupInits[i].excluded);
+  groupCount = 0;
+  groupInitCount = 0;
+  groupError = ncclSuccess;
+  return res;
 }

@@ -11,6 +11,7 @@ struct groupItem {
   struct ncclComm *comm;
   cudaStream_t stream;
   struct collDesc desc;
+  struct tuneChoice plan; /* the tuner's, chosen when the call was checked */
 };
 
 /* A communicator to create: ncclCommInitRank inside a group only records it

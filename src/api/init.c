@@ -138,8 +138,27 @@ struct commAgreement {
   int nch;
   int check; /* CHORUS_CHECK */
   int64_t buffSize;
+  int cores; /* online cores of the rank's host (the tuner takes the fewest) */
   struct tuneConfig tune;
 };
+
+/* The topology the tuner's model reads, the same on every rank. */
+static struct tuneTopo tuneTopoOf(const struct bootstrap *b, const struct commAgreement *agree) {
+  struct tuneTopo t = {b->nranks, 0, 0, 0, 0};
+  for (int i = 0; i < b->nranks; i++) {
+    int same = 0, first = 1;
+    for (int j = 0; j < b->nranks; j++)
+      if (b->peers[j].hostHash == b->peers[i].hostHash) {
+        same++;
+        if (j < i) first = 0;
+      }
+    t.nhosts += first;
+    if (same > t.localRanks) t.localRanks = same;
+    if (t.cores == 0 || (agree[i].cores > 0 && agree[i].cores < t.cores)) t.cores = agree[i].cores;
+    if (transportTable[transportFor(b, i)] == &netTransport) t.net = 1;
+  }
+  return t;
+}
 
 /* NCCL's init lines: each channel's ring, then the transport to each peer. */
 static void logTopology(struct ncclComm *comm) {
@@ -207,9 +226,13 @@ static ncclResult_t commSetup(struct ncclComm *comm) {
   agree[rank].nch = channelCount();
   agree[rank].check = paramInt(paramCheck) != 0;
   agree[rank].buffSize = paramInt(paramBuffSize);
-  tuneConfigFromEnv(&agree[rank].tune);
+  struct tuneConfig myTune;
+  tuneConfigFromEnv(&myTune);
+  agree[rank].tune = myTune;
+  agree[rank].cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
   res = bootstrapAllGather(&comm->boot, agree, sizeof *agree);
   struct commAgreement a0 = agree[0];
+  struct tuneTopo topo = tuneTopoOf(&comm->boot, agree);
   for (int i = 0; res == ncclSuccess && i < nranks; i++)
     if (agree[i].version != a0.version) {
       WARN("Mismatched NCCL version detected : rank %d has %d, rank 0 has %d", i, agree[i].version, a0.version);
@@ -220,7 +243,8 @@ static ncclResult_t commSetup(struct ncclComm *comm) {
   if (a0.buffSize < 64 * 1024) a0.buffSize = 64 * 1024;
   comm->nch = a0.nch;
   comm->check = a0.check;
-  comm->tune = a0.tune;
+  /* Rank 0's NCCL_ALGO / NCCL_PROTO on every rank: a bad one fails every rank's init alike. */
+  CHECKGOTO(tuneSetup(&comm->tune, &a0.tune, &topo), res, fail);
 
   comm->conns.nranks = nranks;
   comm->conns.nch = comm->nch;

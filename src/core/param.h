@@ -32,7 +32,9 @@
   X(Check, "CHORUS_CHECK", 0, "1", "1 checks that every rank called the same operation (count, type, op, root)") \
   X(DumpSchedule, "CHORUS_DUMP_SCHEDULE", 0, "0", "1 prints every schedule built")                \
   X(LLThreshold, "CHORUS_SMALL_THRESHOLD", 0, "16384",                                            \
-    "largest AllReduce in bytes that uses the one-hop small-message algorithm")
+    "largest AllReduce in bytes that may use the one-hop small-message algorithm")                \
+  X(Algo, "NCCL_ALGO", 1, "", "algorithms allowed: Ring, Tree, OneHop, Chain...; ^ excludes; func:list;func:list") \
+  X(Proto, "NCCL_PROTO", 1, "", "protocols allowed: Simple, LL, LL128; ^ excludes; func:list;func:list")
 
 enum paramId {
 #define CHORUS_PARAM_ENUM(id, env, isStr, def, doc) param##id,

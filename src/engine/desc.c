@@ -15,6 +15,11 @@ const char *algoName(int algo) {
   return algo >= 0 && algo < algoCount ? names[algo] : "Unknown";
 }
 
+const char *protoName(int proto) {
+  static const char *names[protoCount] = {"Simple"};
+  return proto >= 0 && proto < protoCount ? names[proto] : "Unknown";
+}
+
 static int rooted(int coll) {
   return coll == collBroadcast || coll == collReduce || coll == collGather || coll == collScatter;
 }
@@ -33,7 +38,7 @@ int descMatch(const struct opDesc *mine, const struct opDesc *theirs) {
 
 int descSamePlan(const struct opDesc *mine, const struct opDesc *theirs) {
   int p2p = mine->coll == collRecv || mine->coll == collSend;
-  return p2p || (mine->algo == theirs->algo && mine->nch == theirs->nch);
+  return p2p || (mine->algo == theirs->algo && mine->proto == theirs->proto && mine->nch == theirs->nch);
 }
 
 static const char *opStr(int op) {

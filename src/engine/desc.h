@@ -27,9 +27,12 @@ enum collType {
 };
 const char *collName(int coll);
 
-/* The algorithms (built in src/algo/; named here because descriptors carry them). */
+/* The algorithms (built in src/algo/) and protocols (src/proto/), named
+ * here because descriptors carry them. */
 enum algoId { algoLocal, algoRing, algoOneHop, algoChain, algoP2p, algoPairwise, algoCount };
 const char *algoName(int algo);
+enum protoId { protoSimple, protoCount };
+const char *protoName(int proto);
 
 struct opDesc {
   uint64_t count;
@@ -38,9 +41,9 @@ struct opDesc {
   uint8_t dtype; /* ncclDataType_t */
   union {
     struct {
-      uint8_t op;   /* ncclRedOp_t for built-in ones, OPDESC_USER_OP for ncclRedOpCreatePreMulSum's */
-      uint8_t algo; /* collectives: the tuner's algorithm (enum algoId), so ranks that chose
-                     * differently fail instead of mixing up data */
+      uint8_t op;        /* ncclRedOp_t for built-in ones, OPDESC_USER_OP for ncclRedOpCreatePreMulSum's */
+      uint8_t algo : 5;  /* collectives: the tuner's algorithm (enum algoId) and protocol */
+      uint8_t proto : 3; /* (enum protoId), so ranks that chose differently fail, not mix up data */
     };
     uint16_t tag; /* Send/Recv: the tag's low 16 bits (chorusSendTag / chorusRecvTag) */
   };
@@ -61,7 +64,7 @@ _Static_assert(sizeof(struct opDesc) == 24, "struct connDesc carries 24 bytes");
 /* 1 when what the receiver called (mine) and what the sender called
  * (theirs) belong together. */
 int descMatch(const struct opDesc *mine, const struct opDesc *theirs);
-/* 1 when both chose the same algorithm and channels (always for Send/Recv). */
+/* 1 when both chose the same algorithm, protocol and channels (always for Send/Recv). */
 int descSamePlan(const struct opDesc *mine, const struct opDesc *theirs);
 /* "AllReduce #42 (count=1000, float, sum)", "Send #3 (count=8, int32, to rank 2)",
  * "Recv #1 (count=8, int32, from rank 0, tag 7)" */

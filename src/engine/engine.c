@@ -25,13 +25,14 @@ static int stepMismatch(struct task *t, struct step *st, const struct opDesc *d)
   if (d) { /* the same call but another plan: say so, it is a tuning disagreement */
     samePlan = *d;
     samePlan.algo = t->desc.algo;
+    samePlan.proto = t->desc.proto;
     samePlan.nch = t->desc.nch;
   }
   if (d && (st->check & CHECK_RECV_DESC) && t->off == 0 && !descSamePlan(&t->desc, d) &&
       descMatch(&t->desc, &samePlan))
-    snprintf(text, sizeof text, "rank %d chose algorithm %s over %u channel(s) for %s but rank %d chose %s over %u "
-             "(their tuning differs)", t->rank, algoName(t->desc.algo), t->desc.nch, mine, peer, algoName(d->algo),
-             d->nch);
+    snprintf(text, sizeof text, "rank %d chose %s/%s over %u channel(s) for %s but rank %d chose %s/%s over %u "
+             "(their tuning differs)", t->rank, algoName(t->desc.algo), protoName(t->desc.proto), t->desc.nch, mine,
+             peer, algoName(d->algo), protoName(d->proto), d->nch);
   else if (d && (st->check & CHECK_RECV_DESC) && t->off == 0)
     snprintf(text, sizeof text, "rank %d called %s but rank %d called %s", t->rank, mine, peer, theirs);
   else if (d)

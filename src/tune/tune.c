@@ -1,36 +1,66 @@
 #include "tune/tune.h"
 
+#include <stdio.h>
+#include <string.h>
+
 #include "algo/algo.h"
+#include "core/log.h"
 #include "core/param.h"
+#include "reduce/reduce.h"
 
 /* Channels pay off once each carries enough bytes to amortize a pass over
  * its FIFO; below that one channel has the least overhead. */
 #define TUNE_BYTES_PER_CHANNEL (1u << 20)
 
-void tuneConfigFromEnv(struct tuneConfig *cfg) { cfg->smallThreshold = paramInt(paramLLThreshold); }
+void tuneConfigFromEnv(struct tuneConfig *cfg) {
+  memset(cfg, 0, sizeof *cfg);
+  cfg->smallThreshold = paramInt(paramLLThreshold);
+  snprintf(cfg->algo, sizeof cfg->algo, "%s", paramStr(paramAlgo));
+  snprintf(cfg->proto, sizeof cfg->proto, "%s", paramStr(paramProto));
+}
 
-struct tuneChoice tuneChoose(const struct tuneConfig *cfg, int coll, size_t bytes, int nranks, int maxNch,
-                             size_t slotBytes) {
-  struct tuneChoice c = {algoRing, 1};
-  if (coll == collSend || coll == collRecv) {
-    c.algo = algoP2p;
-    return c;
-  }
-  if (coll == collAlltoAll || coll == collGather || coll == collScatter) {
-    c.algo = algoPairwise;
-    return c;
-  }
-  if (nranks == 1) {
-    c.algo = algoLocal;
-    return c;
-  }
-  if (coll == collBroadcast || coll == collReduce) c.algo = algoChain;
-  if (coll == collAllReduce && cfg->smallThreshold >= 0 && bytes <= (size_t)cfg->smallThreshold &&
-      bytes <= slotBytes) {
-    c.algo = algoOneHop;
-    return c;
+static int usesChannels(int algo) { return algo == algoRing || algo == algoChain; }
+
+/* Whether algo can carry this message at all (beyond what the registry says). */
+static int fits(const struct tuneTable *t, int algo, size_t bytes, size_t slotBytes) {
+  if (algo != algoOneHop) return 1;
+  return t->cfg.smallThreshold >= 0 && bytes <= (size_t)t->cfg.smallThreshold && bytes <= slotBytes;
+}
+
+ncclResult_t tuneChoose(const struct tuneTable *t, int coll, size_t count, size_t esz, int dtype, size_t slotBytes,
+                        int maxNch, struct tuneChoice *out) {
+  size_t bytes = count * esz;
+  int n = t->topo.nranks;
+  struct tuneChoice best = {-1, protoSimple, 1, -1};
+  if (coll == collSend || coll == collRecv) best.algo = algoP2p;
+  else if (coll == collAlltoAll || coll == collGather || coll == collScatter) best.algo = algoPairwise;
+  else if (n == 1) best.algo = algoLocal; /* as NCCL: one rank copies, whatever NCCL_ALGO says */
+  if (best.algo >= 0) {
+    best.us = tuneModelUs(&t->topo, coll, best.algo, best.proto, 1, bytes);
+    *out = best;
+    return ncclSuccess;
   }
   size_t want = bytes / TUNE_BYTES_PER_CHANNEL;
-  c.nch = want < 1 ? 1 : want > (size_t)maxNch ? maxNch : (int)want;
-  return c;
+  int nch = want < 1 ? 1 : want > (size_t)maxNch ? maxNch : (int)want;
+  for (int a = 0; a < algoCount; a++) {
+    if (!(t->algoMask[coll] & (1u << a)) || !algoSupports(a, coll, n) || !fits(t, a, bytes, slotBytes)) continue;
+    for (int p = 0; p < protoCount; p++) {
+      if (!(t->protoMask[coll] & (1u << p))) continue;
+      int c = usesChannels(a) ? nch : 1;
+      double us = tuneModelUs(&t->topo, coll, a, p, c, bytes);
+      if (us >= 0 && (best.algo < 0 || us < best.us)) best = (struct tuneChoice){a, p, c, us};
+    }
+  }
+  /* NCCL counts AllGather's and ReduceScatter's bytes over all ranks. */
+  size_t logBytes = coll == collAllGather || coll == collReduceScatter ? bytes * (size_t)n : bytes;
+  if (best.algo < 0) {
+    WARN("No algorithm/protocol available for function %s with datatype %s. NCCL_ALGO was set to %s and NCCL_PROTO "
+         "to %s.", collName(coll), dtypeName(dtype), t->cfg.algo[0] ? t->cfg.algo : "(unset)",
+         t->cfg.proto[0] ? t->cfg.proto : "(unset)");
+    return t->cfg.algo[0] || t->cfg.proto[0] ? ncclInvalidUsage : ncclInternalError;
+  }
+  INFO(subsysTuning, "%s: %zu Bytes -> Algo %s proto %s channel{Lo..Hi}={0..%d}", collName(coll), logBytes,
+       algoName(best.algo), protoName(best.proto), best.nch - 1);
+  *out = best;
+  return ncclSuccess;
 }

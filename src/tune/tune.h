@@ -1,27 +1,70 @@
-/* Chooses the algorithm and the number of channels for one operation. Every
- * rank must choose the same, so the choice depends only on arguments all
- * ranks share (collective, bytes, nranks) and on a configuration every rank
- * holds alike: rank 0's, agreed at init (api/init.c). The descriptor carries
- * the choice, so a disagreement is still an error on every rank. */
+/* The tuner: for one operation, the algorithm, protocol and channel count
+ * with the least predicted time (tune/model.c) among those the registry
+ * supports and NCCL_ALGO / NCCL_PROTO allow (tune/filter.c). Every rank must
+ * choose the same, so the choice depends only on what all ranks share: the
+ * call's arguments, the topology agreed at init, and rank 0's tuning
+ * variables (api/init.c sends them to everyone). The descriptor carries the
+ * choice, so a disagreement is still an error on every rank. */
 #ifndef CHORUS_TUNE_TUNE_H
 #define CHORUS_TUNE_TUNE_H
 #include <stddef.h>
 #include <stdint.h>
 
-/* The tuning variables, read once per communicator from rank 0's
- * environment (a plain struct: it travels in the init all-gather). */
+#include "nccl.h"
+
+#define TUNE_ENV_BYTES 256
+
+/* The tuning variables as rank 0 has them (a plain struct: it travels in
+ * the init all-gather). */
 struct tuneConfig {
-  int64_t smallThreshold; /* CHORUS_SMALL_THRESHOLD */
+  int64_t smallThreshold;        /* CHORUS_SMALL_THRESHOLD */
+  char algo[TUNE_ENV_BYTES];     /* NCCL_ALGO ("" unset) */
+  char proto[TUNE_ENV_BYTES];    /* NCCL_PROTO */
 };
 void tuneConfigFromEnv(struct tuneConfig *cfg);
 
-struct tuneChoice {
-  int algo; /* enum algoId */
-  int nch;
+/* What the model needs of the communicator, the same on every rank. */
+struct tuneTopo {
+  int nranks;
+  int nhosts;        /* distinct hosts */
+  int localRanks;    /* most ranks on one host */
+  int cores;         /* fewest online cores of any rank's host */
+  int net;           /* some pair of ranks talks over sockets */
 };
 
-/* bytes: the per-rank message (count × element size); slotBytes: FIFO slot. */
-struct tuneChoice tuneChoose(const struct tuneConfig *cfg, int coll, size_t bytes, int nranks, int maxNch,
-                             size_t slotBytes);
+/* The collectives NCCL_ALGO / NCCL_PROTO name (NCCL's functions); the
+ * others always use their one algorithm. */
+enum { tuneFuncCount = 5 };
+
+/* NCCL_ALGO / NCCL_PROTO parsed: per collective, a bit per algorithm and
+ * per protocol that may be used. */
+struct tuneTable {
+  struct tuneConfig cfg;
+  struct tuneTopo topo;
+  uint32_t algoMask[tuneFuncCount];
+  uint32_t protoMask[tuneFuncCount];
+};
+
+/* Parses cfg's NCCL_ALGO / NCCL_PROTO with NCCL's syntax: ncclInvalidUsage
+ * and a WARN naming the bad token when they do not parse. */
+ncclResult_t tuneSetup(struct tuneTable *t, const struct tuneConfig *cfg, const struct tuneTopo *topo);
+
+struct tuneChoice {
+  int algo;  /* enum algoId */
+  int proto; /* enum protoId */
+  int nch;
+  double us; /* predicted time */
+};
+
+/* Chooses for coll (enum collType) on count elements of esz bytes.
+ * slotBytes bounds one-slot algorithms; maxNch is the communicator's
+ * channels. No choice left (NCCL_ALGO / NCCL_PROTO exclude all): NCCL's
+ * "No algorithm/protocol available" WARN and ncclInvalidUsage. */
+ncclResult_t tuneChoose(const struct tuneTable *t, int coll, size_t count, size_t esz, int dtype, size_t slotBytes,
+                        int maxNch, struct tuneChoice *out);
+
+/* The model's time for one choice (tune/model.c), in microseconds; < 0 when
+ * the model does not cover it. bytes is the per-rank message. */
+double tuneModelUs(const struct tuneTopo *topo, int coll, int algo, int proto, int nch, size_t bytes);
 
 #endif

@@ -1,0 +1,109 @@
+/* NCCL_ALGO and NCCL_PROTO, with NCCL's syntax (2.24 and later):
+ *   list                 every collective: "Ring", "tree,ring", "^tree"
+ *   func:list;func:list  per collective: "allreduce:tree;broadcast:ring"
+ * Names are case-insensitive; a list that starts with ^ excludes; later
+ * items override earlier ones for the collectives they name. Every name
+ * NCCL knows is accepted, also those chorus has no algorithm for (NVLS,
+ * CollNet...): a request that leaves a collective nothing fails at the call
+ * with NCCL's "No algorithm/protocol available", never silently. */
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+#include "core/log.h"
+#include "engine/desc.h"
+#include "tune/tune.h"
+
+struct tuneName {
+  const char *name;
+  uint32_t mask;
+};
+
+#define BIT(x) (1u << (x))
+/* Ring is how NCCL runs Broadcast and Reduce too: chorus's chains. */
+static const struct tuneName algoNames[] = {
+    {"Ring", BIT(algoRing) | BIT(algoChain)}, {"Tree", 0}, {"CollNetDirect", 0}, {"CollNetChain", 0}, {"NVLS", 0},
+    {"NVLSTree", 0}, {"PAT", 0}, {"OneHop", BIT(algoOneHop)}, {"Chain", BIT(algoChain)}, {NULL, 0}};
+static const struct tuneName protoNames[] = {{"LL", 0}, {"LL128", 0}, {"Simple", BIT(protoSimple)}, {NULL, 0}};
+
+static void trim(char **s) {
+  while (**s == ' ' || **s == '\t') (*s)++;
+  size_t n = strlen(*s);
+  while (n > 0 && ((*s)[n - 1] == ' ' || (*s)[n - 1] == '\t')) (*s)[--n] = 0;
+}
+
+/* The collective named (enum collType: the tuned ones are 0..tuneFuncCount-1), or -1. */
+static int funcByName(const char *name) {
+  for (int c = 0; c < tuneFuncCount; c++)
+    if (strcasecmp(collName(c), name) == 0) return c;
+  return -1;
+}
+
+/* A list of names ("^a,b"): the mask it leaves, or 0 with a WARN. */
+static int parseList(const char *var, const char *value, char *list, const struct tuneName *names, uint32_t all,
+                     uint32_t *mask) {
+  trim(&list);
+  int exclude = list[0] == '^';
+  if (exclude) list++;
+  uint32_t listed = 0;
+  int count = 0;
+  for (char *save = NULL, *tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+    trim(&tok);
+    int k = 0;
+    while (names[k].name && strcasecmp(names[k].name, tok) != 0) k++;
+    if (!names[k].name) {
+      WARN("%s=\"%s\": unknown name \"%s\"", var, value, tok);
+      return -1;
+    }
+    listed |= names[k].mask;
+    count++;
+  }
+  if (count == 0) {
+    WARN("%s=\"%s\": an empty list", var, value);
+    return -1;
+  }
+  *mask = exclude ? all & ~listed : listed;
+  return 0;
+}
+
+static ncclResult_t parseVar(const char *var, const char *value, const struct tuneName *names, uint32_t all,
+                             uint32_t *masks) {
+  for (int c = 0; c < tuneFuncCount; c++) masks[c] = all;
+  if (!value[0]) return ncclSuccess;
+  char buf[TUNE_ENV_BYTES];
+  snprintf(buf, sizeof buf, "%s", value);
+  for (char *save = NULL, *item = strtok_r(buf, ";", &save); item; item = strtok_r(NULL, ";", &save)) {
+    char *colon = strchr(item, ':');
+    uint32_t funcs = BIT(tuneFuncCount) - 1, mask;
+    char *list = item;
+    if (colon) {
+      *colon = 0;
+      list = colon + 1;
+      funcs = 0;
+      for (char *s2 = NULL, *f = strtok_r(item, ",", &s2); f; f = strtok_r(NULL, ",", &s2)) {
+        trim(&f);
+        int c = funcByName(f);
+        if (c < 0) {
+          WARN("%s=\"%s\": unknown collective \"%s\" (Broadcast, Reduce, AllGather, ReduceScatter, AllReduce)", var,
+               value, f);
+          return ncclInvalidUsage;
+        }
+        funcs |= BIT(c);
+      }
+    }
+    if (parseList(var, value, list, names, all, &mask) != 0) return ncclInvalidUsage;
+    for (int c = 0; c < tuneFuncCount; c++)
+      if (funcs & BIT(c)) masks[c] = mask;
+  }
+  INFO(subsysTuning | subsysEnv, "%s set by environment to %s", var, value);
+  return ncclSuccess;
+}
+
+ncclResult_t tuneSetup(struct tuneTable *t, const struct tuneConfig *cfg, const struct tuneTopo *topo) {
+  memset(t, 0, sizeof *t);
+  t->cfg = *cfg;
+  t->topo = *topo;
+  ncclResult_t res = parseVar("NCCL_ALGO", cfg->algo, algoNames, BIT(algoCount) - 1, t->algoMask);
+  if (res == ncclSuccess) res = parseVar("NCCL_PROTO", cfg->proto, protoNames, BIT(protoCount) - 1, t->protoMask);
+  return res;
+}
