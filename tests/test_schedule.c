@@ -296,10 +296,10 @@ static void rankBufsFree(struct rankBufs *b) {
 }
 
 /* Builds and runs one operation on n ranks; 0 when every check passed. */
-static int runCase(int algo, int coll, int n, size_t count, int inPlace, int nch, int printRank) {
+static int runCase(int algo, int proto, int coll, int n, size_t count, int inPlace, int nch, int printRank) {
   char what[160];
-  snprintf(what, sizeof what, "%s %s, %d ranks, count %zu%s, %d channel(s)", algoName(algo), collName(coll), n, count,
-           inPlace ? " in place" : "", nch);
+  snprintf(what, sizeof what, "%s/%s %s, %d ranks, count %zu%s, %d channel(s)", algoName(algo), protoName(proto),
+           collName(coll), n, count, inPlace ? " in place" : "", nch);
   int root = isRooted(coll) ? n / 3 : -1;
   struct world w;
   worldInit(&w, n, nch);
@@ -324,6 +324,7 @@ static int runCase(int algo, int coll, int n, size_t count, int inPlace, int nch
     d.check.dtype = ncclInt32;
     d.check.op = reduces(coll) ? ncclSum : OPDESC_NO_OP;
     d.check.algo = (uint8_t)algo;
+    d.check.proto = (uint8_t)proto;
     d.check.nch = (uint8_t)nch;
     d.check.root = root;
     d.check.rank = (uint32_t)r;
@@ -334,6 +335,7 @@ static int runCase(int algo, int coll, int n, size_t count, int inPlace, int nch
       break;
     }
     scheduleMarkOp(&s, first, &d.check);
+    scheduleUseProto(&s, first, proto);
     if (r == printRank) {
       struct schedule one = s;
       one.tasks += first;
@@ -391,6 +393,56 @@ static void checkDescPlan(void) {
   b = a;
   b.nch = 1;
   if (descMatch(&a, &b)) FAIL("descriptors with different channel counts match");
+  b = a;
+  b.proto = protoLL;
+  if (descMatch(&a, &b)) FAIL("descriptors with different protocols match");
+}
+
+/* Ranks whose protocols differ (a sender posting LL, its receiver expecting
+ * Simple, and the other way round) fail at once with ncclInvalidUsage: a
+ * receiver waiting at an operation's start recognizes the other protocol's
+ * descriptor instead of waiting forever. */
+static void checkProtoMismatch(void) {
+  for (int lead = 0; lead < protoCount; lead++) {
+    struct world w;
+    worldInit(&w, 2, 1);
+    struct schedule s = {0};
+    int32_t in[2][64], out[2][64];
+    for (int r = 0; r < 2; r++) {
+      int proto = r == 0 ? lead : (lead + 1) % protoCount;
+      for (int i = 0; i < 64; i++) in[r][i] = r + 1;
+      struct algoCtx ctx = {r, 2, &w.t[r], NULL, NULL, w.scratch[r], w.laneLast[r]};
+      struct collDesc d = {0};
+      d.coll = collAllReduce;
+      d.sendbuff = in[r];
+      d.recvbuff = out[r];
+      d.count = 64;
+      d.dtype = d.red.dtype = ncclInt32;
+      d.red.kind = redSum;
+      d.check.count = 64;
+      d.check.seq = 1;
+      d.check.coll = collAllReduce;
+      d.check.dtype = ncclInt32;
+      d.check.op = ncclSum;
+      d.check.algo = algoRing;
+      d.check.proto = (uint8_t)proto;
+      d.check.nch = 1;
+      d.check.root = -1;
+      d.check.rank = (uint32_t)r;
+      int first = s.ntasks;
+      algoBuild(&s, &ctx, &d, algoRing, 1);
+      scheduleMarkOp(&s, first, &d.check);
+      scheduleUseProto(&s, first, proto);
+    }
+    worldConnect(&w, &s);
+    s.timeoutNs = 5000000000ull;
+    ncclResult_t res = engineRun(&s);
+    if (res != ncclInvalidUsage)
+      FAIL("rank 0 on %s, rank 1 on %s: the run returned %s, not a mismatch", protoName(lead),
+           protoName((lead + 1) % protoCount), ncclGetErrorString(res));
+    scheduleFree(&s);
+    worldFree(&w);
+  }
 }
 
 static int collByName(const char *name) {
@@ -411,9 +463,10 @@ int main(int argc, char **argv) {
       fprintf(stderr, "usage: test_schedule print ALGO COLL NRANKS RANK COUNT (a supported combination)\n");
       return 2;
     }
-    return runCase(algo, coll, n, strtoull(argv[6], NULL, 10), 0, 2, rank) != 0;
+    return runCase(algo, protoSimple, coll, n, strtoull(argv[6], NULL, 10), 0, 2, rank) != 0;
   }
   checkDescPlan();
+  checkProtoMismatch();
   int cases = 0;
   for (int n = 1; n <= MAX_RANKS; n++)
     for (int algo = 0; algo < algoCount; algo++)
@@ -427,7 +480,8 @@ int main(int argc, char **argv) {
           int nch = algo == algoRing || algo == algoChain ? 1 + (int)(counts[k] % 3) : 1;
           for (int inPlace = 0; inPlace < 2; inPlace++) {
             cases++;
-            if (runCase(algo, coll, n, counts[k], inPlace, nch, -1) != 0 && failures > 20) goto out;
+            int proto = (int)((counts[k] + (size_t)inPlace + (size_t)n) % protoCount); /* each protocol in turn */
+            if (runCase(algo, proto, coll, n, counts[k], inPlace, nch, -1) != 0 && failures > 20) goto out;
           }
         }
       }

@@ -9,7 +9,8 @@
  *                           on every rank: AllReduce fails with ncclInvalidUsage
  *                           and NCCL's "No algorithm/protocol available" on every
  *                           rank, changing nothing; inside a group the group fails;
- *                           Broadcast still works; NCCL_PROTO="^Simple" likewise
+ *                           Broadcast still works
+ *   test_tuning N impossible-proto  the same with NCCL_PROTO="allreduce:LL128"
  *   test_tuning N badname   NCCL_ALGO=Rnig on rank 0 only: init fails on every rank
  *                           with ncclInvalidUsage                               */
 #include <stdint.h>
@@ -91,7 +92,7 @@ static int execRank(int rank, int n, ncclUniqueId id, void *arg) {
   } else if (strcmp(mode, "impossible") == 0) {
     setenv("NCCL_ALGO", "allreduce:tree", 1);
   } else if (strcmp(mode, "impossible-proto") == 0) {
-    setenv("NCCL_PROTO", "allreduce:^Simple", 1);
+    setenv("NCCL_PROTO", "allreduce:LL128", 1); /* a name NCCL knows, a protocol chorus does not have */
   } else if (rank == 0) {
     setenv("NCCL_ALGO", "Rnig", 1);
   }

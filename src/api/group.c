@@ -42,6 +42,14 @@ static void threadCacheInUse(void) {
   if (pthread_getspecific(threadCacheKey) == NULL) pthread_setspecific(threadCacheKey, &threadCacheKey);
 }
 
+/* CHORUS_DUMP_SCHEDULE, read once (every launch asks). */
+static int dumpSchedules(void) {
+  static int value = -1;
+  int v = __atomic_load_n(&value, __ATOMIC_RELAXED);
+  if (v < 0) __atomic_store_n(&value, v = paramInt(paramDumpSchedule) != 0, __ATOMIC_RELAXED);
+  return v;
+}
+
 static ncclResult_t buildItem(struct schedule *s, const struct groupItem *it, uint64_t gen) {
   struct ncclComm *comm = it->comm;
   if (comm->laneGen != gen) {
@@ -54,6 +62,7 @@ static ncclResult_t buildItem(struct schedule *s, const struct groupItem *it, ui
   int firstTask = s->ntasks;
   uint64_t timeoutNs = commTimeoutNs(comm);
   if (timeoutNs && (s->timeoutNs == 0 || timeoutNs < s->timeoutNs)) s->timeoutNs = timeoutNs;
+  s->proto = c.proto; /* the steps added from here on use it (scheduleAddStep) */
   ncclResult_t res = algoBuild(s, &ctx, &it->desc, c.algo, c.nch);
   if (res == ncclSuccess && comm->check) {
     struct opDesc check = it->desc.check;
@@ -195,7 +204,7 @@ static ncclResult_t launchStream(const struct groupItem *items, int n, cudaStrea
     jobPut(job);
     return res;
   }
-  if (paramInt(paramDumpSchedule)) schedulePrint(&job->sched, stdout);
+  if (dumpSchedules()) schedulePrint(&job->sched, stdout);
   job->work.run = streamJobRun;
   job->work.done = streamJobDone;
   busyAdd(job->items, job->n, stream, 1);
@@ -220,7 +229,7 @@ static ncclResult_t launch(struct groupItem *items, int n) {
   for (int i = 0; i < n; i++)
     if (items[i].stream == NULL) CHECK(buildItem(s, &items[i], gen));
   if (s->ntasks == 0) return ncclSuccess;
-  if (paramInt(paramDumpSchedule)) schedulePrint(s, stdout);
+  if (dumpSchedules()) schedulePrint(s, stdout);
   busyAdd(items, n, NULL, 1);
   watchBegin(items, n, NULL);
   logStartThreadErrors();

@@ -16,7 +16,7 @@ const char *algoName(int algo) {
 }
 
 const char *protoName(int proto) {
-  static const char *names[protoCount] = {"Simple"};
+  static const char *names[protoCount] = {"Simple", "LL"};
   return proto >= 0 && proto < protoCount ? names[proto] : "Unknown";
 }
 

@@ -31,7 +31,7 @@ const char *collName(int coll);
  * here because descriptors carry them. */
 enum algoId { algoLocal, algoRing, algoOneHop, algoChain, algoP2p, algoPairwise, algoCount };
 const char *algoName(int algo);
-enum protoId { protoSimple, protoCount };
+enum protoId { protoSimple, protoLL, protoCount };
 const char *protoName(int proto);
 
 struct opDesc {

@@ -11,7 +11,8 @@
 #include "core/err.h"
 #include "core/log.h"
 #include "core/wait.h"
-#include "proto/simple.h"
+#include "proto/proto.h"
+#include "transport/transport.h"
 
 /* The slot st is about to take does not belong to the operation this rank
  * runs: say who called what, tell every rank (the ones still waiting fail
@@ -60,16 +61,21 @@ static int stepAdvance(struct task *t, struct step *st) {
   uint32_t limit = st->recv ? st->recv->slotBytes : st->send ? st->send->slotBytes : 0;
   size_t nb = st->bytes - off;
   if (limit && nb > limit) nb = limit;
-  if (st->recv && !(slotIn = simpleRecvSlot(st->recv))) return 0;
-  if (st->send && !(slotOut = simpleSendSlot(st->send))) return 0;
+  if (st->recv && !(slotIn = st->rp->recvSlot(st->recv))) {
+    struct opDesc other; /* the peer posted this operation's first slot with another protocol */
+    if (t->check && (st->check & CHECK_RECV_DESC) && off == 0 && st->rp->foreign(st->recv, &other))
+      return stepMismatch(t, st, &other);
+    return 0;
+  }
+  if (st->send && !(slotOut = st->sp->sendSlot(st->send))) return 0;
   if (t->check) {
     if (st->recv) {
       struct opDesc other;
-      int has = connDescGet(st->recv, &other), want = (st->check & CHECK_RECV_DESC) && off == 0;
+      int has = st->rp->descGet(st->recv, &other), want = (st->check & CHECK_RECV_DESC) && off == 0;
       if ((has || want) && (!has || !want || !descMatch(&t->desc, &other)))
         return stepMismatch(t, st, has ? &other : NULL);
     }
-    if ((st->check & CHECK_SEND_DESC) && off == 0) connDescPut(st->send, &t->desc);
+    if ((st->check & CHECK_SEND_DESC) && off == 0) st->sp->descPut(st->send, &t->desc);
   }
   size_t n = nb / esz;
   const char *src = st->src ? st->src + off : NULL;
@@ -84,43 +90,43 @@ static int stepAdvance(struct task *t, struct step *st) {
         reduceCopy(op, slotOut, src, n, st->flags);
         posted = 0;
       } else {
-        simpleSendPostFrom(st->send, src, nb);
+        st->sp->sendPostFrom(st->send, src, nb);
       }
       break;
     case stepRecv: reduceCopy(op, dst, slotIn, n, st->flags); break;
     case stepCopy: reduceCopy(op, dst, src, n, st->flags); break;
     case stepCopySend:
-      simpleSendPostFrom(st->send, src, nb);
+      st->sp->sendPostFrom(st->send, src, nb);
       if (dst != src) memcpy(dst, src, nb);
       break;
     case stepRecvCopySend:
-      if (simpleSendReadsSource(st->send)) { /* one copy: the transport reads dst */
+      if (st->sp->sendReadsSource(st->send)) { /* one copy: the transport reads dst */
         memcpy(dst, slotIn, nb);
-        simpleSendPostFrom(st->send, dst, nb);
+        st->sp->sendPostFrom(st->send, dst, nb);
       } else {
         memcpy(slotOut, slotIn, nb);
-        simpleSendPost(st->send, nb);
+        st->sp->sendPost(st->send, nb);
         memcpy(dst, slotIn, nb);
       }
       break;
     case stepRecvReduceSend: reduceTwo(op, slotOut, slotIn, src, n, st->flags); posted = 0; break;
     case stepRecvReduceCopy: reduceTwo(op, dst, slotIn, src, n, st->flags); break;
     case stepRecvReduceCopySend:
-      if (simpleSendReadsSource(st->send)) { /* one pass: the transport reads dst */
+      if (st->sp->sendReadsSource(st->send)) { /* one pass: the transport reads dst */
         reduceTwo(op, dst, slotIn, src, n, st->flags);
-        simpleSendPostFrom(st->send, dst, nb);
+        st->sp->sendPostFrom(st->send, dst, nb);
       } else {
         /* The receiver only reads the slot, so it may be read back after posting. */
         reduceTwo(op, slotOut, slotIn, src, n, st->flags);
-        simpleSendPost(st->send, nb);
+        st->sp->sendPost(st->send, nb);
         memcpy(dst, slotOut, nb);
       }
       break;
     case stepRecvAcc: reduceTwo(op, dst, dst, slotIn, n, st->flags); break;
     case stepLocalAcc: reduceTwo(op, dst, dst, src, n, st->flags); break;
   }
-  if (st->recv) simpleRecvDone(st->recv);
-  if (!posted) simpleSendPost(st->send, nb);
+  if (st->recv) st->rp->recvDone(st->recv);
+  if (!posted) st->sp->sendPost(st->send, nb);
   t->off = off + nb;
   return 1;
 }
@@ -150,8 +156,8 @@ static struct conn *stalledOn(struct schedule *s, struct task *t) {
   if (t->done || t->cur >= t->nsteps) return NULL;
   if ((t->dep >= 0 && !s->tasks[t->dep].done) || (t->dep2 >= 0 && !s->tasks[t->dep2].done)) return NULL;
   struct step *st = &s->steps[t->firstStep + t->cur];
-  if (st->recv && !simpleRecvSlot(st->recv)) return st->recv;
-  if (st->send && !simpleSendSlot(st->send)) return st->send;
+  if (st->recv && !st->rp->recvSlot(st->recv)) return st->recv;
+  if (st->send && !st->sp->sendSlot(st->send)) return st->send;
   return NULL;
 }
 

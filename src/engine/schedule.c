@@ -7,6 +7,7 @@ void scheduleReset(struct schedule *s) {
   s->ntasks = 0;
   s->nsteps = 0;
   s->timeoutNs = 0;
+  s->proto = protoSimple;
   while (s->ntemps > 0) free(s->temps[--s->ntemps]);
 }
 
@@ -68,12 +69,25 @@ int scheduleAddStep(struct schedule *s, int type, int flags, struct conn *recv, 
   st->flags = (uint8_t)flags;
   st->recv = recv;
   st->send = send;
+  st->rp = recv ? protoFor(s->proto, recv) : NULL;
+  st->sp = send ? protoFor(s->proto, send) : NULL;
   st->src = src;
   st->dst = dst;
   st->bytes = bytes;
   st->check = 0;
   s->tasks[s->ntasks - 1].nsteps++;
   return 0;
+}
+
+void scheduleUseProto(struct schedule *s, int firstTask, int proto) {
+  for (int i = firstTask; i < s->ntasks; i++) {
+    struct task *t = &s->tasks[i];
+    for (int j = 0; j < t->nsteps; j++) {
+      struct step *st = &s->steps[t->firstStep + j];
+      if (st->recv) st->rp = protoFor(proto, st->recv);
+      if (st->send) st->sp = protoFor(proto, st->send);
+    }
+  }
 }
 
 /* An operation's first step on each connection, in the order its tasks were

@@ -10,6 +10,7 @@
 
 #include "bootstrap/bootstrap.h"
 #include "engine/desc.h"
+#include "proto/proto.h"
 #include "reduce/reduce.h"
 #include "transport/conn.h"
 
@@ -35,6 +36,7 @@ struct step {
   uint8_t flags;
   uint8_t check; /* CHECK_SEND_DESC / CHECK_RECV_DESC (desc.h) */
   struct conn *recv, *send;
+  const struct proto *rp, *sp; /* the protocol on each: s->proto's where the connection allows it */
   const char *src;
   char *dst;
   size_t bytes;
@@ -64,6 +66,7 @@ struct schedule {
   void **temps; /* staging buffers, freed at the next reset */
   int ntemps, tempCap;
   uint64_t timeoutNs; /* the shortest timeout of its communicators (0: CHORUS_TIMEOUT) */
+  int proto;          /* the protocol (enum protoId) of the steps added next (see protoFor) */
 };
 
 void scheduleReset(struct schedule *s);
@@ -79,6 +82,10 @@ int scheduleAddStep(struct schedule *s, int type, int flags, struct conn *recv, 
  * operation's): each carries desc, and each connection's first step in
  * them sends or expects it. */
 void scheduleMarkOp(struct schedule *s, int firstTask, const struct opDesc *desc);
+/* The tasks from firstTask on (one operation's) use protocol proto (enum
+ * protoId) on every connection that allows it (protoFor), whatever
+ * s->proto was when they were built. */
+void scheduleUseProto(struct schedule *s, int firstTask, int proto);
 void schedulePrint(const struct schedule *s, FILE *out);
 /* A staging buffer that lives as long as the schedule's current content. */
 void *scheduleTemp(struct schedule *s, size_t bytes);

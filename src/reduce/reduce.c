@@ -4,10 +4,7 @@
 
 #include "reduce/floatconv.h"
 
-size_t dtypeSize(int dtype) {
-  static const size_t sizes[ncclNumTypes] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1};
-  return (dtype >= 0 && dtype < ncclNumTypes) ? sizes[dtype] : 0;
-}
+const unsigned char dtypeSizes[ncclNumTypes] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1};
 
 const char *dtypeName(int dtype) {
   static const char *names[ncclNumTypes] = {"int8",   "uint8",  "int32",   "uint32",

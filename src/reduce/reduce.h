@@ -20,7 +20,11 @@ struct redOp {
   int64_t divisor; /* SumPostDiv */
 };
 
-size_t dtypeSize(int dtype);
+extern const unsigned char dtypeSizes[ncclNumTypes];
+/* Bytes per element; 0 for a type out of range. Inline: every step asks. */
+static inline size_t dtypeSize(int dtype) {
+  return (dtype >= 0 && dtype < ncclNumTypes) ? dtypeSizes[dtype] : 0;
+}
 const char *dtypeName(int dtype);
 int dtypeIsFloat(int dtype);
 

@@ -15,11 +15,13 @@ struct transport;
 #define CONN_CTRL_BYTES 4096
 #define CONN_MAX_SLOTS 64
 
-/* Each slot begins with a header line's worth of room for the descriptor
- * of the operation it starts (engine/desc.h gives the body its meaning):
- * valid for slot step s when mark == s + 1, so a sender writes one only on
- * an operation's first slot and never clears it. The data follows in the
- * same cache line, so a small operation's check costs no extra line. */
+/* Each slot begins with a header: a word the protocol gives its meaning
+ * (proto/proto.h: Simple's descriptor mark, LL's ready flag) and room for
+ * the descriptor of the operation the slot starts (engine/desc.h gives the
+ * body its meaning). The data follows in the same cache line, so a small
+ * operation's check costs no extra line. A transport that moves slots
+ * itself (sockets) carries headers in Simple's format: mark == step + 1
+ * when the slot has a descriptor. */
 #define CONN_SLOT_HDR 32
 struct connDesc {
   uint64_t mark;
@@ -42,6 +44,7 @@ struct conn {
   uint32_t slotStride; /* CONN_SLOT_HDR + slotBytes, a multiple of 64 */
   uint64_t step;      /* slots this side has posted (sender) or released (receiver) */
   uint64_t headCache; /* sender: last head seen */
+  int descNext;       /* sender: the next slot posted starts an operation (LL's flag says so) */
   int peer;
   uint64_t descStamp;  /* schedule building: the operation that last marked a step on it */
   const struct transport *tp; /* the transport that connected it */
@@ -81,20 +84,4 @@ static inline struct connDesc *connSlotHdr(const struct conn *c, uint32_t k) {
 static inline char *connSlotData(const struct conn *c, uint32_t k) {
   return c->slots + (size_t)k * c->slotStride + CONN_SLOT_HDR;
 }
-/* Sender: the slot about to be posted starts an operation described by
- * body (24 bytes); written before tail moves, like the data. */
-static inline void connDescPut(struct conn *c, const void *body) {
-  struct connDesc *d = connSlotHdr(c, (uint32_t)(c->step % c->nslots));
-  __builtin_memcpy(d->body, body, sizeof d->body);
-  d->mark = c->step + 1;
-}
-/* Receiver: 1 with body (24 bytes) filled when the current slot carries a
- * descriptor, else 0. */
-static inline int connDescGet(const struct conn *c, void *body) {
-  const struct connDesc *d = connSlotHdr(c, (uint32_t)(c->step % c->nslots));
-  if (d->mark != c->step + 1) return 0;
-  __builtin_memcpy(body, d->body, sizeof d->body);
-  return 1;
-}
-
 #endif

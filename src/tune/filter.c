@@ -24,7 +24,7 @@ struct tuneName {
 static const struct tuneName algoNames[] = {
     {"Ring", BIT(algoRing) | BIT(algoChain)}, {"Tree", 0}, {"CollNetDirect", 0}, {"CollNetChain", 0}, {"NVLS", 0},
     {"NVLSTree", 0}, {"PAT", 0}, {"OneHop", BIT(algoOneHop)}, {"Chain", BIT(algoChain)}, {NULL, 0}};
-static const struct tuneName protoNames[] = {{"LL", 0}, {"LL128", 0}, {"Simple", BIT(protoSimple)}, {NULL, 0}};
+static const struct tuneName protoNames[] = {{"LL", BIT(protoLL)}, {"LL128", 0}, {"Simple", BIT(protoSimple)}, {NULL, 0}};
 
 static void trim(char **s) {
   while (**s == ' ' || **s == '\t') (*s)++;
@@ -100,7 +100,9 @@ static ncclResult_t parseVar(const char *var, const char *value, const struct tu
 }
 
 ncclResult_t tuneSetup(struct tuneTable *t, const struct tuneConfig *cfg, const struct tuneTopo *topo) {
+  static uint64_t ids;
   memset(t, 0, sizeof *t);
+  t->id = __atomic_add_fetch(&ids, 1, __ATOMIC_RELAXED);
   t->cfg = *cfg;
   t->topo = *topo;
   ncclResult_t res = parseVar("NCCL_ALGO", cfg->algo, algoNames, BIT(algoCount) - 1, t->algoMask);

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "algo/algo.h"
+#include "core/err.h"
 #include "core/log.h"
 #include "core/param.h"
 #include "reduce/reduce.h"
@@ -27,8 +28,38 @@ static int fits(const struct tuneTable *t, int algo, size_t bytes, size_t slotBy
   return t->cfg.smallThreshold >= 0 && bytes <= (size_t)t->cfg.smallThreshold && bytes <= slotBytes;
 }
 
+/* The last choice per collective, per thread: a loop of same-sized calls
+ * (a benchmark, DDP's buckets) asks the model once. */
+struct tuneCached {
+  uint64_t table;
+  size_t bytes, slotBytes;
+  int maxNch;
+  struct tuneChoice choice;
+};
+static _Thread_local struct tuneCached tuneCache[collTypeCount];
+
+static ncclResult_t tuneSearch(const struct tuneTable *t, int coll, size_t count, size_t esz, int dtype,
+                               size_t slotBytes, int maxNch, struct tuneChoice *out);
+
 ncclResult_t tuneChoose(const struct tuneTable *t, int coll, size_t count, size_t esz, int dtype, size_t slotBytes,
                         int maxNch, struct tuneChoice *out) {
+  struct tuneCached *k = coll >= 0 && coll < collTypeCount ? &tuneCache[coll] : NULL;
+  size_t bytes = count * esz;
+  if (k && k->table == t->id && k->bytes == bytes && k->slotBytes == slotBytes && k->maxNch == maxNch) {
+    *out = k->choice;
+  } else {
+    CHECK(tuneSearch(t, coll, count, esz, dtype, slotBytes, maxNch, out));
+    if (k) *k = (struct tuneCached){t->id, bytes, slotBytes, maxNch, *out};
+  }
+  /* NCCL counts AllGather's and ReduceScatter's bytes over all ranks. */
+  size_t logBytes = coll == collAllGather || coll == collReduceScatter ? bytes * (size_t)t->topo.nranks : bytes;
+  INFO(subsysTuning, "%s: %zu Bytes -> Algo %s proto %s channel{Lo..Hi}={0..%d}", collName(coll), logBytes,
+       algoName(out->algo), protoName(out->proto), out->nch - 1);
+  return ncclSuccess;
+}
+
+static ncclResult_t tuneSearch(const struct tuneTable *t, int coll, size_t count, size_t esz, int dtype,
+                               size_t slotBytes, int maxNch, struct tuneChoice *out) {
   size_t bytes = count * esz;
   int n = t->topo.nranks;
   struct tuneChoice best = {-1, protoSimple, 1, -1};
@@ -51,16 +82,12 @@ ncclResult_t tuneChoose(const struct tuneTable *t, int coll, size_t count, size_
       if (us >= 0 && (best.algo < 0 || us < best.us)) best = (struct tuneChoice){a, p, c, us};
     }
   }
-  /* NCCL counts AllGather's and ReduceScatter's bytes over all ranks. */
-  size_t logBytes = coll == collAllGather || coll == collReduceScatter ? bytes * (size_t)n : bytes;
   if (best.algo < 0) {
     WARN("No algorithm/protocol available for function %s with datatype %s. NCCL_ALGO was set to %s and NCCL_PROTO "
          "to %s.", collName(coll), dtypeName(dtype), t->cfg.algo[0] ? t->cfg.algo : "(unset)",
          t->cfg.proto[0] ? t->cfg.proto : "(unset)");
     return t->cfg.algo[0] || t->cfg.proto[0] ? ncclInvalidUsage : ncclInternalError;
   }
-  INFO(subsysTuning, "%s: %zu Bytes -> Algo %s proto %s channel{Lo..Hi}={0..%d}", collName(coll), logBytes,
-       algoName(best.algo), protoName(best.proto), best.nch - 1);
   *out = best;
   return ncclSuccess;
 }

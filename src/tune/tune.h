@@ -39,6 +39,7 @@ enum { tuneFuncCount = 5 };
 /* NCCL_ALGO / NCCL_PROTO parsed: per collective, a bit per algorithm and
  * per protocol that may be used. */
 struct tuneTable {
+  uint64_t id; /* unique per tuneSetup, for the per-thread cache of choices */
   struct tuneConfig cfg;
   struct tuneTopo topo;
   uint32_t algoMask[tuneFuncCount];

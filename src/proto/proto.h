@@ -1,0 +1,70 @@
+/* Protocols are a table of functions (DESIGN.md invariant 5): how a slot of
+ * a connection's FIFO is filled, published, found and released, and how
+ * an operation's descriptor rides in the slot header (struct connDesc,
+ * transport/conn.h). The engine moves data only through these; each task
+ * names its protocol (enum protoId) and each step holds the protocol of
+ * each of its connections (protoFor).
+ *   Simple  the sender publishes a slot by advancing the tail counter; the
+ *           receiver polls tail (its own cache line), then reads the slot.
+ *   LL      the sender publishes a slot by writing a ready flag into the
+ *           slot header's first word after the data and the descriptor
+ *           (release); the receiver polls that word: a small message, its
+ *           descriptor and its flag share one cache line, and no tail
+ *           counter is on the critical path.
+ * Both release slots through the head counter, cut steps into slots of the
+ * same size and keep the descriptor at the same place, so operations of
+ * either protocol follow each other on one connection, and a receiver that
+ * waits at an operation's start recognizes the other protocol's descriptor
+ * (a mismatch to report, not to wait on). */
+#ifndef CHORUS_PROTO_PROTO_H
+#define CHORUS_PROTO_PROTO_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "transport/conn.h"
+
+struct proto {
+  const char *name;
+  /* Sender. A free slot to write up to c->slotBytes into, or NULL while
+   * the FIFO is full. */
+  char *(*sendSlot)(struct conn *c);
+  /* The slot about to be posted starts an operation described by body (24
+   * bytes); call before posting it. */
+  void (*descPut)(struct conn *c, const void *body);
+  /* Publishes the slot sendSlot gave, holding bytes bytes. */
+  void (*sendPost)(struct conn *c, size_t bytes);
+  /* Publishes it with bytes copied from data (which may change once this
+   * returns); over a transport that reads the source itself no slot is
+   * filled. */
+  void (*sendPostFrom)(struct conn *c, const void *data, size_t bytes);
+  /* 1 when sendPostFrom reads the data where it is: a step that also keeps
+   * the data then writes its output first and posts from there. */
+  int (*sendReadsSource)(const struct conn *c);
+  /* Receiver. The next filled slot, or NULL while none has arrived. */
+  const char *(*recvSlot)(struct conn *c);
+  /* After recvSlot: 1 with body (24 bytes) filled when the slot starts an
+   * operation, else 0. */
+  int (*descGet)(const struct conn *c, void *body);
+  /* While recvSlot says nothing arrived at an operation's first slot: 1
+   * with body filled when the slot holds the other protocol's descriptor
+   * for it (the peer chose another protocol). */
+  int (*foreign)(const struct conn *c, void *body);
+  /* Releases the slot recvSlot gave. */
+  void (*recvDone)(struct conn *c);
+};
+
+extern const struct proto simpleProto, llProto;
+
+/* The protocol a task of protocol id (enum protoId) uses on c: over a
+ * transport that moves the bytes itself (sockets) the framing is Simple's,
+ * whatever the task's. */
+const struct proto *protoFor(int id, const struct conn *c);
+
+/* The LL ready word of the slot for step (what the header's mark holds
+ * once it is posted): the top bit tells it from a Simple mark (step + 1),
+ * the low bit says whether a descriptor is there. */
+static inline uint64_t protoLLFlag(uint64_t step, int withDesc) {
+  return (1ull << 63) | ((step + 1) << 1) | (uint64_t)(withDesc != 0);
+}
+
+#endif

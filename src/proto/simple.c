@@ -1,0 +1,87 @@
+/* The Simple protocol: the sender fills a free slot and publishes it by
+ * advancing tail (release); the receiver sees tail move (acquire), consumes
+ * the slot and releases it by advancing head. Counters only grow. A slot
+ * header is a descriptor when its mark is the slot's step + 1, so a sender
+ * writes one only on an operation's first slot and never clears it. Over a
+ * transport that moves bytes itself (sockets) the same calls drive it
+ * through its table: a full FIFO or an empty one asks it to make progress
+ * before answering "not yet". */
+#include <string.h>
+
+#include "engine/desc.h"
+#include "proto/proto.h"
+#include "transport/transport.h"
+
+static char *simpleSendSlot(struct conn *c) {
+  if (c->step - c->headCache >= c->nslots) {
+    if (c->tp->progress) c->tp->progress(c); /* an error sticks; the engine reports it */
+    c->headCache = __atomic_load_n(&c->ctrl->head, __ATOMIC_ACQUIRE);
+    if (c->step - c->headCache >= c->nslots) return 0;
+  }
+  return connSlotData(c, (uint32_t)(c->step % c->nslots));
+}
+
+static void simpleDescPut(struct conn *c, const void *body) {
+  struct connDesc *d = connSlotHdr(c, (uint32_t)(c->step % c->nslots));
+  memcpy(d->body, body, sizeof d->body);
+  d->mark = c->step + 1;
+}
+
+static void simpleSendPost(struct conn *c, size_t bytes) {
+  __atomic_store_n(&c->ctrl->tail, ++c->step, __ATOMIC_RELEASE);
+  if (c->tp->posted) c->tp->posted(c, bytes); /* on the wire at once: latency */
+}
+
+static int simpleSendReadsSource(const struct conn *c) { return c->tp->postFrom != NULL; }
+
+static void simpleSendPostFrom(struct conn *c, const void *data, size_t bytes) {
+  if (c->tp->postFrom) {
+    c->tp->postFrom(c, data, bytes);
+  } else {
+    memcpy(connSlotData(c, (uint32_t)(c->step % c->nslots)), data, bytes);
+    __atomic_store_n(&c->ctrl->tail, ++c->step, __ATOMIC_RELEASE);
+  }
+}
+
+static const char *simpleRecvSlot(struct conn *c) {
+  if (__atomic_load_n(&c->ctrl->tail, __ATOMIC_ACQUIRE) <= c->step) {
+    if (!c->tp->progress) return 0;
+    c->tp->progress(c);
+    if (__atomic_load_n(&c->ctrl->tail, __ATOMIC_ACQUIRE) <= c->step) return 0;
+  }
+  return connSlotData(c, (uint32_t)(c->step % c->nslots));
+}
+
+static int simpleDescGet(const struct conn *c, void *body) {
+  const struct connDesc *d = connSlotHdr(c, (uint32_t)(c->step % c->nslots));
+  if (d->mark != c->step + 1) return 0;
+  memcpy(body, d->body, sizeof d->body);
+  return 1;
+}
+
+static int simpleForeign(const struct conn *c, void *body) {
+  const struct connDesc *d = connSlotHdr(c, (uint32_t)(c->step % c->nslots));
+  if (__atomic_load_n(&d->mark, __ATOMIC_ACQUIRE) != protoLLFlag(c->step, 1)) return 0;
+  memcpy(body, d->body, sizeof d->body);
+  return 1;
+}
+
+static void simpleRecvDone(struct conn *c) { __atomic_store_n(&c->ctrl->head, ++c->step, __ATOMIC_RELEASE); }
+
+const struct proto simpleProto = {
+    .name = "Simple",
+    .sendSlot = simpleSendSlot,
+    .descPut = simpleDescPut,
+    .sendPost = simpleSendPost,
+    .sendPostFrom = simpleSendPostFrom,
+    .sendReadsSource = simpleSendReadsSource,
+    .recvSlot = simpleRecvSlot,
+    .descGet = simpleDescGet,
+    .foreign = simpleForeign,
+    .recvDone = simpleRecvDone,
+};
+
+const struct proto *protoFor(int id, const struct conn *c) {
+  if (c->tp->progress) return &simpleProto;
+  return id == protoLL ? &llProto : &simpleProto;
+}
