@@ -477,7 +477,7 @@ int main(int argc, char **argv) {
         int ncounts = n <= 8 ? 4 : 3;
         for (int k = 0; k < ncounts; k++) {
           if (algo == algoOneHop && counts[k] * 4 > 992) continue; /* the tuner keeps it within a slot */
-          int nch = algo == algoRing || algo == algoChain ? 1 + (int)(counts[k] % 3) : 1;
+          int nch = algo == algoRing || algo == algoChain || algo == algoTree ? 1 + (int)(counts[k] % 3) : 1;
           for (int inPlace = 0; inPlace < 2; inPlace++) {
             cases++;
             int proto = (int)((counts[k] + (size_t)inPlace + (size_t)n) % protoCount); /* each protocol in turn */

@@ -5,7 +5,7 @@
  *                           only rank 0 sets NCCL_ALGO=Ring: rank 0's hold, and
  *                           AllReduce results at sizes on both sides of the
  *                           thresholds are exact on every rank
- *   test_tuning N impossible  NCCL_ALGO="allreduce:tree" (chorus has no Tree yet)
+ *   test_tuning N impossible  NCCL_ALGO="allreduce:nvls" (chorus has no NVLS)
  *                           on every rank: AllReduce fails with ncclInvalidUsage
  *                           and NCCL's "No algorithm/protocol available" on every
  *                           rank, changing nothing; inside a group the group fails;
@@ -90,7 +90,7 @@ static int execRank(int rank, int n, ncclUniqueId id, void *arg) {
     setenv("NCCL_MAX_NCHANNELS", rank == 0 ? "2" : "4", 1);
     if (rank == 0) setenv("NCCL_ALGO", "Ring", 1);
   } else if (strcmp(mode, "impossible") == 0) {
-    setenv("NCCL_ALGO", "allreduce:tree", 1);
+    setenv("NCCL_ALGO", "allreduce:nvls", 1); /* a name NCCL knows, an algorithm chorus does not have */
   } else if (strcmp(mode, "impossible-proto") == 0) {
     setenv("NCCL_PROTO", "allreduce:LL128", 1); /* a name NCCL knows, a protocol chorus does not have */
   } else if (rank == 0) {

@@ -50,6 +50,13 @@ double tuneModelUs(const struct tuneTopo *topo, int coll, int algo, int proto, i
       return (n - 1) * (l.hop + RING_STEP_US) + (n - 1) * b / (coll == collReduceScatter ? l.reduce : l.copy);
     case algoChain: /* pipelined: the whole message once, plus filling the chain */
       return (n - 1) * (l.hop + RING_STEP_US) + b / (coll == collReduce ? l.reduce : l.copy);
+    case algoTree: { /* log2(n) levels; an inner node takes in and sends out two children's worth;
+                      * AllReduce goes up and down, its two trees each carrying half */
+      double depth = 0;
+      while ((1 << (int)depth) < topo->nranks) depth++;
+      if (coll == collAllReduce) return 2 * depth * (l.hop + RING_STEP_US) + b / l.reduce + 2 * b / l.copy;
+      return depth * (l.hop + RING_STEP_US) + 2 * b / (coll == collReduce ? l.reduce : l.copy);
+    }
     case algoP2p: return l.hop + b / l.copy;
     case algoPairwise: /* every pair at once: each rank posts n-1 blocks */
       return l.hop + (n - 1) * b / l.copy;

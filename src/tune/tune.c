@@ -20,7 +20,7 @@ void tuneConfigFromEnv(struct tuneConfig *cfg) {
   snprintf(cfg->proto, sizeof cfg->proto, "%s", paramStr(paramProto));
 }
 
-static int usesChannels(int algo) { return algo == algoRing || algo == algoChain; }
+static int usesChannels(int algo) { return algo == algoRing || algo == algoChain || algo == algoTree; }
 
 /* Whether algo can carry this message at all (beyond what the registry says). */
 static int fits(const struct tuneTable *t, int algo, size_t bytes, size_t slotBytes) {
@@ -78,6 +78,7 @@ static ncclResult_t tuneSearch(const struct tuneTable *t, int coll, size_t count
     for (int p = 0; p < protoCount; p++) {
       if (!(t->protoMask[coll] & (1u << p))) continue;
       int c = usesChannels(a) ? nch : 1;
+      if (a == algoTree && coll == collAllReduce && c < 2) c = maxNch < 2 ? maxNch : 2; /* both trees */
       double us = tuneModelUs(&t->topo, coll, a, p, c, bytes);
       if (us >= 0 && (best.algo < 0 || us < best.us)) best = (struct tuneChoice){a, p, c, us};
     }
