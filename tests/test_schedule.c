@@ -13,7 +13,7 @@
  *   - compares every rank's output with a reference computed here, guard
  *     bytes included, and for float AllReduce that every rank holds the
  *     same bits.
- *   test_schedule                 everything
+ *   test_schedule [LO HI]         rank counts LO..HI (default 1..64)
  *   test_schedule print ALGO COLL NRANKS RANK COUNT   prints one schedule */
 #include <stdint.h>
 #include <stdio.h>
@@ -465,10 +465,15 @@ int main(int argc, char **argv) {
     }
     return runCase(algo, protoSimple, coll, n, strtoull(argv[6], NULL, 10), 0, 2, rank) != 0;
   }
+  int lo = argc == 3 ? atoi(argv[1]) : 1, hi = argc == 3 ? atoi(argv[2]) : MAX_RANKS;
+  if (lo < 1 || hi > MAX_RANKS || lo > hi) {
+    fprintf(stderr, "usage: test_schedule [LO HI] (1 <= LO <= HI <= %d)\n", MAX_RANKS);
+    return 2;
+  }
   checkDescPlan();
   checkProtoMismatch();
   int cases = 0;
-  for (int n = 1; n <= MAX_RANKS; n++)
+  for (int n = lo; n <= hi; n++)
     for (int algo = 0; algo < algoCount; algo++)
       for (int coll = 0; coll < collTypeCount; coll++) {
         if (!algoSupports(algo, coll, n) || coll == collSend || coll == collRecv) continue;
@@ -486,7 +491,7 @@ int main(int argc, char **argv) {
         }
       }
   /* Send/Recv: a ring of sends, every rank one send and one receive. */
-  for (int n = 1; n <= MAX_RANKS; n++) {
+  for (int n = lo; n <= hi; n++) {
     struct world w;
     worldInit(&w, n, 1);
     struct schedule s = {0};

@@ -54,7 +54,7 @@ static ncclResult_t enqueueCheckArgs(const struct callArgs *a) {
     WARN("%s : invalid type %d", name, (int)a->dtype);
     return ncclInvalidArgument;
   }
-  struct groupItem item = {comm, a->stream, {0}, {0}};
+  struct groupItem item = {comm, a->stream, {0}, {0}, 0};
   struct collDesc *d = &item.desc;
   d->coll = a->coll;
   d->sendbuff = a->sendbuff;
@@ -97,7 +97,7 @@ static ncclResult_t enqueueCheckArgs(const struct callArgs *a) {
        "%s: opCount %llx sendbuff %p recvbuff %p count %zu datatype %d op %d root %d comm %p [nranks=%d] stream %p",
        name, (unsigned long long)comm->opCount, a->sendbuff, a->recvbuff, a->count, (int)a->dtype,
        isReduction(a->coll) ? (int)a->op : 0, a->root, (void *)comm, comm->nranks, (void *)a->stream);
-  comm->opCount++;
+  item.opId = comm->opCount++; /* what NCCL's logs call opCount; every task of the call carries it */
   struct opDesc *c = &d->check;
   c->count = a->count;
   c->coll = (uint8_t)a->coll;

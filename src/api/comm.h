@@ -68,6 +68,11 @@ struct ncclComm {
 ncclResult_t commInit(struct ncclComm **out, int nranks, const ncclUniqueId *id, int rank, int cudaDev,
                       int blocking);
 
+/* NCCL's version line (NCCL_DEBUG=VERSION or more), once per process. */
+void commLogVersion(void);
+/* Frees a communicator and everything it owns; graceful says goodbye to
+ * the peers first (destroy), else they see it as gone (abort, failure). */
+void commFree(struct ncclComm *comm, int graceful);
 /* Blocks (through the one wait) until no call is running on comm. */
 void commWaitIdle(struct ncclComm *comm);
 /* ncclInvalidArgument with a WARN naming the call when comm is NULL,

@@ -6,37 +6,17 @@
 #define CHORUS_API_GROUP_H
 #include "algo/algo.h"
 #include "api/comm.h"
+#include "api/initjob.h"
+#include "tune/tune.h"
 
 struct groupItem {
   struct ncclComm *comm;
   cudaStream_t stream;
   struct collDesc desc;
   struct tuneChoice plan; /* the tuner's, chosen when the call was checked */
+  uint64_t opId;          /* the communicator's call number (opCount in the COLL log line) */
 };
 
-/* A communicator to create: ncclCommInitRank inside a group only records it
- * (as NCCL does), so that one thread can create several ranks; ncclGroupEnd
- * runs all recorded inits concurrently. */
-struct initJob {
-  ncclComm_t *comm;
-  int nranks, rank, cudaDev, blocking;
-  ncclUniqueId id;
-  ncclResult_t res;
-  /* ncclCommSplit: a split of parent (nranks, rank and id are worked out
-   * with the parent's other ranks) */
-  struct ncclComm *parent;
-  int color, key;
-  /* ncclCommShrink: the parent's ranks that stay out (nranks bytes, owned
-   * by the job: groupInit and ncclGroupEnd free it) */
-  char *excluded;
-  int shrinkFlags;
-};
-/* The shrink itself, on the init thread (shrink.c). */
-ncclResult_t commShrinkRun(struct initJob *job);
-/* The split itself, on the init thread (split.c). */
-ncclResult_t commSplitRun(struct initJob *job);
-/* Runs inits concurrently, one thread each (init.c). */
-ncclResult_t initJobsRun(struct initJob *jobs, int n);
 /* Records (in a group) or runs (outside one) a checked init. */
 ncclResult_t groupInit(const struct initJob *job);
 

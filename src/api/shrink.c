@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "api/api.h"
-#include "api/group.h"
+#include "api/initjob.h"
 #include "bootstrap/oob.h"
 #include "core/err.h"
 #include "core/log.h"
@@ -65,60 +65,4 @@ ncclResult_t commShrinkRun(struct initJob *j) {
   j->rank = newRank;
   INFO(subsysInit, "ncclCommShrink : rank %d becomes rank %d of %d", me, newRank, m);
   return commInit(j->comm, m, &j->id, newRank, parent->cudaDev, j->blocking);
-}
-
-NCCL_API(ncclResult_t, ncclCommShrink, ncclComm_t comm, int *excludeRanksList, int excludeRanksCount,
-         ncclComm_t *newcomm, ncclConfig_t *config, int shrinkFlags) {
-  CHECK(commCheck(comm, "ncclCommShrink"));
-  if (newcomm == NULL) {
-    WARN("ncclCommShrink : newcomm argument is NULL");
-    return ncclInvalidArgument;
-  }
-  if (excludeRanksList == NULL || excludeRanksCount <= 0) {
-    WARN("ncclCommShrink : excludeRanksList is %s and excludeRanksCount %d (a list of at least one rank is needed)",
-         excludeRanksList ? "set" : "NULL", excludeRanksCount);
-    return ncclInvalidArgument;
-  }
-  if (shrinkFlags != NCCL_SHRINK_DEFAULT && shrinkFlags != NCCL_SHRINK_ABORT) {
-    WARN("ncclCommShrink : invalid shrinkFlags %d (NCCL_SHRINK_DEFAULT or NCCL_SHRINK_ABORT)", shrinkFlags);
-    return ncclInvalidArgument;
-  }
-  if (config && config->magic != NCCL_API_MAGIC) {
-    WARN("ncclConfig_t argument not initialized via NCCL_CONFIG_INITIALIZER");
-    return ncclInvalidArgument;
-  }
-  if (__atomic_load_n(&comm->asyncError, __ATOMIC_ACQUIRE) == ncclInProgress) {
-    WARN("ncclCommShrink : rank %d: the communicator is still initializing", comm->rank);
-    return ncclInvalidArgument;
-  }
-  char *excluded = calloc((size_t)comm->nranks, 1);
-  if (!excluded) return ncclSystemError;
-  for (int i = 0; i < excludeRanksCount; i++) {
-    int r = excludeRanksList[i];
-    if (r < 0 || r >= comm->nranks) {
-      WARN("ncclCommShrink : excludeRanksList[%d] = %d is not a rank of this communicator (nranks %d)", i, r,
-           comm->nranks);
-      free(excluded);
-      return ncclInvalidArgument;
-    }
-    excluded[r] = 1;
-  }
-  if (excluded[comm->rank]) {
-    WARN("ncclCommShrink : rank %d is in excludeRanksList; excluded ranks must not call ncclCommShrink", comm->rank);
-    free(excluded);
-    return ncclInvalidArgument;
-  }
-  if (shrinkFlags == NCCL_SHRINK_ABORT) {
-    /* End what still runs on the parent, then let it be used again (for
-     * the handoff, and for ncclCommDestroy). */
-    __atomic_store_n(&comm->abortFlag, 1, __ATOMIC_RELEASE);
-    commWaitIdle(comm);
-    __atomic_store_n(&comm->abortFlag, 0, __ATOMIC_RELEASE);
-  }
-  int blocking = comm->blocking;
-  if (config && config->size >= offsetof(ncclConfig_t, cgaClusterSize) && config->blocking != NCCL_CONFIG_UNDEF_INT)
-    blocking = config->blocking != 0;
-  *newcomm = NULL;
-  struct initJob job = {newcomm, 0, 0, comm->cudaDev, blocking, {{0}}, ncclSuccess, comm, 0, 0, excluded, shrinkFlags};
-  return groupInit(&job);
 }

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "api/api.h"
-#include "api/group.h"
+#include "api/initjob.h"
 #include "core/err.h"
 #include "core/log.h"
 
@@ -57,32 +57,4 @@ out:
   free(all);
   free(members);
   return res;
-}
-
-NCCL_API(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key, ncclComm_t *newcomm,
-         ncclConfig_t *config) {
-  CHECK(commCheck(comm, "ncclCommSplit"));
-  if (newcomm == NULL) {
-    WARN("ncclCommSplit : newcomm argument is NULL");
-    return ncclInvalidArgument;
-  }
-  if (color < 0 && color != NCCL_SPLIT_NOCOLOR) {
-    WARN("ncclCommSplit : invalid color %d (must be >= 0 or NCCL_SPLIT_NOCOLOR)", color);
-    return ncclInvalidArgument;
-  }
-  if (config && config->magic != NCCL_API_MAGIC) {
-    WARN("ncclConfig_t argument not initialized via NCCL_CONFIG_INITIALIZER");
-    return ncclInvalidArgument;
-  }
-  ncclResult_t async = __atomic_load_n(&comm->asyncError, __ATOMIC_ACQUIRE);
-  if (async != ncclSuccess) {
-    WARN("ncclCommSplit : rank %d: parent communicator has failed (%s)", comm->rank, ncclGetErrorString(async));
-    return async;
-  }
-  int blocking = comm->blocking;
-  if (config && config->size >= offsetof(ncclConfig_t, cgaClusterSize) && config->blocking != NCCL_CONFIG_UNDEF_INT)
-    blocking = config->blocking != 0;
-  *newcomm = NULL;
-  struct initJob job = {newcomm, 0, 0, comm->cudaDev, blocking, {{0}}, ncclSuccess, comm, color, key, NULL, 0};
-  return groupInit(&job);
 }

@@ -16,6 +16,7 @@
 #include "core/clock.h"
 #include "core/err.h"
 #include "core/log.h"
+#include "core/wait.h"
 
 #define OOB_MAGIC 0x424f4843u /* "CHOB" */
 
@@ -62,6 +63,13 @@ struct oob {
   char faultText[OOB_MAX_FAULT];
 };
 
+/* The one wait's sleep while a frame waits for room: poll() on the socket. */
+static void frameBlock(void *arg, uint64_t ns) {
+  struct pollfd pf = {*(const int *)arg, POLLOUT, 0};
+  struct timespec ts = {(time_t)(ns / 1000000000ull), (long)(ns % 1000000000ull)};
+  ppoll(&pf, 1, &ts, NULL);
+}
+
 /* Writes one whole frame or gives up at the deadline. A frame cut short
  * would leave the stream unreadable: then the connection is shut down, and
  * the peer sees this rank as failed. */
@@ -74,6 +82,10 @@ static ncclResult_t frameSend(struct oob *o, int peer, int type, uint32_t id, co
   ncclResult_t res = ncclSuccess;
   size_t done = 0, total = sizeof h + len;
   uint64_t deadline = clockNs() + waitNs;
+  struct waitState w; /* the deadline is this function's, checked below: the wait has none */
+  waitBegin(&w, abortFlag, NULL, NULL, "an out-of-band frame");
+  w.timeoutNs = 0;
+  waitSetBlock(&w, frameBlock, &fd);
   pthread_mutex_lock(&p->sendLock);
   while (done < total) {
     struct iovec iov[2];
@@ -87,14 +99,13 @@ static ncclResult_t frameSend(struct oob *o, int peer, int type, uint32_t id, co
     ssize_t r = sendmsg(fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (r > 0) {
       done += (size_t)r;
+      waitProgress(&w);
       continue;
     }
     if (r < 0 && errno == EINTR) continue;
-    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && clockNs() < deadline &&
-        !(abortFlag && __atomic_load_n(abortFlag, __ATOMIC_ACQUIRE))) {
-      struct pollfd pf = {fd, POLLOUT, 0};
-      poll(&pf, 1, 10);
-      continue;
+    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && clockNs() < deadline) {
+      w.blockNow = 1; /* room on the socket ends the sleep */
+      if (waitPause(&w) == ncclSuccess) continue; /* else aborted */
     }
     res = ncclRemoteError;
     break;
@@ -395,6 +406,9 @@ void oobQueryStatus(struct bootstrap *b, void *replies, char *answered, int wait
   for (int i = 0; i < b->nranks; i++)
     if (i != b->rank) frameSend(o, i, oobQuery, id, NULL, 0, 100000000ull, NULL);
   uint64_t deadline = clockNs() + (uint64_t)waitMs * 1000000ull;
+  struct waitState w; /* bounded by the deadline above, silently */
+  waitBegin(&w, NULL, NULL, NULL, "status answers");
+  w.timeoutNs = 0;
   for (;;) {
     int missing = 0;
     pthread_mutex_lock(&o->lock);
@@ -408,8 +422,7 @@ void oobQueryStatus(struct bootstrap *b, void *replies, char *answered, int wait
       break;
     }
     pthread_mutex_unlock(&o->lock);
-    struct timespec ts = {0, 1000000};
-    nanosleep(&ts, NULL);
+    waitPause(&w);
   }
   if (o->statusFn) o->statusFn(o->statusArg, (char *)replies + (size_t)b->rank * o->statusBytes, o->statusBytes);
   answered[b->rank] = 1;

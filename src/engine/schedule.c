@@ -79,6 +79,10 @@ int scheduleAddStep(struct schedule *s, int type, int flags, struct conn *recv, 
   return 0;
 }
 
+void scheduleSetOpId(struct schedule *s, int firstTask, uint64_t opId) {
+  for (int i = firstTask; i < s->ntasks; i++) s->tasks[i].opId = opId;
+}
+
 void scheduleUseProto(struct schedule *s, int firstTask, int proto) {
   for (int i = firstTask; i < s->ntasks; i++) {
     struct task *t = &s->tasks[i];
@@ -121,8 +125,8 @@ void schedulePrint(const struct schedule *s, FILE *out) {
                                              "localAcc"};
   for (int i = 0; i < s->ntasks; i++) {
     const struct task *t = &s->tasks[i];
-    fprintf(out, "[%d] %s task %d (after %d): %d steps, %s\n", t->rank, t->what, i, t->dep, t->nsteps,
-            dtypeName(t->red.dtype));
+    fprintf(out, "[%d] %s opCount %llx task %d (after %d): %d steps, %s\n", t->rank, t->what,
+            (unsigned long long)t->opId, i, t->dep, t->nsteps, dtypeName(t->red.dtype));
     for (int j = 0; j < t->nsteps; j++) {
       const struct step *st = &s->steps[t->firstStep + j];
       fprintf(out, "[%d]   %-18s %8zu B  from %-3d to %-3d src %p dst %p%s%s\n", t->rank, names[st->type],

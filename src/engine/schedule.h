@@ -54,6 +54,7 @@ struct task {
   volatile int *abortFlag;
   int rank;
   const char *what; /* operation name, for messages */
+  uint64_t opId;      /* the operation it belongs to (its communicator's opCount), for tracing */
   int check;          /* compare descriptors (CHORUS_CHECK) */
   struct opDesc desc; /* this rank's call */
 };
@@ -78,6 +79,8 @@ int scheduleAddTask(struct schedule *s, const struct redOp *red, int dep, struct
  * sides of a connection drop the same ones). Returns 0 or -1 (memory). */
 int scheduleAddStep(struct schedule *s, int type, int flags, struct conn *recv, struct conn *send,
                     const void *src, void *dst, size_t bytes);
+/* Sets the operation id of the tasks from firstTask on (one operation's). */
+void scheduleSetOpId(struct schedule *s, int firstTask, uint64_t opId);
 /* Turns on mismatch detection for the tasks from firstTask on (one
  * operation's): each carries desc, and each connection's first step in
  * them sends or expects it. */

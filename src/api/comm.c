@@ -1,0 +1,243 @@
+/* The communicator's life as a mechanism (comm.h): create one rank
+ * (rendezvous, agreement, transports), wait until no call runs on it, free
+ * it. The entry points that check the user's arguments are in init.c. */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include "api/comm.h"
+#include "api/watch.h"
+#include "bootstrap/oob.h"
+#include "core/clock.h"
+#include "core/err.h"
+#include "core/log.h"
+#include "core/param.h"
+#include "core/wait.h"
+#include "transport/transport.h"
+#include "tune/tune.h"
+#include "chorus.h"
+
+_Static_assert(sizeof(struct bootstrapHandle) <= NCCL_UNIQUE_ID_BYTES, "handle must fit in ncclUniqueId");
+
+static pthread_once_t versionOnce = PTHREAD_ONCE_INIT;
+static void printVersion(void) {
+  CHORUS_LOG(logVersion, subsysInit, "NCCL version %d.%d.%d+chorus%d.%d.%d (host memory)", NCCL_MAJOR, NCCL_MINOR,
+             NCCL_PATCH, CHORUS_MAJOR, CHORUS_MINOR, CHORUS_PATCH);
+}
+void commLogVersion(void) { pthread_once(&versionOnce, printVersion); }
+
+
+void commWaitIdle(struct ncclComm *comm) {
+  struct waitState w;
+  waitBegin(&w, NULL, NULL, NULL, "waiting for calls in flight");
+  while (__atomic_load_n(&comm->busy, __ATOMIC_ACQUIRE) > 0)
+    if (waitPause(&w) != ncclSuccess) break;
+}
+
+void commFree(struct ncclComm *comm, int graceful) {
+  if (comm->initThreadRunning) { /* abort has set the flag, so it ends soon */
+    pthread_join(comm->initThread, NULL);
+    comm->initThreadRunning = 0;
+  }
+  bootstrapClose(&comm->boot, graceful);
+  transportCloseAll(comm->transports);
+  free(comm->conns.send);
+  free(comm->conns.recv);
+  free(comm->laneLast);
+  free(comm->scratch);
+  free(comm->userOps);
+  free(comm->p2pSeq);
+  pthread_mutex_destroy(&comm->statusLock);
+  comm->startMagic = comm->endMagic = 0;
+  free(comm);
+}
+
+static int channelCount(void) {
+  int64_t lo = paramInt(paramMinNChannels), hi = paramInt(paramMaxNChannels);
+  int64_t n = hi > 0 ? hi : 2; /* two channels by default */
+  if (lo > 0 && n < lo) n = lo;
+  if (n < 1) n = 1;
+  if (n > COMM_MAX_CHANNELS) n = COMM_MAX_CHANNELS;
+  return (int)n;
+}
+
+/* Settings every rank must agree on; rank 0's win. */
+struct commAgreement {
+  int version;
+  int nch;
+  int check; /* CHORUS_CHECK */
+  int64_t buffSize;
+  int cores; /* online cores of the rank's host (the tuner takes the fewest) */
+  struct tuneConfig tune;
+};
+
+/* The topology the tuner's model reads, the same on every rank. */
+static struct tuneTopo tuneTopoOf(const struct bootstrap *b, const struct commAgreement *agree) {
+  struct tuneTopo t = {b->nranks, 0, 0, 0, 0};
+  for (int i = 0; i < b->nranks; i++) {
+    int same = 0, first = 1;
+    for (int j = 0; j < b->nranks; j++)
+      if (b->peers[j].hostHash == b->peers[i].hostHash) {
+        same++;
+        if (j < i) first = 0;
+      }
+    t.nhosts += first;
+    if (same > t.localRanks) t.localRanks = same;
+    if (t.cores == 0 || (agree[i].cores > 0 && agree[i].cores < t.cores)) t.cores = agree[i].cores;
+    if (transportTable[transportFor(b, i)] == &netTransport) t.net = 1;
+  }
+  return t;
+}
+
+/* NCCL's init lines: each channel's ring, then the transport to each peer. */
+static void logTopology(struct ncclComm *comm) {
+  char line[512];
+  int n = comm->nranks, next = (comm->rank + 1) % n;
+  for (int c = 0; c < comm->nch; c++) {
+    int o = 0;
+    for (int i = 0; i < n && o < (int)sizeof line - 16; i++) o += snprintf(line + o, sizeof line - o, " %d", i);
+    INFO(subsysInit, "Channel %02d/%02d :%s", c, comm->nch, line);
+  }
+  for (int c = 0; c < comm->nch && n > 1; c++)
+    INFO(subsysInit, "Channel %02d/0 : %d[%d] -> %d[%d] via %s", c, comm->rank,
+         comm->boot.peers[comm->rank].cudaDev, next, comm->boot.peers[next].cudaDev,
+         transportTable[transportFor(&comm->boot, next)]->name);
+  for (int p = 0; p < n; p++)
+    if (p != comm->rank)
+      INFO(subsysP2p, "Channel %02d/1 : %d[%d] -> %d[%d] via %s (host %s pid %d)", comm->nch, comm->rank,
+           comm->boot.peers[comm->rank].cudaDev, p, comm->boot.peers[p].cudaDev,
+           transportTable[transportFor(&comm->boot, p)]->p2pName, comm->boot.peers[p].hostname,
+           comm->boot.peers[p].pid);
+  INFO(subsysInit, "Connected all rings, %d channel(s), %zu-byte FIFO slots", comm->nch, comm->slotBytes);
+}
+
+static struct ncclComm *commAlloc(int nranks, const ncclUniqueId *id, int rank, int cudaDev, int blocking) {
+  struct ncclComm *comm = calloc(1, sizeof *comm);
+  if (!comm) return NULL;
+  comm->startMagic = comm->endMagic = COMM_MAGIC;
+  comm->rank = rank;
+  comm->nranks = nranks;
+  comm->cudaDev = cudaDev;
+  comm->blocking = blocking;
+  comm->boot.listenFd = -1;
+  comm->initId = *id;
+  pthread_mutex_init(&comm->statusLock, NULL);
+  return comm;
+}
+
+/* Everything that needs the other ranks: rendezvous, agreement, shared
+ * memory. On failure the communicator is left for commFree. */
+static ncclResult_t commSetup(struct ncclComm *comm) {
+  uint64_t t0 = clockNs();
+  int rank = comm->rank, nranks = comm->nranks, cudaDev = comm->cudaDev;
+  logSetRank(rank);
+  ncclResult_t res;
+  struct bootstrapHandle h;
+  memcpy(&h, comm->initId.internal, sizeof h);
+  if (h.secret == BOOTSTRAP_COMM_ID_SECRET && rank == 0) CHECKGOTO(bootstrapStartRoot(&h, nranks), res, fail);
+
+  struct bootstrapPeerInfo me = {0};
+  me.rank = rank;
+  me.pid = getpid();
+  me.cudaDev = cudaDev;
+  me.shmDisable = paramInt(paramShmDisable) != 0;
+  me.hostHash = bootstrapHostHash();
+  gethostname(me.hostname, sizeof me.hostname - 1);
+  if (getrandom(&me.nonce, sizeof me.nonce, 0) != sizeof me.nonce) me.nonce = clockNs() ^ (uint64_t)me.pid;
+  CHECKGOTO(bootstrapInit(&comm->boot, &h, rank, nranks, &me, &comm->abortFlag), res, fail);
+
+  struct commAgreement *agree = calloc(nranks, sizeof *agree);
+  if (!agree) {
+    res = ncclSystemError;
+    goto fail;
+  }
+  agree[rank].version = NCCL_VERSION_CODE;
+  agree[rank].nch = channelCount();
+  agree[rank].check = paramInt(paramCheck) != 0;
+  agree[rank].buffSize = paramInt(paramBuffSize);
+  struct tuneConfig myTune;
+  tuneConfigFromEnv(&myTune);
+  agree[rank].tune = myTune;
+  agree[rank].cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
+  res = bootstrapAllGather(&comm->boot, agree, sizeof *agree);
+  struct commAgreement a0 = agree[0];
+  struct tuneTopo topo = tuneTopoOf(&comm->boot, agree);
+  for (int i = 0; res == ncclSuccess && i < nranks; i++)
+    if (agree[i].version != a0.version) {
+      WARN("Mismatched NCCL version detected : rank %d has %d, rank 0 has %d", i, agree[i].version, a0.version);
+      res = ncclInvalidUsage;
+    }
+  free(agree);
+  if (res != ncclSuccess) goto fail;
+  if (a0.buffSize < 64 * 1024) a0.buffSize = 64 * 1024;
+  comm->nch = a0.nch;
+  comm->check = a0.check;
+  /* Rank 0's NCCL_ALGO / NCCL_PROTO on every rank: a bad one fails every rank's init alike. */
+  CHECKGOTO(tuneSetup(&comm->tune, &a0.tune, &topo), res, fail);
+
+  comm->conns.nranks = nranks;
+  comm->conns.nch = comm->nch;
+  size_t nconn = (size_t)nranks * (comm->nch + 1);
+  comm->conns.send = calloc(nconn, sizeof(struct conn));
+  comm->conns.recv = calloc(nconn, sizeof(struct conn));
+  comm->laneLast = malloc(sizeof(int) * (comm->nch + 2 * nranks));
+  comm->scratch = malloc(COMM_SCRATCH_BYTES);
+  comm->userOps = calloc(COMM_MAX_USER_OPS, sizeof *comm->userOps);
+  comm->p2pSeq = calloc(2 * (size_t)nranks, sizeof *comm->p2pSeq);
+  if (!comm->p2pSeq || !comm->conns.send || !comm->conns.recv || !comm->laneLast || !comm->scratch || !comm->userOps) {
+    res = ncclSystemError;
+    goto fail;
+  }
+  CHECKGOTO(transportSetupAll(comm->transports, &comm->boot, &comm->conns, (size_t)a0.buffSize), res, fail);
+  comm->slotBytes = connSend(&comm->conns, rank, 0)->slotBytes;
+  /* Everyone has mapped everyone's segment before anyone sends. */
+  CHECKGOTO(bootstrapBarrier(&comm->boot), res, fail);
+  /* From here on the monitor owns the mesh (peer deaths, status queries, faults). */
+  CHECKGOTO(oobStart(&comm->boot, watchStatus, comm, watchStatusBytes()), res, fail);
+  logTopology(comm);
+  INFO(subsysInit, "comm %p rank %d nranks %d cudaDev %d pid %d - Init COMPLETE (%.3f s)", (void *)comm, rank,
+       nranks, cudaDev, (int)getpid(), (double)(clockNs() - t0) / 1e9);
+  return ncclSuccess;
+fail:
+  WARN("ncclCommInitRank : rank %d of %d failed to initialize: %s", rank, nranks, ncclGetErrorString(res));
+  return res;
+}
+
+static void *commSetupThread(void *arg) {
+  struct ncclComm *comm = arg;
+  ncclResult_t res = commSetup(comm);
+  __atomic_store_n(&comm->asyncError, res, __ATOMIC_RELEASE);
+  return NULL;
+}
+
+ncclResult_t commInit(struct ncclComm **out, int nranks, const ncclUniqueId *id, int rank, int cudaDev,
+                      int blocking) {
+  commLogVersion();
+  struct ncclComm *comm = commAlloc(nranks, id, rank, cudaDev, blocking);
+  if (!comm) return ncclSystemError;
+  if (!blocking) {
+    /* Nonblocking (config.blocking = 0): the handle is valid at once, the
+     * rendezvous runs on a thread, and ncclCommGetAsyncError says
+     * ncclInProgress until it is done; a watchdog may ncclCommAbort it. */
+    comm->asyncError = ncclInProgress;
+    if (pthread_create(&comm->initThread, NULL, commSetupThread, comm) != 0) {
+      WARN("ncclCommInitRankConfig : cannot start the init thread");
+      commFree(comm, 0);
+      return ncclSystemError;
+    }
+    comm->initThreadRunning = 1;
+    *out = comm;
+    return ncclInProgress;
+  }
+  ncclResult_t res = commSetup(comm);
+  if (res != ncclSuccess) {
+    commFree(comm, 0);
+    return res;
+  }
+  *out = comm;
+  return ncclSuccess;
+}
+

@@ -1,0 +1,31 @@
+/* Init jobs (initjob.c): the communicators a call or a group creates. */
+#ifndef CHORUS_API_INITJOB_H
+#define CHORUS_API_INITJOB_H
+#include "api/comm.h"
+
+/* A communicator to create: ncclCommInitRank inside a group only records it
+ * (as NCCL does), so that one thread can create several ranks; ncclGroupEnd
+ * runs all recorded inits concurrently. */
+struct initJob {
+  ncclComm_t *comm;
+  int nranks, rank, cudaDev, blocking;
+  ncclUniqueId id;
+  ncclResult_t res;
+  /* ncclCommSplit: a split of parent (nranks, rank and id are worked out
+   * with the parent's other ranks) */
+  struct ncclComm *parent;
+  int color, key;
+  /* ncclCommShrink: the parent's ranks that stay out (nranks bytes, owned
+   * by the job: groupInit and ncclGroupEnd free it) */
+  char *excluded;
+  int shrinkFlags;
+};
+/* The shrink itself, on the init thread (shrink.c). */
+ncclResult_t commShrinkRun(struct initJob *job);
+/* The split itself, on the init thread (split.c). */
+ncclResult_t commSplitRun(struct initJob *job);
+/* Runs inits concurrently, one thread each; returns the first error, and
+ * on error no communicator is left behind. */
+ncclResult_t initJobsRun(struct initJob *jobs, int n);
+
+#endif

@@ -1,0 +1,232 @@
+/* Launching: a group's items (or one call's) become schedules, built by
+ * the tuner's chosen algorithm and protocol, and run: inline for the NULL
+ * stream, queued on a stream's worker otherwise. */
+#include "api/launch.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api/api.h"
+#include "api/watch.h"
+#include "core/err.h"
+#include "core/log.h"
+#include "core/param.h"
+#include "engine/engine.h"
+#include "engine/stream.h"
+
+/* The NULL stream's schedule, reused so blocking calls do not allocate;
+ * freed when its thread exits. */
+static _Thread_local struct schedule inlineSched;
+static uint64_t buildGeneration;
+static pthread_key_t inlineSchedKey;
+static pthread_once_t inlineSchedOnce = PTHREAD_ONCE_INIT;
+static void inlineSchedFree(void *unused) {
+  (void)unused;
+  scheduleFree(&inlineSched);
+}
+static void inlineSchedKeyCreate(void) { pthread_key_create(&inlineSchedKey, inlineSchedFree); }
+static void inlineSchedInUse(void) {
+  pthread_once(&inlineSchedOnce, inlineSchedKeyCreate);
+  if (pthread_getspecific(inlineSchedKey) == NULL) pthread_setspecific(inlineSchedKey, &inlineSchedKey);
+}
+
+/* CHORUS_DUMP_SCHEDULE, read once (every launch asks). */
+static int dumpSchedules(void) {
+  static int value = -1;
+  int v = __atomic_load_n(&value, __ATOMIC_RELAXED);
+  if (v < 0) __atomic_store_n(&value, v = paramInt(paramDumpSchedule) != 0, __ATOMIC_RELAXED);
+  return v;
+}
+
+static ncclResult_t buildItem(struct schedule *s, const struct groupItem *it, uint64_t gen) {
+  struct ncclComm *comm = it->comm;
+  if (comm->laneGen != gen) {
+    for (int i = 0; i < comm->nch + 2 * comm->nranks; i++) comm->laneLast[i] = -1;
+    comm->laneGen = gen;
+  }
+  const struct tuneChoice c = it->plan;
+  struct algoCtx ctx = {comm->rank, comm->nranks, &comm->conns, &comm->boot, &comm->abortFlag, comm->scratch,
+                        comm->laneLast};
+  int firstTask = s->ntasks;
+  uint64_t timeoutNs = commTimeoutNs(comm);
+  if (timeoutNs && (s->timeoutNs == 0 || timeoutNs < s->timeoutNs)) s->timeoutNs = timeoutNs;
+  s->proto = c.proto; /* the steps added from here on use it (scheduleAddStep) */
+  ncclResult_t res = algoBuild(s, &ctx, &it->desc, c.algo, c.nch);
+  if (res == ncclSuccess) scheduleSetOpId(s, firstTask, it->opId);
+  if (res == ncclSuccess && comm->check) {
+    struct opDesc check = it->desc.check;
+    if (check.coll != collSend && check.coll != collRecv) {
+      check.algo = (uint8_t)c.algo;
+      check.proto = (uint8_t)c.proto;
+      check.nch = (uint8_t)c.nch;
+    }
+    scheduleMarkOp(s, firstTask, &check);
+  }
+  if (res != ncclSuccess) WARN("%s : rank %d: out of memory building the schedule", collName(it->desc.coll), comm->rank);
+  return res;
+}
+
+/* Sends to self must be matched by receives from self in the same launch,
+ * or the send would wait forever. */
+static ncclResult_t checkSelfP2p(const struct groupItem *items, int n) {
+  for (int i = 0; i < n; i++) {
+    const struct groupItem *a = &items[i];
+    if ((a->desc.coll != collSend && a->desc.coll != collRecv) || a->desc.root != a->comm->rank) continue;
+    int balance = 0;
+    for (int j = 0; j < n; j++) {
+      const struct groupItem *b = &items[j];
+      if (b->comm != a->comm || b->desc.root != a->comm->rank) continue;
+      if (b->desc.coll == collSend) balance++;
+      if (b->desc.coll == collRecv) balance--;
+    }
+    if (balance != 0) {
+      WARN("%s : rank %d: trying to %s self without a matching %s", collName(a->desc.coll), a->comm->rank,
+           balance > 0 ? "send to" : "receive from", balance > 0 ? "recv" : "send");
+      return ncclInvalidUsage;
+    }
+  }
+  return ncclSuccess;
+}
+
+/* A failure is sticky on every communicator of the launch (NCCL reports
+ * errors inside a group for the whole group). */
+static void markFailed(const struct groupItem *items, int n, cudaStream_t stream, ncclResult_t res) {
+  if (res == ncclSuccess) return;
+  for (int i = 0; i < n; i++)
+    if (items[i].stream == stream) {
+      ncclResult_t expected = ncclSuccess;
+      if (__atomic_compare_exchange_n(&items[i].comm->asyncError, &expected, res, 0, __ATOMIC_ACQ_REL,
+                                      __ATOMIC_ACQUIRE))
+        logCopyLastError(items[i].comm->failText, sizeof items[i].comm->failText);
+    }
+}
+
+static void busyAdd(const struct groupItem *items, int n, cudaStream_t stream, int delta) {
+  for (int i = 0; i < n; i++)
+    if (items[i].stream == stream) __atomic_add_fetch(&items[i].comm->busy, delta, __ATOMIC_ACQ_REL);
+}
+
+struct streamJob {
+  struct streamWork work;
+  struct schedule sched;
+  int n, cap;
+  struct groupItem *items;
+  struct streamJob *nextFree;
+};
+
+/* Finished jobs are kept (with their schedule's capacity) for the next
+ * launch: calls on a stream then allocate nothing, and the caller's thread
+ * does not free into the worker's malloc arena or the other way round. */
+#define STREAM_JOB_CACHE 64
+static pthread_mutex_t jobCacheLock = PTHREAD_MUTEX_INITIALIZER;
+static struct streamJob *jobCache;
+static int jobCacheCount;
+
+static struct streamJob *jobGet(int n) {
+  pthread_mutex_lock(&jobCacheLock);
+  struct streamJob *job = jobCache;
+  if (job) {
+    jobCache = job->nextFree;
+    jobCacheCount--;
+  }
+  pthread_mutex_unlock(&jobCacheLock);
+  if (!job && !(job = calloc(1, sizeof *job))) return NULL;
+  if (job->cap < n) {
+    struct groupItem *items = realloc(job->items, sizeof *items * n);
+    if (!items) {
+      scheduleFree(&job->sched);
+      free(job->items);
+      free(job);
+      return NULL;
+    }
+    job->items = items;
+    job->cap = n;
+  }
+  job->n = 0;
+  scheduleReset(&job->sched);
+  return job;
+}
+
+static void jobPut(struct streamJob *job) {
+  pthread_mutex_lock(&jobCacheLock);
+  if (jobCacheCount < STREAM_JOB_CACHE) {
+    job->nextFree = jobCache;
+    jobCache = job;
+    jobCacheCount++;
+    job = NULL;
+  }
+  pthread_mutex_unlock(&jobCacheLock);
+  if (job) {
+    scheduleFree(&job->sched);
+    free(job->items);
+    free(job);
+  }
+}
+
+static ncclResult_t streamJobRun(struct streamWork *w, ncclResult_t status) {
+  struct streamJob *job = (struct streamJob *)w;
+  logStartThreadErrors();
+  return status != ncclSuccess ? status : engineRun(&job->sched);
+}
+
+static void streamJobDone(struct streamWork *w, ncclResult_t res) {
+  struct streamJob *job = (struct streamJob *)w;
+  watchEnd(job->items, job->n, job->items[0].stream, res, !w->skipped);
+  markFailed(job->items, job->n, job->items[0].stream, res);
+  busyAdd(job->items, job->n, job->items[0].stream, -1);
+  jobPut(job);
+}
+
+static ncclResult_t launchStream(const struct groupItem *items, int n, cudaStream_t stream) {
+  int m = 0;
+  for (int i = 0; i < n; i++) m += items[i].stream == stream;
+  struct streamJob *job = jobGet(m);
+  if (!job) return ncclSystemError;
+  uint64_t gen = __atomic_add_fetch(&buildGeneration, 1, __ATOMIC_RELAXED);
+  ncclResult_t res = ncclSuccess;
+  for (int i = 0; i < n && res == ncclSuccess; i++)
+    if (items[i].stream == stream) {
+      job->items[job->n++] = items[i];
+      res = buildItem(&job->sched, &items[i], gen);
+    }
+  if (res != ncclSuccess) {
+    jobPut(job);
+    return res;
+  }
+  if (dumpSchedules()) schedulePrint(&job->sched, stdout);
+  job->work.run = streamJobRun;
+  job->work.done = streamJobDone;
+  busyAdd(job->items, job->n, stream, 1);
+  watchBegin(job->items, job->n, stream);
+  streamEnqueue(stream, &job->work);
+  return ncclSuccess;
+}
+
+ncclResult_t launchItems(struct groupItem *items, int n) {
+  CHECK(checkSelfP2p(items, n));
+  for (int i = 0; i < n; i++) watchNumber(&items[i]);
+  for (int i = 0; i < n; i++) {
+    if (items[i].stream == NULL) continue;
+    int first = 1;
+    for (int j = 0; j < i; j++) first &= items[j].stream != items[i].stream;
+    if (first) CHECK(launchStream(items, n, items[i].stream));
+  }
+  struct schedule *s = &inlineSched;
+  if (s->taskCap == 0) inlineSchedInUse();
+  scheduleReset(s);
+  uint64_t gen = __atomic_add_fetch(&buildGeneration, 1, __ATOMIC_RELAXED);
+  for (int i = 0; i < n; i++)
+    if (items[i].stream == NULL) CHECK(buildItem(s, &items[i], gen));
+  if (s->ntasks == 0) return ncclSuccess;
+  if (dumpSchedules()) schedulePrint(s, stdout);
+  busyAdd(items, n, NULL, 1);
+  watchBegin(items, n, NULL);
+  logStartThreadErrors();
+  ncclResult_t res = engineRun(s);
+  watchEnd(items, n, NULL, res, 1);
+  markFailed(items, n, NULL, res);
+  busyAdd(items, n, NULL, -1);
+  return res;
+}
+
