@@ -401,9 +401,13 @@ static void checkDescPlan(void) {
 /* Ranks whose protocols differ (a sender posting LL, its receiver expecting
  * Simple, and the other way round) fail at once with ncclInvalidUsage: a
  * receiver waiting at an operation's start recognizes the other protocol's
- * descriptor instead of waiting forever. */
+ * descriptor instead of waiting forever. AllReduce on a ring of two (both
+ * directions at once) and Broadcast from rank 0 (one direction: only the
+ * receiver can tell). */
 static void checkProtoMismatch(void) {
-  for (int lead = 0; lead < protoCount; lead++) {
+  for (int k = 0; k < 2 * protoCount; k++) {
+    int lead = k % protoCount, coll = k < protoCount ? collAllReduce : collBroadcast;
+    int algo = coll == collAllReduce ? algoRing : algoChain, root = coll == collAllReduce ? -1 : 0;
     struct world w;
     worldInit(&w, 2, 1);
     struct schedule s = {0};
@@ -413,24 +417,25 @@ static void checkProtoMismatch(void) {
       for (int i = 0; i < 64; i++) in[r][i] = r + 1;
       struct algoCtx ctx = {r, 2, &w.t[r], NULL, NULL, w.scratch[r], w.laneLast[r]};
       struct collDesc d = {0};
-      d.coll = collAllReduce;
+      d.coll = coll;
       d.sendbuff = in[r];
       d.recvbuff = out[r];
       d.count = 64;
       d.dtype = d.red.dtype = ncclInt32;
       d.red.kind = redSum;
+      d.root = root;
       d.check.count = 64;
       d.check.seq = 1;
-      d.check.coll = collAllReduce;
+      d.check.coll = (uint8_t)coll;
       d.check.dtype = ncclInt32;
-      d.check.op = ncclSum;
-      d.check.algo = algoRing;
+      d.check.op = coll == collAllReduce ? ncclSum : OPDESC_NO_OP;
+      d.check.algo = (uint8_t)algo;
       d.check.proto = (uint8_t)proto;
       d.check.nch = 1;
-      d.check.root = -1;
+      d.check.root = root;
       d.check.rank = (uint32_t)r;
       int first = s.ntasks;
-      algoBuild(&s, &ctx, &d, algoRing, 1);
+      algoBuild(&s, &ctx, &d, algo, 1);
       scheduleMarkOp(&s, first, &d.check);
       scheduleUseProto(&s, first, proto);
     }
@@ -438,7 +443,7 @@ static void checkProtoMismatch(void) {
     s.timeoutNs = 5000000000ull;
     ncclResult_t res = engineRun(&s);
     if (res != ncclInvalidUsage)
-      FAIL("rank 0 on %s, rank 1 on %s: the run returned %s, not a mismatch", protoName(lead),
+      FAIL("%s, rank 0 on %s, rank 1 on %s: the run returned %s, not a mismatch", collName(coll), protoName(lead),
            protoName((lead + 1) % protoCount), ncclGetErrorString(res));
     scheduleFree(&s);
     worldFree(&w);
