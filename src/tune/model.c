@@ -1,19 +1,22 @@
 /* The cost model: time = latency + bytes / bandwidth per algorithm and
  * protocol, with per-hop constants for each kind of link, as NCCL's
- * tuning.cc does for its algorithms. The constants were measured on a
- * 2-core x86-64 host with bench/tune_check (see the README, "Tuning"): a
- * hop through shared memory, a hop over loopback TCP, and the rates at
- * which one core copies and reduces through the FIFOs. When a host has
- * more ranks than cores, ranks take turns on them and every hop costs a
- * scheduling round. */
+ * tuning.cc does for its algorithms. The constants come from
+ * bench/tune_check on the 2-core x86-64 development host (every forced
+ * NCCL_ALGO x NCCL_PROTO against the default, 2 and 4 ranks; see the
+ * README, "Tuning"): a hop through shared memory and over loopback TCP,
+ * the rates at which one core copies and reduces through the FIFOs, and
+ * what more ranks than cores cost: a scheduling round per hop, and each
+ * rank's bytes moved at a share of a core. */
 #include "algo/algo.h"
 #include "engine/desc.h"
 #include "tune/tune.h"
 
-/* Microseconds per hop and bytes per microsecond (= MB/s). An LL hop
- * over shared memory moves one cache line less (no tail counter). */
+/* Microseconds per hop and bytes per microsecond (= MB/s). An LL hop over
+ * shared memory moves one cache line less (no tail counter), but a large
+ * LL slot is slower: the receiver polls the line the sender is filling. */
 #define SHM_HOP_US 0.25
-#define SHM_LL_HOP_US 0.15
+#define SHM_LL_HOP_US 0.20
+#define LL_BYTE_FACTOR 1.3
 #define NET_HOP_US 15.0
 #define OVERSUB_HOP_US 1.5 /* per extra rank a core runs */
 #define SHM_COPY_BPUS 6000.0
@@ -22,18 +25,32 @@
 /* A ring step, beyond the hop: the engine checks the descriptor, waits for
  * room and the peer's slot, and cuts the step into slots. */
 #define RING_STEP_US 0.35
+/* A tree level costs twice a ring step (two tasks per rank, pieces), and
+ * an inner node moves its two children's data through one core. */
+#define TREE_LEVEL_FACTOR 2.0
+#define TREE_COPY_PASSES 4.0
 
 struct link {
   double hop, copy, reduce;
+  double share; /* ranks per core when a host has more ranks than cores, else 1 */
 };
 
 static struct link linkOf(const struct tuneTopo *t, int proto) {
-  struct link l = {proto == protoLL ? SHM_LL_HOP_US : SHM_HOP_US, SHM_COPY_BPUS, SHM_REDUCE_BPUS};
-  if (t->localRanks > t->cores && t->cores > 0) l.hop += OVERSUB_HOP_US * (double)(t->localRanks - t->cores);
+  struct link l = {proto == protoLL ? SHM_LL_HOP_US : SHM_HOP_US, SHM_COPY_BPUS, SHM_REDUCE_BPUS, 1.0};
+  if (proto == protoLL) {
+    l.copy /= LL_BYTE_FACTOR;
+    l.reduce /= LL_BYTE_FACTOR;
+  }
+  if (t->localRanks > t->cores && t->cores > 0) {
+    l.hop += OVERSUB_HOP_US * (double)(t->localRanks - t->cores);
+    l.share = (double)t->localRanks / t->cores;
+  }
   if (t->net) { /* over sockets every protocol is the transport's framing */
     l.hop = NET_HOP_US;
     l.copy = l.reduce = NET_BPUS;
   }
+  l.copy /= l.share;
+  l.reduce /= l.share;
   return l;
 }
 
@@ -43,19 +60,20 @@ double tuneModelUs(const struct tuneTopo *topo, int coll, int algo, int proto, i
   double n = topo->nranks, b = (double)bytes;
   switch (algo) {
     case algoLocal: return b / SHM_COPY_BPUS;
-    case algoOneHop: /* one hop; each rank posts its input n-1 times and reduces n inputs */
-      return l.hop + (n - 1) * b / l.copy + (n - 1) * b / l.reduce;
+    case algoOneHop: /* one hop; each rank posts its input n-1 times and reduces n inputs, and when
+                      * ranks share cores all those copies queue for them */
+      return l.hop + l.share * ((n - 1) * b / l.copy + (n - 1) * b / l.reduce);
     case algoRing:
       if (coll == collAllReduce) return 2 * (n - 1) * (l.hop + RING_STEP_US) + 2 * (n - 1) / n * b / l.reduce;
       return (n - 1) * (l.hop + RING_STEP_US) + (n - 1) * b / (coll == collReduceScatter ? l.reduce : l.copy);
     case algoChain: /* pipelined: the whole message once, plus filling the chain */
       return (n - 1) * (l.hop + RING_STEP_US) + b / (coll == collReduce ? l.reduce : l.copy);
-    case algoTree: { /* log2(n) levels; an inner node takes in and sends out two children's worth;
-                      * AllReduce goes up and down, its two trees each carrying half */
+    case algoTree: { /* log2(n) levels, up and down for AllReduce */
       double depth = 0;
       while ((1 << (int)depth) < topo->nranks) depth++;
-      if (coll == collAllReduce) return 2 * depth * (l.hop + RING_STEP_US) + b / l.reduce + 2 * b / l.copy;
-      return depth * (l.hop + RING_STEP_US) + 2 * b / (coll == collReduce ? l.reduce : l.copy);
+      double level = TREE_LEVEL_FACTOR * (l.hop + RING_STEP_US);
+      if (coll == collAllReduce) return 2 * depth * level + b / l.reduce + TREE_COPY_PASSES * b / l.copy;
+      return depth * level + (coll == collReduce ? 2 * b / l.reduce : TREE_COPY_PASSES / 2 * b / l.copy);
     }
     case algoP2p: return l.hop + b / l.copy;
     case algoPairwise: /* every pair at once: each rank posts n-1 blocks */
