@@ -27,7 +27,6 @@ set(CHORUS_DEADLINES
   torch_faults=120       # 26 s
   torch_ops_2=90         # 22 s
   fuzz=80                # 19 s
-  schedules_17_64=40     # 4-8 s
   torch_ops_1=75         # 18 s
   coll_fork_8=75         # 18 s
   coll_fork_8_socket=75  # 19 s

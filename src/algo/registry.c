@@ -2,12 +2,14 @@
 
 #include "core/log.h"
 
-extern const struct algoFamily localAlgo, ringAlgo, oneHopAlgo, chainAlgo, p2pAlgo, pairwiseAlgo, treeAlgo;
+extern const struct algoFamily localAlgo, ringAlgo, oneHopAlgo, chainAlgo, p2pAlgo, pairwiseAlgo, treeAlgo,
+    recDoublingAlgo;
 
 /* Indexed by enum algoId (engine/desc.h). */
 static const struct algoFamily *const families[algoCount] = {
     [algoLocal] = &localAlgo, [algoRing] = &ringAlgo, [algoOneHop] = &oneHopAlgo,
     [algoChain] = &chainAlgo, [algoP2p] = &p2pAlgo,   [algoPairwise] = &pairwiseAlgo, [algoTree] = &treeAlgo,
+    [algoRecDoubling] = &recDoublingAlgo,
 };
 
 const struct algoFamily *algoFamily(int algo) { return algo >= 0 && algo < algoCount ? families[algo] : NULL; }

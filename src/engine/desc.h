@@ -29,7 +29,7 @@ const char *collName(int coll);
 
 /* The algorithms (built in src/algo/) and protocols (src/proto/), named
  * here because descriptors carry them. */
-enum algoId { algoLocal, algoRing, algoOneHop, algoChain, algoP2p, algoPairwise, algoTree, algoCount };
+enum algoId { algoLocal, algoRing, algoOneHop, algoChain, algoP2p, algoPairwise, algoTree, algoRecDoubling, algoCount };
 const char *algoName(int algo);
 enum protoId { protoSimple, protoLL, protoCount };
 const char *protoName(int proto);

@@ -75,6 +75,14 @@ double tuneModelUs(const struct tuneTopo *topo, int coll, int algo, int proto, i
       if (coll == collAllReduce) return 2 * depth * level + b / l.reduce + TREE_COPY_PASSES * b / l.copy;
       return depth * level + (coll == collReduce ? 2 * b / l.reduce : TREE_COPY_PASSES / 2 * b / l.copy);
     }
+    case algoRecDoubling: { /* log2 rounds (two more hops when n is no power of two) */
+      double rounds = 0, fold = 0;
+      while ((2 << (int)rounds) <= topo->nranks) rounds++;
+      if ((1 << (int)rounds) != topo->nranks) fold = 2;
+      double lat = (rounds + fold) * (l.hop + RING_STEP_US);
+      if (coll == collAllReduce) return lat + (rounds + fold) * (b / l.copy + b / l.reduce);
+      return lat + (n - 1 + fold) * b / l.copy;
+    }
     case algoP2p: return l.hop + b / l.copy;
     case algoPairwise: /* every pair at once: each rank posts n-1 blocks */
       return l.hop + (n - 1) * b / l.copy;
