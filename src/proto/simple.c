@@ -24,7 +24,10 @@ static char *simpleSendSlot(struct conn *c) {
 static void simpleDescPut(struct conn *c, const void *body) {
   struct connDesc *d = connSlotHdr(c, (uint32_t)(c->step % c->nslots));
   memcpy(d->body, body, sizeof d->body);
-  d->mark = c->step + 1;
+  /* Atomic: a receiver waiting at an operation's start reads the mark
+   * (foreign) while it is written; release, so one that then reads the
+   * body reads this one. */
+  __atomic_store_n(&d->mark, c->step + 1, __ATOMIC_RELEASE);
 }
 
 static void simpleSendPost(struct conn *c, size_t bytes) {
