@@ -1,4 +1,5 @@
-/* Recursive doubling, for small AllReduce and AllGather: log2(n) rounds in
+/* Recursive doubling, for small AllReduce and AllGather, and its mirror,
+ * recursive halving, for ReduceScatter: log2(n) rounds in
  * which each rank exchanges everything it holds with the rank whose index
  * differs in one bit, so a message crosses log2(n) hops instead of a ring's
  * n - 1. With n = 2^k + e ranks, the first 2e fold in pairs first: the
@@ -11,6 +12,7 @@
 #include "algo/build.h"
 
 static int rdSupports(int coll, int nranks) {
+  if (coll == collReduceScatter) return nranks >= 2 && (nranks & (nranks - 1)) == 0; /* halving: powers of two */
   return nranks >= 2 && (coll == collAllReduce || coll == collAllGather);
 }
 
@@ -95,9 +97,45 @@ static ncclResult_t rdAllGather(struct schedule *s, struct algoCtx *c, const str
   return ncclSuccess;
 }
 
+/* ReduceScatter by recursive halving (n a power of two): in the round of
+ * bit (n/2 down to 1) a rank keeps the half of its current range of blocks
+ * on its own side of bit, sends the other half to the rank across it and
+ * adds what that rank sends for its half; after the last round the range
+ * is its own block. The partial sums gather in a staging buffer (sendbuff
+ * is the caller's; in place, recvbuff is a block of it), block by block,
+ * sends and receives alternating so that no FIFO bound can deadlock. */
+static ncclResult_t rhReduceScatter(struct schedule *s, struct algoCtx *c, const struct collDesc *d, int ch,
+                                    size_t off, size_t cnt) {
+  int n = c->nranks, r = c->rank;
+  size_t esz = dtypeSize(d->dtype), blk = d->count * esz, bytes = cnt * esz;
+  const char *src = (const char *)d->sendbuff + off * esz;
+  char *acc = scheduleTemp(s, (size_t)n * bytes); /* block b's piece at acc + b * bytes */
+  if (!acc) return ncclSystemError;
+  CHECK(laneTask(s, c, d, ch));
+  int lo = 0;
+  for (int bit = n / 2; bit >= 1; bit /= 2) {
+    int peer = r ^ bit, mine = (r & bit) ? lo + bit : lo, theirs = (r & bit) ? lo : lo + bit;
+    for (int k = 0; k < bit; k++) {
+      int sb = theirs + k, rb = mine + k;
+      if (bit == n / 2) { /* the first round reads the input, scaled */
+        ADD(s, stepSend, REDUCE_PRE, NULL, connSend(c->conns, peer, ch), src + (size_t)sb * blk, NULL, bytes);
+        ADD(s, stepRecvReduceCopy, REDUCE_PRE, connRecv(c->conns, peer, ch), NULL, src + (size_t)rb * blk,
+            acc + (size_t)rb * bytes, bytes);
+      } else {
+        ADD(s, stepSend, 0, NULL, connSend(c->conns, peer, ch), acc + (size_t)sb * bytes, NULL, bytes);
+        ADD(s, stepRecvAcc, 0, connRecv(c->conns, peer, ch), NULL, NULL, acc + (size_t)rb * bytes, bytes);
+      }
+    }
+    lo = mine;
+  }
+  ADD(s, stepCopy, REDUCE_POST, NULL, NULL, acc + (size_t)r * bytes, (char *)d->recvbuff + off * esz, bytes);
+  return ncclSuccess;
+}
+
 static ncclResult_t rdBuild(struct schedule *s, struct algoCtx *c, const struct collDesc *d, int nch) {
   size_t piece = pieceElems(c, dtypeSize(d->dtype));
   if (d->coll == collAllReduce) return perChannel(rdAllReduce, s, c, d, nch, piece);
+  if (d->coll == collReduceScatter) return perChannel(rhReduceScatter, s, c, d, nch, piece);
   return perChannel(rdAllGather, s, c, d, nch, piece);
 }
 

@@ -81,7 +81,7 @@ double tuneModelUs(const struct tuneTopo *topo, int coll, int algo, int proto, i
       if ((1 << (int)rounds) != topo->nranks) fold = 2;
       double lat = (rounds + fold) * (l.hop + RING_STEP_US);
       if (coll == collAllReduce) return lat + (rounds + fold) * (b / l.copy + b / l.reduce);
-      return lat + (n - 1 + fold) * b / l.copy;
+      return lat + (n - 1 + fold) * b / (coll == collReduceScatter ? l.reduce : l.copy);
     }
     case algoP2p: return l.hop + b / l.copy;
     case algoPairwise: /* every pair at once: each rank posts n-1 blocks */
