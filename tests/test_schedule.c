@@ -332,13 +332,13 @@ static int runCase(int algo, int proto, int coll, int n, size_t count, int inPla
     d.check.root = root;
     d.check.rank = (uint32_t)r;
     int first = s.ntasks;
+    s.proto = proto;
     if (algoBuild(&s, &ctx, &d, algo, nch) != ncclSuccess) {
       FAIL("%s: rank %d: the build failed", what, r);
       rc = -1;
       break;
     }
     scheduleMarkOp(&s, first, &d.check);
-    scheduleUseProto(&s, first, proto);
     if (r == printRank) {
       struct schedule one = s;
       one.tasks += first;
@@ -438,9 +438,9 @@ static void checkProtoMismatch(void) {
       d.check.root = root;
       d.check.rank = (uint32_t)r;
       int first = s.ntasks;
+      s.proto = proto;
       algoBuild(&s, &ctx, &d, algo, 1);
       scheduleMarkOp(&s, first, &d.check);
-      scheduleUseProto(&s, first, proto);
     }
     worldConnect(&w, &s);
     s.timeoutNs = TEST_DEADLOCK_NS;

@@ -51,9 +51,9 @@ static ncclResult_t buildItem(struct schedule *s, const struct groupItem *it, ui
   int firstTask = s->ntasks;
   uint64_t timeoutNs = commTimeoutNs(comm);
   if (timeoutNs && (s->timeoutNs == 0 || timeoutNs < s->timeoutNs)) s->timeoutNs = timeoutNs;
-  s->proto = c.proto; /* the steps added from here on use it (scheduleAddStep) */
+  s->proto = c.proto; /* the tasks and steps added from here on carry these */
+  s->opId = it->opId;
   ncclResult_t res = algoBuild(s, &ctx, &it->desc, c.algo, c.nch);
-  if (res == ncclSuccess) scheduleSetOpId(s, firstTask, it->opId);
   if (res == ncclSuccess && comm->check) {
     struct opDesc check = it->desc.check;
     if (check.coll != collSend && check.coll != collRecv) {

@@ -8,6 +8,7 @@ void scheduleReset(struct schedule *s) {
   s->nsteps = 0;
   s->timeoutNs = 0;
   s->proto = protoSimple;
+  s->opId = 0;
   while (s->ntemps > 0) free(s->temps[--s->ntemps]);
 }
 
@@ -51,6 +52,7 @@ int scheduleAddTask(struct schedule *s, const struct redOp *red, int dep, struct
   t->abortFlag = abortFlag;
   t->rank = rank;
   t->what = what;
+  t->opId = s->opId;
   return s->ntasks++;
 }
 
@@ -77,21 +79,6 @@ int scheduleAddStep(struct schedule *s, int type, int flags, struct conn *recv, 
   st->check = 0;
   s->tasks[s->ntasks - 1].nsteps++;
   return 0;
-}
-
-void scheduleSetOpId(struct schedule *s, int firstTask, uint64_t opId) {
-  for (int i = firstTask; i < s->ntasks; i++) s->tasks[i].opId = opId;
-}
-
-void scheduleUseProto(struct schedule *s, int firstTask, int proto) {
-  for (int i = firstTask; i < s->ntasks; i++) {
-    struct task *t = &s->tasks[i];
-    for (int j = 0; j < t->nsteps; j++) {
-      struct step *st = &s->steps[t->firstStep + j];
-      if (st->recv) st->rp = protoFor(proto, st->recv);
-      if (st->send) st->sp = protoFor(proto, st->send);
-    }
-  }
 }
 
 /* An operation's first step on each connection, in the order its tasks were

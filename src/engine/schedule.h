@@ -67,7 +67,9 @@ struct schedule {
   void **temps; /* staging buffers, freed at the next reset */
   int ntemps, tempCap;
   uint64_t timeoutNs; /* the shortest timeout of its communicators (0: CHORUS_TIMEOUT) */
-  int proto;          /* the protocol (enum protoId) of the steps added next (see protoFor) */
+  /* The operation being built: what the tasks and steps added next carry. */
+  int proto;     /* its protocol (enum protoId), on each connection that allows it (protoFor) */
+  uint64_t opId; /* its operation id */
 };
 
 void scheduleReset(struct schedule *s);
@@ -79,16 +81,10 @@ int scheduleAddTask(struct schedule *s, const struct redOp *red, int dep, struct
  * sides of a connection drop the same ones). Returns 0 or -1 (memory). */
 int scheduleAddStep(struct schedule *s, int type, int flags, struct conn *recv, struct conn *send,
                     const void *src, void *dst, size_t bytes);
-/* Sets the operation id of the tasks from firstTask on (one operation's). */
-void scheduleSetOpId(struct schedule *s, int firstTask, uint64_t opId);
 /* Turns on mismatch detection for the tasks from firstTask on (one
  * operation's): each carries desc, and each connection's first step in
  * them sends or expects it. */
 void scheduleMarkOp(struct schedule *s, int firstTask, const struct opDesc *desc);
-/* The tasks from firstTask on (one operation's) use protocol proto (enum
- * protoId) on every connection that allows it (protoFor), whatever
- * s->proto was when they were built. */
-void scheduleUseProto(struct schedule *s, int firstTask, int proto);
 void schedulePrint(const struct schedule *s, FILE *out);
 /* A staging buffer that lives as long as the schedule's current content. */
 void *scheduleTemp(struct schedule *s, size_t bytes);

@@ -14,23 +14,17 @@
 #include "proto/proto.h"
 #include "transport/transport.h"
 
-static char *llSendSlot(struct conn *c) {
-  if (c->step - c->headCache >= c->nslots) {
-    c->headCache = __atomic_load_n(&c->ctrl->head, __ATOMIC_ACQUIRE);
-    if (c->step - c->headCache >= c->nslots) return 0;
-  }
-  return connSlotData(c, (uint32_t)(c->step % c->nslots));
-}
+static char *llSendSlot(struct conn *c) { return protoRoom(c) ? connSlotData(c, (uint32_t)(c->step % c->nslots)) : NULL; }
 
 static void llDescPut(struct conn *c, const void *body) {
-  struct connDesc *d = connSlotHdr(c, (uint32_t)(c->step % c->nslots));
+  struct connDesc *d = protoHeader(c);
   memcpy(d->body, body, sizeof d->body);
   c->descNext = 1;
 }
 
 static void llSendPost(struct conn *c, size_t bytes) {
   (void)bytes;
-  struct connDesc *d = connSlotHdr(c, (uint32_t)(c->step % c->nslots));
+  struct connDesc *d = protoHeader(c);
   __atomic_store_n(&d->mark, protoLLFlag(c->step, c->descNext), __ATOMIC_RELEASE);
   c->descNext = 0;
   c->step++;
@@ -47,26 +41,24 @@ static int llSendReadsSource(const struct conn *c) {
 }
 
 static const char *llRecvSlot(struct conn *c) {
-  const struct connDesc *d = connSlotHdr(c, (uint32_t)(c->step % c->nslots));
+  const struct connDesc *d = protoHeader(c);
   if ((__atomic_load_n(&d->mark, __ATOMIC_ACQUIRE) | 1) != protoLLFlag(c->step, 1)) return 0;
   return (const char *)d + CONN_SLOT_HDR;
 }
 
 static int llDescGet(const struct conn *c, void *body) {
-  const struct connDesc *d = connSlotHdr(c, (uint32_t)(c->step % c->nslots));
+  const struct connDesc *d = protoHeader(c);
   if (!(d->mark & 1)) return 0;
   memcpy(body, d->body, sizeof d->body);
   return 1;
 }
 
 static int llForeign(const struct conn *c, void *body) {
-  const struct connDesc *d = connSlotHdr(c, (uint32_t)(c->step % c->nslots));
+  const struct connDesc *d = protoHeader(c);
   if (__atomic_load_n(&d->mark, __ATOMIC_ACQUIRE) != c->step + 1) return 0;
   memcpy(body, d->body, sizeof d->body);
   return 1;
 }
-
-static void llRecvDone(struct conn *c) { __atomic_store_n(&c->ctrl->head, ++c->step, __ATOMIC_RELEASE); }
 
 const struct proto llProto = {
     .name = "LL",
@@ -78,5 +70,5 @@ const struct proto llProto = {
     .recvSlot = llRecvSlot,
     .descGet = llDescGet,
     .foreign = llForeign,
-    .recvDone = llRecvDone,
+    .recvDone = protoRelease,
 };

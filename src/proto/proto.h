@@ -60,6 +60,19 @@ extern const struct proto simpleProto, llProto;
  * whatever the task's. */
 const struct proto *protoFor(int id, const struct conn *c);
 
+/* For the protocols themselves: the header of the slot at c's step; whether
+ * the sender has a free slot (refreshing its view of head when it seems
+ * full); and releasing a received slot, the same in every protocol. */
+static inline struct connDesc *protoHeader(const struct conn *c) {
+  return connSlotHdr(c, (uint32_t)(c->step % c->nslots));
+}
+static inline int protoRoom(struct conn *c) {
+  if (c->step - c->headCache < c->nslots) return 1;
+  c->headCache = __atomic_load_n(&c->ctrl->head, __ATOMIC_ACQUIRE);
+  return c->step - c->headCache < c->nslots;
+}
+static inline void protoRelease(struct conn *c) { __atomic_store_n(&c->ctrl->head, ++c->step, __ATOMIC_RELEASE); }
+
 /* The LL ready word of the slot for step (what the header's mark holds
  * once it is posted): the top bit tells it from a Simple mark (step + 1),
  * the low bit says whether a descriptor is there. */

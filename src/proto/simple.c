@@ -13,16 +13,13 @@
 #include "transport/transport.h"
 
 static char *simpleSendSlot(struct conn *c) {
-  if (c->step - c->headCache >= c->nslots) {
-    if (c->tp->progress) c->tp->progress(c); /* an error sticks; the engine reports it */
-    c->headCache = __atomic_load_n(&c->ctrl->head, __ATOMIC_ACQUIRE);
-    if (c->step - c->headCache >= c->nslots) return 0;
-  }
-  return connSlotData(c, (uint32_t)(c->step % c->nslots));
+  if (c->step - c->headCache >= c->nslots && c->tp->progress)
+    c->tp->progress(c); /* the FIFO seems full: let the transport drain it; an error sticks, the engine reports it */
+  return protoRoom(c) ? connSlotData(c, (uint32_t)(c->step % c->nslots)) : NULL;
 }
 
 static void simpleDescPut(struct conn *c, const void *body) {
-  struct connDesc *d = connSlotHdr(c, (uint32_t)(c->step % c->nslots));
+  struct connDesc *d = protoHeader(c);
   memcpy(d->body, body, sizeof d->body);
   /* Atomic: a receiver waiting at an operation's start reads the mark
    * (foreign) while it is written; release, so one that then reads the
@@ -56,20 +53,18 @@ static const char *simpleRecvSlot(struct conn *c) {
 }
 
 static int simpleDescGet(const struct conn *c, void *body) {
-  const struct connDesc *d = connSlotHdr(c, (uint32_t)(c->step % c->nslots));
+  const struct connDesc *d = protoHeader(c);
   if (d->mark != c->step + 1) return 0;
   memcpy(body, d->body, sizeof d->body);
   return 1;
 }
 
 static int simpleForeign(const struct conn *c, void *body) {
-  const struct connDesc *d = connSlotHdr(c, (uint32_t)(c->step % c->nslots));
+  const struct connDesc *d = protoHeader(c);
   if (__atomic_load_n(&d->mark, __ATOMIC_ACQUIRE) != protoLLFlag(c->step, 1)) return 0;
   memcpy(body, d->body, sizeof d->body);
   return 1;
 }
-
-static void simpleRecvDone(struct conn *c) { __atomic_store_n(&c->ctrl->head, ++c->step, __ATOMIC_RELEASE); }
 
 const struct proto simpleProto = {
     .name = "Simple",
@@ -81,7 +76,7 @@ const struct proto simpleProto = {
     .recvSlot = simpleRecvSlot,
     .descGet = simpleDescGet,
     .foreign = simpleForeign,
-    .recvDone = simpleRecvDone,
+    .recvDone = protoRelease,
 };
 
 const struct proto *protoFor(int id, const struct conn *c) {
