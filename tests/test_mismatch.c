@@ -4,9 +4,12 @@
  *   count dtype op root coll p2p tag every    test_mismatch <case>
  * (every: each collective and Send/Recv, by count and by datatype)
  * (tag: a ring of chorusSendTag/chorusRecvTag, one receive with another tag)
- * Each rank's mismatched call fails within 2 s with a WARN that names both
- * calls, or (a rank whose part ended before anyone noticed) succeeds and
- * then its next call fails. Guard bytes around every buffer stay intact. */
+ * (roots: Broadcast, Reduce, Gather and Scatter with the last rank's root
+ * another, on 2, 3 and 5 ranks)
+ * Each rank's mismatched collective fails within 2 s, in that call, with a
+ * WARN that names both calls; of mismatched Send/Recv (p2p, tag) a rank
+ * whose part ended before anyone noticed succeeds and then its next call
+ * fails. Guard bytes around every buffer stay intact. */
 #define _GNU_SOURCE
 #include <string.h>
 #include <sys/mman.h>
@@ -62,7 +65,9 @@ static int mismatchRank(int rank, int n, ncclUniqueId id, void *arg) {
   double t0 = nowSec();
   ncclResult_t res = oddCall(rank, n, in, out, comm);
   double t = nowSec() - t0;
-  if (res == ncclSuccess) { /* its part was done before anyone saw the mismatch: the next call says so */
+  int p2p = strcmp(which, "tag") == 0 || strcmp(which, "p2p") == 0;
+  EXPECT(p2p || res != ncclSuccess, "rank %d: the mismatched collective succeeded", rank);
+  if (res == ncclSuccess) { /* a send was done before anyone saw the mismatch: the next call says so */
     t0 = nowSec();
     res = ncclAllReduce(in, out, COUNT, ncclFloat, ncclSum, comm, NULL);
     t = nowSec() - t0;
@@ -129,7 +134,9 @@ static int everyRank(int rank, int n, ncclUniqueId id, void *arg) {
       NCCLCHECK(ncclCommSplit(parent, 0, rank, &c, NULL));
       double t0 = nowSec();
       ncclResult_t res = mCall(coll, rank == n - 1, byDtype, in, out, rank, n, c);
-      if (res == ncclSuccess) /* its part was done before anyone saw it: the next call says so */
+      EXPECT(coll == mSendRecv || res != ncclSuccess, "%s by %s, rank %d: the mismatched call succeeded",
+             mName[coll], byDtype ? "datatype" : "count", rank);
+      if (res == ncclSuccess) /* a send was done before anyone saw it: the next call says so */
         res = ncclAllReduce(in, out, 1, ncclFloat, ncclSum, c, NULL);
       double t = nowSec() - t0;
       const char *err = ncclGetLastError(c);
@@ -149,12 +156,55 @@ static int everyRank(int rank, int n, ncclUniqueId id, void *arg) {
   return 0;
 }
 
+/* Each rooted collective with the last rank's root another than the
+ * others': every rank's call fails (none may finish, none may wait for data
+ * nobody sends), on a communicator split off for it. */
+static int rootsRank(int rank, int n, ncclUniqueId id, void *arg) {
+  (void)arg;
+  ncclComm_t parent;
+  NCCLCHECK(ncclCommInitRank(&parent, n, id, rank));
+  size_t big = 40 * (size_t)n;
+  float *in = guardAlloc(big * sizeof(float)), *out = guardAlloc(big * sizeof(float));
+  for (size_t i = 0; i < big; i++) in[i] = 1;
+  static const int colls[] = {mBroadcast, mReduce, mGather, mScatter};
+  for (int k = 0; k < 4; k++) {
+    ncclComm_t c;
+    NCCLCHECK(ncclCommSplit(parent, 0, rank, &c, NULL));
+    int root = rank == n - 1 ? 1 : 0;
+    double t0 = nowSec();
+    ncclResult_t res;
+    switch (colls[k]) {
+      case mBroadcast: res = ncclBroadcast(in, out, 40, ncclFloat, root, c, NULL); break;
+      case mReduce: res = ncclReduce(in, out, 40, ncclFloat, ncclSum, root, c, NULL); break;
+      case mGather: res = ncclGather(in, out, 40, ncclFloat, root, c, NULL); break;
+      default: res = ncclScatter(in, out, 40, ncclFloat, root, c, NULL); break;
+    }
+    double t = nowSec() - t0;
+    const char *err = ncclGetLastError(c);
+    EXPECT(res == ncclInvalidUsage, "%s with root %d on rank %d of %d: got %s (%s)", mName[colls[k]], root, rank, n,
+           ncclGetErrorString(res), err);
+    EXPECT(t < 2.0, "%s: the error took %.2f s", mName[colls[k]], t);
+    EXPECT(strstr(err, "Mismatched operation") || strstr(err, "reported"), "%s: rank %d's error '%s'",
+           mName[colls[k]], rank, err);
+    EXPECT(!guardCheck(in) && !guardCheck(out), "%s: guard bytes", mName[colls[k]]);
+    NCCLCHECK(ncclAllReduce(in, out, 1, ncclFloat, ncclSum, parent, NULL));
+    NCCLCHECK(ncclCommAbort(c));
+  }
+  NCCLCHECK(ncclCommDestroy(parent));
+  guardFree(in);
+  guardFree(out);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   which = argc > 1 ? argv[1] : "count";
   arrived = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   setenv("CHORUS_TIMEOUT", "20", 0); /* a hang fails the deadline, not the check */
-  int failed = strcmp(which, "every") == 0 ? runRanks(3, everyRank, NULL, 60) + runRanks(2, everyRank, NULL, 60)
-                                            : runRanks(3, mismatchRank, NULL, 30);
+  int failed;
+  if (strcmp(which, "every") == 0) failed = runRanks(3, everyRank, NULL, 60) + runRanks(2, everyRank, NULL, 60);
+  else if (strcmp(which, "roots") == 0)
+    failed = runRanks(2, rootsRank, NULL, 60) + runRanks(3, rootsRank, NULL, 60) + runRanks(5, rootsRank, NULL, 60);
+  else failed = runRanks(3, mismatchRank, NULL, 30);
   printf("test_mismatch %s: %s\n", which, failed ? "FAILED" : "passed");
   return failed != 0;
 }

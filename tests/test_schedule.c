@@ -298,20 +298,26 @@ static void rankBufsFree(struct rankBufs *b) {
     if (b->mem[k]) free(b->mem[k] - GUARD);
 }
 
-/* Builds and runs one operation on n ranks; 0 when every check passed. */
-static int runCase(int algo, int proto, int coll, int n, size_t count, int inPlace, int nch, int printRank) {
+/* Builds and runs one operation on n ranks; 0 when every check passed.
+ * oddRoot: the last rank calls a rooted collective with another root, and
+ * the run must fail as a mismatch with no rank's part finished (CHORUS_CHECK's
+ * agreement: every rank an error, none done with wrong data). */
+static int runCase(int algo, int proto, int coll, int n, size_t count, int inPlace, int nch, int printRank,
+                   int oddRoot) {
   char what[160];
-  snprintf(what, sizeof what, "%s/%s %s, %d ranks, count %zu%s, %d channel(s)", algoName(algo), protoName(proto),
-           collName(coll), n, count, inPlace ? " in place" : "", nch);
+  snprintf(what, sizeof what, "%s/%s %s, %d ranks, count %zu%s, %d channel(s)%s", algoName(algo), protoName(proto),
+           collName(coll), n, count, inPlace ? " in place" : "", nch, oddRoot ? ", the last rank's root another" : "");
   int root = isRooted(coll) ? n / 3 : -1;
+  int firstTask[MAX_RANKS + 1];
   struct world w;
   worldInit(&w, n, nch);
   struct schedule s = {0};
   static struct rankBufs bufs[MAX_RANKS];
   int rc = 0;
-  for (int r = 0; r < n; r++) rankBufsInit(&bufs[r], coll, count, n, r, root, inPlace);
+  for (int r = 0; r < n; r++) rankBufsInit(&bufs[r], coll, count, n, r, oddRoot && r == n - 1 ? (root + 1) % n : root, inPlace);
   for (int r = 0; r < n && rc == 0; r++) {
-    struct algoCtx ctx = {r, n, &w.t[r], NULL, NULL, w.scratch[r], w.laneLast[r]};
+    struct algoCtx ctx = {r, n, &w.t[r], NULL, NULL, w.scratch[r], w.laneLast[r], 1};
+    if (oddRoot && r == n - 1) root = (root + 1) % n;
     struct collDesc d = {0};
     d.coll = coll;
     d.sendbuff = bufs[r].in;
@@ -331,7 +337,7 @@ static int runCase(int algo, int proto, int coll, int n, size_t count, int inPla
     d.check.nch = (uint8_t)nch;
     d.check.root = root;
     d.check.rank = (uint32_t)r;
-    int first = s.ntasks;
+    int first = firstTask[r] = s.ntasks;
     s.proto = proto;
     if (algoBuild(&s, &ctx, &d, algo, nch) != ncclSuccess) {
       FAIL("%s: rank %d: the build failed", what, r);
@@ -346,9 +352,25 @@ static int runCase(int algo, int proto, int coll, int n, size_t count, int inPla
       schedulePrint(&one, stdout);
     }
   }
-  if (rc == 0) rc = checkPlumbing(&w, &s, what);
+  firstTask[n] = s.ntasks;
+  if (rc == 0 && !oddRoot) rc = checkPlumbing(&w, &s, what);
   if (rc == 0) rc = worldConnect(&w, &s);
-  if (rc == 0) {
+  if (rc == 0 && oddRoot) {
+    s.timeoutNs = TEST_DEADLOCK_NS;
+    ncclResult_t res = engineRun(&s);
+    if (res != ncclInvalidUsage) {
+      FAIL("%s: the run ended in %s, not a mismatch", what, ncclGetErrorString(res));
+      rc = -1;
+    }
+    for (int r = 0; r < n && rc == 0; r++) {
+      int done = 1;
+      for (int i = firstTask[r]; i < firstTask[r + 1]; i++) done &= s.tasks[i].done;
+      if (done) {
+        FAIL("%s: rank %d finished its part (it would return success)", what, r);
+        rc = -1;
+      }
+    }
+  } else if (rc == 0) {
     s.timeoutNs = TEST_DEADLOCK_NS;
     ncclResult_t res = engineRun(&s);
     if (res != ncclSuccess) {
@@ -357,7 +379,7 @@ static int runCase(int algo, int proto, int coll, int n, size_t count, int inPla
       rc = -1;
     }
   }
-  for (int r = 0; r < n && rc == 0; r++) {
+  for (int r = 0; r < n && rc == 0 && !oddRoot; r++) {
     const int32_t *o = (const int32_t *)bufs[r].out;
     for (size_t i = 0; i < bufs[r].outN && rc == 0; i++) {
       int32_t want = expected(coll, count, n, r, root, i);
@@ -418,7 +440,7 @@ static void checkProtoMismatch(void) {
     for (int r = 0; r < 2; r++) {
       int proto = r == 0 ? lead : (lead + 1) % protoCount;
       for (int i = 0; i < 64; i++) in[r][i] = r + 1;
-      struct algoCtx ctx = {r, 2, &w.t[r], NULL, NULL, w.scratch[r], w.laneLast[r]};
+      struct algoCtx ctx = {r, 2, &w.t[r], NULL, NULL, w.scratch[r], w.laneLast[r], 1};
       struct collDesc d = {0};
       d.coll = coll;
       d.sendbuff = in[r];
@@ -471,7 +493,7 @@ int main(int argc, char **argv) {
       fprintf(stderr, "usage: test_schedule print ALGO COLL NRANKS RANK COUNT (a supported combination)\n");
       return 2;
     }
-    return runCase(algo, protoSimple, coll, n, strtoull(argv[6], NULL, 10), 0, 2, rank) != 0;
+    return runCase(algo, protoSimple, coll, n, strtoull(argv[6], NULL, 10), 0, 2, rank, 0) != 0;
   }
   int lo = argc == 3 ? atoi(argv[1]) : 1, hi = argc == 3 ? atoi(argv[2]) : MAX_RANKS;
   if (lo < 1 || hi > MAX_RANKS || lo > hi) {
@@ -494,8 +516,12 @@ int main(int argc, char **argv) {
           for (int inPlace = 0; inPlace < 2; inPlace++) {
             cases++;
             int proto = (int)((counts[k] + (size_t)inPlace + (size_t)n) % protoCount); /* each protocol in turn */
-            if (runCase(algo, proto, coll, n, counts[k], inPlace, nch, -1) != 0) goto out; /* fail fast */
+            if (runCase(algo, proto, coll, n, counts[k], inPlace, nch, -1, 0) != 0) goto out; /* fail fast */
           }
+        }
+        if (isRooted(coll) && n > 1) { /* ranks that disagree on the root: every rank fails */
+          cases++;
+          if (runCase(algo, n % protoCount, coll, n, 13, 0, 1, -1, 1) != 0) goto out;
         }
       }
   /* Send/Recv: a ring of sends, every rank one send and one receive. */
@@ -508,7 +534,7 @@ int main(int argc, char **argv) {
       bufs[2 * r] = malloc(100 * 4);
       bufs[2 * r + 1] = calloc(100, 4);
       for (int i = 0; i < 100; i++) bufs[2 * r][i] = inputValue(r, (size_t)i);
-      struct algoCtx ctx = {r, n, &w.t[r], NULL, NULL, w.scratch[r], w.laneLast[r]};
+      struct algoCtx ctx = {r, n, &w.t[r], NULL, NULL, w.scratch[r], w.laneLast[r], 1};
       struct collDesc d = {0};
       d.count = 100;
       d.dtype = d.red.dtype = ncclInt32;

@@ -32,6 +32,7 @@ struct algoCtx {
   volatile int *abortFlag;
   char *scratch; /* COMM_SCRATCH_BYTES, for in-place one-hop (tune keeps it below) */
   int *laneLast;
+  int check; /* CHORUS_CHECK: rooted collectives add an agreement of all ranks (agree.c) */
 };
 
 struct algoFamily {
@@ -47,7 +48,7 @@ const struct algoFamily *algoFamily(int algo);
 /* 1 when algo builds coll for nranks ranks. */
 int algoSupports(int algo, int coll, int nranks);
 /* Builds the schedule of one operation with the given algorithm over nch
- * channels. ncclInternalError when the algorithm does not support it (the
+ * channels (with c->check, a rooted collective's agreement first). ncclInternalError when the algorithm does not support it (the
  * tuner never asks), ncclSystemError when out of memory. */
 ncclResult_t algoBuild(struct schedule *s, struct algoCtx *ctx, const struct collDesc *d, int algo, int nch);
 

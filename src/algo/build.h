@@ -35,4 +35,8 @@ typedef ncclResult_t (*pieceFn)(struct schedule *, struct algoCtx *, const struc
 ncclResult_t perChannel(pieceFn fn, struct schedule *s, struct algoCtx *c, const struct collDesc *d, int nch,
                         size_t loop);
 
+/* The agreement every rank of a rooted collective takes part in under
+ * CHORUS_CHECK (agree.c), built before the operation's own tasks. */
+ncclResult_t agreeBuild(struct schedule *s, struct algoCtx *c, const struct collDesc *d);
+
 #endif

@@ -1,4 +1,5 @@
 #include "algo/algo.h"
+#include "algo/build.h"
 
 #include "core/log.h"
 
@@ -24,5 +25,6 @@ ncclResult_t algoBuild(struct schedule *s, struct algoCtx *c, const struct collD
     WARN("%s : algorithm %s cannot build it for %d ranks", collName(d->coll), algoName(algo), c->nranks);
     return ncclInternalError;
   }
+  if (c->check && collRooted(d->coll) && c->nranks > 1) CHECK(agreeBuild(s, c, d));
   return families[algo]->build(s, c, d, nch);
 }

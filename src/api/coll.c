@@ -65,7 +65,7 @@ static ncclResult_t enqueueCheckArgs(const struct callArgs *a) {
   d->red.dtype = a->dtype;
   d->red.kind = redSum;
   if (isReduction(a->coll)) CHECK(commLowerOp(comm, a->op, a->dtype, &d->red, name));
-  int rooted = a->coll == collBroadcast || a->coll == collReduce || a->coll == collGather || a->coll == collScatter;
+  int rooted = collRooted(a->coll);
   int p2p = a->coll == collSend || a->coll == collRecv;
   if ((rooted || p2p) && (a->root < 0 || a->root >= comm->nranks)) {
     WARN("%s : invalid %s %d (nranks %d)", name, p2p ? "peer" : "root", a->root, comm->nranks);

@@ -20,7 +20,7 @@ const char *protoName(int proto) {
   return proto >= 0 && proto < protoCount ? names[proto] : "Unknown";
 }
 
-static int rooted(int coll) {
+int collRooted(int coll) {
   return coll == collBroadcast || coll == collReduce || coll == collGather || coll == collScatter;
 }
 
@@ -32,7 +32,7 @@ int descMatch(const struct opDesc *mine, const struct opDesc *theirs) {
            theirs->tag == mine->tag;
   }
   if (mine->coll != theirs->coll || mine->op != theirs->op) return 0;
-  if (rooted(mine->coll) && mine->root != theirs->root) return 0;
+  if (collRooted(mine->coll) && mine->root != theirs->root) return 0;
   return descSamePlan(mine, theirs);
 }
 
@@ -58,7 +58,7 @@ const char *descStr(const struct opDesc *d, char *buf, size_t len) {
   if (p2p) {
     n += snprintf(buf + n, len - (size_t)n, ", %s rank %d", d->coll == collSend ? "to" : "from", d->root);
     if (d->tag && (size_t)n < len) n += snprintf(buf + n, len - (size_t)n, ", tag %u", d->tag);
-  } else if (rooted(d->coll))
+  } else if (collRooted(d->coll))
     n += snprintf(buf + n, len - (size_t)n, ", root %d", d->root);
   if ((size_t)n < len) snprintf(buf + n, len - (size_t)n, ")");
   return buf;

@@ -26,6 +26,8 @@ enum collType {
   collTypeCount
 };
 const char *collName(int coll);
+/* 1 for the collectives with a root (Broadcast, Reduce, Gather, Scatter). */
+int collRooted(int coll);
 
 /* The algorithms (built in src/algo/) and protocols (src/proto/), named
  * here because descriptors carry them. */
