@@ -1,19 +1,19 @@
-/* Recursive doubling, for small AllReduce and AllGather, and its mirror,
- * recursive halving, for ReduceScatter: log2(n) rounds in
- * which each rank exchanges everything it holds with the rank whose index
- * differs in one bit, so a message crosses log2(n) hops instead of a ring's
- * n - 1. With n = 2^k + e ranks, the first 2e fold in pairs first: the
- * even rank of a pair hands its data to the odd one, which takes part in
- * the rounds for both and hands the result back at the end (MPICH's
- * scheme). Partners reduce in mirrored order (a + b against b + a), which
- * IEEE arithmetic makes the same bits, so every rank gets the same result.
- * Each exchange sends before it receives, so a piece must fit half a FIFO
- * (pieceElems): messages are cut into such pieces, each running all rounds. */
+/* Recursive doubling, for small AllReduce and AllGather, its mirror,
+ * recursive halving, for ReduceScatter, and both in turn for medium
+ * AllReduce (Rabenseifner's algorithm): log2(n) rounds in which each rank
+ * exchanges with the rank whose index differs in one bit, so a message
+ * crosses log2(n) hops instead of a ring's n - 1. With n = 2^k + e ranks,
+ * the first 2e fold in pairs first: the even rank of a pair hands its data
+ * to the odd one, which takes part in the rounds for both and hands the
+ * result back at the end (MPICH's scheme). Partners reduce in mirrored
+ * order (a + b against b + a), which IEEE arithmetic makes the same bits,
+ * so every rank gets the same result. Each exchange sends before it
+ * receives, so a piece must fit half a FIFO (pieceElems): messages are cut
+ * into such pieces, each running all rounds. */
 #include "algo/build.h"
 
 static int rdSupports(int coll, int nranks) {
-  if (coll == collReduceScatter) return nranks >= 2 && (nranks & (nranks - 1)) == 0; /* halving: powers of two */
-  return nranks >= 2 && (coll == collAllReduce || coll == collAllGather);
+  return nranks >= 2 && (coll == collAllReduce || coll == collAllGather || coll == collReduceScatter);
 }
 
 struct rdShape {
@@ -97,38 +97,119 @@ static ncclResult_t rdAllGather(struct schedule *s, struct algoCtx *c, const str
   return ncclSuccess;
 }
 
-/* ReduceScatter by recursive halving (n a power of two): in the round of
- * bit (n/2 down to 1) a rank keeps the half of its current range of blocks
- * on its own side of bit, sends the other half to the rank across it and
- * adds what that rank sends for its half; after the last round the range
- * is its own block. The partial sums gather in a staging buffer (sendbuff
- * is the caller's; in place, recvbuff is a block of it), block by block,
+/* ReduceScatter by recursive halving: in the round of bit (2^k/2 down to
+ * 1) an index keeps the half of its current range of indices on its own
+ * side of bit, sends the blocks of the other half to the index across it
+ * and adds what that one sends for its half; after the last round it holds
+ * its own ranks' blocks (two for a folded pair: the odd rank hands the even
+ * one its block). The first round reads the input, the last one writes the
+ * output; the partial sums between gather in a staging buffer (sendbuff is
+ * the caller's; in place, recvbuff is a block of it), block by block,
  * sends and receives alternating so that no FIFO bound can deadlock. */
 static ncclResult_t rhReduceScatter(struct schedule *s, struct algoCtx *c, const struct collDesc *d, int ch,
                                     size_t off, size_t cnt) {
   int n = c->nranks, r = c->rank;
+  struct rdShape sh = rdShapeOf(r, n);
   size_t esz = dtypeSize(d->dtype), blk = d->count * esz, bytes = cnt * esz;
   const char *src = (const char *)d->sendbuff + off * esz;
-  char *acc = scheduleTemp(s, (size_t)n * bytes); /* block b's piece at acc + b * bytes */
-  if (!acc) return ncclSystemError;
+  char *out = (char *)d->recvbuff + off * esz;
   CHECK(laneTask(s, c, d, ch));
+  if (sh.index < 0) { /* folded out: hand every block over, get my own back */
+    for (int b = 0; b < n; b++)
+      ADD(s, stepSend, REDUCE_PRE, NULL, connSend(c->conns, r + 1, ch), src + (size_t)b * blk, NULL, bytes);
+    ADD(s, stepRecv, 0, connRecv(c->conns, r + 1, ch), NULL, NULL, out, bytes);
+    return ncclSuccess;
+  }
+  int paired = r < 2 * sh.extra; /* the partner's blocks come first: the first round reads acc */
+  char *acc = NULL;              /* block b's partial sum at acc + b * bytes */
+  if ((paired || sh.pow2 > 2) && !(acc = scheduleTemp(s, (size_t)n * bytes))) return ncclSystemError;
+  if (paired)
+    for (int b = 0; b < n; b++)
+      ADD(s, stepRecvReduceCopy, REDUCE_PRE, connRecv(c->conns, r - 1, ch), NULL, src + (size_t)b * blk,
+          acc + (size_t)b * bytes, bytes);
   int lo = 0;
-  for (int bit = n / 2; bit >= 1; bit /= 2) {
-    int peer = r ^ bit, mine = (r & bit) ? lo + bit : lo, theirs = (r & bit) ? lo : lo + bit;
-    for (int k = 0; k < bit; k++) {
-      int sb = theirs + k, rb = mine + k;
-      if (bit == n / 2) { /* the first round reads the input, scaled */
-        ADD(s, stepSend, REDUCE_PRE, NULL, connSend(c->conns, peer, ch), src + (size_t)sb * blk, NULL, bytes);
-        ADD(s, stepRecvReduceCopy, REDUCE_PRE, connRecv(c->conns, peer, ch), NULL, src + (size_t)rb * blk,
-            acc + (size_t)rb * bytes, bytes);
-      } else {
-        ADD(s, stepSend, 0, NULL, connSend(c->conns, peer, ch), acc + (size_t)sb * bytes, NULL, bytes);
-        ADD(s, stepRecvAcc, 0, connRecv(c->conns, peer, ch), NULL, NULL, acc + (size_t)rb * bytes, bytes);
+  for (int bit = sh.pow2 / 2; bit >= 1; bit /= 2) {
+    int peer = rdRank(&sh, sh.index ^ bit), first = bit == sh.pow2 / 2 && !paired;
+    int mine = (sh.index & bit) ? lo + bit : lo, theirs = (sh.index & bit) ? lo : lo + bit;
+    int sb = rdLo(&sh, theirs), se = rdLo(&sh, theirs + bit), rb = rdLo(&sh, mine), re = rdLo(&sh, mine + bit);
+    while (sb < se || rb < re) {
+      if (sb < se) {
+        if (first) ADD(s, stepSend, REDUCE_PRE, NULL, connSend(c->conns, peer, ch), src + (size_t)sb * blk, NULL, bytes);
+        else ADD(s, stepSend, 0, NULL, connSend(c->conns, peer, ch), acc + (size_t)sb * bytes, NULL, bytes);
+        sb++;
+      }
+      if (rb < re) {
+        int last = bit == 1 && rb == r; /* my own block's sum: into the output */
+        char *to = last ? out : acc + (size_t)rb * bytes;
+        int post = last ? REDUCE_POST : 0;
+        if (first)
+          ADD(s, stepRecvReduceCopy, REDUCE_PRE | post, connRecv(c->conns, peer, ch), NULL, src + (size_t)rb * blk,
+              to, bytes);
+        else
+          ADD(s, stepRecvReduceCopy, post, connRecv(c->conns, peer, ch), NULL, acc + (size_t)rb * bytes, to, bytes);
+        rb++;
       }
     }
     lo = mine;
   }
-  ADD(s, stepCopy, REDUCE_POST, NULL, NULL, acc + (size_t)r * bytes, (char *)d->recvbuff + off * esz, bytes);
+  if (paired) ADD(s, stepSend, REDUCE_POST, NULL, connSend(c->conns, r - 1, ch), acc + (size_t)(r - 1) * bytes, NULL, bytes);
+  return ncclSuccess;
+}
+
+/* Rabenseifner's AllReduce of elements [off, off + cnt): the 2^k indices
+ * reduce-scatter the piece, cut into 2^k segments, by recursive halving
+ * (each round sends half of what it holds and adds the other half's
+ * partial sums into the output buffer; the first round reads the input),
+ * so that index i holds segment i's sum, then all-gather the segments by
+ * recursive doubling (the last halving round and the first doubling round
+ * have the same partner and segment: one step adds and sends on). Each
+ * rank moves 2 (2^k - 1) / 2^k of the piece instead of recursive
+ * doubling's log2 2^k times all of it, and each segment's sum is made
+ * once: all ranks get the same bits. */
+static ncclResult_t rbAllReduce(struct schedule *s, struct algoCtx *c, const struct collDesc *d, int ch, size_t off,
+                                size_t cnt) {
+  int n = c->nranks, r = c->rank;
+  struct rdShape sh = rdShapeOf(r, n);
+  size_t esz = dtypeSize(d->dtype), bytes = cnt * esz;
+  const char *src = (const char *)d->sendbuff + off * esz;
+  char *dst = (char *)d->recvbuff + off * esz;
+  CHECK(laneTask(s, c, d, ch));
+  if (sh.index < 0) { /* folded out: hand over, get the result back */
+    ADD(s, stepSend, REDUCE_PRE, NULL, connSend(c->conns, r + 1, ch), src, NULL, bytes);
+    ADD(s, stepRecv, 0, connRecv(c->conns, r + 1, ch), NULL, NULL, dst, bytes);
+    return ncclSuccess;
+  }
+  int paired = r < 2 * sh.extra; /* then the rounds read the pair's sum in dst */
+  if (paired) ADD(s, stepRecvReduceCopy, REDUCE_PRE, connRecv(c->conns, r - 1, ch), NULL, src, dst, bytes);
+  int p = sh.pow2, i = sh.index, lo = 0;
+  size_t seg[128 + 1]; /* segment j starts at element seg[j] of the piece; seg[p] = cnt */
+  if (p > 128) return ncclInternalError; /* rabSupports keeps it to 255 ranks */
+  for (int j = 0; j <= p; j++) {
+    size_t len;
+    channelPart(cnt, esz, p, j, &seg[j], &len);
+  }
+#define SEG(a, w) ((seg[(a) + (w)] - seg[a]) * esz) /* bytes of segments a .. a+w-1 */
+  for (int bit = p / 2; bit >= 1; bit /= 2) {
+    int peer = rdRank(&sh, i ^ bit), first = bit == p / 2 && !paired;
+    int mine = (i & bit) ? lo + bit : lo, theirs = (i & bit) ? lo : lo + bit;
+    const char *from = first ? src : dst; /* partial sums so far */
+    int pre = first ? REDUCE_PRE : 0;
+    ADD(s, stepSend, pre, NULL, connSend(c->conns, peer, ch), from + seg[theirs] * esz, NULL, SEG(theirs, bit));
+    if (bit > 1)
+      ADD(s, stepRecvReduceCopy, pre, connRecv(c->conns, peer, ch), NULL, from + seg[mine] * esz,
+          dst + seg[mine] * esz, SEG(mine, bit));
+    else /* segment i's sum, sent back to the same partner at once */
+      ADD(s, stepRecvReduceCopySend, pre | REDUCE_POST, connRecv(c->conns, peer, ch), connSend(c->conns, peer, ch),
+          from + seg[mine] * esz, dst + seg[mine] * esz, SEG(mine, 1));
+    lo = mine;
+  }
+  for (int bit = 1; bit < p; bit *= 2) {
+    int peer = rdRank(&sh, i ^ bit), mine = i & ~(bit - 1), theirs = (i ^ bit) & ~(bit - 1);
+    if (bit > 1) ADD(s, stepSend, 0, NULL, connSend(c->conns, peer, ch), dst + seg[mine] * esz, NULL, SEG(mine, bit));
+    ADD(s, stepRecv, 0, connRecv(c->conns, peer, ch), NULL, NULL, dst + seg[theirs] * esz, SEG(theirs, bit));
+  }
+#undef SEG
+  if (paired) ADD(s, stepSend, 0, NULL, connSend(c->conns, r - 1, ch), dst, NULL, bytes);
   return ncclSuccess;
 }
 
@@ -140,3 +221,11 @@ static ncclResult_t rdBuild(struct schedule *s, struct algoCtx *c, const struct 
 }
 
 const struct algoFamily recDoublingAlgo = {rdSupports, rdBuild};
+
+static int rabSupports(int coll, int nranks) { return nranks >= 2 && nranks < 256 && coll == collAllReduce; }
+
+static ncclResult_t rabBuild(struct schedule *s, struct algoCtx *c, const struct collDesc *d, int nch) {
+  return perChannel(rbAllReduce, s, c, d, nch, pieceElems(c, dtypeSize(d->dtype)));
+}
+
+const struct algoFamily rabenseifnerAlgo = {rabSupports, rabBuild};

@@ -4,13 +4,13 @@
 #include "core/log.h"
 
 extern const struct algoFamily localAlgo, ringAlgo, oneHopAlgo, chainAlgo, p2pAlgo, pairwiseAlgo, treeAlgo,
-    recDoublingAlgo;
+    recDoublingAlgo, rabenseifnerAlgo;
 
 /* Indexed by enum algoId (engine/desc.h). */
 static const struct algoFamily *const families[algoCount] = {
     [algoLocal] = &localAlgo, [algoRing] = &ringAlgo, [algoOneHop] = &oneHopAlgo,
     [algoChain] = &chainAlgo, [algoP2p] = &p2pAlgo,   [algoPairwise] = &pairwiseAlgo, [algoTree] = &treeAlgo,
-    [algoRecDoubling] = &recDoublingAlgo,
+    [algoRecDoubling] = &recDoublingAlgo, [algoRabenseifner] = &rabenseifnerAlgo,
 };
 
 const struct algoFamily *algoFamily(int algo) { return algo >= 0 && algo < algoCount ? families[algo] : NULL; }

@@ -149,6 +149,7 @@ static struct streamJob *jobGet(int n) {
 }
 
 static void jobPut(struct streamJob *job) {
+  scheduleReset(&job->sched); /* its staging memory goes back to the pool now, for the jobs queued after it */
   pthread_mutex_lock(&jobCacheLock);
   if (jobCacheCount < STREAM_JOB_CACHE) {
     job->nextFree = jobCache;

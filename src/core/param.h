@@ -33,7 +33,7 @@
   X(DumpSchedule, "CHORUS_DUMP_SCHEDULE", 0, "0", "1 prints every schedule built")                \
   X(LLThreshold, "CHORUS_SMALL_THRESHOLD", 0, "16384",                                            \
     "largest AllReduce in bytes that may use the one-hop small-message algorithm")                \
-  X(Algo, "NCCL_ALGO", 1, "", "algorithms allowed: Ring, Tree, RecDoubling, OneHop, Chain; ^ excludes; func:list;func:list") \
+  X(Algo, "NCCL_ALGO", 1, "", "algorithms allowed: Ring, Tree, RecDoubling, Rabenseifner, OneHop, Chain; ^ excludes; func:list;func:list") \
   X(Proto, "NCCL_PROTO", 1, "", "protocols allowed: Simple, LL, LL128; ^ excludes; func:list;func:list")
 
 enum paramId {

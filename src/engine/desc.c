@@ -11,7 +11,8 @@ const char *collName(int coll) {
 }
 
 const char *algoName(int algo) {
-  static const char *names[algoCount] = {"Local", "Ring", "OneHop", "Chain", "P2p", "Pairwise", "Tree", "RecDoubling"};
+  static const char *names[algoCount] = {"Local", "Ring", "OneHop", "Chain", "P2p", "Pairwise", "Tree", "RecDoubling",
+                                         "Rabenseifner"};
   return algo >= 0 && algo < algoCount ? names[algo] : "Unknown";
 }
 

@@ -31,7 +31,8 @@ int collRooted(int coll);
 
 /* The algorithms (built in src/algo/) and protocols (src/proto/), named
  * here because descriptors carry them. */
-enum algoId { algoLocal, algoRing, algoOneHop, algoChain, algoP2p, algoPairwise, algoTree, algoRecDoubling, algoCount };
+enum algoId { algoLocal, algoRing, algoOneHop, algoChain, algoP2p, algoPairwise, algoTree, algoRecDoubling,
+              algoRabenseifner, algoCount };
 const char *algoName(int algo);
 enum protoId { protoSimple, protoLL, protoCount };
 const char *protoName(int proto);

@@ -321,6 +321,11 @@ static void drivenBlock(void *arg, uint64_t ns) {
 }
 
 ncclResult_t engineRun(struct schedule *s) {
+  if (scheduleBindTemps(s) != ncclSuccess) {
+    WARN("%s on rank %d: out of memory for staging buffers", s->ntasks ? s->tasks[0].what : "operation",
+         s->ntasks ? s->tasks[0].rank : -1);
+    return ncclSystemError;
+  }
   int remaining = 0;
   for (int i = 0; i < s->ntasks; i++) {
     s->tasks[i].done = s->tasks[i].nsteps == 0;

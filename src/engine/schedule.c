@@ -1,7 +1,62 @@
 #include "engine/schedule.h"
 
+#include <pthread.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <string.h>
+
+/* Staging memory between runs: a pool of buffers that keeps up to
+ * POOL_KEEP_BYTES, none larger than POOL_KEEP_ONE (a larger one's page
+ * faults cost little next to moving it). */
+#define POOL_KEEP_BYTES (64u << 20)
+#define POOL_KEEP_ONE (16u << 20)
+#define POOL_MAX 32
+static pthread_mutex_t poolLock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+  void *mem;
+  size_t bytes;
+} pool[POOL_MAX];
+static int poolCount;
+static size_t poolBytes;
+
+static void *poolGet(size_t bytes) {
+  pthread_mutex_lock(&poolLock);
+  int best = -1;
+  for (int i = 0; i < poolCount; i++)
+    if (pool[i].bytes >= bytes && (best < 0 || pool[i].bytes < pool[best].bytes)) best = i;
+  void *mem = NULL;
+  if (best >= 0) {
+    mem = pool[best].mem;
+    poolBytes -= pool[best].bytes;
+    pool[best] = pool[--poolCount];
+  }
+  pthread_mutex_unlock(&poolLock);
+  return mem ? mem : malloc(bytes);
+}
+
+static void poolPut(void *mem, size_t bytes) {
+  if (!mem) return;
+  pthread_mutex_lock(&poolLock);
+  if (bytes <= POOL_KEEP_ONE && poolCount < POOL_MAX && poolBytes + bytes <= POOL_KEEP_BYTES) {
+    pool[poolCount].mem = mem;
+    pool[poolCount++].bytes = bytes;
+    poolBytes += bytes;
+    mem = NULL;
+  }
+  pthread_mutex_unlock(&poolLock);
+  free(mem);
+}
+
+/* The reserved range builders get their staging addresses in: it maps no
+ * memory (PROT_NONE, no swap reserved), so no real buffer of a step can
+ * lie in it. Each schedule hands out its own addresses from its start.
+ * Where it cannot be reserved, staging buffers are memory at once. */
+#define TEMP_RANGE_BYTES (64ull << 30)
+static char *tempRange;
+static void tempRangeReserve(void) {
+  void *p = mmap(NULL, TEMP_RANGE_BYTES, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  tempRange = p == MAP_FAILED ? NULL : p;
+}
 
 void scheduleReset(struct schedule *s) {
   s->ntasks = 0;
@@ -9,7 +64,9 @@ void scheduleReset(struct schedule *s) {
   s->timeoutNs = 0;
   s->proto = protoSimple;
   s->opId = 0;
-  while (s->ntemps > 0) free(s->temps[--s->ntemps]);
+  for (int i = 0; i < s->ntemps; i++) poolPut(s->temps[i].mem, s->temps[i].bytes);
+  s->ntemps = 0;
+  s->tempSpan = 0;
 }
 
 void scheduleFree(struct schedule *s) {
@@ -21,16 +78,49 @@ void scheduleFree(struct schedule *s) {
 }
 
 void *scheduleTemp(struct schedule *s, size_t bytes) {
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  pthread_once(&once, tempRangeReserve);
+  if (bytes == 0) bytes = 1;
+  size_t span = (bytes + 4095) & ~(size_t)4095;
+  if (tempRange && s->tempSpan + span > TEMP_RANGE_BYTES) return NULL;
   if (s->ntemps == s->tempCap) {
     int cap = s->tempCap ? 2 * s->tempCap : 4;
-    void **t = realloc(s->temps, sizeof *t * cap);
+    struct scheduleTemp *t = realloc(s->temps, sizeof *t * cap);
     if (!t) return NULL;
     s->temps = t;
     s->tempCap = cap;
   }
-  void *p = malloc(bytes ? bytes : 1);
-  if (p) s->temps[s->ntemps++] = p;
-  return p;
+  struct scheduleTemp *t = &s->temps[s->ntemps];
+  t->bytes = bytes;
+  t->mem = tempRange ? NULL : poolGet(bytes);
+  if (!tempRange && !t->mem) return NULL;
+  t->at = tempRange ? tempRange + s->tempSpan : t->mem;
+  s->tempSpan += span;
+  s->ntemps++;
+  return t->at;
+}
+
+/* The bound address of p when it lies in a staging buffer of s. */
+static char *tempRebase(const struct schedule *s, const char *p) {
+  if (!tempRange || !p || p < tempRange || p >= tempRange + s->tempSpan) return (char *)p;
+  int lo = 0, hi = s->ntemps - 1; /* the buffers lie in the range in order */
+  while (lo < hi) {
+    int mid = (lo + hi + 1) / 2;
+    if (s->temps[mid].at <= p) lo = mid;
+    else hi = mid - 1;
+  }
+  return (char *)s->temps[lo].mem + (p - s->temps[lo].at);
+}
+
+ncclResult_t scheduleBindTemps(struct schedule *s) {
+  if (s->ntemps == 0) return ncclSuccess;
+  for (int i = 0; i < s->ntemps; i++)
+    if (!s->temps[i].mem && !(s->temps[i].mem = poolGet(s->temps[i].bytes))) return ncclSystemError;
+  for (int i = 0; i < s->nsteps; i++) {
+    s->steps[i].src = tempRebase(s, s->steps[i].src);
+    s->steps[i].dst = tempRebase(s, s->steps[i].dst);
+  }
+  return ncclSuccess;
 }
 
 int scheduleAddTask(struct schedule *s, const struct redOp *red, int dep, struct bootstrap *boot,

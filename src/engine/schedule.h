@@ -59,13 +59,25 @@ struct task {
   struct opDesc desc; /* this rank's call */
 };
 
+struct scheduleTemp {
+  char *at;   /* the address the builder got */
+  size_t bytes;
+  void *mem;  /* bound to this during a run (NULL: not yet) */
+};
+
 struct schedule {
   struct task *tasks;
   int ntasks, taskCap;
   struct step *steps;
   int nsteps, stepCap;
-  void **temps; /* staging buffers, freed at the next reset */
+  /* Staging buffers. A builder gets an address in a reserved range that
+   * maps nothing (schedules queued on a stream would otherwise each hold
+   * fresh memory, faulted in page by page on every call); the run binds
+   * each to memory from a pool and rewrites the steps' addresses
+   * (scheduleBindTemps), and the next reset returns it. */
+  struct scheduleTemp *temps;
   int ntemps, tempCap;
+  size_t tempSpan; /* bytes of the reserved range handed out */
   uint64_t timeoutNs; /* the shortest timeout of its communicators (0: CHORUS_TIMEOUT) */
   /* The operation being built: what the tasks and steps added next carry. */
   int proto;     /* its protocol (enum protoId), on each connection that allows it (protoFor) */
@@ -86,7 +98,13 @@ int scheduleAddStep(struct schedule *s, int type, int flags, struct conn *recv, 
  * them sends or expects it. */
 void scheduleMarkOp(struct schedule *s, int firstTask, const struct opDesc *desc);
 void schedulePrint(const struct schedule *s, FILE *out);
-/* A staging buffer that lives as long as the schedule's current content. */
+/* A staging buffer that lives as long as the schedule's current content:
+ * an address for the builder's steps, backed by memory once the run binds
+ * it. Builders never touch it themselves. */
 void *scheduleTemp(struct schedule *s, size_t bytes);
+/* Backs the staging buffers with memory (reused from earlier runs) and
+ * points the steps at it; the engine calls it before a run.
+ * ncclSystemError when out of memory. */
+ncclResult_t scheduleBindTemps(struct schedule *s);
 
 #endif

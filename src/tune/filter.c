@@ -24,7 +24,7 @@ struct tuneName {
 static const struct tuneName algoNames[] = {
     {"Ring", BIT(algoRing) | BIT(algoChain)}, {"Tree", BIT(algoTree)}, {"CollNetDirect", 0}, {"CollNetChain", 0}, {"NVLS", 0},
     {"NVLSTree", 0}, {"PAT", 0}, {"OneHop", BIT(algoOneHop)}, {"Chain", BIT(algoChain)},
-    {"RecDoubling", BIT(algoRecDoubling)}, {NULL, 0}};
+    {"RecDoubling", BIT(algoRecDoubling)}, {"Rabenseifner", BIT(algoRabenseifner)}, {NULL, 0}};
 static const struct tuneName protoNames[] = {{"LL", BIT(protoLL)}, {"LL128", 0}, {"Simple", BIT(protoSimple)}, {NULL, 0}};
 
 static void trim(char **s) {

@@ -75,13 +75,25 @@ double tuneModelUs(const struct tuneTopo *topo, int coll, int algo, int proto, i
       if (coll == collAllReduce) return 2 * depth * level + b / l.reduce + TREE_COPY_PASSES * b / l.copy;
       return depth * level + (coll == collReduce ? 2 * b / l.reduce : TREE_COPY_PASSES / 2 * b / l.copy);
     }
-    case algoRecDoubling: { /* log2 rounds (two more hops when n is no power of two) */
+    case algoRecDoubling: { /* log2 rounds (two more hops when n is no power of two); a round's
+                             * partners must run at once, so ranks sharing cores move its
+                             * bytes at a share of a share (measured: 2-3x a ring's time at
+                             * 128 KiB-512 KiB, 4 ranks on 2 cores; even on 2) */
       double rounds = 0, fold = 0;
       while ((2 << (int)rounds) <= topo->nranks) rounds++;
       if ((1 << (int)rounds) != topo->nranks) fold = 2;
       double lat = (rounds + fold) * (l.hop + RING_STEP_US);
-      if (coll == collAllReduce) return lat + (rounds + fold) * (b / l.copy + b / l.reduce);
-      return lat + (n - 1 + fold) * b / (coll == collReduceScatter ? l.reduce : l.copy);
+      if (coll == collAllReduce) return lat + l.share * (rounds + fold) * (b / l.copy + b / l.reduce);
+      return lat + l.share * (n - 1 + fold) * b / (coll == collReduceScatter ? l.reduce : l.copy);
+    }
+    case algoRabenseifner: { /* halving then doubling: 2 log2 rounds (two more hops to fold), moving
+                              * 2 (p - 1) / p of the message and reducing (p - 1) / p of it */
+      double rounds = 0, fold = 0;
+      while ((2 << (int)rounds) <= topo->nranks) rounds++;
+      double p = (double)(1 << (int)rounds);
+      if (p != n) fold = 2;
+      return (2 * rounds + fold) * (l.hop + RING_STEP_US) +
+             l.share * ((p - 1) / p * b * (2 / l.copy + 1 / l.reduce) + fold * b / l.copy);
     }
     case algoP2p: return l.hop + b / l.copy;
     case algoPairwise: /* every pair at once: each rank posts n-1 blocks */
