@@ -6,7 +6,8 @@
 #
 #   netns.sh BIN suite     the correctness suites (test_coll, test_p2p,
 #                          test_alltoall, every perf tool with -c) on 2 and 3
-#                          hosts with 1 and 2 ranks each, IPv4 and IPv6
+#                          hosts with 1 and 2 ranks each, IPv4 and IPv6;
+#                          NCCL_ALGO=Tree across hosts (chains inside)
 #   netns.sh BIN shaped    the same AllReduce check over a 1 Gbit/s tbf link
 #   netns.sh BIN linkdown  eth0 of one host goes down mid-run: every rank
 #                          must fail (not hang) within the timeout
@@ -44,6 +45,9 @@ suite)
     launch 2 1 10.77.0.1 120 "$bin/${t}_perf" -b 8 -e 256K -f 32 -n 1 -w 1 -c 1 -d all
   done
   launch 2 2 10.77.0.1 120 "$bin/hypercube_perf" -b 64 -e 64K -f 32 -n 2
+  # Trees across hosts, each host's ranks a chain (a head with up to three children).
+  NCCL_ALGO="allreduce,broadcast,reduce:tree" launch 2 3 10.77.0.1 300 "$bin/test_coll" 6 fork quick
+  NCCL_ALGO="allreduce,broadcast,reduce:tree" launch 3 2 10.77.0.1 120 "$bin/reduce_perf" -b 8 -e 1M -f 8 -n 2 -w 1 -c 1 -r -1
   # IPv6 all the way: rendezvous, bootstrap mesh and transport.
   NCCL_SOCKET_FAMILY=AF_INET6 launch 2 1 "[fd77::1]" 120 "$bin/all_reduce_perf" -b 8 -e 4M -f 8 -n 2 -c 1 -o all
   NCCL_SOCKET_FAMILY=AF_INET6 launch 3 1 "[fd77::1]" 120 "$bin/test_p2p" 3

@@ -303,10 +303,17 @@ static void rankBufsFree(struct rankBufs *b) {
  * the run must fail as a mismatch with no rank's part finished (CHORUS_CHECK's
  * agreement: every rank an error, none done with wrong data). */
 static int runCase(int algo, int proto, int coll, int n, size_t count, int inPlace, int nch, int printRank,
-                   int oddRoot) {
-  char what[160];
-  snprintf(what, sizeof what, "%s/%s %s, %d ranks, count %zu%s, %d channel(s)%s", algoName(algo), protoName(proto),
-           collName(coll), n, count, inPlace ? " in place" : "", nch, oddRoot ? ", the last rank's root another" : "");
+                   int oddRoot, int perHost) {
+  char what[200];
+  snprintf(what, sizeof what, "%s/%s %s, %d ranks, count %zu%s, %d channel(s)%s%s", algoName(algo), protoName(proto),
+           collName(coll), n, count, inPlace ? " in place" : "", nch, oddRoot ? ", the last rank's root another" : "",
+           perHost > 0 ? ", hosts of consecutive ranks" : perHost < 0 ? ", hosts of interleaved ranks" : "");
+  /* perHost > 0: ranks r / perHost share a host; < 0: ranks r % -perHost do */
+  int hostOf[MAX_RANKS], nhosts = 1;
+  for (int r = 0; r < n && perHost; r++) {
+    hostOf[r] = perHost > 0 ? r / perHost : r % -perHost;
+    if (hostOf[r] + 1 > nhosts) nhosts = hostOf[r] + 1;
+  }
   int root = isRooted(coll) ? n / 3 : -1;
   int firstTask[MAX_RANKS + 1];
   struct world w;
@@ -316,7 +323,7 @@ static int runCase(int algo, int proto, int coll, int n, size_t count, int inPla
   int rc = 0;
   for (int r = 0; r < n; r++) rankBufsInit(&bufs[r], coll, count, n, r, oddRoot && r == n - 1 ? (root + 1) % n : root, inPlace);
   for (int r = 0; r < n && rc == 0; r++) {
-    struct algoCtx ctx = {r, n, &w.t[r], NULL, NULL, w.scratch[r], w.laneLast[r], 1};
+    struct algoCtx ctx = {r, n, &w.t[r], NULL, NULL, w.scratch[r], w.laneLast[r], 1, perHost ? hostOf : NULL, nhosts};
     if (oddRoot && r == n - 1) root = (root + 1) % n;
     struct collDesc d = {0};
     d.coll = coll;
@@ -440,7 +447,7 @@ static void checkProtoMismatch(void) {
     for (int r = 0; r < 2; r++) {
       int proto = r == 0 ? lead : (lead + 1) % protoCount;
       for (int i = 0; i < 64; i++) in[r][i] = r + 1;
-      struct algoCtx ctx = {r, 2, &w.t[r], NULL, NULL, w.scratch[r], w.laneLast[r], 1};
+      struct algoCtx ctx = {r, 2, &w.t[r], NULL, NULL, w.scratch[r], w.laneLast[r], 1, NULL, 1};
       struct collDesc d = {0};
       d.coll = coll;
       d.sendbuff = in[r];
@@ -493,7 +500,7 @@ int main(int argc, char **argv) {
       fprintf(stderr, "usage: test_schedule print ALGO COLL NRANKS RANK COUNT (a supported combination)\n");
       return 2;
     }
-    return runCase(algo, protoSimple, coll, n, strtoull(argv[6], NULL, 10), 0, 2, rank, 0) != 0;
+    return runCase(algo, protoSimple, coll, n, strtoull(argv[6], NULL, 10), 0, 2, rank, 0, 0) != 0;
   }
   int lo = argc == 3 ? atoi(argv[1]) : 1, hi = argc == 3 ? atoi(argv[2]) : MAX_RANKS;
   if (lo < 1 || hi > MAX_RANKS || lo > hi) {
@@ -516,12 +523,18 @@ int main(int argc, char **argv) {
           for (int inPlace = 0; inPlace < 2; inPlace++) {
             cases++;
             int proto = (int)((counts[k] + (size_t)inPlace + (size_t)n) % protoCount); /* each protocol in turn */
-            if (runCase(algo, proto, coll, n, counts[k], inPlace, nch, -1, 0) != 0) goto out; /* fail fast */
+            if (runCase(algo, proto, coll, n, counts[k], inPlace, nch, -1, 0, 0) != 0) goto out; /* fail fast */
           }
+        }
+        /* Trees across hosts (chains inside each): 2 and 3 ranks a host, consecutive or interleaved. */
+        for (int k = 0; algo == algoTree && k < 4 && n >= 4; k++) {
+          static const int per[4] = {2, 3, -2, -3};
+          cases++;
+          if (runCase(algo, n % protoCount, coll, n, 2600, 0, 2, -1, 0, per[k]) != 0) goto out;
         }
         if (isRooted(coll) && n > 1) { /* ranks that disagree on the root: every rank fails */
           cases++;
-          if (runCase(algo, n % protoCount, coll, n, 13, 0, 1, -1, 1) != 0) goto out;
+          if (runCase(algo, n % protoCount, coll, n, 13, 0, 1, -1, 1, 0) != 0) goto out;
         }
       }
   /* Send/Recv: a ring of sends, every rank one send and one receive. */
@@ -534,7 +547,7 @@ int main(int argc, char **argv) {
       bufs[2 * r] = malloc(100 * 4);
       bufs[2 * r + 1] = calloc(100, 4);
       for (int i = 0; i < 100; i++) bufs[2 * r][i] = inputValue(r, (size_t)i);
-      struct algoCtx ctx = {r, n, &w.t[r], NULL, NULL, w.scratch[r], w.laneLast[r], 1};
+      struct algoCtx ctx = {r, n, &w.t[r], NULL, NULL, w.scratch[r], w.laneLast[r], 1, NULL, 1};
       struct collDesc d = {0};
       d.count = 100;
       d.dtype = d.red.dtype = ncclInt32;

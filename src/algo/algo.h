@@ -33,6 +33,8 @@ struct algoCtx {
   char *scratch; /* COMM_SCRATCH_BYTES, for in-place one-hop (tune keeps it below) */
   int *laneLast;
   int check; /* CHORUS_CHECK: rooted collectives add an agreement of all ranks (agree.c) */
+  const int *hostOf; /* each rank's host 0..nhosts-1 (NULL: all on one) */
+  int nhosts;
 };
 
 struct algoFamily {

@@ -47,6 +47,7 @@ void commFree(struct ncclComm *comm, int graceful) {
   free(comm->conns.send);
   free(comm->conns.recv);
   free(comm->laneLast);
+  free(comm->hostOf);
   free(comm->scratch);
   free(comm->userOps);
   free(comm->p2pSeq);
@@ -184,12 +185,20 @@ static ncclResult_t commSetup(struct ncclComm *comm) {
   comm->conns.send = calloc(nconn, sizeof(struct conn));
   comm->conns.recv = calloc(nconn, sizeof(struct conn));
   comm->laneLast = malloc(sizeof(int) * (comm->nch + 2 * nranks));
+  comm->hostOf = malloc(sizeof(int) * nranks);
   comm->scratch = malloc(COMM_SCRATCH_BYTES);
   comm->userOps = calloc(COMM_MAX_USER_OPS, sizeof *comm->userOps);
   comm->p2pSeq = calloc(2 * (size_t)nranks, sizeof *comm->p2pSeq);
-  if (!comm->p2pSeq || !comm->conns.send || !comm->conns.recv || !comm->laneLast || !comm->scratch || !comm->userOps) {
+  if (!comm->p2pSeq || !comm->conns.send || !comm->conns.recv || !comm->laneLast || !comm->hostOf || !comm->scratch ||
+      !comm->userOps) {
     res = ncclSystemError;
     goto fail;
+  }
+  comm->nhosts = 0;
+  for (int i = 0; i < nranks; i++) { /* the host of the first rank with the same identity, or a new one */
+    int j = 0;
+    while (j < i && comm->boot.peers[j].hostHash != comm->boot.peers[i].hostHash) j++;
+    comm->hostOf[i] = j < i ? comm->hostOf[j] : comm->nhosts++;
   }
   CHECKGOTO(transportSetupAll(comm->transports, &comm->boot, &comm->conns, (size_t)a0.buffSize), res, fail);
   comm->slotBytes = connSend(&comm->conns, rank, 0)->slotBytes;

@@ -53,6 +53,8 @@ struct ncclComm {
   uint64_t currentNs; /* when */
   int timedOut;       /* the last launch timed out: still "waits" there, for the others' diagnosis */
   int *laneLast;   /* for the schedule being built (see algoCtx) */
+  int *hostOf;     /* each rank's host, numbered in order of their first rank */
+  int nhosts;
   uint64_t laneGen; /* schedule build that laneLast belongs to */
   char *scratch;
   struct userRedOp *userOps;

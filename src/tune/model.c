@@ -68,9 +68,12 @@ double tuneModelUs(const struct tuneTopo *topo, int coll, int algo, int proto, i
       return (n - 1) * (l.hop + RING_STEP_US) + (n - 1) * b / (coll == collReduceScatter ? l.reduce : l.copy);
     case algoChain: /* pipelined: the whole message once, plus filling the chain */
       return (n - 1) * (l.hop + RING_STEP_US) + b / (coll == collReduce ? l.reduce : l.copy);
-    case algoTree: { /* log2(n) levels, up and down for AllReduce */
+    case algoTree: { /* log2(n) levels, up and down for AllReduce; across hosts log2(hosts)
+                      * levels and a chain of each host's ranks */
       double depth = 0;
-      while ((1 << (int)depth) < topo->nranks) depth++;
+      int nodes = topo->nhosts > 1 && topo->nhosts < topo->nranks ? topo->nhosts : topo->nranks;
+      while ((1 << (int)depth) < nodes) depth++;
+      if (nodes < topo->nranks) depth += topo->localRanks - 1;
       double level = TREE_LEVEL_FACTOR * (l.hop + RING_STEP_US);
       if (coll == collAllReduce) return 2 * depth * level + b / l.reduce + TREE_COPY_PASSES * b / l.copy;
       return depth * level + (coll == collReduce ? 2 * b / l.reduce : TREE_COPY_PASSES / 2 * b / l.copy);
