@@ -50,7 +50,6 @@ struct ncclComm {
   uint32_t doneSeq;   /* last collective completed */
   int inCall;         /* launches running */
   struct opDesc current; /* the operation last started */
-  uint64_t currentNs; /* when */
   int timedOut;       /* the last launch timed out: still "waits" there, for the others' diagnosis */
   int *laneLast;   /* for the schedule being built (see algoCtx) */
   int *hostOf;     /* each rank's host, numbered in order of their first rank */

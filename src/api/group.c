@@ -35,11 +35,8 @@ static void threadCacheInUse(void) {
   if (pthread_getspecific(threadCacheKey) == NULL) pthread_setspecific(threadCacheKey, &threadCacheKey);
 }
 
-ncclResult_t groupEnqueue(const struct groupItem *item) {
-  if (groupDepth == 0) {
-    struct groupItem one = *item;
-    return launchItems(&one, 1);
-  }
+ncclResult_t groupEnqueue(struct groupItem *item) {
+  if (groupDepth == 0) return launchItems(item, 1);
   if (groupCount == groupCap) {
     if (groupCap == 0) threadCacheInUse();
     int cap = groupCap ? 2 * groupCap : 16;

@@ -20,8 +20,9 @@ struct groupItem {
 /* Records (in a group) or runs (outside one) a checked init. */
 ncclResult_t groupInit(const struct initJob *job);
 
-/* Records (in a group) or runs (outside one) an already-checked call. */
-ncclResult_t groupEnqueue(const struct groupItem *item);
+/* Records (in a group) or runs (outside one) an already-checked call; run
+ * at once, the item itself is launched (and numbered). */
+ncclResult_t groupEnqueue(struct groupItem *item);
 /* Inside a group, a call that failed its checks fails ncclGroupEnd too, and
  * the whole group is dropped (as NCCL does). Returns res. */
 ncclResult_t groupNoteError(ncclResult_t res);

@@ -5,7 +5,6 @@
 #include <string.h>
 
 #include "bootstrap/oob.h"
-#include "core/clock.h"
 #include "core/log.h"
 #include "core/param.h"
 #include "core/wait.h"
@@ -65,7 +64,6 @@ void watchBegin(const struct groupItem *items, int n, cudaStream_t stream) {
     comm->inCall++;
     comm->timedOut = 0;
     comm->current = items[i].desc.check;
-    comm->currentNs = clockNs();
     pthread_mutex_unlock(&comm->statusLock);
   }
 }

@@ -24,10 +24,10 @@
  * through torch.distributed three quarters of its time). */
 #define STREAM_QUIET_NS 100000ull
 #define STREAM_MAX_DELAY_NS 1000000ull
-/* At most this many items queued: a caller that issues more (a timing loop
- * of 100000 calls, say) runs the oldest ones itself first, as a CUDA launch
- * blocks on a full queue, so the queue's memory stays bounded. */
-#define STREAM_MAX_PENDING 512
+/* At most STREAM_MAX_PENDING (stream.h) items queued: a caller that issues
+ * more (a timing loop of 100000 calls, say) runs the oldest ones itself
+ * first, as a CUDA launch blocks on a full queue, so the queue's memory
+ * stays bounded. */
 
 struct CUstream_st {
   uint64_t magic;

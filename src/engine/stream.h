@@ -20,6 +20,11 @@ struct streamWork {
   int skipped;         /* run saw a failed status (work before it failed) */
 };
 
+/* The most items a stream holds queued or running (streamEnqueue runs the
+ * oldest itself beyond): what a caller keeps of finished items to reuse
+ * need not be more. */
+#define STREAM_MAX_PENDING 512
+
 /* 1 when stream was made by chorusStreamCreate and not destroyed. */
 int streamValid(cudaStream_t stream);
 void streamEnqueue(cudaStream_t stream, struct streamWork *w);
