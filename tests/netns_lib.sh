@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Several "hosts" on one machine, for tests and benchmarks (sourced by
-# tests/netns.sh and bench/compare_net): each host is a network namespace
-# ${tag}h0, ${tag}h1, ${tag}h2 with its own eth0 (a veth pair into a bridge
-# in the switch namespace ${tag}sw) at 10.77.0.(h+1)/24 and fd77::(h+1)/64.
+# tests/netns.sh and bench/): each host is a network namespace ${tag}h0,
+# ${tag}h1, ... (NETNS_HOSTS of them, default 3) with its own eth0 (a veth
+# pair into a bridge in the switch namespace ${tag}sw, port p<h>) at
+# 10.77.0.(h+1)/24 and fd77::(h+1)/64.
 # Calls skip (exit 77: ctest's "skipped") when namespaces cannot be made
 # here, never a silent pass; everything made is removed on exit.
 tag=ch$$
+netnsHosts=$(seq 0 $((${NETNS_HOSTS:-3} - 1)))
 skip() {
   echo "SKIP: $*"
   exit 77
@@ -28,7 +30,7 @@ trap 'exit 1' INT TERM
 ip -n ${tag}sw link add br0 type bridge || skip "cannot create a bridge"
 ip -n ${tag}sw link set br0 up
 # host h: namespace ${tag}h$h, eth0 = 10.77.0.(h+1)/24 and fd77::(h+1)/64.
-for h in 0 1 2; do
+for h in $netnsHosts; do
   ns=${tag}h$h
   ip netns add $ns
   ip -n $ns link add eth0 type veth peer name p$h netns ${tag}sw || skip "cannot create veth pairs"
@@ -40,7 +42,7 @@ for h in 0 1 2; do
 done
 # A second interface that sorts first: the automatic choice must still take
 # the one on NCCL_COMM_ID's subnet (eth0), not this one, which leads nowhere.
-for h in 0 1 2; do
+for h in $netnsHosts; do
   if ip -n ${tag}h$h link add aa0 type dummy 2>/dev/null; then
     ip -n ${tag}h$h addr add 10.99.0.$((h + 1))/24 dev aa0
     ip -n ${tag}h$h link set aa0 up
@@ -48,7 +50,8 @@ for h in 0 1 2; do
 done
 # The bridge forwards once its ports are up; wait until host 0 reaches the others.
 if command -v ping >/dev/null; then
-  for h in 1 2; do
+  for h in $netnsHosts; do
+    [ "$h" = 0 ] && continue
     for i in $(seq 50); do
       ip netns exec ${tag}h0 ping -c1 -W1 10.77.0.$((h + 1)) >/dev/null 2>&1 && break
       sleep 0.1

@@ -22,6 +22,11 @@
 #define SHM_COPY_BPUS 6000.0
 #define SHM_REDUCE_BPUS 3500.0
 #define NET_BPUS 1000.0
+/* Over sockets each message is system calls and a wake-up on both sides:
+ * OneHop's n-1 messages each way cost more than its one hop (measured by
+ * bench/tune_net, 8 ranks on 4 namespaces: OneHop 2 ms at 8 B-8 KiB, the
+ * slowest; recursive doubling 0.9-1.0 ms). */
+#define NET_MSG_US 10.0
 /* A ring step, beyond the hop: the engine checks the descriptor, waits for
  * room and the peer's slot, and cuts the step into slots. */
 #define RING_STEP_US 0.35
@@ -62,7 +67,8 @@ double tuneModelUs(const struct tuneTopo *topo, int coll, int algo, int proto, i
     case algoLocal: return b / SHM_COPY_BPUS;
     case algoOneHop: /* one hop; each rank posts its input n-1 times and reduces n inputs, and when
                       * ranks share cores all those copies queue for them */
-      return l.hop + l.share * ((n - 1) * b / l.copy + (n - 1) * b / l.reduce);
+      return l.hop + l.share * ((n - 1) * b / l.copy + (n - 1) * b / l.reduce) +
+             (topo->net ? 2 * (n - 2) * NET_MSG_US : 0);
     case algoRing:
       if (coll == collAllReduce) return 2 * (n - 1) * (l.hop + RING_STEP_US) + 2 * (n - 1) / n * b / l.reduce;
       return (n - 1) * (l.hop + RING_STEP_US) + (n - 1) * b / (coll == collReduceScatter ? l.reduce : l.copy);
