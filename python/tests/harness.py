@@ -18,7 +18,35 @@ import traceback
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
+def _ephemeral_range():
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            lo, hi = (int(x) for x in f.read().split())
+            return lo, hi
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
 def free_port():
+    """A port free now and outside the kernel's ephemeral range: a port the
+    kernel handed out (bind to 0) can be taken as the local end of any
+    connection made meanwhile (other tests run at once), and then the
+    TCPStore fails with EADDRINUSE."""
+    import random
+
+    lo, _ = _ephemeral_range()
+    top = lo - 1 if lo > 12000 else 65535
+    for _ in range(200):
+        port = random.randint(10000, top)
+        s = socket.socket()
+        try:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind(("127.0.0.1", port))
+            return port
+        except OSError:
+            continue
+        finally:
+            s.close()
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
