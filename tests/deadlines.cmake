@@ -43,6 +43,13 @@ set(CHORUS_DEADLINES
   netns_linkdown=30      # 6 s
   fault_stop=30 fault_stop_socket=30 fault_skip=30 fault_skip_socket=30 fault_commtimeout=30  # 6 s
   fault_finalized=30 fault_finalized_socket=30  # 5 s
+  # Forced algorithms and the heavier suites: normal times of 5-11 s, up to
+  # 20 s under ctest -j2 on a busy machine.
+  coll_bounds_threads_16=60  # 11 s
+  coll_bounds_7_algo_recdoubling=45 coll_bounds_6_algo_tree=45  # 6-11 s
+  coll_threads_8_algo_recdoubling_rs=40 coll_bounds_5_algo_recdoubling_rs=40 coll_fork_6_algo_recdoubling_rs=40
+  coll_fork_7_algo_rabenseifner=40 coll_threads_8_algo_rabenseifner=40 coll_bounds_3_algo_rabenseifner=40  # 4-10 s
+  coll_fork_3_socket=40 coll_threads_3_socket=40 coll_bounds_3=40 perf_tools=45 netns_shaped=45  # 5-12 s
 )
 
 # Sets TIMEOUT and CHORUS_TEST_DEADLINE on every test of the calling directory.
