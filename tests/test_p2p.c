@@ -1,5 +1,8 @@
 /* Send/Recv: ring shifts and all-to-all inside groups (self included),
- * ping-pong outside groups, messages larger than a FIFO, every datatype.
+ * ping-pong outside groups, messages larger than a FIFO, every datatype;
+ * groups that mix a ring shift with rooted collectives (whose agreement and
+ * Gather/Scatter data share the point-to-point connections), the calls in
+ * another order on odd ranks than on even ones, as NCCL allows.
  *   test_p2p <nranks> */
 #include <string.h>
 
@@ -68,6 +71,42 @@ static int rankMain(int rank, int n, ncclUniqueId id, void *arg) {
     if (checkBuf(ncclFloat, r, count, peer, rank, "ping-pong")) return 1;
     guardFree(s);
     guardFree(r);
+  }
+  /* Groups of a ring shift and rooted collectives, in either order. */
+  for (int k = 0; k < 4; k++) {
+    int next = (rank + 1) % n, prev = (rank - 1 + n) % n, root = k % n;
+    enum { C = 37 };
+    float *s = guardAlloc(C * 4), *r = guardAlloc(C * 4), *in = guardAlloc(C * n * 4), *out = guardAlloc(C * n * 4);
+    for (int i = 0; i < C; i++) s[i] = (float)val(rank, next, (size_t)i);
+    for (int i = 0; i < C * n; i++) in[i] = (float)(rank * 1000 + i);
+    NCCLCHECK(ncclGroupStart());
+    for (int part = 0; part < 2; part++) {
+      if ((part == 0) == (rank % 2 == 0)) { /* even ranks: p2p first; odd ranks: the collective first */
+        NCCLCHECK(ncclSend(s, C, ncclFloat, next, comm, NULL));
+        NCCLCHECK(ncclRecv(r, C, ncclFloat, prev, comm, NULL));
+      } else if (k == 0) NCCLCHECK(ncclBroadcast(in, out, C, ncclFloat, root, comm, NULL));
+      else if (k == 1) NCCLCHECK(ncclReduce(in, out, C, ncclFloat, ncclSum, root, comm, NULL));
+      else if (k == 2) NCCLCHECK(ncclScatter(in, out, C, ncclFloat, root, comm, NULL));
+      else NCCLCHECK(ncclGather(in, out, C, ncclFloat, root, comm, NULL));
+    }
+    NCCLCHECK(ncclGroupEnd());
+    if (checkBuf(ncclFloat, r, C, prev, rank, "ring shift grouped with a rooted collective")) return 1;
+    for (int i = 0; i < C; i++) {
+      float want = k == 0 ? (float)(root * 1000 + i) : k == 2 ? (float)(root * 1000 + rank * C + i) : 0;
+      if (k == 1) {
+        want = 0;
+        for (int q = 0; q < n; q++) want += (float)(q * 1000 + i);
+      }
+      if (k == 3) want = (float)((i / C) * 1000 + i % C); /* root's block 0, from rank 0 */
+      if ((k == 1 || k == 3) && rank != root) break;
+      EXPECT(out[i] == want, "collective %d grouped with a ring shift: rank %d out[%d] = %g, want %g", k, rank, i,
+             out[i], want);
+    }
+    EXPECT(!guardCheck(s) && !guardCheck(r) && !guardCheck(in) && !guardCheck(out), "guard bytes (mixed group)");
+    guardFree(s);
+    guardFree(r);
+    guardFree(in);
+    guardFree(out);
   }
   /* A send to self outside a group has no matching receive. */
   float x = 1;

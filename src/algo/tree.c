@@ -18,7 +18,8 @@
  * chain's head (the call's root on the root's host) links to the heads of
  * the parent and child hosts, so a head has up to three children (two
  * hosts and the next rank of its chain) and only heads cross hosts. The
- * second tree runs each host's chain the other way round (AllReduce). */
+ * second tree (AllReduce's) runs each host's chain the other way round, the
+ * root's too, so no link carries both trees' halves the same way. */
 #include "algo/build.h"
 
 /* The most ranks whose trees chain each host (beyond, they span ranks). */
@@ -73,7 +74,8 @@ struct treeNode {
 };
 
 /* The chain of host h in tree t: its ranks in rank order, from the root
- * when the root is on it, reversed in the second tree. Returns its length. */
+ * when the root is on it, reversed in the second tree (AllReduce's, whose
+ * root need not head it). Returns its length. */
 static int hostChain(const struct algoCtx *c, int h, int t, int root, int *chain) {
   int m = 0, start = 0;
   for (int r = 0; r < c->nranks; r++)
@@ -83,7 +85,7 @@ static int hostChain(const struct algoCtx *c, int h, int t, int root, int *chain
     }
   int rot[TREE_MAX_CHAINED];
   for (int k = 0; k < m; k++) rot[k] = chain[(start + k) % m];
-  for (int k = 0; k < m; k++) chain[k] = t == 1 && c->hostOf[root] != h ? rot[m - 1 - k] : rot[k];
+  for (int k = 0; k < m; k++) chain[k] = t == 1 ? rot[m - 1 - k] : rot[k];
   return m;
 }
 

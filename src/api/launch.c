@@ -39,6 +39,16 @@ static int dumpSchedules(void) {
   return v;
 }
 
+/* Builds are in two passes, the collectives first, then Send/Recv: a rooted
+ * collective's agreement (and Gather's and Scatter's data) use the
+ * point-to-point connections, in order with the group's sends and receives,
+ * and NCCL lets ranks place their Send/Recv anywhere around the collectives
+ * of a group (only the order of the collectives, and of the sends to one
+ * peer, must agree). */
+static int buildPass(const struct groupItem *it) {
+  return it->desc.coll == collSend || it->desc.coll == collRecv;
+}
+
 static ncclResult_t buildItem(struct schedule *s, const struct groupItem *it, uint64_t gen) {
   struct ncclComm *comm = it->comm;
   if (comm->laneGen != gen) {
@@ -151,8 +161,13 @@ static struct streamJob *jobGet(int n) {
   return job;
 }
 
+/* A kept job whose schedule grew past this many steps gives its arrays back
+ * (a burst of large operations would otherwise hold them in every kept job). */
+#define STREAM_JOB_KEEP_STEPS 4096
+
 static void jobPut(struct streamJob *job) {
   scheduleReset(&job->sched); /* its staging memory goes back to the pool now, for the jobs queued after it */
+  if (job->sched.stepCap > STREAM_JOB_KEEP_STEPS) scheduleFree(&job->sched);
   pthread_mutex_lock(&jobCacheLock);
   if (jobCacheCount < STREAM_JOB_CACHE) {
     job->nextFree = jobCache;
@@ -189,11 +204,11 @@ static ncclResult_t launchStream(const struct groupItem *items, int n, cudaStrea
   if (!job) return ncclSystemError;
   uint64_t gen = __atomic_add_fetch(&buildGeneration, 1, __ATOMIC_RELAXED);
   ncclResult_t res = ncclSuccess;
-  for (int i = 0; i < n && res == ncclSuccess; i++)
-    if (items[i].stream == stream) {
-      job->items[job->n++] = items[i];
-      res = buildItem(&job->sched, &items[i], gen);
-    }
+  for (int i = 0; i < n; i++)
+    if (items[i].stream == stream) job->items[job->n++] = items[i];
+  for (int pass = 0; pass < 2; pass++)
+    for (int i = 0; i < job->n && res == ncclSuccess; i++)
+      if (buildPass(&job->items[i]) == pass) res = buildItem(&job->sched, &job->items[i], gen);
   if (res != ncclSuccess) {
     jobPut(job);
     return res;
@@ -220,8 +235,9 @@ ncclResult_t launchItems(struct groupItem *items, int n) {
   if (s->taskCap == 0) inlineSchedInUse();
   scheduleReset(s);
   uint64_t gen = __atomic_add_fetch(&buildGeneration, 1, __ATOMIC_RELAXED);
-  for (int i = 0; i < n; i++)
-    if (items[i].stream == NULL) CHECK(buildItem(s, &items[i], gen));
+  for (int pass = 0; pass < 2; pass++)
+    for (int i = 0; i < n; i++)
+      if (items[i].stream == NULL && buildPass(&items[i]) == pass) CHECK(buildItem(s, &items[i], gen));
   if (s->ntasks == 0) return ncclSuccess;
   if (dumpSchedules()) schedulePrint(s, stdout);
   busyAdd(items, n, NULL, 1);

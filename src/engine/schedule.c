@@ -3,6 +3,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <string.h>
 
 /* Staging memory between runs: a pool of buffers that keeps up to
@@ -19,14 +20,17 @@ static struct {
 static int poolCount;
 static size_t poolBytes;
 
-static void *poolGet(size_t bytes) {
+/* A buffer of at least bytes; *got says how large it is. */
+static void *poolGet(size_t bytes, size_t *got) {
   pthread_mutex_lock(&poolLock);
   int best = -1;
   for (int i = 0; i < poolCount; i++)
     if (pool[i].bytes >= bytes && (best < 0 || pool[i].bytes < pool[best].bytes)) best = i;
   void *mem = NULL;
+  *got = bytes;
   if (best >= 0) {
     mem = pool[best].mem;
+    *got = pool[best].bytes;
     poolBytes -= pool[best].bytes;
     pool[best] = pool[--poolCount];
   }
@@ -50,10 +54,14 @@ static void poolPut(void *mem, size_t bytes) {
 /* The reserved range builders get their staging addresses in: it maps no
  * memory (PROT_NONE, no swap reserved), so no real buffer of a step can
  * lie in it. Each schedule hands out its own addresses from its start.
- * Where it cannot be reserved, staging buffers are memory at once. */
-#define TEMP_RANGE_BYTES (64ull << 30)
+ * The range still counts against an address-space limit (ulimit -v), so
+ * under one there is none; then, and for what does not fit the range,
+ * staging buffers are memory at once. */
+#define TEMP_RANGE_BYTES (4ull << 30)
 static char *tempRange;
 static void tempRangeReserve(void) {
+  struct rlimit as;
+  if (getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY) return;
   void *p = mmap(NULL, TEMP_RANGE_BYTES, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   tempRange = p == MAP_FAILED ? NULL : p;
 }
@@ -64,9 +72,10 @@ void scheduleReset(struct schedule *s) {
   s->timeoutNs = 0;
   s->proto = protoSimple;
   s->opId = 0;
-  for (int i = 0; i < s->ntemps; i++) poolPut(s->temps[i].mem, s->temps[i].bytes);
+  for (int i = 0; i < s->ntemps; i++) poolPut(s->temps[i].mem, s->temps[i].memBytes);
   s->ntemps = 0;
   s->tempSpan = 0;
+  s->tempDirect = 0;
 }
 
 void scheduleFree(struct schedule *s) {
@@ -82,7 +91,7 @@ void *scheduleTemp(struct schedule *s, size_t bytes) {
   pthread_once(&once, tempRangeReserve);
   if (bytes == 0) bytes = 1;
   size_t span = (bytes + 4095) & ~(size_t)4095;
-  if (tempRange && s->tempSpan + span > TEMP_RANGE_BYTES) return NULL;
+  int direct = !tempRange || s->tempSpan + span > TEMP_RANGE_BYTES;
   if (s->ntemps == s->tempCap) {
     int cap = s->tempCap ? 2 * s->tempCap : 4;
     struct scheduleTemp *t = realloc(s->temps, sizeof *t * cap);
@@ -92,10 +101,11 @@ void *scheduleTemp(struct schedule *s, size_t bytes) {
   }
   struct scheduleTemp *t = &s->temps[s->ntemps];
   t->bytes = bytes;
-  t->mem = tempRange ? NULL : poolGet(bytes);
-  if (!tempRange && !t->mem) return NULL;
-  t->at = tempRange ? tempRange + s->tempSpan : t->mem;
-  s->tempSpan += span;
+  t->mem = direct ? poolGet(bytes, &t->memBytes) : NULL;
+  if (direct && !t->mem) return NULL;
+  t->at = direct ? t->mem : tempRange + s->tempSpan;
+  if (!direct) s->tempSpan += span;
+  s->tempDirect |= direct;
   s->ntemps++;
   return t->at;
 }
@@ -103,6 +113,14 @@ void *scheduleTemp(struct schedule *s, size_t bytes) {
 /* The bound address of p when it lies in a staging buffer of s. */
 static char *tempRebase(const struct schedule *s, const char *p) {
   if (!tempRange || !p || p < tempRange || p >= tempRange + s->tempSpan) return (char *)p;
+  if (s->tempDirect) { /* buffers outside the range among them: look through all */
+    for (int i = 0; i < s->ntemps; i++) {
+      const struct scheduleTemp *t = &s->temps[i];
+      if (t->at >= tempRange && t->at < tempRange + TEMP_RANGE_BYTES && p >= t->at && p < t->at + t->bytes)
+        return (char *)t->mem + (p - t->at);
+    }
+    return (char *)p;
+  }
   int lo = 0, hi = s->ntemps - 1; /* the buffers lie in the range in order */
   while (lo < hi) {
     int mid = (lo + hi + 1) / 2;
@@ -115,7 +133,7 @@ static char *tempRebase(const struct schedule *s, const char *p) {
 ncclResult_t scheduleBindTemps(struct schedule *s) {
   if (s->ntemps == 0) return ncclSuccess;
   for (int i = 0; i < s->ntemps; i++)
-    if (!s->temps[i].mem && !(s->temps[i].mem = poolGet(s->temps[i].bytes))) return ncclSystemError;
+    if (!s->temps[i].mem && !(s->temps[i].mem = poolGet(s->temps[i].bytes, &s->temps[i].memBytes))) return ncclSystemError;
   for (int i = 0; i < s->nsteps; i++) {
     s->steps[i].src = tempRebase(s, s->steps[i].src);
     s->steps[i].dst = tempRebase(s, s->steps[i].dst);

@@ -60,9 +60,10 @@ struct task {
 };
 
 struct scheduleTemp {
-  char *at;   /* the address the builder got */
-  size_t bytes;
-  void *mem;  /* bound to this during a run (NULL: not yet) */
+  char *at;        /* the address the builder got */
+  size_t bytes;    /* what the builder asked for */
+  void *mem;       /* bound to this during a run (NULL: not yet) */
+  size_t memBytes; /* mem's size (a pooled buffer may be larger) */
 };
 
 struct schedule {
@@ -78,6 +79,7 @@ struct schedule {
   struct scheduleTemp *temps;
   int ntemps, tempCap;
   size_t tempSpan; /* bytes of the reserved range handed out */
+  int tempDirect;  /* some are memory at once (the range is full or missing) */
   uint64_t timeoutNs; /* the shortest timeout of its communicators (0: CHORUS_TIMEOUT) */
   /* The operation being built: what the tasks and steps added next carry. */
   int proto;     /* its protocol (enum protoId), on each connection that allows it (protoFor) */
