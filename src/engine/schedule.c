@@ -101,6 +101,7 @@ void *scheduleTemp(struct schedule *s, size_t bytes) {
   }
   struct scheduleTemp *t = &s->temps[s->ntemps];
   t->bytes = bytes;
+  t->memBytes = 0;
   t->mem = direct ? poolGet(bytes, &t->memBytes) : NULL;
   if (direct && !t->mem) return NULL;
   t->at = direct ? t->mem : tempRange + s->tempSpan;
