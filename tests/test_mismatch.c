@@ -121,6 +121,19 @@ static ncclResult_t mCall(int coll, int odd, int byDtype, float *in, float *out,
   }
 }
 
+/* A mismatched call (what) on communicator c ended as it must: with
+ * ncclInvalidUsage within 2 s, a last error that says why, and the guard
+ * bytes intact. */
+static int expectMismatch(ncclResult_t res, double t, ncclComm_t c, float *in, float *out, const char *what,
+                          int rank) {
+  const char *err = ncclGetLastError(c);
+  EXPECT(res == ncclInvalidUsage, "%s, rank %d: got %s (%s)", what, rank, ncclGetErrorString(res), err);
+  EXPECT(t < 2.0, "%s: the error took %.2f s", what, t);
+  EXPECT(strstr(err, "Mismatched operation") || strstr(err, "reported"), "%s: rank %d's error '%s'", what, rank, err);
+  EXPECT(!guardCheck(in) && !guardCheck(out), "%s: guard bytes", what);
+  return 0;
+}
+
 static int everyRank(int rank, int n, ncclUniqueId id, void *arg) {
   (void)arg;
   ncclComm_t parent;
@@ -138,14 +151,9 @@ static int everyRank(int rank, int n, ncclUniqueId id, void *arg) {
              mName[coll], byDtype ? "datatype" : "count", rank);
       if (res == ncclSuccess) /* a send was done before anyone saw it: the next call says so */
         res = ncclAllReduce(in, out, 1, ncclFloat, ncclSum, c, NULL);
-      double t = nowSec() - t0;
-      const char *err = ncclGetLastError(c);
-      EXPECT(res == ncclInvalidUsage, "%s by %s, rank %d: got %s (%s)", mName[coll], byDtype ? "datatype" : "count",
-             rank, ncclGetErrorString(res), err);
-      EXPECT(t < 2.0, "%s: the error took %.2f s", mName[coll], t);
-      EXPECT(strstr(err, "Mismatched operation") || strstr(err, "reported"), "%s: rank %d's error '%s'", mName[coll],
-             rank, err);
-      EXPECT(!guardCheck(in) && !guardCheck(out), "%s: guard bytes", mName[coll]);
+      char what[64];
+      snprintf(what, sizeof what, "%s by %s", mName[coll], byDtype ? "datatype" : "count");
+      if (expectMismatch(res, nowSec() - t0, c, in, out, what, rank)) return 1;
       /* everyone has seen it before anyone leaves (leaving looks like a death) */
       NCCLCHECK(ncclAllReduce(in, out, 1, ncclFloat, ncclSum, parent, NULL));
       NCCLCHECK(ncclCommAbort(c));
@@ -179,14 +187,9 @@ static int rootsRank(int rank, int n, ncclUniqueId id, void *arg) {
       case mGather: res = ncclGather(in, out, 40, ncclFloat, root, c, NULL); break;
       default: res = ncclScatter(in, out, 40, ncclFloat, root, c, NULL); break;
     }
-    double t = nowSec() - t0;
-    const char *err = ncclGetLastError(c);
-    EXPECT(res == ncclInvalidUsage, "%s with root %d on rank %d of %d: got %s (%s)", mName[colls[k]], root, rank, n,
-           ncclGetErrorString(res), err);
-    EXPECT(t < 2.0, "%s: the error took %.2f s", mName[colls[k]], t);
-    EXPECT(strstr(err, "Mismatched operation") || strstr(err, "reported"), "%s: rank %d's error '%s'",
-           mName[colls[k]], rank, err);
-    EXPECT(!guardCheck(in) && !guardCheck(out), "%s: guard bytes", mName[colls[k]]);
+    char what[64];
+    snprintf(what, sizeof what, "%s with root %d of %d ranks", mName[colls[k]], root, n);
+    if (expectMismatch(res, nowSec() - t0, c, in, out, what, rank)) return 1;
     NCCLCHECK(ncclAllReduce(in, out, 1, ncclFloat, ncclSum, parent, NULL));
     NCCLCHECK(ncclCommAbort(c));
   }

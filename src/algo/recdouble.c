@@ -36,6 +36,28 @@ static struct rdShape rdShapeOf(int rank, int n) {
 static int rdRank(const struct rdShape *sh, int i) { return i < sh->extra ? 2 * i + 1 : i + sh->extra; }
 static int rdLo(const struct rdShape *sh, int i) { return i < sh->extra ? 2 * i : i + sh->extra; }
 
+/* An AllReduce piece's folding: a folded-out rank hands its input (scaled)
+ * to its partner and gets the result back, and is done (*out = 1); its
+ * partner adds the input into dst first. rdUnfold: the partner hands the
+ * result back. */
+static ncclResult_t rdFold(struct schedule *s, struct algoCtx *c, int ch, const struct rdShape *sh, const char *src,
+                           char *dst, size_t bytes, int *out) {
+  int r = c->rank;
+  *out = sh->index < 0;
+  if (*out) {
+    ADD(s, stepSend, REDUCE_PRE, NULL, connSend(c->conns, r + 1, ch), src, NULL, bytes);
+    ADD(s, stepRecv, 0, connRecv(c->conns, r + 1, ch), NULL, NULL, dst, bytes);
+  } else if (r < 2 * sh->extra) {
+    ADD(s, stepRecvReduceCopy, REDUCE_PRE, connRecv(c->conns, r - 1, ch), NULL, src, dst, bytes);
+  }
+  return ncclSuccess;
+}
+static ncclResult_t rdUnfold(struct schedule *s, struct algoCtx *c, int ch, const struct rdShape *sh, const char *dst,
+                             size_t bytes) {
+  if (c->rank < 2 * sh->extra) ADD(s, stepSend, 0, NULL, connSend(c->conns, c->rank - 1, ch), dst, NULL, bytes);
+  return ncclSuccess;
+}
+
 static ncclResult_t rdAllReduce(struct schedule *s, struct algoCtx *c, const struct collDesc *d, int ch, size_t off,
                                 size_t cnt) {
   int n = c->nranks, r = c->rank;
@@ -44,20 +66,16 @@ static ncclResult_t rdAllReduce(struct schedule *s, struct algoCtx *c, const str
   const char *src = (const char *)d->sendbuff + off * esz;
   char *dst = (char *)d->recvbuff + off * esz;
   CHECK(laneTask(s, c, d, ch));
-  if (sh.index < 0) { /* folded out: hand over, get the result back */
-    ADD(s, stepSend, REDUCE_PRE, NULL, connSend(c->conns, r + 1, ch), src, NULL, bytes);
-    ADD(s, stepRecv, 0, connRecv(c->conns, r + 1, ch), NULL, NULL, dst, bytes);
-    return ncclSuccess;
-  }
-  if (r < 2 * sh.extra) ADD(s, stepRecvReduceCopy, REDUCE_PRE, connRecv(c->conns, r - 1, ch), NULL, src, dst, bytes);
-  else ADD(s, stepCopy, REDUCE_PRE, NULL, NULL, src, dst, bytes);
+  int out;
+  CHECK(rdFold(s, c, ch, &sh, src, dst, bytes, &out));
+  if (out) return ncclSuccess;
+  if (r >= 2 * sh.extra) ADD(s, stepCopy, REDUCE_PRE, NULL, NULL, src, dst, bytes);
   for (int bit = 1; bit < sh.pow2; bit <<= 1) {
     int peer = rdRank(&sh, sh.index ^ bit);
     ADD(s, stepSend, 0, NULL, connSend(c->conns, peer, ch), dst, NULL, bytes);
     ADD(s, stepRecvAcc, bit * 2 == sh.pow2 ? REDUCE_POST : 0, connRecv(c->conns, peer, ch), NULL, NULL, dst, bytes);
   }
-  if (r < 2 * sh.extra) ADD(s, stepSend, 0, NULL, connSend(c->conns, r - 1, ch), dst, NULL, bytes);
-  return ncclSuccess;
+  return rdUnfold(s, c, ch, &sh, dst, bytes);
 }
 
 /* AllGather of elements [off, off + cnt) of every rank's block: block b
@@ -174,13 +192,10 @@ static ncclResult_t rbAllReduce(struct schedule *s, struct algoCtx *c, const str
   const char *src = (const char *)d->sendbuff + off * esz;
   char *dst = (char *)d->recvbuff + off * esz;
   CHECK(laneTask(s, c, d, ch));
-  if (sh.index < 0) { /* folded out: hand over, get the result back */
-    ADD(s, stepSend, REDUCE_PRE, NULL, connSend(c->conns, r + 1, ch), src, NULL, bytes);
-    ADD(s, stepRecv, 0, connRecv(c->conns, r + 1, ch), NULL, NULL, dst, bytes);
-    return ncclSuccess;
-  }
+  int out;
+  CHECK(rdFold(s, c, ch, &sh, src, dst, bytes, &out));
+  if (out) return ncclSuccess;
   int paired = r < 2 * sh.extra; /* then the rounds read the pair's sum in dst */
-  if (paired) ADD(s, stepRecvReduceCopy, REDUCE_PRE, connRecv(c->conns, r - 1, ch), NULL, src, dst, bytes);
   int p = sh.pow2, i = sh.index, lo = 0;
   size_t seg[128 + 1]; /* segment j starts at element seg[j] of the piece; seg[p] = cnt */
   if (p > 128) return ncclInternalError; /* rabSupports keeps it to 255 ranks */
@@ -209,8 +224,7 @@ static ncclResult_t rbAllReduce(struct schedule *s, struct algoCtx *c, const str
     ADD(s, stepRecv, 0, connRecv(c->conns, peer, ch), NULL, NULL, dst + seg[theirs] * esz, SEG(theirs, bit));
   }
 #undef SEG
-  if (paired) ADD(s, stepSend, 0, NULL, connSend(c->conns, r - 1, ch), dst, NULL, bytes);
-  return ncclSuccess;
+  return rdUnfold(s, c, ch, &sh, dst, bytes);
 }
 
 static ncclResult_t rdBuild(struct schedule *s, struct algoCtx *c, const struct collDesc *d, int nch) {

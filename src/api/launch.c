@@ -77,6 +77,16 @@ static ncclResult_t buildItem(struct schedule *s, const struct groupItem *it, ui
   return res;
 }
 
+/* Builds the items on stream into s (a new build generation), in the two
+ * passes of buildPass. */
+static ncclResult_t buildItems(struct schedule *s, const struct groupItem *items, int n, cudaStream_t stream) {
+  uint64_t gen = __atomic_add_fetch(&buildGeneration, 1, __ATOMIC_RELAXED);
+  for (int pass = 0; pass < 2; pass++)
+    for (int i = 0; i < n; i++)
+      if (items[i].stream == stream && buildPass(&items[i]) == pass) CHECK(buildItem(s, &items[i], gen));
+  return ncclSuccess;
+}
+
 /* Sends to self must be matched by receives from self in the same launch,
  * or the send would wait forever. */
 static ncclResult_t checkSelfP2p(const struct groupItem *items, int n) {
@@ -202,13 +212,9 @@ static ncclResult_t launchStream(const struct groupItem *items, int n, cudaStrea
   for (int i = 0; i < n; i++) m += items[i].stream == stream;
   struct streamJob *job = jobGet(m);
   if (!job) return ncclSystemError;
-  uint64_t gen = __atomic_add_fetch(&buildGeneration, 1, __ATOMIC_RELAXED);
-  ncclResult_t res = ncclSuccess;
   for (int i = 0; i < n; i++)
     if (items[i].stream == stream) job->items[job->n++] = items[i];
-  for (int pass = 0; pass < 2; pass++)
-    for (int i = 0; i < job->n && res == ncclSuccess; i++)
-      if (buildPass(&job->items[i]) == pass) res = buildItem(&job->sched, &job->items[i], gen);
+  ncclResult_t res = buildItems(&job->sched, job->items, job->n, stream);
   if (res != ncclSuccess) {
     jobPut(job);
     return res;
@@ -234,10 +240,7 @@ ncclResult_t launchItems(struct groupItem *items, int n) {
   struct schedule *s = &inlineSched;
   if (s->taskCap == 0) inlineSchedInUse();
   scheduleReset(s);
-  uint64_t gen = __atomic_add_fetch(&buildGeneration, 1, __ATOMIC_RELAXED);
-  for (int pass = 0; pass < 2; pass++)
-    for (int i = 0; i < n; i++)
-      if (items[i].stream == NULL && buildPass(&items[i]) == pass) CHECK(buildItem(s, &items[i], gen));
+  CHECK(buildItems(s, items, n, NULL));
   if (s->ntasks == 0) return ncclSuccess;
   if (dumpSchedules()) schedulePrint(s, stdout);
   busyAdd(items, n, NULL, 1);

@@ -59,6 +59,13 @@ static struct link linkOf(const struct tuneTopo *t, int proto) {
   return l;
 }
 
+/* floor(log2(n)) for n >= 1. */
+static int log2Floor(int n) {
+  int k = 0;
+  while ((2 << k) <= n) k++;
+  return k;
+}
+
 double tuneModelUs(const struct tuneTopo *topo, int coll, int algo, int proto, int nch, size_t bytes) {
   (void)nch;
   struct link l = linkOf(topo, proto);
@@ -88,19 +95,14 @@ double tuneModelUs(const struct tuneTopo *topo, int coll, int algo, int proto, i
                              * partners must run at once, so ranks sharing cores move its
                              * bytes at a share of a share (measured: 2-3x a ring's time at
                              * 128 KiB-512 KiB, 4 ranks on 2 cores; even on 2) */
-      double rounds = 0, fold = 0;
-      while ((2 << (int)rounds) <= topo->nranks) rounds++;
-      if ((1 << (int)rounds) != topo->nranks) fold = 2;
+      double rounds = log2Floor(topo->nranks), fold = (1 << (int)rounds) != topo->nranks ? 2 : 0;
       double lat = (rounds + fold) * (l.hop + RING_STEP_US);
       if (coll == collAllReduce) return lat + l.share * (rounds + fold) * (b / l.copy + b / l.reduce);
       return lat + l.share * (n - 1 + fold) * b / (coll == collReduceScatter ? l.reduce : l.copy);
     }
     case algoRabenseifner: { /* halving then doubling: 2 log2 rounds (two more hops to fold), moving
                               * 2 (p - 1) / p of the message and reducing (p - 1) / p of it */
-      double rounds = 0, fold = 0;
-      while ((2 << (int)rounds) <= topo->nranks) rounds++;
-      double p = (double)(1 << (int)rounds);
-      if (p != n) fold = 2;
+      double rounds = log2Floor(topo->nranks), p = (double)(1 << (int)rounds), fold = p != n ? 2 : 0;
       return (2 * rounds + fold) * (l.hop + RING_STEP_US) +
              l.share * ((p - 1) / p * b * (2 / l.copy + 1 / l.reduce) + fold * b / l.copy);
     }
