@@ -155,6 +155,29 @@ static int rankMain(int rank, int n, ncclUniqueId id, void *arg) {
   return 0;
 }
 
+/* Work nobody waits for runs by itself: on a new stream, right after other
+ * work, and after the stream has been idle a while (its worker sleeps until
+ * woken then). Polls only chorusStreamQuery, which runs nothing. */
+static void setFlag(void *arg, ncclResult_t status) {
+  (void)status;
+  *(volatile int *)arg = 1;
+}
+static int runsUnwaited(void) {
+  cudaStream_t st;
+  NCCLCHECK(chorusStreamCreate(&st));
+  const int idleMs[] = {0, 0, 120, 0, 300};
+  for (int k = 0; k < 5; k++) {
+    usleep(idleMs[k] * 1000);
+    volatile int flag = 0;
+    NCCLCHECK(chorusLaunchHostFunc(st, setFlag, (void *)&flag));
+    double t0 = nowSec();
+    while (chorusStreamQuery(st) == ncclInProgress && nowSec() - t0 < 2) usleep(100);
+    EXPECT(flag == 1, "host function %d (after %d ms idle) did not run within 2 s unwaited", k, idleMs[k]);
+  }
+  NCCLCHECK(chorusStreamDestroy(st));
+  return 0;
+}
+
 /* One thread drives all ranks of ncclCommInitAll, one stream each, no group. */
 static int threadsMain(int n) {
   ncclComm_t comms[8];
@@ -180,7 +203,7 @@ static int threadsMain(int n) {
 int main(int argc, char **argv) {
   int n = argc > 1 ? atoi(argv[1]) : 2;
   failedFlag = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  int failed = runRanks(n, rankMain, NULL, 120) + threadsMain(n);
+  int failed = runRanks(n, rankMain, NULL, 120) + threadsMain(n) + runsUnwaited();
   /* Bad stream handles are rejected. */
   static uint64_t fake[16]; /* not a stream, but readable */
   cudaStream_t bogus = (cudaStream_t)fake;

@@ -3,7 +3,6 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <sys/prctl.h>
-#include <sys/timerfd.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -17,13 +16,21 @@
  * STREAM_QUIET_NS (or the oldest item has waited STREAM_MAX_DELAY_NS): a
  * caller that issues a burst and then synchronizes (the common pattern) runs
  * the work itself on its own core, instead of two threads per rank competing
- * for the cores; work nobody waits for still starts within the delay. The
- * worker sleeps on a timer that whoever makes the queue non-empty sets to
- * that time: a caller that issues and synchronizes one call at a time never
- * wakes the worker (a wake-up per call cost a 2-rank 8-byte operation issued
- * through torch.distributed three quarters of its time). */
+ * for the cores; work nobody waits for still starts soon after.
+ *
+ * Issuing makes no system call: arming a timer per call (as this did with a
+ * timerfd) cost a 1-rank 8-byte all_reduce through torch.distributed 13 of
+ * its 19 us here, most of it not in the call itself but in everything after
+ * it running slower (in a virtual machine, programming the timer exits to
+ * the hypervisor). Instead, a worker whose stream was used in the last
+ * STREAM_HOT_NS looks at the queue every STREAM_POLL_NS by itself (a timed
+ * wait on its own core); only one that has gone to sleep for good after an
+ * idle spell is woken, by the call that ends the spell. So work nobody waits
+ * for starts within STREAM_MAX_DELAY_NS + STREAM_POLL_NS. */
 #define STREAM_QUIET_NS 100000ull
 #define STREAM_MAX_DELAY_NS 1000000ull
+#define STREAM_POLL_NS 500000ull
+#define STREAM_HOT_NS 50000000ull
 /* At most STREAM_MAX_PENDING (stream.h) items queued: a caller that issues
  * more (a timing loop of 100000 calls, say) runs the oldest ones itself
  * first, as a CUDA launch blocks on a full queue, so the queue's memory
@@ -32,8 +39,8 @@
 struct CUstream_st {
   uint64_t magic;
   pthread_mutex_t lock;
-  int timerFd;   /* the worker sleeps in read() on it (see STREAM_QUIET_NS) */
-  uint64_t armedNs; /* when it fires (0: not armed) */
+  pthread_cond_t workerWake; /* signalled only while workerAsleep */
+  int workerAsleep; /* the worker waits without a deadline: issuing must wake it */
   pthread_cond_t itemDone; /* a synchronizing caller waits here for the worker's item */
   struct streamWork *head, *tail;
   int pending; /* queued or running */
@@ -55,28 +62,24 @@ static _Thread_local cudaStream_t runningStream;
 
 int streamValid(cudaStream_t s) { return s != NULL && s->magic == STREAM_MAGIC; }
 
-/* Sets the worker's timer to atNs (at once if that has passed). Called with
- * the lock held. */
-static void streamSetTimer(cudaStream_t s, uint64_t atNs) {
-  if (atNs == 0) atNs = 1; /* 0 would disarm the timer */
-  struct itimerspec it = {{0, 0}, {(time_t)(atNs / 1000000000ull), (long)(atNs % 1000000000ull)}};
-  timerfd_settime(s->timerFd, TFD_TIMER_ABSTIME, &it, NULL);
-  s->armedNs = atNs;
+/* Wakes the worker (called with the lock held): always when now, otherwise
+ * only if it sleeps without a deadline (a worker in a timed wait looks
+ * again by itself). */
+static void streamWakeWorker(cudaStream_t s, int now) {
+  if (!s->workerAsleep && !now) return;
+  s->workerAsleep = 0;
+  pthread_cond_signal(&s->workerWake);
 }
 
-/* The same, unless the worker is due to wake earlier anyway. */
-static void streamWakeAt(cudaStream_t s, uint64_t atNs) {
-  if (!s->armedNs || s->armedNs > atNs) streamSetTimer(s, atNs);
-}
-
-/* The worker's sleep: drops the lock until the timer fires. */
-static void streamSleep(cudaStream_t s) {
-  pthread_mutex_unlock(&s->lock);
-  uint64_t expirations;
-  ssize_t n = read(s->timerFd, &expirations, sizeof expirations);
-  (void)n; /* EINTR: a spurious wake-up, the loop looks again */
-  pthread_mutex_lock(&s->lock);
-  if (s->armedNs && s->armedNs <= clockNs()) s->armedNs = 0;
+/* The worker's sleep: drops the lock until untilNs (0: until woken). */
+static void streamSleep(cudaStream_t s, uint64_t untilNs) {
+  if (untilNs == 0) {
+    s->workerAsleep = 1;
+    while (s->workerAsleep) pthread_cond_wait(&s->workerWake, &s->lock);
+    return;
+  }
+  struct timespec at = {(time_t)(untilNs / 1000000000ull), (long)(untilNs % 1000000000ull)};
+  pthread_cond_timedwait(&s->workerWake, &s->lock, &at);
 }
 
 /* Runs the queue's head if nobody else is running one (called with the
@@ -121,30 +124,30 @@ static void streamDrain(cudaStream_t s, uint64_t target) {
     if (!ran && s->running) pthread_cond_wait(&s->itemDone, &s->lock);
     else if (!ran) break; /* nothing left: target was past what was issued */
   }
-  if (--s->syncing == 0 && s->head) streamWakeAt(s, 0);
+  if (--s->syncing == 0 && s->head) streamWakeWorker(s, 1); /* rare: a wait for less than all */
 }
 
 /* The worker runs queued work in the background (see STREAM_QUIET_NS);
- * while a caller waits for the stream the caller runs it instead. The
- * worker sleeps on its timer while there is nothing it may run; waiting for
- * peers happens inside the items, through the one wait. */
+ * while a caller waits for the stream the caller runs it instead. Waiting
+ * for peers happens inside the items, through the one wait. */
 static void *streamWorker(void *arg) {
   cudaStream_t s = arg;
   prctl(PR_SET_TIMERSLACK, 1000UL); /* wake on time: the delay is short */
   pthread_mutex_lock(&s->lock);
   while (!(s->stop && s->head == NULL)) {
-    if (s->syncing || s->running || s->head == NULL) {
-      streamSleep(s); /* whoever ends that state sets the timer */
-      continue;
+    uint64_t now = clockNs();
+    if (s->head && !s->syncing && !s->running) {
+      uint64_t due = s->lastEnqueueNs + STREAM_QUIET_NS;
+      if (due > s->head->enqueuedNs + STREAM_MAX_DELAY_NS) due = s->head->enqueuedNs + STREAM_MAX_DELAY_NS;
+      if (now >= due || s->stop) streamRunOne(s);
+      else streamSleep(s, due);
+    } else if (s->stop) {
+      streamSleep(s, now + STREAM_POLL_NS); /* a caller finishes what it runs */
+    } else if (now - s->lastEnqueueNs < STREAM_HOT_NS || s->head) {
+      streamSleep(s, now + STREAM_POLL_NS);
+    } else {
+      streamSleep(s, 0);
     }
-    uint64_t due = s->lastEnqueueNs + STREAM_QUIET_NS, now = clockNs();
-    if (due > s->head->enqueuedNs + STREAM_MAX_DELAY_NS) due = s->head->enqueuedNs + STREAM_MAX_DELAY_NS;
-    if (now < due && !s->stop) {
-      streamWakeAt(s, due);
-      streamSleep(s);
-      continue;
-    }
-    streamRunOne(s);
   }
   pthread_mutex_unlock(&s->lock);
   return NULL;
@@ -155,17 +158,12 @@ void streamEnqueue(cudaStream_t s, struct streamWork *w) {
   w->enqueuedNs = clockNs();
   pthread_mutex_lock(&s->lock);
   s->lastEnqueueNs = w->enqueuedNs;
-  int wasEmpty = s->head == NULL;
   if (s->tail) s->tail->next = w;
   else s->head = w;
   s->tail = w;
   s->pending++;
   s->issued++;
-  /* Behind another item the worker is already due (it wakes for the head's
-   * start time or after running it): the timer is set only for a new head,
-   * and then to its time whatever it was set to before (nothing else waits
-   * for it: in a loop of calls that are waited for at once, it never fires). */
-  if (wasEmpty && !s->syncing) streamSetTimer(s, w->enqueuedNs + STREAM_QUIET_NS);
+  streamWakeWorker(s, 0); /* only after an idle spell: otherwise it polls */
   if (s->pending > STREAM_MAX_PENDING) streamDrain(s, s->issued - STREAM_MAX_PENDING / 2);
   pthread_mutex_unlock(&s->lock);
 }
@@ -200,8 +198,8 @@ ncclResult_t streamWaitFor(cudaStream_t s, uint64_t pos, const char *call) {
 }
 
 static void streamFree(cudaStream_t s) {
-  if (s->timerFd >= 0) close(s->timerFd);
   pthread_mutex_destroy(&s->lock);
+  pthread_cond_destroy(&s->workerWake);
   pthread_cond_destroy(&s->itemDone);
   free(s);
 }
@@ -222,14 +220,14 @@ ncclResult_t chorusStreamCreate(cudaStream_t *stream) {
   if (!s) return ncclSystemError;
   pthread_mutex_init(&s->lock, NULL);
   pthread_cond_init(&s->itemDone, NULL);
+  pthread_condattr_t attr;
+  pthread_condattr_init(&attr);
+  pthread_condattr_setclock(&attr, CLOCK_MONOTONIC); /* deadlines are clockNs() times */
+  pthread_cond_init(&s->workerWake, &attr);
+  pthread_condattr_destroy(&attr);
   s->magic = STREAM_MAGIC;
   s->refs = 1;
-  s->timerFd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC);
-  if (s->timerFd < 0) {
-    WARN("chorusStreamCreate : cannot create the stream's timer");
-    streamFree(s);
-    return ncclSystemError;
-  }
+  s->lastEnqueueNs = clockNs() - STREAM_HOT_NS; /* idle: the worker sleeps until the first item */
   if (pthread_create(&s->thread, NULL, streamWorker, s) != 0) {
     WARN("chorusStreamCreate : cannot start the stream's thread");
     streamFree(s);
@@ -278,7 +276,7 @@ ncclResult_t chorusStreamDestroy(cudaStream_t s) {
   ncclResult_t res = chorusStreamSynchronize(s);
   pthread_mutex_lock(&s->lock);
   s->stop = 1;
-  streamWakeAt(s, 0);
+  streamWakeWorker(s, 1);
   pthread_mutex_unlock(&s->lock);
   pthread_join(s->thread, NULL);
   s->magic = 0;
