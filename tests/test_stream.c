@@ -148,6 +148,25 @@ static int rankMain(int rank, int n, ncclUniqueId id, void *arg) {
   NCCLCHECK(ncclGroupEnd());
   NCCLCHECK(chorusStreamSynchronize(st));
   EXPECT(b == n * (n - 1) / 2, "grouped stream allreduce got %d", b);
+  /* CUDA's cudaStreamLegacy and cudaStreamPerThread handles act as NULL:
+   * the call is complete when it returns. */
+  for (uintptr_t h = 1; h <= 2; h++) {
+    cudaStream_t special = (cudaStream_t)h;
+    int x = rank + (int)h, y = -1;
+    NCCLCHECK(ncclAllReduce(&x, &y, 1, ncclInt, ncclSum, comm, special));
+    EXPECT(y == n * (n - 1) / 2 + n * (int)h, "allreduce on stream handle %d got %d", (int)h, y);
+    struct hostNote hn = {0};
+    NCCLCHECK(chorusLaunchHostFunc(special, noteHost, &hn));
+    EXPECT(hn.calls == 1, "host function on stream handle %d did not run at once", (int)h);
+    NCCLCHECK(chorusStreamSynchronize(special));
+    NCCLCHECK(chorusStreamQuery(special));
+    chorusEvent_t ev;
+    NCCLCHECK(chorusEventCreate(&ev));
+    NCCLCHECK(chorusEventRecord(ev, special));
+    NCCLCHECK(chorusEventSynchronize(ev));
+    NCCLCHECK(chorusEventDestroy(ev));
+    EXPECT(chorusStreamDestroy(special) == ncclInvalidArgument, "destroying stream handle %d", (int)h);
+  }
   if (hostAndEvents(rank, n, comm, st)) return 1;
   NCCLCHECK(chorusStreamDestroy(st));
   NCCLCHECK(n > 1 ? ncclCommAbort(comm) : ncclCommDestroy(comm)); /* rank 0's has failed */

@@ -54,7 +54,8 @@ static ncclResult_t enqueueCheckArgs(const struct callArgs *a) {
     WARN("%s : invalid type %d", name, (int)a->dtype);
     return ncclInvalidArgument;
   }
-  struct groupItem item = {comm, a->stream, {0}, {0}, 0};
+  cudaStream_t stream = streamResolve(a->stream);
+  struct groupItem item = {comm, stream, {0}, {0}, 0};
   struct collDesc *d = &item.desc;
   d->coll = a->coll;
   d->sendbuff = a->sendbuff;
@@ -71,8 +72,8 @@ static ncclResult_t enqueueCheckArgs(const struct callArgs *a) {
     WARN("%s : invalid %s %d (nranks %d)", name, p2p ? "peer" : "root", a->root, comm->nranks);
     return ncclInvalidArgument;
   }
-  if (a->stream != NULL && !streamValid(a->stream)) {
-    WARN("%s : stream %p was not created by chorusStreamCreate", name, (void *)a->stream);
+  if (stream != NULL && !streamValid(stream)) {
+    WARN("%s : stream %p was not created by chorusStreamCreate", name, (void *)stream);
     return ncclInvalidArgument;
   }
   size_t esz = dtypeSize(a->dtype), total; /* a multiplication, not two divisions (tens of ns a call) */
@@ -96,7 +97,7 @@ static ncclResult_t enqueueCheckArgs(const struct callArgs *a) {
   INFO(p2p ? subsysP2p : subsysColl,
        "%s: opCount %llx sendbuff %p recvbuff %p count %zu datatype %d op %d root %d comm %p [nranks=%d] stream %p",
        name, (unsigned long long)comm->opCount, a->sendbuff, a->recvbuff, a->count, (int)a->dtype,
-       isReduction(a->coll) ? (int)a->op : 0, a->root, (void *)comm, comm->nranks, (void *)a->stream);
+       isReduction(a->coll) ? (int)a->op : 0, a->root, (void *)comm, comm->nranks, (void *)stream);
   item.opId = comm->opCount++; /* what NCCL's logs call opCount; every task of the call carries it */
   struct opDesc *c = &d->check;
   c->count = a->count;

@@ -38,6 +38,7 @@ ncclResult_t chorusEventCreate(chorusEvent_t *event) {
 
 ncclResult_t chorusEventRecord(chorusEvent_t e, cudaStream_t stream) {
   CHECK(checkEvent(e, "chorusEventRecord"));
+  stream = streamResolve(stream);
   if (stream != NULL && !streamValid(stream)) {
     WARN("chorusEventRecord : stream %p was not created by chorusStreamCreate (or was destroyed)", (void *)stream);
     return ncclInvalidArgument;

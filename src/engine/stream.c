@@ -60,7 +60,8 @@ struct CUstream_st {
  * stream from inside its own item (a host function) would wait forever. */
 static _Thread_local cudaStream_t runningStream;
 
-int streamValid(cudaStream_t s) { return s != NULL && s->magic == STREAM_MAGIC; }
+/* Small values are never read through (CUDA's special handles among them). */
+int streamValid(cudaStream_t s) { return (uintptr_t)s >= 4096 && s->magic == STREAM_MAGIC; }
 
 /* Wakes the worker (called with the lock held): always when now, otherwise
  * only if it sleeps without a deadline (a worker in a timed wait looks
@@ -246,6 +247,7 @@ static ncclResult_t checkStream(cudaStream_t s, const char *call) {
 }
 
 ncclResult_t chorusStreamQuery(cudaStream_t s) {
+  s = streamResolve(s);
   if (s == NULL) return ncclSuccess; /* the NULL stream is always complete */
   ncclResult_t res = checkStream(s, "chorusStreamQuery");
   if (res != ncclSuccess) return res;
@@ -257,6 +259,7 @@ ncclResult_t chorusStreamQuery(cudaStream_t s) {
 }
 
 ncclResult_t chorusStreamSynchronize(cudaStream_t s) {
+  s = streamResolve(s);
   if (s == NULL) return ncclSuccess;
   CHECK(checkStream(s, "chorusStreamSynchronize"));
   CHECK(checkNotInside(s, "chorusStreamSynchronize"));
@@ -307,6 +310,7 @@ ncclResult_t chorusLaunchHostFunc(cudaStream_t s, chorusHostFn_t fn, void *userD
     WARN("chorusLaunchHostFunc : fn argument is NULL");
     return ncclInvalidArgument;
   }
+  s = streamResolve(s);
   if (s == NULL) { /* everything issued on the NULL stream has completed */
     fn(userData, ncclSuccess);
     return ncclSuccess;

@@ -25,6 +25,15 @@ struct streamWork {
  * need not be more. */
 #define STREAM_MAX_PENDING 512
 
+/* CUDA's special handles, cudaStreamLegacy ((cudaStream_t)0x1) and
+ * cudaStreamPerThread ((cudaStream_t)0x2), name a device's default stream;
+ * on the host they mean what NULL does (the call is done when it returns),
+ * so code written for CUDA passes them unchanged. Every public function that
+ * takes a stream resolves it first. */
+static inline cudaStream_t streamResolve(cudaStream_t stream) {
+  return (uintptr_t)stream <= 2 ? NULL : stream;
+}
+
 /* 1 when stream was made by chorusStreamCreate and not destroyed. */
 int streamValid(cudaStream_t stream);
 void streamEnqueue(cudaStream_t stream, struct streamWork *w);
