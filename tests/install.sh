@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# An install that runs: `cmake --install` of this build into a fresh prefix,
+# then the installed tools start with nothing set (their run path finds
+# PREFIX/lib), chorusrun drives an installed perf tool on 2 ranks, and an
+# NCCL program links with -lnccl from PREFIX/lib/chorus-nccl (through
+# nccl.pc when pkg-config is there) and runs. Where the CUDA toolkit's
+# nccl.h is (cuda_include), a program built against it and a library named
+# libnccl.so.2 (a stand-in for NCCL, made here) runs on chorus with
+# LD_LIBRARY_PATH=PREFIX/lib/chorus-nccl, as a swap for a real NCCL would.
+set -euo pipefail
+src=$1; build=$2; sanitize=${3:-}; cuda_include=${4:-}
+prefix=$(mktemp -d)
+trap 'rm -rf "$prefix"' EXIT
+cmake --install "$build" --prefix "$prefix" >/dev/null
+unset LD_LIBRARY_PATH
+fail() { echo "install: $*"; exit 1; }
+out=$("$prefix/bin/all_reduce_perf" -b 8 -e 1K -f 4 -c 1 2>&1) || fail "installed all_reduce_perf failed: $out"
+grep -q "Avg bus bandwidth" <<<"$out" || fail "installed all_reduce_perf printed no summary: $out"
+out=$("$prefix/bin/chorus-info" 2>&1) || fail "installed chorus-info failed: $out"
+out=$(timeout 60 "$prefix/bin/chorusrun" -n 2 "$prefix/bin/all_reduce_perf" -b 8 -e 64K -f 8 -c 1 2>&1) ||
+  fail "chorusrun -n 2 all_reduce_perf failed: $out"
+grep -q "Out of bounds values : 0 OK" <<<"$out" || fail "2-rank installed run reported wrong values: $out"
+[ -L "$prefix/lib/chorus-nccl/libnccl.so.2" ] || fail "no libnccl.so.2 in lib/chorus-nccl"
+cat > "$prefix/prog.c" <<'C'
+#include <nccl.h>
+#include <stdio.h>
+int main(void) {
+  ncclComm_t comms[2];
+  float a[2][3] = {{1, 2, 3}, {10, 20, 30}};
+  if (ncclCommInitAll(comms, 2, NULL) != ncclSuccess) return 1;
+  ncclGroupStart();
+  for (int r = 0; r < 2; r++) ncclAllReduce(a[r], a[r], 3, ncclFloat, ncclSum, comms[r], NULL);
+  if (ncclGroupEnd() != ncclSuccess) return 1;
+  for (int r = 0; r < 2; r++) ncclCommDestroy(comms[r]);
+  printf("%g %g %g\n", a[1][0], a[1][1], a[1][2]);
+  return 0;
+}
+C
+san=${sanitize:+-fsanitize=$sanitize}
+if command -v pkg-config >/dev/null 2>&1; then
+  flags=$(PKG_CONFIG_PATH=$prefix/lib/chorus-nccl pkg-config --cflags --libs nccl)
+else
+  flags="-I$prefix/include -L$prefix/lib/chorus-nccl -Wl,-rpath,$prefix/lib -lnccl"
+fi
+cc "$prefix/prog.c" $flags $san -o "$prefix/prog" || fail "cannot link with -lnccl ($flags)"
+[ "$("$prefix/prog")" = "11 22 33" ] || fail "the -lnccl program gave $("$prefix/prog" 2>&1)"
+if [ -n "$cuda_include" ] && [ -z "$sanitize" ]; then
+  mkdir "$prefix/standin"
+  cc -shared -Wl,-soname,libnccl.so.2 -Wl,--whole-archive "$build/lib/libchorus.a" -Wl,--no-whole-archive \
+    -lpthread -lm -o "$prefix/standin/libnccl.so.2"
+  ln -s libnccl.so.2 "$prefix/standin/libnccl.so"
+  cc "$src/tests/test_abi.c" -I "$cuda_include" -L "$prefix/standin" -lnccl -o "$prefix/nccl_prog"
+  rm -r "$prefix/standin"
+  out=$(LD_LIBRARY_PATH=$prefix/lib/chorus-nccl "$prefix/nccl_prog" 2>&1) ||
+    fail "a program linked against libnccl.so.2 failed on chorus's: $out"
+  grep -q "passed" <<<"$out" || fail "the libnccl.so.2 program: $out"
+fi
+echo "install: passed"
