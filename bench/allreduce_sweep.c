@@ -41,13 +41,22 @@ static size_t parseSize(const char *s) {
 int main(int argc, char **argv) {
   int n = 2, opt;
   size_t minB = 8, maxB = 128 << 20, factor = 2;
+  static const char usage[] =
+      "usage: %s [-n ranks] [-b min] [-e max] [-f factor]\n"
+      "AllReduce (float sum, out of place) latency and bus bandwidth from min to max bytes (K/M/G\n"
+      "suffixes), each size factor times the last, on ranks forked processes (default 2, 8 B to 128 MiB, x2).\n";
+  for (int i = 1; i < argc; i++)
+    if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+      printf(usage, argv[0]);
+      return 0;
+    }
   while ((opt = getopt(argc, argv, "n:b:e:f:")) != -1) {
     switch (opt) {
       case 'n': n = atoi(optarg); break;
       case 'b': minB = parseSize(optarg); break;
       case 'e': maxB = parseSize(optarg); break;
       case 'f': factor = (size_t)atoi(optarg); break;
-      default: fprintf(stderr, "usage: %s [-n ranks] [-b min] [-e max] [-f factor]\n", argv[0]); return 2;
+      default: fprintf(stderr, usage, argv[0]); return 2;
     }
   }
   if (factor < 2) factor = 2;

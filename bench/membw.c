@@ -53,6 +53,13 @@ static double measure(int threads) {
 }
 
 int main(int argc, char **argv) {
+  if (argc > 1 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || atoi(argv[1]) <= 0)) {
+    int asked = argv[1][0] == '-';
+    fprintf(asked ? stdout : stderr,
+            "usage: %s [MiB]\nCopy and float-sum bandwidth of 1 and 2 threads over buffers of MiB (default 256),\n"
+            "best of 5, in GB/s of output.\n", argv[0]);
+    return asked ? 0 : 2;
+  }
   bytes = (size_t)(argc > 1 ? atoi(argv[1]) : 256) << 20;
   printf("# memory bandwidth probe, %zu MiB buffers, best of 5, GB/s of output\n", bytes >> 20);
   for (mode = 0; mode < 2; mode++)

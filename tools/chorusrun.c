@@ -44,9 +44,17 @@ static int freePort(void) {
   return ntohs(a.sin_port);
 }
 
-static void usage(void) {
-  fprintf(stderr, "usage: chorusrun -n N [--tag-output] [--] PROGRAM [ARGS...]\n");
-  exit(2);
+/* On stdout with status 0 when asked for (--help), else on stderr with 2. */
+static void usage(int asked) {
+  fprintf(asked ? stdout : stderr,
+          "usage: chorusrun -n N [--tag-output] [--] PROGRAM [ARGS...]\n"
+          "Starts N ranks of PROGRAM on this host with CHORUS_RANK, CHORUS_NRANKS, CHORUS_LOCAL_RANK,\n"
+          "RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/MASTER_PORT and NCCL_COMM_ID set; as soon as one\n"
+          "rank fails, stops the others and exits with its status.\n"
+          "  -n, --nproc N   number of ranks\n"
+          "  --tag-output    prefix every output line with [rank]\n"
+          "  -h, --help      this text\n");
+  exit(asked ? 0 : 2);
 }
 
 /* Copies complete lines from fd to out with a "[rank] " prefix. */
@@ -83,22 +91,25 @@ int main(int argc, char **argv) {
   nranks = 0;
   for (; i < argc; i++) {
     if (!strcmp(argv[i], "-n") || !strcmp(argv[i], "--nproc")) {
-      if (++i >= argc) usage();
+      if (++i >= argc) usage(0);
       nranks = atoi(argv[i]);
     } else if (!strncmp(argv[i], "-n", 2) && argv[i][2]) {
       nranks = atoi(argv[i] + 2);
+    } else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+      usage(1);
     } else if (!strcmp(argv[i], "--tag-output")) {
       tag = 1;
     } else if (!strcmp(argv[i], "--")) {
       i++;
       break;
     } else if (argv[i][0] == '-') {
-      usage();
+      fprintf(stderr, "chorusrun: unknown option %s\n", argv[i]);
+      usage(0);
     } else {
       break;
     }
   }
-  if (nranks < 1 || i >= argc) usage();
+  if (nranks < 1 || i >= argc) usage(0);
   char **prog = &argv[i];
   int port = freePort();
   char buf[64];

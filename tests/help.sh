@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Every tool answers --help with its usage on stdout and status 0, at once
+# and without side effects (no install, build or run): chorusrun,
+# chorus-info, the perf tools, the bench programs and scripts.
+set -uo pipefail
+src=$1; bin=$2
+fail=0
+check() { # name, command...
+  local name=$1 out rc
+  shift
+  out=$(timeout 5 "$@" --help 2>/dev/null); rc=$?
+  # its status is 0, and it printed a usage line or a few lines of explanation
+  if [ $rc -ne 0 ] || { ! grep -qi "usage" <<<"$out" && [ "$(wc -l <<<"$out")" -lt 2 ]; }; then
+    echo "help: $name --help: status $rc, output: ${out:0:200}"
+    fail=1
+  fi
+}
+for t in chorusrun chorus-info allreduce_sweep membw "$bin"/*_perf; do
+  t=$(basename "$t")
+  check "$t" "$bin/$t"
+done
+for s in "$src"/bench/*; do
+  [ -f "$s" ] && [ -x "$s" ] || continue
+  check "bench/$(basename "$s")" "$s"
+done
+[ $fail = 0 ] && echo "help: passed"
+exit $fail
