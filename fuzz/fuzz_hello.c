@@ -18,15 +18,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     struct rootHello h;
     if (size < sizeof h) return 0;
     memcpy(&h, data, sizeof h);
-    int fds[4] = {-1, 3, -1, -1};
-    if (wireRootHelloValid(&h, h.secret, 4, fds) || wireRootHelloValid(&h, h.secret, 0, NULL))
+    if (wireRootHelloValid(&h, h.secret))
       snprintf(sink, sizeof sink, "%d %s %s", h.rank, h.info.hostname, sockAddrStr(&h.info.listenAddr, addr, sizeof addr));
   } else if (which == 1) {
     int n = (int)(size / sizeof(struct bootstrapPeerInfo));
     if (n == 0) return 0;
     struct bootstrapPeerInfo *peers = malloc(sizeof *peers * (size_t)n);
     memcpy(peers, data, sizeof *peers * (size_t)n);
-    if (wirePeerTableCheck(peers, n) == ncclSuccess)
+    char refusal[128];
+    if (wireRefusalRead(peers, sizeof *peers * (size_t)n, refusal, sizeof refusal))
+      snprintf(sink, sizeof sink, "%s", refusal);
+    else if (wirePeerTableCheck(peers, n) == ncclSuccess)
       for (int i = 0; i < n; i++)
         snprintf(sink, sizeof sink, "%s %s", peers[i].hostname, sockAddrStr(&peers[i].listenAddr, addr, sizeof addr));
     free(peers);

@@ -135,6 +135,7 @@ static ncclResult_t commSetup(struct ncclComm *comm) {
   uint64_t t0 = clockNs();
   int rank = comm->rank, nranks = comm->nranks, cudaDev = comm->cudaDev;
   logSetRank(rank);
+  logStartThreadErrors(); /* the cause of a failure below is this thread's last WARN */
   ncclResult_t res;
   struct bootstrapHandle h;
   memcpy(&h, comm->initId.internal, sizeof h);
@@ -210,8 +211,14 @@ static ncclResult_t commSetup(struct ncclComm *comm) {
   INFO(subsysInit, "comm %p rank %d nranks %d cudaDev %d pid %d - Init COMPLETE (%.3f s)", (void *)comm, rank,
        nranks, cudaDev, (int)getpid(), (double)(clockNs() - t0) / 1e9);
   return ncclSuccess;
-fail:
-  WARN("ncclCommInitRank : rank %d of %d failed to initialize: %s", rank, nranks, ncclGetErrorString(res));
+fail: {
+    /* The cause stays in what ncclGetLastError says (the root's refusal,
+     * the address that could not be reached), not just the result's name. */
+    char cause[600];
+    logCopyLastError(cause, sizeof cause);
+    WARN("ncclCommInitRank : rank %d of %d failed to initialize: %s%s%s", rank, nranks, ncclGetErrorString(res),
+         cause[0] ? ": " : "", cause);
+  }
   return res;
 }
 

@@ -14,6 +14,7 @@
 #include "bootstrap/acceptor.h"
 #include "bootstrap/oob.h"
 #include "bootstrap/wire.h"
+#include "core/clock.h"
 #include "core/err.h"
 #include "core/log.h"
 #include "core/param.h"
@@ -53,6 +54,54 @@ struct rootArgs {
   struct acceptor *acc; /* allocated by spawnRoot, not by the new thread */
 };
 
+/* Sends fd the refusal in place of the table of nranks entries it expects
+ * (wire.h), giving up on a rank that does not read it within a second. */
+static void rootSendRefusal(int fd, int nranks, const char *text) {
+  size_t total = sizeof(struct bootstrapPeerInfo) * (size_t)nranks;
+  char buf[4096];
+  struct waitState w;
+  waitBegin(&w, NULL, NULL, NULL, "bootstrap root refusal");
+  w.timeoutNs = 1000000000ull;
+  for (size_t off = 0; off < total;) {
+    size_t n = total - off < sizeof buf ? total - off : sizeof buf;
+    if (off == 0) wireRefusalFill(buf, n, text);
+    else memset(buf, 0, n);
+    if (sockSendAll(fd, buf, n, &w) != ncclSuccess) return;
+    off += n;
+  }
+}
+
+/* 1, with why, when h disagrees with the hellos taken so far (nranks: theirs,
+ * fds/infos: the ranks seen): another nranks, or a rank already claimed. */
+static int rootDisagrees(const struct rootHello *h, int nranks, const int *fds, const struct bootstrapPeerInfo *infos,
+                         char *why, size_t len) {
+  if (!fds) { /* none seen yet; with NCCL_COMM_ID rank 0 started the root with its nranks */
+    if (!nranks || h->nranks == nranks) return 0;
+    snprintf(why, len, "host %s pid %d (rank %d) says nranks is %d, but rank 0, which hosts the root, said %d",
+             h->info.hostname, h->info.pid, h->rank, h->nranks, nranks);
+    return 1;
+  }
+  if (h->nranks != nranks) {
+    int j = 0;
+    while (j < nranks && fds[j] < 0) j++;
+    snprintf(why, len, "host %s pid %d (rank %d) says nranks is %d, but host %s pid %d (rank %d) said %d",
+             h->info.hostname, h->info.pid, h->rank, h->nranks, j < nranks ? infos[j].hostname : "?",
+             j < nranks ? infos[j].pid : 0, j, nranks);
+    return 1;
+  }
+  if (fds[h->rank] >= 0) {
+    snprintf(why, len, "rank %d was claimed by host %s pid %d and host %s pid %d", h->rank,
+             infos[h->rank].hostname, infos[h->rank].pid, h->info.hostname, h->info.pid);
+    return 1;
+  }
+  return 0;
+}
+
+/* After a refusal the root stays this long (or the stall timeout, if
+ * shorter) to refuse the ranks that call in late, so that they too fail at
+ * once rather than wait for a root that is gone. */
+#define ROOT_REFUSING_NS 10000000000ull
+
 static void *rootThread(void *argp) {
   /* argp is freed only at the end: the thread touches no allocator until a
    * rank calls in, so a process may fork right after ncclGetUniqueId. */
@@ -65,7 +114,9 @@ static void *rootThread(void *argp) {
   waitBegin(&w, NULL, NULL, NULL, "bootstrap root waiting for ranks");
   struct acceptor *acc = a.acc;
   acceptorInit(acc, a.listenFd, sizeof(struct rootHello));
-  while (nranks == 0 || got < nranks) {
+  char refusal[400] = ""; /* set once ranks disagreed: every rank is refused */
+  uint64_t refusingUntil = 0;
+  while (refusal[0] ? clockNs() < refusingUntil : nranks == 0 || got < nranks) {
     int fd, progressed;
     struct rootHello hello;
     if (acceptorPoll(acc, &fd, &hello, &progressed) != ncclSuccess) break;
@@ -78,18 +129,34 @@ static void *rootThread(void *argp) {
        * until the timeout. A connection that merely closes is not taken
        * for a notice. */
       int waiting = 0;
-      for (int i = 0; fds && !progressed && i < nranks; i++) {
+      for (int i = 0; fds && !refusal[0] && !progressed && i < nranks; i++) {
         char c = 0;
         waiting += fds[i] >= 0 && !(recv(fds[i], &c, 1, MSG_PEEK | MSG_DONTWAIT) == 1 && c == rootLeaveNotice);
       }
-      if (fds && !progressed && waiting == 0) {
+      if (fds && !refusal[0] && !progressed && waiting == 0) {
         WARN("Bootstrap : root: the %d rank(s) that checked in have all left; giving up", got);
         break;
       }
       continue;
     }
     waitProgress(&w);
-    if (!wireRootHelloValid(&hello, a.secret, nranks, fds)) {
+    if (!wireRootHelloValid(&hello, a.secret)) {
+      close(fd);
+      continue;
+    }
+    if (!refusal[0] && rootDisagrees(&hello, nranks, fds, infos, refusal, sizeof refusal)) {
+      WARN("Bootstrap : root: %s; refusing the rendezvous to every rank", refusal);
+      for (int i = 0; fds && i < nranks; i++)
+        if (fds[i] >= 0) {
+          rootSendRefusal(fds[i], nranks, refusal);
+          close(fds[i]);
+          fds[i] = -1;
+        }
+      uint64_t grace = w.timeoutNs && w.timeoutNs < ROOT_REFUSING_NS ? w.timeoutNs : ROOT_REFUSING_NS;
+      refusingUntil = clockNs() + grace;
+    }
+    if (refusal[0]) {
+      rootSendRefusal(fd, hello.nranks, refusal);
       close(fd);
       continue;
     }
@@ -104,7 +171,9 @@ static void *rootThread(void *argp) {
     infos[hello.rank] = hello.info;
     got++;
   }
-  if (nranks > 0 && got == nranks) {
+  if (refusal[0]) {
+    /* every rank that called in was told */
+  } else if (nranks > 0 && got == nranks) {
     for (int i = 0; i < nranks; i++) {
       struct waitState ws;
       waitBegin(&ws, NULL, NULL, NULL, "bootstrap root reply");
@@ -266,6 +335,11 @@ ncclResult_t bootstrapInit(struct bootstrap *b, const struct bootstrapHandle *h,
   CHECKGOTO(sockRecvAll(rootFd, b->peers, sizeof *b->peers * nranks, &w), res, out);
   close(rootFd);
   rootFd = -1;
+  char refusal[512];
+  if (wireRefusalRead(b->peers, sizeof *b->peers * nranks, refusal, sizeof refusal)) {
+    WARN("Bootstrap : rank %d of %d: the root refused the rendezvous: %s", rank, nranks, refusal);
+    return ncclInvalidUsage;
+  }
   CHECK(wirePeerTableCheck(b->peers, nranks));
   res = meshConnect(b);
 out:

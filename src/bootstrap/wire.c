@@ -1,19 +1,20 @@
 #include "bootstrap/wire.h"
 
+#include <string.h>
 #include <sys/socket.h>
 
 #include "core/log.h"
 
 static void terminate(struct bootstrapPeerInfo *p) { p->hostname[sizeof p->hostname - 1] = 0; }
 
-int wireRootHelloValid(struct rootHello *h, uint64_t secret, int nranks, const int *fds) {
+int wireRootHelloValid(struct rootHello *h, uint64_t secret) {
   if (h->secret != secret) {
     WARN("Bootstrap : root dropped a connection that did not present the secret");
     return 0;
   }
-  if (h->nranks <= 0 || h->nranks > BOOTSTRAP_MAX_RANKS || (nranks && h->nranks != nranks) || h->rank < 0 ||
-      h->rank >= h->nranks || (fds && fds[h->rank] >= 0) || h->info.rank != h->rank) {
-    WARN("Bootstrap : root got rank %d of %d, expected a new rank of %d", h->rank, h->nranks, nranks);
+  if (h->nranks <= 0 || h->nranks > BOOTSTRAP_MAX_RANKS || h->rank < 0 || h->rank >= h->nranks ||
+      h->info.rank != h->rank) {
+    WARN("Bootstrap : root got a hello for rank %d of %d", h->rank, h->nranks);
     return 0;
   }
   int family = h->info.listenAddr.sa.sa_family;
@@ -22,6 +23,30 @@ int wireRootHelloValid(struct rootHello *h, uint64_t secret, int nranks, const i
     return 0;
   }
   terminate(&h->info);
+  return 1;
+}
+
+void wireRefusalFill(char *buf, size_t len, const char *text) {
+  memset(buf, 0, len);
+  if (len < sizeof(int32_t)) return;
+  int32_t mark = WIRE_REFUSED;
+  memcpy(buf, &mark, sizeof mark);
+  if (len > WIRE_REFUSAL_TEXT_OFFSET + 1) {
+    size_t n = strlen(text), room = len - WIRE_REFUSAL_TEXT_OFFSET - 1;
+    memcpy(buf + WIRE_REFUSAL_TEXT_OFFSET, text, n < room ? n : room);
+  }
+}
+
+int wireRefusalRead(const void *table, size_t len, char *text, size_t textLen) {
+  int32_t mark;
+  if (len < sizeof mark || textLen == 0) return 0;
+  memcpy(&mark, table, sizeof mark);
+  if (mark != WIRE_REFUSED) return 0;
+  size_t n = len > WIRE_REFUSAL_TEXT_OFFSET ? len - WIRE_REFUSAL_TEXT_OFFSET : 0;
+  if (n > textLen - 1) n = textLen - 1;
+  memcpy(text, (const char *)table + WIRE_REFUSAL_TEXT_OFFSET, n);
+  text[n] = 0;
+  text[strnlen(text, n)] = 0;
   return 1;
 }
 

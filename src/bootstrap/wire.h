@@ -22,10 +22,21 @@ struct meshHello {
   int32_t rank, pad;
 };
 
-/* 1 when the root should take h: the secret matches, nranks agrees with
- * earlier ranks' (0: none yet) and rank is new (fds: the ranks seen, -1 for
- * missing, or NULL). Terminates its strings. WARNs why not otherwise. */
-int wireRootHelloValid(struct rootHello *h, uint64_t secret, int nranks, const int *fds);
+/* 1 when h is a hello the root can read: the secret matches, rank and
+ * nranks are in range, the address family known. Terminates its strings.
+ * WARNs why not otherwise (whether it agrees with the other ranks' hellos
+ * is the root's question, answered with a refusal below). */
+int wireRootHelloValid(struct rootHello *h, uint64_t secret);
+/* The root's refusal, sent in place of the table (as many bytes as the
+ * table the rank expects) when ranks disagree about the rendezvous: the
+ * first int is WIRE_REFUSED (where the table has rank 0), and a text saying
+ * who disagrees follows from byte 8. */
+#define WIRE_REFUSED (-1)
+#define WIRE_REFUSAL_TEXT_OFFSET 8
+/* Writes the refusal's first min(len, cap) bytes into buf. */
+void wireRefusalFill(char *buf, size_t len, const char *text);
+/* 1 when the len bytes at table are a refusal; its text, terminated, into text. */
+int wireRefusalRead(const void *table, size_t len, char *text, size_t textLen);
 /* The root's table: rank i in slot i, addresses of a known family, strings
  * terminated. ncclRemoteError (WARN) when it is not. */
 ncclResult_t wirePeerTableCheck(struct bootstrapPeerInfo *peers, int nranks);

@@ -1,0 +1,65 @@
+/* Inconsistent init ends on every process at once: two processes claiming
+ * the same rank, or ranks that disagree on nranks, get ncclInvalidUsage
+ * from ncclCommInitRank, each with the root's explanation naming the ranks,
+ * hosts and pids (in ncclGetLastError), instead of one of them failing and
+ * the others waiting for the timeout. CHORUS_TIMEOUT is 4 s here: a rank
+ * left waiting gets ncclTimeout, which fails the test. */
+#include <string.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+struct claim {
+  int nranks, rank;
+};
+struct initCase {
+  const char *name;
+  int procs;
+  struct claim claims[4];
+  const char *expect; /* in every process's last error */
+};
+
+static int claimInit(int proc, int procs, ncclUniqueId id, void *arg) {
+  const struct initCase *c = arg;
+  struct claim me = c->claims[proc];
+  ncclComm_t comm = NULL;
+  double t0 = nowSec();
+  ncclResult_t res = ncclCommInitRank(&comm, me.nranks, id, me.rank);
+  double ms = (nowSec() - t0) * 1e3;
+  const char *why = ncclGetLastError(NULL);
+  fprintf(stderr, "%s: process %d (rank %d of %d): %s after %.0f ms: %s\n", c->name, proc, me.rank, me.nranks,
+          ncclGetErrorString(res), ms, why);
+  EXPECT(res == ncclInvalidUsage, "%s: process %d got %s", c->name, proc, ncclGetErrorString(res));
+  EXPECT(strstr(why, c->expect) != NULL, "%s: process %d's last error lacks \"%s\": %s", c->name, proc, c->expect,
+         why);
+  EXPECT(strstr(why, " pid ") != NULL, "%s: process %d: no pid named: %s", c->name, proc, why);
+  faultTime(c->name, res, ms);
+  return 0;
+}
+
+int main(void) {
+  setenv("CHORUS_TIMEOUT", "4", 1); /* a rank left waiting fails in seconds */
+  static const struct initCase cases[] = {
+      {"duplicate-rank", 3, {{3, 0}, {3, 1}, {3, 1}}, "rank 1 was claimed by host"},
+      {"duplicate-rank0", 2, {{2, 0}, {2, 0}}, "rank 0 was claimed by host"},
+      {"nranks-disagree", 2, {{2, 0}, {3, 1}}, "says nranks is"},
+      {"nranks-disagree-3", 3, {{3, 0}, {3, 2}, {4, 1}}, "says nranks is"},
+  };
+  /* With a fixed NCCL_COMM_ID (make tsan) rank 0 hosts the root, and a second
+   * rank 0 cannot listen on its port: that one fails at once with "Address
+   * already in use", but the other is left waiting, so that case is run only
+   * with ncclGetUniqueId's root. */
+  const char *fixed = getenv("CHORUS_TEST_COMM_ID");
+  int fixedId = fixed && *fixed == '1';
+  int failed = 0;
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    if (fixedId && cases[i].claims[1].rank == 0) continue;
+    ncclUniqueId id;
+    if (testCommId(&id) != 0) return 1;
+    int f = runRanksWithId(cases[i].procs, id, claimInit, (void *)&cases[i], 15);
+    printf("initcheck %s: %s\n", cases[i].name, f ? "FAILED" : "passed");
+    failed += f;
+  }
+  printf("test_initcheck: %s\n", failed ? "FAILED" : "passed");
+  return failed != 0;
+}
