@@ -215,7 +215,7 @@ fail: {
     /* The cause stays in what ncclGetLastError says (the root's refusal,
      * the address that could not be reached), not just the result's name. */
     char cause[600];
-    logCopyLastError(cause, sizeof cause);
+    snprintf(cause, sizeof cause, "%s", logThreadLastError()); /* not another thread's (nor the parent's) */
     WARN("ncclCommInitRank : rank %d of %d failed to initialize: %s%s%s", rank, nranks, ncclGetErrorString(res),
          cause[0] ? ": " : "", cause);
   }

@@ -71,6 +71,45 @@ static void rootSendRefusal(int fd, int nranks, const char *text) {
   }
 }
 
+/* Tells every rank checked in (fds) which ranks the root still waits for,
+ * and logs it at INFO. */
+static void rootSendProgress(int listenFd, const int *fds, int nranks, int got) {
+  char text[WIRE_PROGRESS_BYTES - WIRE_REFUSAL_TEXT_OFFSET - 1], addr[80];
+  union sockAddr me;
+  socklen_t len = sizeof me;
+  if (getsockname(listenFd, &me.sa, &len) != 0) me.sa.sa_family = AF_UNSPEC;
+  size_t o = (size_t)snprintf(text, sizeof text, "still waiting for rank%s", nranks - got > 1 ? "s" : "");
+  int listed = 0;
+  for (int i = 0; i < nranks && o < sizeof text; i++) {
+    if (fds[i] >= 0) continue;
+    if (listed++ == 16) {
+      o += (size_t)snprintf(text + o, sizeof text - o, ", ...");
+      break;
+    }
+    o += (size_t)snprintf(text + o, sizeof text - o, "%s %d", listed > 1 ? "," : "", i);
+  }
+  if (o < sizeof text) snprintf(text + o, sizeof text - o, " (of %d; %d checked in)", nranks, got);
+  INFO(subsysBootstrap | subsysInit, "Bootstrap : root %s: %s",
+       me.sa.sa_family == AF_UNSPEC ? "?" : sockAddrStr(&me, addr, sizeof addr), text);
+  char frame[WIRE_PROGRESS_BYTES];
+  wireFrameFill(frame, sizeof frame, WIRE_PROGRESS, text);
+  for (int i = 0; i < nranks; i++) {
+    if (fds[i] < 0) continue;
+    struct waitState w;
+    waitBegin(&w, NULL, NULL, NULL, "bootstrap root progress");
+    w.timeoutNs = 1000000000ull;
+    if (sockSendAll(fds[i], frame, sizeof frame, &w) != ncclSuccess) { /* its reply fails later */
+    }
+  }
+}
+
+/* How often the root says whom it waits for: every 5 s, or twice within a
+ * shorter timeout, so that a rank that gives up knows. */
+static uint64_t rootProgressInterval(uint64_t timeoutNs) {
+  uint64_t every = 5000000000ull;
+  return timeoutNs && timeoutNs / 2 < every ? timeoutNs / 2 : every;
+}
+
 /* 1, with why, when h disagrees with the hellos taken so far (nranks: theirs,
  * fds/infos: the ranks seen): another nranks, or a rank already claimed. */
 static int rootDisagrees(const struct rootHello *h, int nranks, const int *fds, const struct bootstrapPeerInfo *infos,
@@ -112,10 +151,13 @@ static void *rootThread(void *argp) {
   struct bootstrapPeerInfo *infos = NULL;
   struct waitState w;
   waitBegin(&w, NULL, NULL, NULL, "bootstrap root waiting for ranks");
+  /* The ranks, with the same timeout, give up first and hear why (above),
+   * rather than see the root close their connections. */
+  if (w.timeoutNs) w.timeoutNs += 2000000000ull;
   struct acceptor *acc = a.acc;
   acceptorInit(acc, a.listenFd, sizeof(struct rootHello));
   char refusal[400] = ""; /* set once ranks disagreed: every rank is refused */
-  uint64_t refusingUntil = 0;
+  uint64_t refusingUntil = 0, nextProgressNs = 0;
   while (refusal[0] ? clockNs() < refusingUntil : nranks == 0 || got < nranks) {
     int fd, progressed;
     struct rootHello hello;
@@ -123,6 +165,10 @@ static void *rootThread(void *argp) {
     if (fd < 0) {
       if (progressed) waitProgress(&w);
       else if (waitPause(&w) != ncclSuccess) break;
+      if (fds && !refusal[0] && clockNs() >= nextProgressNs) {
+        rootSendProgress(a.listenFd, fds, nranks, got);
+        nextProgressNs = clockNs() + rootProgressInterval(w.timeoutNs);
+      }
       /* When every rank that checked in has said it leaves (its init was
        * aborted or failed: rootLeaveNotice), nobody waits for this
        * rendezvous any more: end, rather than hold a thread and sockets
@@ -169,7 +215,7 @@ static void *rootThread(void *argp) {
     }
     fds[hello.rank] = fd;
     infos[hello.rank] = hello.info;
-    got++;
+    if (got++ == 0) nextProgressNs = clockNs() + rootProgressInterval(w.timeoutNs);
   }
   if (refusal[0]) {
     /* every rank that called in was told */
@@ -299,6 +345,42 @@ out:
   return res;
 }
 
+/* The root's answer: progress frames (logged), then the table or a
+ * refusal, into b->peers. The rank's timeout runs from the start, whatever
+ * frames come; when it expires the WARN says whom the root still waited for. */
+static ncclResult_t recvRootReply(struct bootstrap *b, int rootFd, const union sockAddr *root, struct waitState *w) {
+  size_t tableBytes = sizeof *b->peers * (size_t)b->nranks;
+  uint64_t timeoutNs = w->timeoutNs, deadline = timeoutNs ? clockNs() + timeoutNs : 0;
+  char progress[WIRE_PROGRESS_BYTES] = "", addr[80];
+  ncclResult_t res;
+  for (;;) {
+    char frame[WIRE_PROGRESS_BYTES];
+    int32_t mark;
+    if (deadline) w->timeoutNs = clockNs() < deadline ? deadline - clockNs() : 1;
+    if ((res = sockRecvAll(rootFd, &mark, sizeof mark, w)) != ncclSuccess) break;
+    char *rest = (char *)b->peers;
+    size_t restBytes = tableBytes;
+    if (mark == WIRE_PROGRESS) {
+      rest = frame;
+      restBytes = sizeof frame;
+    }
+    memcpy(rest, &mark, sizeof mark);
+    if ((res = sockRecvAll(rootFd, rest + sizeof mark, restBytes - sizeof mark, w)) != ncclSuccess) break;
+    if (mark != WIRE_PROGRESS) return ncclSuccess;
+    wireFrameRead(frame, sizeof frame, WIRE_PROGRESS, progress, sizeof progress);
+    INFO(subsysBootstrap | subsysInit, "Bootstrap : rank %d of %d: %s at the root %s", b->rank, b->nranks, progress,
+         sockAddrStr(root, addr, sizeof addr));
+  }
+  if (res == ncclRemoteError)
+    WARN("Bootstrap : rank %d of %d: the root %s closed the rendezvous without an answer%s%s", b->rank, b->nranks,
+         sockAddrStr(root, addr, sizeof addr), progress[0] ? "; it was " : "", progress);
+  else if (res == ncclTimeout)
+    WARN("Bootstrap : rank %d of %d gave up on the rendezvous after %.0f s: the root %s %s%s", b->rank, b->nranks,
+         (double)timeoutNs / 1e9, sockAddrStr(root, addr, sizeof addr), progress[0] ? "was " : "never answered",
+         progress);
+  return res;
+}
+
 ncclResult_t bootstrapInit(struct bootstrap *b, const struct bootstrapHandle *h, int rank, int nranks,
                            const struct bootstrapPeerInfo *me, volatile int *abortFlag) {
   memset(b, 0, sizeof *b);
@@ -332,7 +414,7 @@ ncclResult_t bootstrapInit(struct bootstrap *b, const struct bootstrapHandle *h,
   CHECK(sockConnect(&h->addr, &rootFd, &w));
   ncclResult_t res;
   CHECKGOTO(sockSendAll(rootFd, &hello, sizeof hello, &w), res, out);
-  CHECKGOTO(sockRecvAll(rootFd, b->peers, sizeof *b->peers * nranks, &w), res, out);
+  CHECKGOTO(recvRootReply(b, rootFd, &h->addr, &w), res, out);
   close(rootFd);
   rootFd = -1;
   char refusal[512];

@@ -26,10 +26,9 @@ int wireRootHelloValid(struct rootHello *h, uint64_t secret) {
   return 1;
 }
 
-void wireRefusalFill(char *buf, size_t len, const char *text) {
+void wireFrameFill(char *buf, size_t len, int32_t mark, const char *text) {
   memset(buf, 0, len);
   if (len < sizeof(int32_t)) return;
-  int32_t mark = WIRE_REFUSED;
   memcpy(buf, &mark, sizeof mark);
   if (len > WIRE_REFUSAL_TEXT_OFFSET + 1) {
     size_t n = strlen(text), room = len - WIRE_REFUSAL_TEXT_OFFSET - 1;
@@ -37,11 +36,11 @@ void wireRefusalFill(char *buf, size_t len, const char *text) {
   }
 }
 
-int wireRefusalRead(const void *table, size_t len, char *text, size_t textLen) {
-  int32_t mark;
-  if (len < sizeof mark || textLen == 0) return 0;
-  memcpy(&mark, table, sizeof mark);
-  if (mark != WIRE_REFUSED) return 0;
+int wireFrameRead(const void *table, size_t len, int32_t mark, char *text, size_t textLen) {
+  int32_t got;
+  if (len < sizeof got || textLen == 0) return 0;
+  memcpy(&got, table, sizeof got);
+  if (got != mark) return 0;
   size_t n = len > WIRE_REFUSAL_TEXT_OFFSET ? len - WIRE_REFUSAL_TEXT_OFFSET : 0;
   if (n > textLen - 1) n = textLen - 1;
   memcpy(text, (const char *)table + WIRE_REFUSAL_TEXT_OFFSET, n);

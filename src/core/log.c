@@ -102,6 +102,8 @@ static _Thread_local char threadLastError[1024];
 
 void logStartThreadErrors(void) { threadLastError[0] = 0; }
 
+const char *logThreadLastError(void) { return threadLastError; }
+
 void logCopyLastError(char *buf, size_t len) {
   if (threadLastError[0]) {
     snprintf(buf, len, "%s", threadLastError);

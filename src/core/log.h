@@ -30,6 +30,8 @@ const char *logLastError(void);
  * process's, if it has none): what a communicator keeps as the explanation
  * of its failure. */
 void logCopyLastError(char *buf, size_t len);
+/* This thread's own last WARN since logStartThreadErrors ("" if none). */
+const char *logThreadLastError(void);
 /* Forgets this thread's earlier WARNs (a launch starts). */
 void logStartThreadErrors(void);
 
