@@ -6,6 +6,8 @@
  * left waiting gets ncclTimeout, which fails the test. A rendezvous that
  * cannot complete (ranks that never come) times out on every rank that came,
  * each saying which ranks the root still waited for. */
+#include <dirent.h>
+#include <regex.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -41,8 +43,40 @@ static int claimInit(int proc, int procs, ncclUniqueId id, void *arg) {
   return 0;
 }
 
+/* The ranks' WARN lines have NCCL's shape, with the source file named
+ * relative to src/ (no build path): host:pid:tid [rank] file:line NCCL WARN. */
+static int warnLinesLikeNccl(const char *dir) {
+  regex_t re;
+  regcomp(&re, "^[^ :]+:[0-9]+:[0-9]+ \\[[0-9]+\\] bootstrap/bootstrap\\.c:[0-9]+ NCCL WARN Bootstrap : rank ",
+          REG_EXTENDED | REG_NOSUB);
+  int found = 0, bad = 0;
+  DIR *d = opendir(dir);
+  for (struct dirent *e; d && (e = readdir(d));) {
+    char path[600], line[1200];
+    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    FILE *f = e->d_name[0] == '.' ? NULL : fopen(path, "r");
+    while (f && fgets(line, sizeof line, f)) {
+      if (!strstr(line, "NCCL WARN")) continue;
+      if (strstr(line, "/src/")) bad++;
+      found += regexec(&re, line, 0, NULL, 0) == 0;
+    }
+    if (f) fclose(f);
+    if (f) unlink(path);
+  }
+  if (d) closedir(d);
+  rmdir(dir);
+  regfree(&re);
+  if (!found || bad) fprintf(stderr, "WARN lines: %d in NCCL's shape, %d naming a build path\n", found, bad);
+  return !found || bad;
+}
+
 int main(void) {
   setenv("CHORUS_TIMEOUT", "3", 1); /* a rank left waiting fails in seconds */
+  char logDir[] = "/tmp/chorus-initcheck-XXXXXX", logPattern[64];
+  if (!mkdtemp(logDir)) return 1;
+  snprintf(logPattern, sizeof logPattern, "%s/log.%%p", logDir);
+  setenv("NCCL_DEBUG", "WARN", 1);
+  setenv("NCCL_DEBUG_FILE", logPattern, 1);
   static const struct initCase cases[] = {
       {"duplicate-rank", 3, {{3, 0}, {3, 1}, {3, 1}}, "rank 1 was claimed by host", ncclInvalidUsage},
       {"duplicate-rank0", 2, {{2, 0}, {2, 0}}, "rank 0 was claimed by host", ncclInvalidUsage},
@@ -68,6 +102,9 @@ int main(void) {
     printf("initcheck %s: %s\n", cases[i].name, f ? "FAILED" : "passed");
     failed += f;
   }
+  int logsBad = warnLinesLikeNccl(logDir);
+  printf("initcheck log lines: %s\n", logsBad ? "FAILED" : "passed");
+  failed += logsBad;
   printf("test_initcheck: %s\n", failed ? "FAILED" : "passed");
   return failed != 0;
 }

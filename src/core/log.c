@@ -114,6 +114,16 @@ void logCopyLastError(char *buf, size_t len) {
   pthread_mutex_unlock(&logLock);
 }
 
+/* A source file's name relative to src/ ("bootstrap/bootstrap.c"), as
+ * NCCL's logs name theirs: never the build machine's path. */
+static const char *sourceName(const char *file) {
+  const char *rel = NULL;
+  for (const char *p = strstr(file, "src/"); p; p = strstr(p + 1, "src/")) rel = p + 4;
+  if (rel) return rel;
+  const char *slash = strrchr(file, '/');
+  return slash ? slash + 1 : file;
+}
+
 void logMessage(int level, unsigned subsys, const char *file, int line, const char *fmt, ...) {
   pthread_once(&logOnce, logInit);
   char msg[1024];
@@ -141,8 +151,8 @@ void logMessage(int level, unsigned subsys, const char *file, int line, const ch
     if (f) logFile = f;
     logFilePid = getpid();
   }
-  if (level == logWarn)
-    fprintf(logFile, "\n%s NCCL WARN %s (%s:%d)\n", head, msg, file, line);
+  if (level == logWarn) /* NCCL's shape: host:pid:tid [rank] file:line NCCL WARN msg */
+    fprintf(logFile, "\n%s %s:%d NCCL WARN %s\n", head, sourceName(file), line, msg);
   else
     fprintf(logFile, "%s NCCL %s %s\n", head, names[level], msg);
   fflush(logFile);
