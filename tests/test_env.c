@@ -40,16 +40,18 @@ int main(void) {
   char conf[256], logPattern[256];
   snprintf(conf, sizeof conf, "%s/nccl.conf", logDir);
   FILE *f = fopen(conf, "w");
-  fprintf(f, "# a comment\nNCCL_DEBUG=INFO\nNCCL_DEBUG_SUBSYS = INIT,COLL\nNCCL_MAX_NCHANNELS=5\nNCCL_BUFFSIZE=131072\n");
+  fprintf(f, "# a comment\nNCCL_DEBUG=INFO\nNCCL_DEBUG_SUBSYS = INIT,COLL,ENV\nNCCL_MAX_NCHANNELS=5\nNCCL_BUFFSIZE=131072\n");
   fclose(f);
   snprintf(logPattern, sizeof logPattern, "%s/log.%%h.%%p", logDir);
   setenv("NCCL_CONF_FILE", conf, 1);
   setenv("NCCL_MAX_NCHANNELS", "3", 1); /* the environment wins over the file */
   setenv("NCCL_DEBUG_FILE", logPattern, 1);
+  setenv("NCCL_SOCKET_INLINE", "12x", 1); /* not a number: a WARN, and the default */
+  EXPECT(paramInt(paramSocketInline) == 128, "NCCL_SOCKET_INLINE=12x gave %lld", (long long)paramInt(paramSocketInline));
   EXPECT(paramInt(paramMaxNChannels) == 3, "NCCL_MAX_NCHANNELS = %lld", (long long)paramInt(paramMaxNChannels));
   EXPECT(paramInt(paramBuffSize) == 131072, "NCCL_BUFFSIZE = %lld", (long long)paramInt(paramBuffSize));
   EXPECT(strcmp(paramStr(paramDebug), "INFO") == 0, "NCCL_DEBUG = '%s'", paramStr(paramDebug));
-  EXPECT(strcmp(paramStr(paramDebugSubsys), "INIT,COLL") == 0, "NCCL_DEBUG_SUBSYS = '%s'", paramStr(paramDebugSubsys));
+  EXPECT(strcmp(paramStr(paramDebugSubsys), "INIT,COLL,ENV") == 0, "NCCL_DEBUG_SUBSYS = '%s'", paramStr(paramDebugSubsys));
 
   ncclUniqueId id;
   NCCLCHECK(ncclGetUniqueId(&id));
@@ -97,7 +99,9 @@ int main(void) {
     if (!fileHas(path, "Init COMPLETE")) continue; /* the parent's own log holds only the root */
     logs++;
     static const char *needles[] = {"NCCL INFO Channel 00/03 : 0 1 2", "NCCL INFO comm", "nranks 3",
-                                    "NCCL INFO AllReduce: opCount 0 sendbuff", "via SHM"};
+                                    "NCCL INFO AllReduce: opCount 0 sendbuff", "via SHM",
+                                    "NCCL INFO NCCL_BUFFSIZE set by environment to 131072.",
+                                    "NCCL WARN NCCL_SOCKET_INLINE=12x is not a number: using the default 128"};
     for (size_t i = 0; i < sizeof needles / sizeof *needles; i++)
       if (!fileHas(path, needles[i])) {
         fprintf(stderr, "%s lacks '%s'\n", path, needles[i]);

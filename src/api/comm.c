@@ -135,6 +135,7 @@ static ncclResult_t commSetup(struct ncclComm *comm) {
   uint64_t t0 = clockNs();
   int rank = comm->rank, nranks = comm->nranks, cudaDev = comm->cudaDev;
   logSetRank(rank);
+  logParams();
   logStartThreadErrors(); /* the cause of a failure below is this thread's last WARN */
   ncclResult_t res;
   struct bootstrapHandle h;

@@ -68,6 +68,8 @@ static FILE *openLogFile(const char *pattern) {
   return f;
 }
 
+static int debugUnknown; /* NCCL_DEBUG named no level (logParams says so) */
+
 static void logInit(void) {
   const char *lvl = paramStr(paramDebug);
   int level = logNone;
@@ -76,6 +78,7 @@ static void logInit(void) {
   else if (strcasecmp(lvl, "INFO") == 0) level = logInfo;
   else if (strcasecmp(lvl, "ABORT") == 0) level = logAbort;
   else if (strcasecmp(lvl, "TRACE") == 0) level = logTrace;
+  else if (lvl[0] && strcasecmp(lvl, "NONE") != 0) debugUnknown = 1;
   logSubsysMask = parseSubsys(paramStr(paramDebugSubsys));
   gethostname(logHost, sizeof logHost);
   logHost[sizeof logHost - 1] = 0;
@@ -92,6 +95,27 @@ static void logInit(void) {
 }
 
 void logSetRank(int rank) { logRank = rank; }
+
+static void logParamsOnce(void) {
+  if (debugUnknown) { /* said even though logging is off: that is what went wrong */
+    WARN("NCCL_DEBUG=%s is not a level (VERSION, WARN, INFO, ABORT, TRACE): logging stays off", paramStr(paramDebug));
+    fprintf(stderr, "%s NCCL WARN NCCL_DEBUG=%s is not a level (VERSION, WARN, INFO, ABORT, TRACE): logging stays off\n",
+            logHost, paramStr(paramDebug));
+  }
+  for (int i = 0; i < paramCount; i++) {
+    const char *bad = paramRejected((enum paramId)i);
+    if (bad) WARN("%s=%s is not a number: using the default %s", paramName((enum paramId)i), bad,
+                  paramDefault((enum paramId)i));
+    else if (paramFromEnv((enum paramId)i))
+      INFO(subsysEnv, "%s set by environment to %s.", paramName((enum paramId)i), paramStr((enum paramId)i));
+  }
+}
+
+void logParams(void) {
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  pthread_once(&logOnce, logInit);
+  pthread_once(&once, logParamsOnce);
+}
 
 const char *logLastError(void) { return lastError; }
 

@@ -22,6 +22,10 @@ enum logSubsys {
 extern int logLevelCached; /* -1 until the first call reads NCCL_DEBUG */
 void logMessage(int level, unsigned subsys, const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
+/* Once per process: a WARN for each variable whose value was rejected (and
+ * the default used), an ENV line for each one set ("NCCL_BUFFSIZE set by
+ * environment to 65536.", as NCCL logs them). */
+void logParams(void);
 /* The rank shown in brackets on this thread's log lines (-1: none). */
 void logSetRank(int rank);
 /* Text of the last WARN (ncclGetLastError). */

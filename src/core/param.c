@@ -23,6 +23,8 @@ static const struct paramDesc paramTable[paramCount] = {
 static pthread_once_t paramOnce = PTHREAD_ONCE_INIT;
 static char *paramStrValue[paramCount];
 static int64_t paramIntValue[paramCount];
+static char paramSet[paramCount];
+static char *paramBad[paramCount];
 
 /* Applies "NAME=value" lines without overriding what is already set, so the
  * environment wins over the files (as NCCL does it). */
@@ -65,15 +67,16 @@ static void paramLoad(void) {
     const char *v = getenv(paramTable[i].env);
     int fromEnv = v && v[0];
     if (!fromEnv) v = paramTable[i].def;
+    paramSet[i] = (char)fromEnv;
     paramStrValue[i] = strdup(v);
     if (!paramTable[i].isStr) {
       char *end;
       errno = 0;
       long long x = strtoll(v, &end, 0);
       if (errno || end == v || *end) {
-        /* Not logged: the logger itself reads parameters. */
+        /* Not logged here (the logger itself reads parameters): logParams does. */
         x = strtoll(paramTable[i].def, NULL, 0);
-        free(paramStrValue[i]);
+        paramBad[i] = paramStrValue[i];
         paramStrValue[i] = strdup(paramTable[i].def);
       }
       paramIntValue[i] = x;
@@ -89,6 +92,19 @@ int64_t paramInt(enum paramId id) {
 const char *paramStr(enum paramId id) {
   pthread_once(&paramOnce, paramLoad);
   return paramStrValue[id];
+}
+
+const char *paramName(enum paramId id) { return paramTable[id].env; }
+const char *paramDefault(enum paramId id) { return paramTable[id].def; }
+
+int paramFromEnv(enum paramId id) {
+  pthread_once(&paramOnce, paramLoad);
+  return paramSet[id];
+}
+
+const char *paramRejected(enum paramId id) {
+  pthread_once(&paramOnce, paramLoad);
+  return paramBad[id];
 }
 
 void paramPrintAll(FILE *out) {

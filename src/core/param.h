@@ -45,6 +45,14 @@ enum paramId {
 
 int64_t paramInt(enum paramId id);
 const char *paramStr(enum paramId id); /* never NULL; "" when unset */
+/* For the log (which reads parameters itself, so they cannot log while
+ * loading): the variable's name and default, whether the environment (or a
+ * conf file) set it, and the text it was set to when that was no number
+ * (the default is used then; NULL otherwise). */
+const char *paramName(enum paramId id);
+const char *paramDefault(enum paramId id);
+int paramFromEnv(enum paramId id);
+const char *paramRejected(enum paramId id);
 /* Prints the table (name, value, default, doc). */
 void paramPrintAll(FILE *out);
 
