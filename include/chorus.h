@@ -85,7 +85,8 @@ CHORUS_EXPORT ncclResult_t chorusCommSetTimeout(ncclComm_t comm, int64_t timeout
  * rendezvous at NCCL_COMM_ID or MASTER_ADDR:MASTER_PORT, hosted by rank 0. */
 CHORUS_EXPORT ncclResult_t chorusCommInitFromEnv(ncclComm_t *comm);
 /* The rank and size chorusCommInitFromEnv would use (ncclInvalidUsage when
- * no launcher set them). */
+ * no launcher set them, without a WARN: a program may ask to learn whether
+ * it runs alone; a rank not below the size is a WARN). */
 CHORUS_EXPORT ncclResult_t chorusEnvRank(int *rank, int *nranks);
 
 #ifdef __cplusplus

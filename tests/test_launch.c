@@ -11,9 +11,9 @@
 
 int main(int argc, char **argv) {
   int rank, nranks, r, n;
-  NCCLCHECK(chorusEnvRank(&rank, &nranks));
   ncclComm_t comm;
-  NCCLCHECK(chorusCommInitFromEnv(&comm));
+  NCCLCHECK(chorusCommInitFromEnv(&comm)); /* first: without a launcher its WARN says what to set */
+  NCCLCHECK(chorusEnvRank(&rank, &nranks));
   NCCLCHECK(ncclCommUserRank(comm, &r));
   NCCLCHECK(ncclCommCount(comm, &n));
   EXPECT(r == rank && n == nranks, "comm says rank %d of %d, environment %d of %d", r, n, rank, nranks);

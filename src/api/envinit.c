@@ -28,7 +28,10 @@ static int envInt(const char *const *names, int *out, const char **which) {
   return 0;
 }
 
-CHORUS_EXPORT ncclResult_t chorusEnvRank(int *rank, int *nranks) {
+/* The launcher's rank and size; no launcher is a WARN only when loud (for
+ * chorusCommInitFromEnv, which needs one; chorusEnvRank is a question, and
+ * the perf tools ask it to learn whether they run alone). */
+static ncclResult_t envRank(int *rank, int *nranks, int loud) {
   static const char *const rankVars[] = {"CHORUS_RANK", "RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK",
                                          "SLURM_PROCID", NULL};
   static const char *const sizeVars[] = {"CHORUS_NRANKS", "WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE",
@@ -39,6 +42,7 @@ CHORUS_EXPORT ncclResult_t chorusEnvRank(int *rank, int *nranks) {
     return ncclInvalidArgument;
   }
   if (!envInt(rankVars, rank, &rv) || !envInt(sizeVars, nranks, &sv)) {
+    if (!loud) return ncclInvalidUsage;
     WARN("chorusCommInitFromEnv : no launcher environment: set CHORUS_RANK/CHORUS_NRANKS (chorusrun), "
          "RANK/WORLD_SIZE (torchrun), or run under mpirun or srun");
     return ncclInvalidUsage;
@@ -50,13 +54,15 @@ CHORUS_EXPORT ncclResult_t chorusEnvRank(int *rank, int *nranks) {
   return ncclSuccess;
 }
 
+CHORUS_EXPORT ncclResult_t chorusEnvRank(int *rank, int *nranks) { return envRank(rank, nranks, 0); }
+
 CHORUS_EXPORT ncclResult_t chorusCommInitFromEnv(ncclComm_t *comm) {
   if (comm == NULL) {
     WARN("chorusCommInitFromEnv : comm argument is NULL");
     return ncclInvalidArgument;
   }
   int rank, nranks;
-  CHECK(chorusEnvRank(&rank, &nranks));
+  CHECK(envRank(&rank, &nranks, 1));
   /* The rendezvous address: NCCL_COMM_ID, else torchrun's MASTER_ADDR/PORT. */
   char addr[300];
   const char *commId = paramStr(paramCommId);
