@@ -26,7 +26,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     struct bootstrapPeerInfo *peers = malloc(sizeof *peers * (size_t)n);
     memcpy(peers, data, sizeof *peers * (size_t)n);
     char refusal[128];
-    if (wireRefusalRead(peers, sizeof *peers * (size_t)n, refusal, sizeof refusal))
+    if (wireFrameRead(peers, sizeof *peers * (size_t)n, WIRE_REFUSED, refusal, sizeof refusal))
       snprintf(sink, sizeof sink, "%s", refusal);
     else if (wirePeerTableCheck(peers, n) == ncclSuccess)
       for (int i = 0; i < n; i++)

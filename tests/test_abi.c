@@ -11,30 +11,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "harness.h" /* its macros only (EXPECT, NCCLCHECK); its nccl.h is the toolkit's here */
+
 #define NR 3
 #define COUNT 1001
 
-static int failures;
-#define EXPECT(cond, ...)                                   \
-  do {                                                      \
-    if (!(cond)) {                                          \
-      fprintf(stderr, "%s:%d: expected %s: ", __FILE__, __LINE__, #cond); \
-      fprintf(stderr, __VA_ARGS__);                         \
-      fprintf(stderr, "\n");                                \
-      failures++;                                           \
-    }                                                       \
-  } while (0)
-#define NCCLCHECK(call)                                                                 \
-  do {                                                                                  \
-    ncclResult_t r_ = (call);                                                           \
-    if (r_ != ncclSuccess) {                                                            \
-      fprintf(stderr, "%s:%d: %s: %s (%s)\n", __FILE__, __LINE__, #call, ncclGetErrorString(r_), \
-              ncclGetLastError(NULL));                                                  \
-      exit(1);                                                                          \
-    }                                                                                   \
-  } while (0)
-
-int main(void) {
+static int abiChecks(void) {
   int version = 0;
   NCCLCHECK(ncclGetVersion(&version));
   EXPECT(version >= 21900, "ncclGetVersion gave %d", version);
@@ -60,10 +42,7 @@ int main(void) {
   for (int r = 0; r < NR; r++)
     for (int i = 0; i < COUNT; i++) {
       float want = 6.0f * (float)(i % 7);
-      if (recv[r][i] != want) {
-        EXPECT(0, "allreduce rank %d element %d: %g, want %g", r, i, recv[r][i], want);
-        break;
-      }
+      EXPECT(recv[r][i] == want, "allreduce rank %d element %d: %g, want %g", r, i, recv[r][i], want);
     }
 
   /* A user reduction: PreMulSum with a host scalar (NCCL's enum values). */
@@ -125,6 +104,11 @@ int main(void) {
     free(send[r]);
     free(recv[r]);
   }
-  printf("test_abi (CUDA's nccl.h %d.%d.%d): %s\n", NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH, failures ? "FAILED" : "passed");
-  return failures != 0;
+  return 0;
+}
+
+int main(void) {
+  int failed = abiChecks();
+  printf("test_abi (CUDA's nccl.h %d.%d.%d): %s\n", NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH, failed ? "FAILED" : "passed");
+  return failed != 0;
 }

@@ -54,19 +54,25 @@ struct rootArgs {
   struct acceptor *acc; /* allocated by spawnRoot, not by the new thread */
 };
 
+/* The root's sends other than the table: a rank that does not read within
+ * a second is given up on (its own wait ends it). */
+static ncclResult_t rootSend(int fd, const void *buf, size_t len) {
+  struct waitState w;
+  waitBegin(&w, NULL, NULL, NULL, "bootstrap root refusal or progress");
+  w.timeoutNs = 1000000000ull;
+  return sockSendAll(fd, buf, len, &w);
+}
+
 /* Sends fd the refusal in place of the table of nranks entries it expects
- * (wire.h), giving up on a rank that does not read it within a second. */
+ * (wire.h). */
 static void rootSendRefusal(int fd, int nranks, const char *text) {
   size_t total = sizeof(struct bootstrapPeerInfo) * (size_t)nranks;
   char buf[4096];
-  struct waitState w;
-  waitBegin(&w, NULL, NULL, NULL, "bootstrap root refusal");
-  w.timeoutNs = 1000000000ull;
   for (size_t off = 0; off < total;) {
     size_t n = total - off < sizeof buf ? total - off : sizeof buf;
-    if (off == 0) wireRefusalFill(buf, n, text);
+    if (off == 0) wireFrameFill(buf, n, WIRE_REFUSED, text);
     else memset(buf, 0, n);
-    if (sockSendAll(fd, buf, n, &w) != ncclSuccess) return;
+    if (rootSend(fd, buf, n) != ncclSuccess) return;
     off += n;
   }
 }
@@ -74,7 +80,7 @@ static void rootSendRefusal(int fd, int nranks, const char *text) {
 /* Tells every rank checked in (fds) which ranks the root still waits for,
  * and logs it at INFO. */
 static void rootSendProgress(int listenFd, const int *fds, int nranks, int got) {
-  char text[WIRE_PROGRESS_BYTES - WIRE_REFUSAL_TEXT_OFFSET - 1], addr[80];
+  char text[WIRE_PROGRESS_BYTES - WIRE_FRAME_TEXT_OFFSET - 1], addr[80];
   union sockAddr me;
   socklen_t len = sizeof me;
   if (getsockname(listenFd, &me.sa, &len) != 0) me.sa.sa_family = AF_UNSPEC;
@@ -93,14 +99,8 @@ static void rootSendProgress(int listenFd, const int *fds, int nranks, int got) 
        me.sa.sa_family == AF_UNSPEC ? "?" : sockAddrStr(&me, addr, sizeof addr), text);
   char frame[WIRE_PROGRESS_BYTES];
   wireFrameFill(frame, sizeof frame, WIRE_PROGRESS, text);
-  for (int i = 0; i < nranks; i++) {
-    if (fds[i] < 0) continue;
-    struct waitState w;
-    waitBegin(&w, NULL, NULL, NULL, "bootstrap root progress");
-    w.timeoutNs = 1000000000ull;
-    if (sockSendAll(fds[i], frame, sizeof frame, &w) != ncclSuccess) { /* its reply fails later */
-    }
-  }
+  for (int i = 0; i < nranks; i++)
+    if (fds[i] >= 0) (void)rootSend(fds[i], frame, sizeof frame); /* a failure fails its reply later */
 }
 
 /* How often the root says whom it waits for: every 5 s, or twice within a
@@ -418,7 +418,7 @@ ncclResult_t bootstrapInit(struct bootstrap *b, const struct bootstrapHandle *h,
   close(rootFd);
   rootFd = -1;
   char refusal[512];
-  if (wireRefusalRead(b->peers, sizeof *b->peers * nranks, refusal, sizeof refusal)) {
+  if (wireFrameRead(b->peers, sizeof *b->peers * nranks, WIRE_REFUSED, refusal, sizeof refusal)) {
     WARN("Bootstrap : rank %d of %d: the root refused the rendezvous: %s", rank, nranks, refusal);
     return ncclInvalidUsage;
   }

@@ -30,9 +30,9 @@ void wireFrameFill(char *buf, size_t len, int32_t mark, const char *text) {
   memset(buf, 0, len);
   if (len < sizeof(int32_t)) return;
   memcpy(buf, &mark, sizeof mark);
-  if (len > WIRE_REFUSAL_TEXT_OFFSET + 1) {
-    size_t n = strlen(text), room = len - WIRE_REFUSAL_TEXT_OFFSET - 1;
-    memcpy(buf + WIRE_REFUSAL_TEXT_OFFSET, text, n < room ? n : room);
+  if (len > WIRE_FRAME_TEXT_OFFSET + 1) {
+    size_t n = strlen(text), room = len - WIRE_FRAME_TEXT_OFFSET - 1;
+    memcpy(buf + WIRE_FRAME_TEXT_OFFSET, text, n < room ? n : room);
   }
 }
 
@@ -41,11 +41,10 @@ int wireFrameRead(const void *table, size_t len, int32_t mark, char *text, size_
   if (len < sizeof got || textLen == 0) return 0;
   memcpy(&got, table, sizeof got);
   if (got != mark) return 0;
-  size_t n = len > WIRE_REFUSAL_TEXT_OFFSET ? len - WIRE_REFUSAL_TEXT_OFFSET : 0;
+  size_t n = len > WIRE_FRAME_TEXT_OFFSET ? len - WIRE_FRAME_TEXT_OFFSET : 0;
   if (n > textLen - 1) n = textLen - 1;
-  memcpy(text, (const char *)table + WIRE_REFUSAL_TEXT_OFFSET, n);
+  memcpy(text, (const char *)table + WIRE_FRAME_TEXT_OFFSET, n);
   text[n] = 0;
-  text[strnlen(text, n)] = 0;
   return 1;
 }
 

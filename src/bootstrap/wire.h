@@ -32,21 +32,19 @@ int wireRootHelloValid(struct rootHello *h, uint64_t secret);
  * first int is WIRE_REFUSED (where the table has rank 0), and a text saying
  * who disagrees follows from byte 8. */
 #define WIRE_REFUSED (-1)
-#define WIRE_REFUSAL_TEXT_OFFSET 8
+#define WIRE_FRAME_TEXT_OFFSET 8
 /* While ranks are missing the root sends each rank that has checked in a
  * progress frame now and then, ahead of the table: WIRE_PROGRESS where the
  * table has rank 0, then a text (who is missing) from byte 8, in
  * WIRE_PROGRESS_BYTES in all. */
 #define WIRE_PROGRESS (-2)
 #define WIRE_PROGRESS_BYTES 512
-/* Writes the refusal's first len bytes into buf (also a progress frame's,
- * with mark WIRE_PROGRESS: wireFrameFill). */
+/* Writes the first len bytes of a frame of mark (WIRE_REFUSED,
+ * WIRE_PROGRESS) into buf. */
 void wireFrameFill(char *buf, size_t len, int32_t mark, const char *text);
-#define wireRefusalFill(buf, len, text) wireFrameFill(buf, len, WIRE_REFUSED, text)
-/* 1 when the len bytes at table are a frame of mark (a refusal, a
- * progress frame); its text, terminated, into text. */
+/* 1 when the len bytes at table are a frame of mark; its text, terminated,
+ * into text. */
 int wireFrameRead(const void *table, size_t len, int32_t mark, char *text, size_t textLen);
-#define wireRefusalRead(table, len, text, textLen) wireFrameRead(table, len, WIRE_REFUSED, text, textLen)
 /* The root's table: rank i in slot i, addresses of a known family, strings
  * terminated. ncclRemoteError (WARN) when it is not. */
 ncclResult_t wirePeerTableCheck(struct bootstrapPeerInfo *peers, int nranks);

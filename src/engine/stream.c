@@ -142,10 +142,8 @@ static void *streamWorker(void *arg) {
       if (due > s->head->enqueuedNs + STREAM_MAX_DELAY_NS) due = s->head->enqueuedNs + STREAM_MAX_DELAY_NS;
       if (now >= due || s->stop) streamRunOne(s);
       else streamSleep(s, due);
-    } else if (s->stop) {
-      streamSleep(s, now + STREAM_POLL_NS); /* a caller finishes what it runs */
-    } else if (now - s->lastEnqueueNs < STREAM_HOT_NS || s->head) {
-      streamSleep(s, now + STREAM_POLL_NS);
+    } else if (s->head || s->stop || now - s->lastEnqueueNs < STREAM_HOT_NS) {
+      streamSleep(s, now + STREAM_POLL_NS); /* a caller runs the head, or more may come soon */
     } else {
       streamSleep(s, 0);
     }
