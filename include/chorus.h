@@ -26,12 +26,29 @@ CHORUS_EXPORT ncclResult_t chorusGetVersion(int *version);
  * run in issue order on a background thread, so communication overlaps
  * computation. A NULL stream means "return when complete". */
 CHORUS_EXPORT ncclResult_t chorusStreamCreate(cudaStream_t *stream);
+/* flags: 0 as chorusStreamCreate (a stream independent of the NULL stream,
+ * as CUDA's cudaStreamNonBlocking), or CHORUS_STREAM_BLOCKING: work issued
+ * on the NULL stream (or cudaStreamLegacy) first waits for everything issued
+ * on such streams before it, as CUDA's legacy default stream waits for
+ * streams made by cudaStreamCreate. So a program written for CUDA that
+ * copies a result out on the default stream right after an NCCL call on its
+ * own stream reads the finished result (the host-CUDA shim's cudaStreamCreate
+ * makes these). */
+#define CHORUS_STREAM_BLOCKING 0x1u
+CHORUS_EXPORT ncclResult_t chorusStreamCreateWithFlags(cudaStream_t *stream, unsigned int flags);
 /* Waits until everything issued on the stream has completed; returns the
- * first error any of it met (and clears it). */
+ * first error any of it met (and clears it). On the NULL stream: waits for
+ * every CHORUS_STREAM_BLOCKING stream, and returns the first error one of
+ * them holds (which stays with it until that stream is synchronized). */
 CHORUS_EXPORT ncclResult_t chorusStreamSynchronize(cudaStream_t stream);
 /* ncclSuccess when the stream is idle, ncclInProgress while work is pending,
- * or the error the stream's work met. */
+ * or the error the stream's work met. On the NULL stream: ncclInProgress
+ * while a CHORUS_STREAM_BLOCKING stream has work pending. */
 CHORUS_EXPORT ncclResult_t chorusStreamQuery(cudaStream_t stream);
+/* Waits for every stream of the process (as cudaDeviceSynchronize, with the
+ * process as the device); returns the first error one of them holds, which
+ * stays with it until that stream is synchronized. */
+CHORUS_EXPORT ncclResult_t chorusDeviceSynchronize(void);
 /* Synchronizes, then frees the stream. */
 CHORUS_EXPORT ncclResult_t chorusStreamDestroy(cudaStream_t stream);
 
@@ -42,7 +59,8 @@ CHORUS_EXPORT ncclResult_t chorusStreamDestroy(cudaStream_t stream);
  * work met since the last chorusStreamSynchronize (work behind a failure
  * fails at once with that error). fn must return without waiting for the
  * same stream (chorusStreamSynchronize and chorusEventSynchronize refuse
- * it: ncclInvalidUsage). On the NULL stream fn runs before this returns. */
+ * it: ncclInvalidUsage). On the NULL stream fn runs before this returns
+ * (after the CHORUS_STREAM_BLOCKING streams' earlier work). */
 typedef void (*chorusHostFn_t)(void *userData, ncclResult_t status);
 CHORUS_EXPORT ncclResult_t chorusLaunchHostFunc(cudaStream_t stream, chorusHostFn_t fn, void *userData);
 

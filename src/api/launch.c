@@ -243,6 +243,7 @@ ncclResult_t launchItems(struct groupItem *items, int n) {
   CHECK(buildItems(s, items, n, NULL));
   if (s->ntasks == 0) return ncclSuccess;
   if (dumpSchedules()) schedulePrint(s, stdout);
+  streamLegacyWait();
   busyAdd(items, n, NULL, 1);
   watchBegin(items, n, NULL);
   logStartThreadErrors();

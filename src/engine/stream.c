@@ -51,10 +51,20 @@ struct CUstream_st {
   uint64_t issued, completed;
   uint64_t lastEnqueueNs;
   int stop;
-  int refs; /* chorusStreamCreate's, plus one per event recorded on the stream */
+  int refs; /* chorusStreamCreate's, plus one per event recorded on the stream (and per waiter of streamsWait) */
   ncclResult_t error; /* first error since the last synchronize */
+  int blocking;       /* CHORUS_STREAM_BLOCKING: NULL-stream work waits for it */
   pthread_t thread;
+  struct CUstream_st *liveNext, *livePrev; /* every live stream of the process (liveLock) */
 };
+
+/* Every stream not yet destroyed, for the NULL stream's waits and
+ * chorusDeviceSynchronize; blockingPending counts the items queued or
+ * running on blocking streams, so NULL-stream work pays one atomic load
+ * when there is nothing to wait for. */
+static pthread_mutex_t liveLock = PTHREAD_MUTEX_INITIALIZER;
+static cudaStream_t liveHead;
+static int blockingPending;
 
 /* The stream whose item this thread is running, if any: waiting for that
  * stream from inside its own item (a host function) would wait forever. */
@@ -110,6 +120,7 @@ static int streamRunOne(cudaStream_t s) {
   if (s->syncing) pthread_cond_broadcast(&s->itemDone);
   if (res != ncclSuccess && s->error == ncclSuccess) s->error = res;
   __atomic_store_n(&s->pending, s->pending - 1, __ATOMIC_RELEASE);
+  if (s->blocking) __atomic_fetch_sub(&blockingPending, 1, __ATOMIC_RELEASE);
   return 1;
 }
 
@@ -162,6 +173,7 @@ void streamEnqueue(cudaStream_t s, struct streamWork *w) {
   s->tail = w;
   s->pending++;
   s->issued++;
+  if (s->blocking) __atomic_fetch_add(&blockingPending, 1, __ATOMIC_RELAXED);
   streamWakeWorker(s, 0); /* only after an idle spell: otherwise it polls */
   if (s->pending > STREAM_MAX_PENDING) streamDrain(s, s->issued - STREAM_MAX_PENDING / 2);
   pthread_mutex_unlock(&s->lock);
@@ -210,9 +222,14 @@ void streamRelease(cudaStream_t s) {
   if (last) streamFree(s);
 }
 
-ncclResult_t chorusStreamCreate(cudaStream_t *stream) {
+ncclResult_t chorusStreamCreateWithFlags(cudaStream_t *stream, unsigned int flags) {
   if (stream == NULL) {
     WARN("chorusStreamCreate : stream argument is NULL");
+    return ncclInvalidArgument;
+  }
+  if (flags & ~CHORUS_STREAM_BLOCKING) {
+    WARN("chorusStreamCreateWithFlags : flags 0x%x has bits other than CHORUS_STREAM_BLOCKING (0x%x)", flags,
+         CHORUS_STREAM_BLOCKING);
     return ncclInvalidArgument;
   }
   cudaStream_t s = calloc(1, sizeof *s);
@@ -226,15 +243,23 @@ ncclResult_t chorusStreamCreate(cudaStream_t *stream) {
   pthread_condattr_destroy(&attr);
   s->magic = STREAM_MAGIC;
   s->refs = 1;
+  s->blocking = (flags & CHORUS_STREAM_BLOCKING) != 0;
   s->lastEnqueueNs = clockNs() - STREAM_HOT_NS; /* idle: the worker sleeps until the first item */
   if (pthread_create(&s->thread, NULL, streamWorker, s) != 0) {
     WARN("chorusStreamCreate : cannot start the stream's thread");
     streamFree(s);
     return ncclSystemError;
   }
+  pthread_mutex_lock(&liveLock);
+  s->liveNext = liveHead;
+  if (liveHead) liveHead->livePrev = s;
+  liveHead = s;
+  pthread_mutex_unlock(&liveLock);
   *stream = s;
   return ncclSuccess;
 }
+
+ncclResult_t chorusStreamCreate(cudaStream_t *stream) { return chorusStreamCreateWithFlags(stream, 0); }
 
 static ncclResult_t checkStream(cudaStream_t s, const char *call) {
   if (!streamValid(s)) {
@@ -244,9 +269,66 @@ static ncclResult_t checkStream(cudaStream_t s, const char *call) {
   return ncclSuccess;
 }
 
+/* Waits for the work issued so far on every live stream (blocking ones
+ * only, unless all), running it on this thread where nobody else does;
+ * returns the first error one of them holds, without clearing it (it is
+ * that stream's to report). A stream whose host function this thread is
+ * running is passed over: its earlier work is done. */
+static ncclResult_t streamsWait(int all) {
+  pthread_mutex_lock(&liveLock);
+  int n = 0;
+  for (cudaStream_t s = liveHead; s; s = s->liveNext) n += all || s->blocking;
+  cudaStream_t *held = n ? malloc(n * sizeof *held) : NULL;
+  if (n > 0 && held == NULL) {
+    pthread_mutex_unlock(&liveLock);
+    return ncclSystemError;
+  }
+  n = 0;
+  for (cudaStream_t s = liveHead; s; s = s->liveNext) {
+    if (!all && !s->blocking) continue;
+    pthread_mutex_lock(&s->lock);
+    s->refs++; /* a destroy meanwhile leaves its memory to us */
+    pthread_mutex_unlock(&s->lock);
+    held[n++] = s;
+  }
+  pthread_mutex_unlock(&liveLock);
+  ncclResult_t res = ncclSuccess;
+  for (int i = 0; i < n; i++) {
+    cudaStream_t s = held[i];
+    pthread_mutex_lock(&s->lock);
+    if (runningStream != s) streamDrain(s, s->issued);
+    if (res == ncclSuccess) res = s->error;
+    pthread_mutex_unlock(&s->lock);
+    streamRelease(s);
+  }
+  free(held);
+  return res;
+}
+
+void streamLegacyWait(void) {
+  if (__atomic_load_n(&blockingPending, __ATOMIC_ACQUIRE) > 0) (void)streamsWait(0);
+}
+
+ncclResult_t chorusDeviceSynchronize(void) { return streamsWait(1); }
+
+/* The NULL stream's error: the first one a blocking stream holds. */
+static ncclResult_t legacyQuery(void) {
+  if (__atomic_load_n(&blockingPending, __ATOMIC_ACQUIRE) > 0) return ncclInProgress;
+  ncclResult_t res = ncclSuccess;
+  pthread_mutex_lock(&liveLock);
+  for (cudaStream_t s = liveHead; s && res == ncclSuccess; s = s->liveNext) {
+    if (!s->blocking) continue;
+    pthread_mutex_lock(&s->lock);
+    res = s->error;
+    pthread_mutex_unlock(&s->lock);
+  }
+  pthread_mutex_unlock(&liveLock);
+  return res;
+}
+
 ncclResult_t chorusStreamQuery(cudaStream_t s) {
   s = streamResolve(s);
-  if (s == NULL) return ncclSuccess; /* the NULL stream is always complete */
+  if (s == NULL) return legacyQuery();
   ncclResult_t res = checkStream(s, "chorusStreamQuery");
   if (res != ncclSuccess) return res;
   if (__atomic_load_n(&s->pending, __ATOMIC_ACQUIRE) > 0) return ncclInProgress;
@@ -258,7 +340,7 @@ ncclResult_t chorusStreamQuery(cudaStream_t s) {
 
 ncclResult_t chorusStreamSynchronize(cudaStream_t s) {
   s = streamResolve(s);
-  if (s == NULL) return ncclSuccess;
+  if (s == NULL) return streamsWait(0);
   CHECK(checkStream(s, "chorusStreamSynchronize"));
   CHECK(checkNotInside(s, "chorusStreamSynchronize"));
   /* The caller runs queued work itself rather than wait for the worker to
@@ -274,6 +356,11 @@ ncclResult_t chorusStreamSynchronize(cudaStream_t s) {
 ncclResult_t chorusStreamDestroy(cudaStream_t s) {
   CHECK(checkStream(s, "chorusStreamDestroy"));
   CHECK(checkNotInside(s, "chorusStreamDestroy"));
+  pthread_mutex_lock(&liveLock);
+  if (s->livePrev) s->livePrev->liveNext = s->liveNext;
+  else liveHead = s->liveNext;
+  if (s->liveNext) s->liveNext->livePrev = s->livePrev;
+  pthread_mutex_unlock(&liveLock);
   ncclResult_t res = chorusStreamSynchronize(s);
   pthread_mutex_lock(&s->lock);
   s->stop = 1;
@@ -310,6 +397,7 @@ ncclResult_t chorusLaunchHostFunc(cudaStream_t s, chorusHostFn_t fn, void *userD
   }
   s = streamResolve(s);
   if (s == NULL) { /* everything issued on the NULL stream has completed */
+    streamLegacyWait();
     fn(userData, ncclSuccess);
     return ncclSuccess;
   }

@@ -34,6 +34,11 @@ static inline cudaStream_t streamResolve(cudaStream_t stream) {
   return (uintptr_t)stream <= 2 ? NULL : stream;
 }
 
+/* Work on the NULL stream calls this first: it waits for the work issued
+ * so far on CHORUS_STREAM_BLOCKING streams (one atomic load when there is
+ * none), as CUDA's legacy default stream does. */
+void streamLegacyWait(void);
+
 /* 1 when stream was made by chorusStreamCreate and not destroyed. */
 int streamValid(cudaStream_t stream);
 void streamEnqueue(cudaStream_t stream, struct streamWork *w);

@@ -1,0 +1,138 @@
+/* The shim's memory: host memory, remembered so that a free of something
+ * else is an error rather than heap corruption; copies and fills, at once
+ * on the default stream (after the blocking streams' earlier work, as
+ * CUDA's legacy stream) or in order on a stream. */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hostcuda/hostcuda.h"
+
+#define ALIGNMENT 256 /* cudaMalloc's guarantee */
+#define BUCKETS 4096
+
+enum family { deviceMemory, hostMemory };
+
+struct allocation {
+  struct allocation *next;
+  void *ptr;
+  enum family family;
+};
+
+static pthread_mutex_t tableLock = PTHREAD_MUTEX_INITIALIZER;
+static struct allocation *table[BUCKETS];
+
+static size_t bucketOf(const void *p) { return ((uintptr_t)p / ALIGNMENT) % BUCKETS; }
+
+static cudaError_t allocate(void **ptr, size_t size, enum family family) {
+  if (ptr == NULL) return hcReturn(cudaErrorInvalidValue);
+  *ptr = NULL;
+  if (size == 0) return cudaSuccess; /* as CUDA: nothing allocated, NULL returned */
+  struct allocation *a = malloc(sizeof *a);
+  void *p = NULL;
+  if (a == NULL || posix_memalign(&p, ALIGNMENT, size) != 0) {
+    free(a);
+    return hcReturn(cudaErrorMemoryAllocation);
+  }
+  a->ptr = p;
+  a->family = family;
+  pthread_mutex_lock(&tableLock);
+  a->next = table[bucketOf(p)];
+  table[bucketOf(p)] = a;
+  pthread_mutex_unlock(&tableLock);
+  *ptr = p;
+  return cudaSuccess;
+}
+
+/* Frees p after every stream's work is done (cudaFree synchronizes the
+ * device in CUDA too: an operation still reading p must finish first). */
+static cudaError_t release(void *p, enum family family) {
+  if (p == NULL) return cudaSuccess;
+  (void)chorusDeviceSynchronize(); /* its errors stay with their streams */
+  pthread_mutex_lock(&tableLock);
+  struct allocation **link = &table[bucketOf(p)];
+  while (*link && !((*link)->ptr == p && (*link)->family == family)) link = &(*link)->next;
+  struct allocation *a = *link;
+  if (a) *link = a->next;
+  pthread_mutex_unlock(&tableLock);
+  if (a == NULL) return hcReturn(cudaErrorInvalidValue);
+  free(a->ptr);
+  free(a);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMalloc(void **devPtr, size_t size) { return allocate(devPtr, size, deviceMemory); }
+
+cudaError_t cudaMallocManaged(void **devPtr, size_t size, unsigned int flags) {
+  if (flags != cudaMemAttachGlobal && flags != cudaMemAttachHost) return hcReturn(cudaErrorInvalidValue);
+  return allocate(devPtr, size, deviceMemory);
+}
+
+cudaError_t cudaFree(void *devPtr) { return release(devPtr, deviceMemory); }
+
+cudaError_t cudaMallocHost(void **ptr, size_t size) { return allocate(ptr, size, hostMemory); }
+
+cudaError_t cudaHostAlloc(void **ptr, size_t size, unsigned int flags) {
+  if (flags & ~(unsigned)(cudaHostAllocPortable | cudaHostAllocMapped | cudaHostAllocWriteCombined))
+    return hcReturn(cudaErrorInvalidValue);
+  return allocate(ptr, size, hostMemory);
+}
+
+cudaError_t cudaFreeHost(void *ptr) { return release(ptr, hostMemory); }
+
+/* A copy or a fill, run now or as a stream's host function. */
+struct transfer {
+  void *dst;
+  const void *src; /* NULL: a fill with value */
+  int value;
+  size_t count;
+};
+
+static void transferDo(const struct transfer *t) {
+  if (t->src) memmove(t->dst, t->src, t->count);
+  else memset(t->dst, t->value, t->count);
+}
+
+static void transferRun(void *arg, ncclResult_t status) {
+  (void)status; /* like a CUDA stream's copy, it runs whatever came before */
+  transferDo(arg);
+  free(arg);
+}
+
+static cudaError_t transfer(struct transfer t, cudaStream_t stream) {
+  if (t.count == 0) return cudaSuccess;
+  if (t.dst == NULL) return hcReturn(cudaErrorInvalidValue);
+  if (stream == NULL || stream == cudaStreamLegacy) {
+    /* The default stream: after the blocking streams' earlier work; an
+     * error that work met is this call's too (and stays with its stream). */
+    cudaError_t e = hcStreamError(chorusStreamSynchronize(NULL));
+    if (e == cudaSuccess) transferDo(&t);
+    return e;
+  }
+  struct transfer *later = malloc(sizeof *later);
+  if (later == NULL) return hcReturn(cudaErrorMemoryAllocation);
+  *later = t;
+  ncclResult_t res = chorusLaunchHostFunc(stream, transferRun, later);
+  if (res != ncclSuccess) free(later);
+  return hcStreamError(res);
+}
+
+static int validKind(enum cudaMemcpyKind kind) { return kind >= cudaMemcpyHostToHost && kind <= cudaMemcpyDefault; }
+
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind) {
+  return cudaMemcpyAsync(dst, src, count, kind, NULL);
+}
+
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind,
+                            cudaStream_t stream) {
+  if (!validKind(kind)) return hcReturn(cudaErrorInvalidMemcpyDirection);
+  if (count > 0 && src == NULL) return hcReturn(cudaErrorInvalidValue);
+  return transfer((struct transfer){dst, src, 0, count}, stream);
+}
+
+cudaError_t cudaMemset(void *devPtr, int value, size_t count) { return cudaMemsetAsync(devPtr, value, count, NULL); }
+
+cudaError_t cudaMemsetAsync(void *devPtr, int value, size_t count, cudaStream_t stream) {
+  return transfer((struct transfer){devPtr, NULL, value & 0xff, count}, stream);
+}

@@ -1,0 +1,344 @@
+/* The host-CUDA shim (include/chorus/host-cuda/cuda_runtime.h): CUDA's
+ * semantics on the host. Errors and the last error; device counts from
+ * the environment (each in a forked process, since the count is read
+ * once); memory and its misuse; copies in stream order; the default stream
+ * waiting for cudaStreamCreate's streams and not for non-blocking ones,
+ * NCCL calls on stream 0 included; events with times, reuse and
+ * cudaStreamWaitEvent's snapshot; device-wide waits; an NCCL failure on a
+ * stream reaching the CUDA calls that wait for it. */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cuda_runtime.h"
+#include "chorus.h"
+#include "harness.h"
+
+#define CUDAOK(call) EXPECT((call) == cudaSuccess, "%s: %s", #call, cudaGetErrorName(cudaPeekAtLastError()))
+
+static void sleepMs(int ms) {
+  struct timespec t = {ms / 1000, (long)(ms % 1000) * 1000000L};
+  nanosleep(&t, NULL);
+}
+
+/* A host function that sleeps, then stores a value. */
+struct late {
+  int ms;
+  volatile int *where;
+  int value;
+};
+static void lateStore(void *arg) {
+  struct late *l = arg;
+  sleepMs(l->ms);
+  __atomic_store_n(l->where, l->value, __ATOMIC_RELEASE);
+}
+
+/* A host function that waits (at most 5 s) until *gate is set. */
+static void waitGate(void *arg) {
+  volatile int *gate = arg;
+  for (int i = 0; i < 5000 && !__atomic_load_n(gate, __ATOMIC_ACQUIRE); i++) sleepMs(1);
+}
+
+static int errors(void) {
+  EXPECT(strcmp(cudaGetErrorString(cudaSuccess), "no error") == 0, "%s", cudaGetErrorString(cudaSuccess));
+  EXPECT(strcmp(cudaGetErrorName(cudaErrorInvalidValue), "cudaErrorInvalidValue") == 0, "name");
+  EXPECT(strstr(cudaGetErrorString(cudaErrorLaunchFailure), "ncclGetLastError") != NULL, "launch failure text");
+  EXPECT(strcmp(cudaGetErrorString((cudaError_t)12345), "unrecognized error code") == 0, "unknown code");
+  EXPECT(cudaGetLastError() == cudaSuccess, "no error yet");
+  EXPECT(cudaMalloc(NULL, 16) == cudaErrorInvalidValue, "NULL devPtr");
+  EXPECT(cudaPeekAtLastError() == cudaErrorInvalidValue, "peek");
+  EXPECT(cudaPeekAtLastError() == cudaErrorInvalidValue, "peek does not clear");
+  int d;
+  CUDAOK(cudaGetDevice(&d)); /* a success leaves the last error alone */
+  EXPECT(cudaGetLastError() == cudaErrorInvalidValue, "last error");
+  EXPECT(cudaGetLastError() == cudaSuccess, "cleared");
+  return 0;
+}
+
+/* The count is read once per process: each environment is checked by a
+ * fresh process (this program again, "count WANT"). */
+static int countIs(int want) {
+  int n = -1;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (n != want || (e == cudaSuccess) != (want > 0)) {
+    const char *c = getenv("CHORUS_HOST_DEVICES"), *v = getenv("CUDA_VISIBLE_DEVICES");
+    fprintf(stderr, "CHORUS_HOST_DEVICES=%s CUDA_VISIBLE_DEVICES=%s: %d devices (%s), expected %d\n",
+            c ? c : "(unset)", v ? v : "(unset)", n, cudaGetErrorName(e), want);
+    return 1;
+  }
+  if (want == 0 && cudaSetDevice(0) != cudaErrorNoDevice) return 1;
+  return 0;
+}
+
+static int devicesUnder(const char *count, const char *visible, int want) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    if (count) setenv("CHORUS_HOST_DEVICES", count, 1);
+    if (visible) setenv("CUDA_VISIBLE_DEVICES", visible, 1);
+    char wantText[16];
+    snprintf(wantText, sizeof wantText, "%d", want);
+    execl("/proc/self/exe", "test_hostcuda", "count", wantText, (char *)NULL);
+    _exit(127);
+  }
+  int status;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : 1;
+}
+
+static void *otherThreadDevice(void *arg) {
+  cudaGetDevice(arg);
+  return NULL;
+}
+
+static int devices(void) {
+  EXPECT(devicesUnder(NULL, NULL, 8) == 0, "default count");
+  EXPECT(devicesUnder("3", "0,1,2,3,4", 3) == 0, "CHORUS_HOST_DEVICES first");
+  EXPECT(devicesUnder(NULL, "2,5", 2) == 0, "CUDA_VISIBLE_DEVICES");
+  EXPECT(devicesUnder(NULL, "", 0) == 0, "no visible devices");
+  int n;
+  CUDAOK(cudaGetDeviceCount(&n));
+  EXPECT(cudaSetDevice(n) == cudaErrorInvalidDevice, "device %d of %d", n, n);
+  EXPECT(cudaSetDevice(-1) == cudaErrorInvalidDevice, "device -1");
+  CUDAOK(cudaSetDevice(n - 1));
+  int d = -1, other = -1;
+  CUDAOK(cudaGetDevice(&d));
+  EXPECT(d == n - 1, "current device %d", d);
+  pthread_t t;
+  pthread_create(&t, NULL, otherThreadDevice, &other);
+  pthread_join(t, NULL);
+  EXPECT(other == 0, "a new thread's device is 0, got %d", other);
+  struct cudaDeviceProp prop;
+  CUDAOK(cudaGetDeviceProperties(&prop, 2));
+  EXPECT(prop.pciBusID == 2 && strstr(prop.name, "2") && prop.totalGlobalMem > 0, "properties of device 2: %s",
+         prop.name);
+  char bus[32];
+  CUDAOK(cudaDeviceGetPCIBusId(bus, sizeof bus, 10 % n));
+  EXPECT(strlen(bus) == 12, "bus id %s", bus);
+  CUDAOK(cudaSetDevice(0));
+  return 0;
+}
+
+static int memory(void) {
+  void *p, *h, *z = (void *)1;
+  CUDAOK(cudaMalloc(&p, 1000));
+  EXPECT((uintptr_t)p % 256 == 0, "alignment of %p", p);
+  CUDAOK(cudaMalloc(&z, 0));
+  EXPECT(z == NULL, "size 0 gives NULL");
+  CUDAOK(cudaFree(NULL));
+  int onStack;
+  EXPECT(cudaFree(&onStack) == cudaErrorInvalidValue, "free of memory not from cudaMalloc");
+  CUDAOK(cudaMallocHost(&h, 64));
+  EXPECT(cudaFree(h) == cudaErrorInvalidValue, "cudaFree of cudaMallocHost memory");
+  EXPECT(cudaFreeHost(p) == cudaErrorInvalidValue, "cudaFreeHost of cudaMalloc memory");
+  EXPECT(cudaHostAlloc(&h, 64, 0x80) == cudaErrorInvalidValue, "unknown cudaHostAlloc flag");
+  EXPECT(cudaMalloc(&z, SIZE_MAX / 2) == cudaErrorMemoryAllocation, "impossible size");
+  memset(p, 0x11, 1000);
+  EXPECT(cudaMemcpy(p, h, 8, (enum cudaMemcpyKind)7) == cudaErrorInvalidMemcpyDirection, "bad kind");
+  EXPECT(cudaMemcpy(p, NULL, 8, cudaMemcpyHostToDevice) == cudaErrorInvalidValue, "NULL src");
+  CUDAOK(cudaMemset(p, 0x1ab, 10)); /* the value's low byte, as CUDA */
+  EXPECT(((unsigned char *)p)[9] == 0xab && ((unsigned char *)p)[10] == 0x11, "memset");
+  CUDAOK(cudaFree(p));
+  EXPECT(cudaFree(p) == cudaErrorInvalidValue, "double free");
+  CUDAOK(cudaFreeHost(h));
+  cudaGetLastError();
+  return 0;
+}
+
+/* The default stream waits for cudaStreamCreate's streams, not for
+ * non-blocking ones; copies on a stream run in its order. */
+static int defaultStream(void) {
+  cudaStream_t s, free_;
+  CUDAOK(cudaStreamCreate(&s));
+  CUDAOK(cudaStreamCreateWithFlags(&free_, cudaStreamNonBlocking));
+  EXPECT(cudaStreamCreateWithFlags(&free_, 0x40) == cudaErrorInvalidValue, "unknown stream flag");
+  int *buf;
+  CUDAOK(cudaMalloc((void **)&buf, 2 * sizeof(int)));
+  buf[0] = buf[1] = 0;
+  struct late l = {60, &buf[0], 42};
+  CUDAOK(cudaLaunchHostFunc(s, lateStore, &l));
+  int src = 7, out = 0;
+  CUDAOK(cudaMemcpyAsync(&buf[1], &src, sizeof src, cudaMemcpyHostToDevice, s));
+  EXPECT(cudaStreamQuery(s) == cudaErrorNotReady, "query while a host function sleeps");
+  EXPECT(cudaStreamQuery(NULL) == cudaErrorNotReady, "the default stream waits for s");
+  CUDAOK(cudaMemcpy(&out, &buf[0], sizeof out, cudaMemcpyDeviceToHost));
+  EXPECT(out == 42, "cudaMemcpy on the default stream ran before s's earlier work: %d", out);
+  EXPECT(buf[1] == 7, "the stream's copy");
+
+  /* Stream 0 in an NCCL call waits for s as well. */
+  ncclComm_t comm;
+  NCCLCHECK(ncclCommInitAll(&comm, 1, NULL));
+  float *x;
+  CUDAOK(cudaMalloc((void **)&x, 1024 * sizeof(float)));
+  memset(x, 0, 1024 * sizeof(float));
+  float one = 1.0f;
+  struct late l2 = {60, (volatile int *)&buf[0], 43};
+  CUDAOK(cudaLaunchHostFunc(s, lateStore, &l2));
+  CUDAOK(cudaMemcpyAsync(&x[1023], &one, sizeof one, cudaMemcpyHostToDevice, s));
+  NCCLCHECK(ncclAllReduce(x, x, 1024, ncclFloat, ncclSum, comm, NULL));
+  EXPECT(x[1023] == 1.0f && buf[0] == 43, "ncclAllReduce on stream 0 ran before s's earlier work");
+  CUDAOK(cudaFree(x));
+  NCCLCHECK(ncclCommDestroy(comm));
+
+  /* A non-blocking stream is not waited for, but synchronizes by itself. */
+  int gate = 0;
+  CUDAOK(cudaLaunchHostFunc(free_, waitGate, &gate));
+  double t0 = nowSec();
+  CUDAOK(cudaMemcpy(&out, &buf[1], sizeof out, cudaMemcpyDeviceToHost));
+  CUDAOK(cudaStreamSynchronize(NULL));
+  EXPECT(nowSec() - t0 < 2.0, "the default stream waited for a non-blocking stream");
+  EXPECT(cudaStreamQuery(free_) == cudaErrorNotReady, "non-blocking stream still busy");
+  __atomic_store_n(&gate, 1, __ATOMIC_RELEASE);
+  CUDAOK(cudaStreamSynchronize(free_));
+  CUDAOK(cudaStreamQuery(free_));
+
+  /* The special handles are the default stream; they cannot be destroyed. */
+  CUDAOK(cudaMemcpyAsync(&out, &src, sizeof src, cudaMemcpyHostToHost, cudaStreamPerThread));
+  EXPECT(out == 7, "copy on cudaStreamPerThread is done when it returns");
+  CUDAOK(cudaStreamSynchronize(cudaStreamLegacy));
+  EXPECT(cudaStreamDestroy(cudaStreamPerThread) == cudaErrorInvalidResourceHandle, "destroy per-thread stream");
+  EXPECT(cudaStreamDestroy(NULL) == cudaErrorInvalidResourceHandle, "destroy stream 0");
+  CUDAOK(cudaStreamDestroy(s));
+  CUDAOK(cudaStreamDestroy(free_));
+  CUDAOK(cudaFree(buf));
+  cudaGetLastError();
+  return 0;
+}
+
+static void noteStatus(cudaStream_t stream, cudaError_t status, void *arg) {
+  (void)stream;
+  *(cudaError_t *)arg = status;
+}
+
+static int events(void) {
+  cudaStream_t a, b;
+  CUDAOK(cudaStreamCreate(&a));
+  CUDAOK(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
+  cudaEvent_t e0, e1, never, untimed;
+  CUDAOK(cudaEventCreate(&e0));
+  CUDAOK(cudaEventCreate(&e1));
+  CUDAOK(cudaEventCreate(&never));
+  CUDAOK(cudaEventCreateWithFlags(&untimed, cudaEventDisableTiming));
+  EXPECT(cudaEventCreateWithFlags(&never, 0x100) == cudaErrorInvalidValue, "unknown event flag");
+  CUDAOK(cudaEventQuery(never)); /* nothing to wait for */
+  volatile int x = 0;
+  struct late l = {40, &x, 1};
+  CUDAOK(cudaEventRecord(e0, a));
+  CUDAOK(cudaLaunchHostFunc(a, lateStore, &l));
+  CUDAOK(cudaEventRecord(e1, a));
+  CUDAOK(cudaEventRecord(untimed, a));
+  float ms = -1;
+  EXPECT(cudaEventElapsedTime(&ms, e0, e1) == cudaErrorNotReady || x == 1, "elapsed time before the end");
+  CUDAOK(cudaEventSynchronize(e1));
+  EXPECT(x == 1, "event passed before the work before it");
+  CUDAOK(cudaEventElapsedTime(&ms, e0, e1));
+  EXPECT(ms >= 35.0f && ms < 5000.0f, "elapsed %.3f ms over a 40 ms sleep", ms);
+  EXPECT(cudaEventElapsedTime(&ms, e0, never) == cudaErrorInvalidResourceHandle, "never recorded");
+  EXPECT(cudaEventElapsedTime(&ms, e0, untimed) == cudaErrorInvalidResourceHandle, "timing disabled");
+  CUDAOK(cudaEventRecord(e0, NULL)); /* recording again moves it: now, on the default stream */
+  CUDAOK(cudaEventElapsedTime(&ms, e1, e0));
+  EXPECT(ms >= 0.0f, "re-recorded event is later: %.3f", ms);
+
+  /* cudaStreamWaitEvent waits for the record made before it, not a later
+   * one: b waits for x, then a second record of e1 follows work that
+   * waits for b. */
+  volatile int y = 0, seen = -1;
+  int gate = 0;
+  struct late l2 = {50, &y, 1};
+  CUDAOK(cudaLaunchHostFunc(a, lateStore, &l2));
+  CUDAOK(cudaEventRecord(e1, a));
+  CUDAOK(cudaStreamWaitEvent(b, e1, 0));
+  EXPECT(cudaStreamWaitEvent(b, e1, 7) == cudaErrorInvalidValue, "unknown wait flag");
+  CUDAOK(cudaLaunchHostFunc(a, waitGate, &gate));
+  CUDAOK(cudaEventRecord(e1, a));
+  double t0 = nowSec();
+  CUDAOK(cudaStreamSynchronize(b));
+  seen = y;
+  EXPECT(seen == 1, "b ran on before a reached the event");
+  EXPECT(nowSec() - t0 < 3.0, "b waited for the event's later record");
+  __atomic_store_n(&gate, 1, __ATOMIC_RELEASE);
+  cudaError_t status = cudaErrorUnknown;
+  CUDAOK(cudaStreamAddCallback(a, noteStatus, &status, 0));
+  EXPECT(cudaStreamAddCallback(a, noteStatus, &status, 1) == cudaErrorInvalidValue, "callback flags");
+  CUDAOK(cudaStreamSynchronize(a));
+  EXPECT(status == cudaSuccess, "callback status %s", cudaGetErrorName(status));
+  CUDAOK(cudaEventDestroy(e0));
+  CUDAOK(cudaEventDestroy(e1));
+  CUDAOK(cudaEventDestroy(never));
+  CUDAOK(cudaEventDestroy(untimed));
+  CUDAOK(cudaStreamDestroy(a));
+  CUDAOK(cudaStreamDestroy(b));
+  cudaGetLastError();
+  return 0;
+}
+
+/* cudaDeviceSynchronize and cudaFree wait for every stream. */
+static int deviceWide(void) {
+  cudaStream_t s;
+  CUDAOK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  volatile int *flag;
+  CUDAOK(cudaMalloc((void **)&flag, sizeof *flag));
+  *flag = 0;
+  struct late l = {40, flag, 1};
+  CUDAOK(cudaLaunchHostFunc(s, lateStore, &l));
+  CUDAOK(cudaDeviceSynchronize());
+  EXPECT(*flag == 1, "cudaDeviceSynchronize returned before a stream's work");
+  volatile int done = 0;
+  struct late l2 = {40, &done, 1};
+  CUDAOK(cudaLaunchHostFunc(s, lateStore, &l2));
+  CUDAOK(cudaFree((void *)flag));
+  EXPECT(done == 1, "cudaFree freed while a stream's work was pending");
+  CUDAOK(cudaStreamDestroy(s));
+  return 0;
+}
+
+/* An NCCL operation that fails on a stream: cudaStreamSynchronize says
+ * so, and so does the default stream while the error is held. */
+static int failure(void) {
+  ncclComm_t comms[2];
+  NCCLCHECK(ncclCommInitAll(comms, 2, NULL));
+  NCCLCHECK(chorusCommSetTimeout(comms[0], 300));
+  cudaStream_t s;
+  CUDAOK(cudaStreamCreate(&s));
+  float *x;
+  CUDAOK(cudaMalloc((void **)&x, 64 * sizeof(float)));
+  /* Rank 1 never joins: rank 0's AllReduce times out. */
+  NCCLCHECK(ncclAllReduce(x, x, 64, ncclFloat, ncclSum, comms[0], s));
+  float out;
+  EXPECT(cudaMemcpy(&out, x, sizeof out, cudaMemcpyDeviceToHost) == cudaErrorLaunchFailure,
+         "the default stream after a failed operation on s");
+  EXPECT(cudaGetLastError() == cudaErrorLaunchFailure, "last error");
+  EXPECT(cudaStreamSynchronize(s) == cudaErrorLaunchFailure, "cudaStreamSynchronize of the failed stream");
+  CUDAOK(cudaMemcpy(&out, x, sizeof out, cudaMemcpyDeviceToHost)); /* the stream's sync took the error */
+  ncclResult_t async;
+  NCCLCHECK(ncclCommGetAsyncError(comms[0], &async));
+  EXPECT(async != ncclSuccess, "the communicator's error");
+  ncclCommAbort(comms[0]);
+  ncclCommAbort(comms[1]);
+  CUDAOK(cudaStreamDestroy(s));
+  CUDAOK(cudaFree(x));
+  cudaGetLastError();
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc == 3 && strcmp(argv[1], "count") == 0) return countIs(atoi(argv[2]));
+  unsetenv("CHORUS_HOST_DEVICES");
+  unsetenv("CUDA_VISIBLE_DEVICES");
+  struct {
+    const char *name;
+    int (*fn)(void);
+  } cases[] = {{"errors", errors}, {"devices", devices}, {"memory", memory}, {"default stream", defaultStream},
+               {"events", events}, {"device-wide waits", deviceWide}, {"failure", failure}};
+  int failed = 0;
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    int bad = cases[i].fn();
+    printf("%s: %s\n", cases[i].name, bad ? "FAILED" : "ok");
+    fflush(stdout);
+    failed |= bad;
+  }
+  return failed;
+}
