@@ -5,10 +5,16 @@
  * the others waiting for the timeout. CHORUS_TIMEOUT is 3 s here: a rank
  * left waiting gets ncclTimeout, which fails the test. A rendezvous that
  * cannot complete (ranks that never come) times out on every rank that came,
- * each saying which ranks the root still waited for. */
+ * each saying which ranks the root still waited for. A unique id used for a
+ * second communicator is refused at once on every rank. */
 #include <dirent.h>
 #include <regex.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -22,7 +28,56 @@ struct initCase {
   struct claim claims[4];
   const char *expect; /* in every process's last error */
   ncclResult_t want;  /* ncclInvalidUsage, or ncclTimeout where a rank never comes */
+  int reuse; /* the id makes a communicator first, then this init is its second use: 1 with the id's root in this
+               process, 2 with it in another (which leaves its port closed) */
 };
+
+/* An id whose root is another process (its child), which lives until
+ * killed. */
+static int idElsewhere(ncclUniqueId *id, pid_t *holder) {
+  int fds[2];
+  if (pipe(fds) != 0) return 1;
+  *holder = fork();
+  if (*holder == 0) {
+    ncclUniqueId mine;
+    if (ncclGetUniqueId(&mine) != ncclSuccess || write(fds[1], &mine, sizeof mine) != sizeof mine) _exit(1);
+    for (;;) pause();
+  }
+  close(fds[1]);
+  ssize_t got = read(fds[0], id, sizeof *id);
+  close(fds[0]);
+  return got == sizeof *id ? 0 : 1;
+}
+
+/* NCCL_COMM_ID names a port another program holds: rank 0 cannot listen
+ * there and fails at once; rank 1 reaches the program, hears nothing back
+ * and says so within WIRE_CHECKIN_NS (5 s), not at its 30 s timeout. */
+static int portTaken(int proc, int procs, ncclUniqueId unused, void *arg) {
+  (void)unused;
+  setenv("NCCL_COMM_ID", arg, 1);
+  setenv("CHORUS_TIMEOUT", "30", 1);
+  ncclUniqueId id;
+  NCCLCHECK(ncclGetUniqueId(&id));
+  ncclComm_t comm;
+  double t0 = nowSec();
+  ncclResult_t res = ncclCommInitRank(&comm, procs, id, proc);
+  double s = nowSec() - t0;
+  const char *why = ncclGetLastError(NULL);
+  fprintf(stderr, "port-taken: rank %d: %s after %.1f s: %s\n", proc, ncclGetErrorString(res), s, why);
+  EXPECT(res != ncclSuccess, "rank %d joined a stranger", proc);
+  const char *expect = proc == 0 ? "Address already in use" : "is not a chorus root";
+  EXPECT(strstr(why, expect) != NULL, "rank %d's error lacks \"%s\"", proc, expect);
+  EXPECT(s < (proc == 0 ? 1.0 : 8.0), "rank %d took %.1f s", proc, s);
+  return 0;
+}
+
+static int initOnce(int proc, int procs, ncclUniqueId id, void *arg) {
+  (void)arg;
+  ncclComm_t comm;
+  NCCLCHECK(ncclCommInitRank(&comm, procs, id, proc));
+  NCCLCHECK(ncclCommDestroy(comm));
+  return 0;
+}
 
 static int claimInit(int proc, int procs, ncclUniqueId id, void *arg) {
   const struct initCase *c = arg;
@@ -37,8 +92,9 @@ static int claimInit(int proc, int procs, ncclUniqueId id, void *arg) {
   EXPECT(res == c->want, "%s: process %d got %s", c->name, proc, ncclGetErrorString(res));
   EXPECT(strstr(why, c->expect) != NULL, "%s: process %d's last error lacks \"%s\": %s", c->name, proc, c->expect,
          why);
-  EXPECT(c->want != ncclInvalidUsage || strstr(why, " pid ") != NULL, "%s: process %d: no pid named: %s", c->name,
-         proc, why);
+  EXPECT(c->want != ncclInvalidUsage || c->reuse || strstr(why, " pid ") != NULL, "%s: process %d: no pid named: %s",
+         c->name, proc, why);
+  EXPECT(c->want != ncclInvalidUsage || ms < 1000, "%s: process %d took %.0f ms to refuse", c->name, proc, ms);
   faultTime(c->name, res, ms);
   return 0;
 }
@@ -78,14 +134,17 @@ int main(void) {
   setenv("NCCL_DEBUG", "WARN", 1);
   setenv("NCCL_DEBUG_FILE", logPattern, 1);
   static const struct initCase cases[] = {
-      {"duplicate-rank", 3, {{3, 0}, {3, 1}, {3, 1}}, "rank 1 was claimed by host", ncclInvalidUsage},
-      {"duplicate-rank0", 2, {{2, 0}, {2, 0}}, "rank 0 was claimed by host", ncclInvalidUsage},
-      {"nranks-disagree", 2, {{2, 0}, {3, 1}}, "says nranks is", ncclInvalidUsage},
-      {"nranks-disagree-3", 3, {{3, 0}, {3, 2}, {4, 1}}, "says nranks is", ncclInvalidUsage},
+      {"duplicate-rank", 3, {{3, 0}, {3, 1}, {3, 1}}, "rank 1 was claimed by host", ncclInvalidUsage, 0},
+      {"duplicate-rank0", 2, {{2, 0}, {2, 0}}, "rank 0 was claimed by host", ncclInvalidUsage, 0},
+      {"nranks-disagree", 2, {{2, 0}, {3, 1}}, "says nranks is", ncclInvalidUsage, 0},
+      {"nranks-disagree-3", 3, {{3, 0}, {3, 2}, {4, 1}}, "says nranks is", ncclInvalidUsage, 0},
       /* ranks 1 and 3 of 4 never come: the timeout names them (the root said
        * whom it waits for, twice within the 3 s timeout) */
       {"missing-ranks", 2, {{4, 0}, {4, 2}}, "was still waiting for ranks 1, 3 (of 4; 2 checked in)",
-       ncclTimeout},
+       ncclTimeout, 0},
+      /* the same id for a second communicator: refused at once, not a wait */
+      {"reused-id", 3, {{3, 0}, {3, 1}, {3, 2}}, "a unique id makes one communicator", ncclInvalidUsage, 1},
+      {"reused-id-elsewhere", 2, {{2, 0}, {2, 1}}, "is not listening: its rendezvous has ended", ncclInvalidUsage, 2},
   };
   /* With a fixed NCCL_COMM_ID (make tsan) rank 0 hosts the root, and a second
    * rank 0 cannot listen on its port: that one fails at once with "Address
@@ -95,11 +154,33 @@ int main(void) {
   int fixedId = fixed && *fixed == '1';
   int failed = 0;
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    if (fixedId && cases[i].claims[1].rank == 0) continue;
+    if (fixedId && (cases[i].claims[1].rank == 0 || cases[i].reuse)) continue;
     ncclUniqueId id;
-    if (testCommId(&id) != 0) return 1;
-    int f = runRanksWithId(cases[i].procs, id, claimInit, (void *)&cases[i], 15);
+    pid_t holder = 0;
+    if (cases[i].reuse == 2 ? idElsewhere(&id, &holder) : testCommId(&id)) return 1;
+    int f = cases[i].reuse ? runRanksWithId(cases[i].procs, id, initOnce, NULL, 15) : 0;
+    f = f ? f : runRanksWithId(cases[i].procs, id, claimInit, (void *)&cases[i], 15);
+    if (holder > 0) {
+      kill(holder, SIGKILL);
+      waitpid(holder, NULL, 0);
+    }
     printf("initcheck %s: %s\n", cases[i].name, f ? "FAILED" : "passed");
+    failed += f;
+  }
+  if (!fixedId) {
+    int stranger = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in at = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof at;
+    EXPECT(bind(stranger, (struct sockaddr *)&at, sizeof at) == 0 && listen(stranger, 8) == 0 &&
+               getsockname(stranger, (struct sockaddr *)&at, &len) == 0,
+           "a listening socket");
+    char commId[64];
+    snprintf(commId, sizeof commId, "127.0.0.1:%d", ntohs(at.sin_port));
+    ncclUniqueId none;
+    memset(&none, 0, sizeof none);
+    int f = runRanksWithId(2, none, portTaken, commId, 20);
+    close(stranger);
+    printf("initcheck port-taken: %s\n", f ? "FAILED" : "passed");
     failed += f;
   }
   int logsBad = warnLinesLikeNccl(logDir);

@@ -141,6 +141,29 @@ static int rootDisagrees(const struct rootHello *h, int nranks, const int *fds, 
  * once rather than wait for a root that is gone. */
 #define ROOT_REFUSING_NS 10000000000ull
 
+/* The secrets of this process's roots whose rendezvous has ended: a unique
+ * id makes one communicator, and a rank of this process (or of a child
+ * forked after) that tries one again is told so at once. Other processes
+ * find the root's port closed (BOOTSTRAP_ROOT_UP). */
+#define SPENT_IDS 64
+static uint64_t spentSecrets[SPENT_IDS];
+static unsigned spentNext;
+static pthread_mutex_t spentLock = PTHREAD_MUTEX_INITIALIZER;
+
+static void rootSpent(uint64_t secret) {
+  pthread_mutex_lock(&spentLock);
+  spentSecrets[spentNext++ % SPENT_IDS] = secret;
+  pthread_mutex_unlock(&spentLock);
+}
+
+static int rootWasSpent(uint64_t secret) {
+  pthread_mutex_lock(&spentLock);
+  int found = 0;
+  for (int i = 0; i < SPENT_IDS && !found; i++) found = spentSecrets[i] == secret && secret != 0;
+  pthread_mutex_unlock(&spentLock);
+  return found;
+}
+
 static void *rootThread(void *argp) {
   /* argp is freed only at the end: the thread touches no allocator until a
    * rank calls in, so a process may fork right after ncclGetUniqueId. */
@@ -213,10 +236,17 @@ static void *rootThread(void *argp) {
       if (!fds || !infos) break;
       for (int i = 0; i < nranks; i++) fds[i] = -1;
     }
+    int32_t checkedIn = WIRE_CHECKED_IN;
+    (void)rootSend(fd, &checkedIn, sizeof checkedIn); /* a failure fails its reply later */
     fds[hello.rank] = fd;
     infos[hello.rank] = hello.info;
     if (got++ == 0) nextProgressNs = clockNs() + rootProgressInterval(w.timeoutNs);
   }
+  /* Spent before any rank hears back: once a communicator exists, trying its
+   * id again fails at once, in this process and in children forked after
+   * (which would otherwise inherit the open port and wait on it). */
+  if (a.secret != BOOTSTRAP_COMM_ID_SECRET) rootSpent(a.secret);
+  close(a.listenFd);
   if (refusal[0]) {
     /* every rank that called in was told */
   } else if (nranks > 0 && got == nranks) {
@@ -235,7 +265,6 @@ static void *rootThread(void *argp) {
   free(acc);
   free(fds);
   free(infos);
-  close(a.listenFd);
   free(argp);
   return NULL;
 }
@@ -292,6 +321,7 @@ ncclResult_t bootstrapNewRoot(struct bootstrapHandle *h) {
   memset(h, 0, sizeof *h);
   char ifname[64];
   CHECK(sockPickAddr(NULL, &h->addr, ifname, sizeof ifname));
+  h->flags = BOOTSTRAP_ROOT_UP;
   if (getrandom(&h->secret, sizeof h->secret, 0) != sizeof h->secret) {
     WARN("Call to getrandom failed: %s", strerror(errno));
     return ncclSystemError;
@@ -318,7 +348,7 @@ static ncclResult_t meshConnect(struct bootstrap *b) {
   /* Connect to every lower rank (they listen already: the root replied only
    * after all had checked in), then accept every higher one. */
   for (int j = 0; j < b->rank; j++) {
-    CHECK(sockConnect(&b->peers[j].listenAddr, &b->peerFd[j], &w));
+    CHECK(sockConnect(&b->peers[j].listenAddr, &b->peerFd[j], &w, 0));
     struct meshHello hello = {b->secret, b->rank, 0};
     CHECK(sockSendAll(b->peerFd[j], &hello, sizeof hello, &w));
   }
@@ -353,11 +383,19 @@ static ncclResult_t recvRootReply(struct bootstrap *b, int rootFd, const union s
   uint64_t timeoutNs = w->timeoutNs, deadline = timeoutNs ? clockNs() + timeoutNs : 0;
   char progress[WIRE_PROGRESS_BYTES] = "", addr[80];
   ncclResult_t res;
+  int checkedIn = 0;
+  uint64_t checkInBy = clockNs() + (timeoutNs && timeoutNs < WIRE_CHECKIN_NS ? timeoutNs : WIRE_CHECKIN_NS);
   for (;;) {
     char frame[WIRE_PROGRESS_BYTES];
     int32_t mark;
-    if (deadline) w->timeoutNs = clockNs() < deadline ? deadline - clockNs() : 1;
+    uint64_t until = checkedIn ? deadline : checkInBy;
+    if (until) w->timeoutNs = clockNs() < until ? until - clockNs() : 1;
     if ((res = sockRecvAll(rootFd, &mark, sizeof mark, w)) != ncclSuccess) break;
+    if (mark == WIRE_CHECKED_IN) {
+      checkedIn = 1;
+      continue;
+    }
+    checkedIn = 1; /* a root that says anything is one */
     char *rest = (char *)b->peers;
     size_t restBytes = tableBytes;
     if (mark == WIRE_PROGRESS) {
@@ -370,6 +408,12 @@ static ncclResult_t recvRootReply(struct bootstrap *b, int rootFd, const union s
     wireFrameRead(frame, sizeof frame, WIRE_PROGRESS, progress, sizeof progress);
     INFO(subsysBootstrap | subsysInit, "Bootstrap : rank %d of %d: %s at the root %s", b->rank, b->nranks, progress,
          sockAddrStr(root, addr, sizeof addr));
+  }
+  if (res == ncclTimeout && !checkedIn && (!timeoutNs || timeoutNs > WIRE_CHECKIN_NS)) {
+    WARN("Bootstrap : rank %d of %d: no answer from %s within %.0f s of this rank's hello: what listens there is not a "
+         "chorus root (is the port taken by another program? the rank that hosts the root could not listen then)",
+         b->rank, b->nranks, sockAddrStr(root, addr, sizeof addr), (double)WIRE_CHECKIN_NS / 1e9);
+    return ncclRemoteError;
   }
   if (res == ncclRemoteError)
     WARN("Bootstrap : rank %d of %d: the root %s closed the rendezvous without an answer%s%s", b->rank, b->nranks,
@@ -408,10 +452,23 @@ ncclResult_t bootstrapInit(struct bootstrap *b, const struct bootstrapHandle *h,
   INFO(subsysBootstrap | subsysInit, "Bootstrap : Using %s:%s<0>", b->ifname, buf);
   CHECK(sockListen(&hello.info.listenAddr, &b->listenFd));
 
+  if ((h->flags & BOOTSTRAP_ROOT_UP) && rootWasSpent(h->secret)) {
+    WARN("Bootstrap : rank %d of %d: this unique id was used before and its rendezvous has ended; a unique id makes "
+         "one communicator (call ncclGetUniqueId for each)",
+         rank, nranks);
+    return ncclInvalidUsage;
+  }
   struct waitState w;
   waitBegin(&w, abortFlag, NULL, NULL, "bootstrap rendezvous with the root");
   int rootFd;
-  CHECK(sockConnect(&h->addr, &rootFd, &w));
+  ncclResult_t connected = sockConnect(&h->addr, &rootFd, &w, (h->flags & BOOTSTRAP_ROOT_UP) != 0);
+  if (connected != ncclSuccess) {
+    if (connected != ncclRemoteError || errno != ECONNREFUSED) return connected; /* said by sockConnect */
+    WARN("Bootstrap : rank %d of %d: the root %s of this unique id is not listening: its rendezvous has ended (a "
+         "unique id makes one communicator: call ncclGetUniqueId for each) or the process that made it has exited",
+         rank, nranks, sockAddrStr(&h->addr, buf, sizeof buf));
+    return ncclInvalidUsage;
+  }
   ncclResult_t res;
   CHECKGOTO(sockSendAll(rootFd, &hello, sizeof hello, &w), res, out);
   CHECKGOTO(recvRootReply(b, rootFd, &h->addr, &w), res, out);

@@ -16,7 +16,11 @@
 struct bootstrapHandle {
   uint64_t secret;
   union sockAddr addr;
+  uint32_t flags; /* BOOTSTRAP_ROOT_UP */
 };
+/* The root was listening before the id existed (ncclGetUniqueId's, not
+ * NCCL_COMM_ID's): a refused connection means its rendezvous has ended. */
+#define BOOTSTRAP_ROOT_UP 0x1u
 
 /* What each rank tells the others at rendezvous. */
 struct bootstrapPeerInfo {

@@ -192,7 +192,7 @@ ncclResult_t sockListen(union sockAddr *addr, int *fd) {
   return ncclSuccess;
 }
 
-ncclResult_t sockConnect(const union sockAddr *addr, int *fd, struct waitState *w) {
+ncclResult_t sockConnect(const union sockAddr *addr, int *fd, struct waitState *w, int refusedIsFinal) {
   for (;;) {
     int s = socket(addr->sa.sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
     SYSCHECK(s, "socket");
@@ -204,6 +204,10 @@ ncclResult_t sockConnect(const union sockAddr *addr, int *fd, struct waitState *
     }
     int err = errno;
     close(s);
+    if (err == ECONNREFUSED && refusedIsFinal) {
+      errno = err;
+      return ncclRemoteError;
+    }
     if (err != ECONNREFUSED && err != ETIMEDOUT && err != EHOSTUNREACH && err != ENETUNREACH &&
         err != EINTR && err != EAGAIN) {
       char buf[80];

@@ -28,7 +28,10 @@ ncclResult_t sockPickAddr(const union sockAddr *reach, union sockAddr *out, char
 /* Listens on addr (port 0: any); writes the bound address back. Nonblocking. */
 ncclResult_t sockListen(union sockAddr *addr, int *fd);
 /* Connects, retrying while the listener is not up yet; nonblocking fd. */
-ncclResult_t sockConnect(const union sockAddr *addr, int *fd, struct waitState *w);
+/* Connects, retrying while the listener is not up yet; with
+ * refusedIsFinal a refused connection returns ncclRemoteError at once, with
+ * errno ECONNREFUSED and no WARN (the caller knows what it means). */
+ncclResult_t sockConnect(const union sockAddr *addr, int *fd, struct waitState *w, int refusedIsFinal);
 /* Accepts one connection if one is pending: *fd = -1 when none. */
 ncclResult_t sockTryAccept(int listenFd, int *fd);
 ncclResult_t sockSendAll(int fd, const void *buf, size_t len, struct waitState *w);

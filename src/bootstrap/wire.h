@@ -39,6 +39,12 @@ int wireRootHelloValid(struct rootHello *h, uint64_t secret);
  * WIRE_PROGRESS_BYTES in all. */
 #define WIRE_PROGRESS (-2)
 #define WIRE_PROGRESS_BYTES 512
+/* The root's first word to a rank whose hello it took, before anything
+ * else (a bare int): a rank that hears nothing within WIRE_CHECKIN_NS of
+ * its hello is talking to something that is not a chorus root (a program
+ * that holds NCCL_COMM_ID's port, where rank 0 then could not listen). */
+#define WIRE_CHECKED_IN (-3)
+#define WIRE_CHECKIN_NS 5000000000ull
 /* Writes the first len bytes of a frame of mark (WIRE_REFUSED,
  * WIRE_PROGRESS) into buf. */
 void wireFrameFill(char *buf, size_t len, int32_t mark, const char *text);

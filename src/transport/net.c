@@ -652,7 +652,7 @@ static ncclResult_t netSetup(void **state, struct bootstrap *b, struct connTable
     for (int l = 0; l < lanes; l++) {
       struct netConn *nc = NET(connSend(t, p, l));
       for (int i = 0; i < nc->nsocks; i++) {
-        CHECKGOTO(sockConnect(&info[p].addr, &nc->socks[i].fd, &w), res, out);
+        CHECKGOTO(sockConnect(&info[p].addr, &nc->socks[i].fd, &w, 0), res, out);
         sockTune(nc->socks[i].fd);
         struct netHello h = {b->secret, b->peers[0].nonce, me, l, i, 0};
         CHECKGOTO(sockSendAll(nc->socks[i].fd, &h, sizeof h, &w), res, out);
