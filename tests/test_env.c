@@ -5,6 +5,7 @@
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -21,6 +22,35 @@ static int rankMain(int rank, int n, ncclUniqueId id, void *arg) {
   NCCLCHECK(ncclAllReduce(&x, &y, 1, ncclFloat, ncclSum, comm, NULL));
   EXPECT(y == n, "allreduce gave %g", y);
   NCCLCHECK(ncclCommDestroy(comm));
+  return 0;
+}
+
+/* Variables set in a child forked after ncclGetUniqueId count: each
+ * communicator's creation reads the environment again. Rank 0's AllReduce,
+ * which rank 1 never joins, fails within the child's 2 s CHORUS_TIMEOUT,
+ * not the parent's. */
+static volatile int *timedOut; /* shared with the forked ranks */
+static int childSetsTimeout(int rank, int n, ncclUniqueId id, void *arg) {
+  setenv("CHORUS_TIMEOUT", "2", 1);
+  setenv("NCCL_MAX_NCHANNELS", "2", 1);
+  ncclComm_t comm;
+  NCCLCHECK(ncclCommInitRank(&comm, n, id, rank));
+  EXPECT(paramInt(paramTimeout) == 2 && paramInt(paramMaxNChannels) == 2,
+         "rank %d: CHORUS_TIMEOUT %lld, NCCL_MAX_NCHANNELS %lld after init", rank, (long long)paramInt(paramTimeout),
+         (long long)paramInt(paramMaxNChannels));
+  if (rank == 0) {
+    float x = 1;
+    double t0 = nowSec();
+    ncclResult_t res = ncclAllReduce(&x, &x, 1, ncclFloat, ncclSum, comm, NULL);
+    double took = nowSec() - t0;
+    *timedOut = 1;
+    EXPECT(res == ncclTimeout && took < 4.5, "a lone AllReduce: %s after %.1f s (CHORUS_TIMEOUT=2 in the child)",
+           ncclGetErrorString(res), took);
+    ncclCommAbort(comm);
+  } else {
+    for (int i = 0; i < 1000 && !*timedOut; i++) usleep(10000);
+    ncclCommAbort(comm);
+  }
   return 0;
 }
 
@@ -110,6 +140,13 @@ int main(void) {
   }
   if (d) closedir(d);
   EXPECT(logs == n, "found %d rank logs in %s, expected %d", logs, logDir, n);
+
+  timedOut = mmap(NULL, sizeof *timedOut, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  EXPECT(timedOut != MAP_FAILED, "mmap");
+  ncclUniqueId id2;
+  NCCLCHECK(ncclGetUniqueId(&id2));
+  EXPECT(paramInt(paramTimeout) != 2, "the parent's CHORUS_TIMEOUT is already 2");
+  failed += runRanksWithId(2, id2, childSetsTimeout, NULL, 30);
   if (!failed) {
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", logDir);

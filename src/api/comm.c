@@ -134,6 +134,7 @@ static struct ncclComm *commAlloc(int nranks, const ncclUniqueId *id, int rank, 
 static ncclResult_t commSetup(struct ncclComm *comm) {
   uint64_t t0 = clockNs();
   int rank = comm->rank, nranks = comm->nranks, cudaDev = comm->cudaDev;
+  paramReload(); /* variables set since the last communicator count */
   logSetRank(rank);
   logParams();
   logStartThreadErrors(); /* the cause of a failure below is this thread's last WARN */

@@ -15,12 +15,14 @@
 #include "chorus.h"
 #include "core/err.h"
 #include "core/log.h"
+#include "core/param.h"
 
 NCCL_API(ncclResult_t, ncclGetUniqueId, ncclUniqueId *uniqueId) {
   if (uniqueId == NULL) {
     WARN("ncclGetUniqueId : uniqueId argument is NULL");
     return ncclInvalidArgument;
   }
+  paramReload(); /* NCCL_COMM_ID as it is now (NCCL reads it at each call) */
   commLogVersion();
   struct bootstrapHandle h;
   CHECK(bootstrapGetUniqueId(&h));

@@ -20,11 +20,22 @@ static const struct paramDesc paramTable[paramCount] = {
 #undef CHORUS_PARAM_DESC
 };
 
-static pthread_once_t paramOnce = PTHREAD_ONCE_INIT;
-static char *paramStrValue[paramCount];
-static int64_t paramIntValue[paramCount];
-static char paramSet[paramCount];
-static char *paramBad[paramCount];
+/* What the environment said at one reading. Every communicator's creation
+ * reads it again (paramReload), so a variable set after an earlier NCCL
+ * call (in a child forked after ncclGetUniqueId, say) is seen; readers get
+ * an immutable snapshot, and a snapshot that is replaced is kept (strings
+ * from it may still be in use), which costs memory only when the
+ * environment really changed. */
+struct paramValues {
+  char *str[paramCount];
+  int64_t num[paramCount];
+  char set[paramCount];
+  char *bad[paramCount];
+  struct paramValues *older;
+};
+
+static struct paramValues *current;
+static pthread_mutex_t reloadLock = PTHREAD_MUTEX_INITIALIZER;
 
 /* Applies "NAME=value" lines without overriding what is already set, so the
  * environment wins over the files (as NCCL does it). */
@@ -50,7 +61,7 @@ static void paramLoadFile(const char *path) {
   fclose(f);
 }
 
-static void paramLoad(void) {
+static struct paramValues *paramRead(void) {
   const char *conf = getenv("NCCL_CONF_FILE");
   if (conf && conf[0]) {
     paramLoadFile(conf);
@@ -63,12 +74,14 @@ static void paramLoad(void) {
     }
   }
   paramLoadFile("/etc/nccl.conf");
+  struct paramValues *p = calloc(1, sizeof *p);
+  if (p == NULL) abort(); /* at start-up, with no way to report it */
   for (int i = 0; i < paramCount; i++) {
     const char *v = getenv(paramTable[i].env);
     int fromEnv = v && v[0];
     if (!fromEnv) v = paramTable[i].def;
-    paramSet[i] = (char)fromEnv;
-    paramStrValue[i] = strdup(v);
+    p->set[i] = (char)fromEnv;
+    p->str[i] = strdup(v);
     if (!paramTable[i].isStr) {
       char *end;
       errno = 0;
@@ -76,40 +89,66 @@ static void paramLoad(void) {
       if (errno || end == v || *end) {
         /* Not logged here (the logger itself reads parameters): logParams does. */
         x = strtoll(paramTable[i].def, NULL, 0);
-        paramBad[i] = paramStrValue[i];
-        paramStrValue[i] = strdup(paramTable[i].def);
+        p->bad[i] = p->str[i];
+        p->str[i] = strdup(paramTable[i].def);
       }
-      paramIntValue[i] = x;
+      p->num[i] = x;
     }
   }
+  return p;
 }
 
-int64_t paramInt(enum paramId id) {
-  pthread_once(&paramOnce, paramLoad);
-  return paramIntValue[id];
+static void paramFree(struct paramValues *p) {
+  for (int i = 0; i < paramCount; i++) {
+    free(p->str[i]);
+    free(p->bad[i]);
+  }
+  free(p);
 }
 
-const char *paramStr(enum paramId id) {
-  pthread_once(&paramOnce, paramLoad);
-  return paramStrValue[id];
+static int paramSame(const struct paramValues *a, const struct paramValues *b) {
+  for (int i = 0; i < paramCount; i++)
+    if (a->set[i] != b->set[i] || strcmp(a->str[i], b->str[i]) != 0 || (a->bad[i] == NULL) != (b->bad[i] == NULL))
+      return 0;
+  return 1;
 }
+
+void paramReload(void) {
+  pthread_mutex_lock(&reloadLock);
+  struct paramValues *fresh = paramRead(), *old = current;
+  if (old && paramSame(old, fresh)) {
+    paramFree(fresh);
+  } else {
+    fresh->older = old;
+    __atomic_store_n(&current, fresh, __ATOMIC_RELEASE);
+  }
+  pthread_mutex_unlock(&reloadLock);
+}
+
+static const struct paramValues *values(void) {
+  const struct paramValues *p = __atomic_load_n(&current, __ATOMIC_ACQUIRE);
+  if (p) return p;
+  pthread_mutex_lock(&reloadLock);
+  int first = current == NULL;
+  pthread_mutex_unlock(&reloadLock);
+  if (first) paramReload();
+  return __atomic_load_n(&current, __ATOMIC_ACQUIRE);
+}
+
+int64_t paramInt(enum paramId id) { return values()->num[id]; }
+
+const char *paramStr(enum paramId id) { return values()->str[id]; }
 
 const char *paramName(enum paramId id) { return paramTable[id].env; }
 const char *paramDefault(enum paramId id) { return paramTable[id].def; }
 
-int paramFromEnv(enum paramId id) {
-  pthread_once(&paramOnce, paramLoad);
-  return paramSet[id];
-}
+int paramFromEnv(enum paramId id) { return values()->set[id]; }
 
-const char *paramRejected(enum paramId id) {
-  pthread_once(&paramOnce, paramLoad);
-  return paramBad[id];
-}
+const char *paramRejected(enum paramId id) { return values()->bad[id]; }
 
 void paramPrintAll(FILE *out) {
-  pthread_once(&paramOnce, paramLoad);
+  const struct paramValues *p = values();
   for (int i = 0; i < paramCount; i++)
-    fprintf(out, "%-28s = %-12s (default %s) %s\n", paramTable[i].env, paramStrValue[i],
+    fprintf(out, "%-28s = %-12s (default %s) %s\n", paramTable[i].env, p->str[i],
             paramTable[i].def[0] ? paramTable[i].def : "unset", paramTable[i].doc);
 }

@@ -1,6 +1,7 @@
 /* One table of every NCCL_* / CHORUS_* parameter (DESIGN.md invariant 7).
  * Values come from the environment, then NCCL_CONF_FILE or ~/.nccl.conf,
- * then /etc/nccl.conf; each is read once. */
+ * then /etc/nccl.conf; read at the first call and again each time a
+ * communicator is created (paramReload). */
 #ifndef CHORUS_CORE_PARAM_H
 #define CHORUS_CORE_PARAM_H
 #include <stdint.h>
@@ -43,6 +44,9 @@ enum paramId {
       paramCount
 };
 
+/* Reads the environment (and the conf files) again: each communicator's
+ * creation starts with it, so variables set since the last reading count. */
+void paramReload(void);
 int64_t paramInt(enum paramId id);
 const char *paramStr(enum paramId id); /* never NULL; "" when unset */
 /* For the log (which reads parameters itself, so they cannot log while

@@ -31,14 +31,8 @@ void waitBegin(struct waitState *w, volatile int *abortFlag, waitLivenessFn live
 }
 
 uint64_t waitDefaultTimeoutNs(void) {
-  static uint64_t cached = UINT64_MAX; /* CHORUS_TIMEOUT is read once per process anyway */
-  uint64_t ns = __atomic_load_n(&cached, __ATOMIC_RELAXED);
-  if (ns == UINT64_MAX) {
-    int64_t t = paramInt(paramTimeout);
-    ns = t > 0 ? (uint64_t)t * 1000000000ull : 0;
-    __atomic_store_n(&cached, ns, __ATOMIC_RELAXED);
-  }
-  return ns;
+  int64_t t = paramInt(paramTimeout); /* as of the latest communicator's creation */
+  return t > 0 ? (uint64_t)t * 1000000000ull : 0;
 }
 
 uint64_t waitDiagnosisNs(uint64_t timeoutNs) {
