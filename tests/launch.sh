@@ -16,4 +16,20 @@ grep -q "no launcher environment: set CHORUS_RANK" <<<"$msg" || { echo "no error
 # A perf tool run alone asks whether a launcher is there: no WARN for that.
 msg=$(env -u CHORUS_RANK -u RANK NCCL_DEBUG=WARN "$bin/all_reduce_perf" -b 8 -e 8 2>&1) || { echo "all_reduce_perf alone failed: $msg"; exit 1; }
 ! grep -q "NCCL WARN" <<<"$msg" || { echo "all_reduce_perf alone warned: $msg"; exit 1; }
+# A random secret per job, the same on every rank; one given is kept.
+secrets=$("$bin/chorusrun" -n 2 sh -c 'echo "$CHORUS_SECRET"' | sort -u)
+[[ $secrets =~ ^[0-9a-f]{32}$ ]] || { echo "chorusrun's ranks got CHORUS_SECRET '$secrets'"; exit 1; }
+again=$("$bin/chorusrun" -n 1 sh -c 'echo "$CHORUS_SECRET"')
+[ "$again" != "$secrets" ] || { echo "two jobs got the same secret $again"; exit 1; }
+kept=$(CHORUS_SECRET=mine "$bin/chorusrun" -n 1 sh -c 'echo "$CHORUS_SECRET"')
+[ "$kept" = mine ] || { echo "a given CHORUS_SECRET became '$kept'"; exit 1; }
+# The secret is never logged.
+msg=$(CHORUS_SECRET=hush NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=ENV "$bin/chorusrun" -n 2 "$bin/test_launch" 2>&1) ||
+  { echo "run with a secret failed: $msg"; exit 1; }
+grep -q "CHORUS_SECRET set by environment to (a value not logged)" <<<"$msg" || { echo "secret not said: $msg"; exit 1; }
+! grep -q hush <<<"$msg" || { echo "the secret was logged: $msg"; exit 1; }
+# Without one, the well-known secret is said once at INFO.
+msg=$(env -u CHORUS_SECRET CHORUS_RANK=0 CHORUS_NRANKS=1 NCCL_COMM_ID=127.0.0.1:$((20000 + RANDOM % 20000)) \
+  NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=BOOTSTRAP "$bin/test_launch" 2>&1)
+[ "$(grep -c "uses the well-known secret" <<<"$msg")" -eq 1 ] || { echo "well-known secret not said once: $msg"; exit 1; }
 echo "launch: passed"

@@ -71,6 +71,40 @@ static int portTaken(int proc, int procs, ncclUniqueId unused, void *arg) {
   return 0;
 }
 
+/* A job with a CHORUS_SECRET on NCCL_COMM_ID's port, and a stranger that
+ * comes first with the well-known secret, claiming rank 1: the root refuses
+ * the stranger (and WARNs), the job completes undelayed: rank 1 within a
+ * second of its arrival. */
+static int strangerAtSecretJob(int proc, int procs, ncclUniqueId unused, void *arg) {
+  (void)unused;
+  (void)procs;
+  int stranger = proc == 2;
+  setenv("NCCL_COMM_ID", arg, 1);
+  if (stranger) unsetenv("CHORUS_SECRET");
+  else setenv("CHORUS_SECRET", "the job's own", 1);
+  /* The stranger is there first; rank 0 hosts the root from 0.2 s, rank 1
+   * comes at 0.7 s, so the stranger's retries meet the root meanwhile. */
+  if (!stranger) usleep(proc == 0 ? 200000 : 700000);
+  ncclUniqueId id;
+  NCCLCHECK(ncclGetUniqueId(&id));
+  ncclComm_t comm;
+  double t0 = nowSec();
+  ncclResult_t res = ncclCommInitRank(&comm, 2, id, stranger ? 1 : proc);
+  double s = nowSec() - t0;
+  fprintf(stderr, "secret: %s %d: %s after %.2f s: %s\n", stranger ? "stranger" : "rank", proc,
+          ncclGetErrorString(res), s, res == ncclSuccess ? "" : ncclGetLastError(NULL));
+  if (stranger) {
+    EXPECT(res != ncclSuccess, "a stranger with the well-known secret joined the job");
+    return 0;
+  }
+  EXPECT(res == ncclSuccess && s < (proc == 1 ? 1.0 : 2.0), "rank %d: %s after %.2f s", proc, ncclGetErrorString(res), s);
+  float x = 1;
+  NCCLCHECK(ncclAllReduce(&x, &x, 1, ncclFloat, ncclSum, comm, NULL));
+  EXPECT(x == 2, "allreduce gave %g", x);
+  NCCLCHECK(ncclCommDestroy(comm));
+  return 0;
+}
+
 static int initOnce(int proc, int procs, ncclUniqueId id, void *arg) {
   (void)arg;
   ncclComm_t comm;
@@ -97,6 +131,21 @@ static int claimInit(int proc, int procs, ncclUniqueId id, void *arg) {
   EXPECT(c->want != ncclInvalidUsage || ms < 1000, "%s: process %d took %.0f ms to refuse", c->name, proc, ms);
   faultTime(c->name, res, ms);
   return 0;
+}
+
+/* 1 when a log file in dir has a line with needle. */
+static int logsHave(const char *dir, const char *needle) {
+  int found = 0;
+  DIR *d = opendir(dir);
+  for (struct dirent *e; d && !found && (e = readdir(d));) {
+    char path[600], line[1200];
+    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    FILE *f = e->d_name[0] == '.' ? NULL : fopen(path, "r");
+    while (f && !found && fgets(line, sizeof line, f)) found = strstr(line, needle) != NULL;
+    if (f) fclose(f);
+  }
+  if (d) closedir(d);
+  return found;
 }
 
 /* The ranks' WARN lines have NCCL's shape, with the source file named
@@ -143,7 +192,7 @@ int main(void) {
       {"missing-ranks", 2, {{4, 0}, {4, 2}}, "was still waiting for ranks 1, 3 (of 4; 2 checked in)",
        ncclTimeout, 0},
       /* the same id for a second communicator: refused at once, not a wait */
-      {"reused-id", 3, {{3, 0}, {3, 1}, {3, 2}}, "a unique id makes one communicator", ncclInvalidUsage, 1},
+      {"reused-id", 3, {{3, 0}, {3, 1}, {3, 2}}, "is not listening: its rendezvous has ended", ncclInvalidUsage, 1},
       {"reused-id-elsewhere", 2, {{2, 0}, {2, 1}}, "is not listening: its rendezvous has ended", ncclInvalidUsage, 2},
   };
   /* With a fixed NCCL_COMM_ID (make tsan) rank 0 hosts the root, and a second
@@ -181,6 +230,14 @@ int main(void) {
     int f = runRanksWithId(2, none, portTaken, commId, 20);
     close(stranger);
     printf("initcheck port-taken: %s\n", f ? "FAILED" : "passed");
+    failed += f;
+    /* the same free port again, for the secret's job */
+    f = runRanksWithId(3, none, strangerAtSecretJob, commId, 20);
+    if (!f && !logsHave(logDir, "it did not present this rendezvous's secret")) {
+      fprintf(stderr, "no WARN from the root about the stranger\n");
+      f = 1;
+    }
+    printf("initcheck stranger-at-secret-job: %s\n", f ? "FAILED" : "passed");
     failed += f;
   }
   int logsBad = warnLinesLikeNccl(logDir);

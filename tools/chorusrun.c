@@ -2,7 +2,8 @@
  *   chorusrun -n N [--tag-output] [--] PROGRAM [ARGS...]
  * Each rank gets CHORUS_RANK/CHORUS_NRANKS/CHORUS_LOCAL_RANK, the torchrun
  * names (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR,
- * MASTER_PORT) and NCCL_COMM_ID for the rendezvous (chorusCommInitFromEnv).
+ * MASTER_PORT) and NCCL_COMM_ID for the rendezvous (chorusCommInitFromEnv),
+ * with a random CHORUS_SECRET for the job unless one is given.
  * SIGINT/SIGTERM/SIGHUP are forwarded; when a rank fails the others are
  * killed and chorusrun exits with that rank's status. */
 #define _GNU_SOURCE
@@ -15,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/random.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -49,8 +51,9 @@ static void usage(int asked) {
   fprintf(asked ? stdout : stderr,
           "usage: chorusrun -n N [--tag-output] [--] PROGRAM [ARGS...]\n"
           "Starts N ranks of PROGRAM on this host with CHORUS_RANK, CHORUS_NRANKS, CHORUS_LOCAL_RANK,\n"
-          "RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/MASTER_PORT and NCCL_COMM_ID set; as soon as one\n"
-          "rank fails, stops the others and exits with its status.\n"
+          "RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/MASTER_PORT, NCCL_COMM_ID and a random\n"
+          "CHORUS_SECRET for the job (unless CHORUS_SECRET or CHORUS_SECRET_FILE is set) set; as soon\n"
+          "as one rank fails, stops the others and exits with its status.\n"
           "  -n, --nproc N   number of ranks\n"
           "  --tag-output    prefix every output line with [rank]\n"
           "  -h, --help      this text\n");
@@ -115,6 +118,20 @@ int main(int argc, char **argv) {
   char buf[64];
   snprintf(buf, sizeof buf, "127.0.0.1:%d", port);
   setenv("NCCL_COMM_ID", buf, 1);
+  /* A secret per job, so that nobody else who reaches the port joins or
+   * disturbs it (one the caller set is kept, to join ranks started
+   * elsewhere). */
+  const char *given = getenv("CHORUS_SECRET"), *givenFile = getenv("CHORUS_SECRET_FILE");
+  if (!(given && *given) && !(givenFile && *givenFile)) {
+    unsigned char r[16];
+    char hex[sizeof r * 2 + 1];
+    if (getrandom(r, sizeof r, 0) != (ssize_t)sizeof r) {
+      perror("chorusrun: getrandom");
+      return 1;
+    }
+    for (size_t k = 0; k < sizeof r; k++) snprintf(hex + 2 * k, 3, "%02x", r[k]);
+    setenv("CHORUS_SECRET", hex, 1);
+  }
   setenv("MASTER_ADDR", "127.0.0.1", 1);
   snprintf(buf, sizeof buf, "%d", port);
   setenv("MASTER_PORT", buf, 1);

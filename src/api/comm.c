@@ -141,7 +141,7 @@ static ncclResult_t commSetup(struct ncclComm *comm) {
   ncclResult_t res;
   struct bootstrapHandle h;
   memcpy(&h, comm->initId.internal, sizeof h);
-  if (h.secret == BOOTSTRAP_COMM_ID_SECRET && rank == 0) CHECKGOTO(bootstrapStartRoot(&h, nranks), res, fail);
+  if (!(h.flags & BOOTSTRAP_ROOT_UP) && rank == 0) CHECKGOTO(bootstrapStartRoot(&h, nranks), res, fail);
 
   struct bootstrapPeerInfo me = {0};
   me.rank = rank;

@@ -76,9 +76,7 @@ CHORUS_EXPORT ncclResult_t chorusCommInitFromEnv(ncclComm_t *comm) {
     return ncclInvalidUsage;
   }
   struct bootstrapHandle h;
-  memset(&h, 0, sizeof h);
-  CHECK(sockAddrParse(addr, &h.addr));
-  h.secret = BOOTSTRAP_COMM_ID_SECRET;
+  CHECK(bootstrapEnvHandle(addr, &h));
   ncclUniqueId id;
   memset(&id, 0, sizeof id);
   memcpy(id.internal, &h, sizeof h);

@@ -141,29 +141,6 @@ static int rootDisagrees(const struct rootHello *h, int nranks, const int *fds, 
  * once rather than wait for a root that is gone. */
 #define ROOT_REFUSING_NS 10000000000ull
 
-/* The secrets of this process's roots whose rendezvous has ended: a unique
- * id makes one communicator, and a rank of this process (or of a child
- * forked after) that tries one again is told so at once. Other processes
- * find the root's port closed (BOOTSTRAP_ROOT_UP). */
-#define SPENT_IDS 64
-static uint64_t spentSecrets[SPENT_IDS];
-static unsigned spentNext;
-static pthread_mutex_t spentLock = PTHREAD_MUTEX_INITIALIZER;
-
-static void rootSpent(uint64_t secret) {
-  pthread_mutex_lock(&spentLock);
-  spentSecrets[spentNext++ % SPENT_IDS] = secret;
-  pthread_mutex_unlock(&spentLock);
-}
-
-static int rootWasSpent(uint64_t secret) {
-  pthread_mutex_lock(&spentLock);
-  int found = 0;
-  for (int i = 0; i < SPENT_IDS && !found; i++) found = spentSecrets[i] == secret && secret != 0;
-  pthread_mutex_unlock(&spentLock);
-  return found;
-}
-
 static void *rootThread(void *argp) {
   /* argp is freed only at the end: the thread touches no allocator until a
    * rank calls in, so a process may fork right after ncclGetUniqueId. */
@@ -242,10 +219,10 @@ static void *rootThread(void *argp) {
     infos[hello.rank] = hello.info;
     if (got++ == 0) nextProgressNs = clockNs() + rootProgressInterval(w.timeoutNs);
   }
-  /* Spent before any rank hears back: once a communicator exists, trying its
-   * id again fails at once, in this process and in children forked after
-   * (which would otherwise inherit the open port and wait on it). */
-  if (a.secret != BOOTSTRAP_COMM_ID_SECRET) rootSpent(a.secret);
+  /* Closed before any rank hears back: once a communicator exists, a rank
+   * that tries its id again finds the port closed and fails at once (see
+   * BOOTSTRAP_ROOT_UP), in this process and in children forked after, which
+   * would otherwise inherit the open port and wait on it. */
   close(a.listenFd);
   if (refusal[0]) {
     /* every rank that called in was told */
@@ -306,14 +283,49 @@ static ncclResult_t spawnRoot(int listenFd, uint64_t secret, int nranks) {
   return ncclSuccess;
 }
 
-ncclResult_t bootstrapGetUniqueId(struct bootstrapHandle *h) {
+/* A 64-bit secret from the shared text (never 0 nor the well-known one). */
+static uint64_t secretFromText(const char *text) {
+  uint64_t h = fnv1a(0xcbf29ce484222325ull, text);
+  h ^= h >> 33;
+  h *= 0xff51afd7ed558ccdull;
+  h ^= h >> 33;
+  return h == 0 || h == BOOTSTRAP_COMM_ID_SECRET ? h ^ 0x5a5aull : h;
+}
+
+ncclResult_t bootstrapEnvHandle(const char *addr, struct bootstrapHandle *h) {
   memset(h, 0, sizeof *h);
-  const char *commId = paramStr(paramCommId);
-  if (commId[0]) {
-    CHECK(sockAddrParse(commId, &h->addr));
-    h->secret = BOOTSTRAP_COMM_ID_SECRET;
+  CHECK(sockAddrParse(addr, &h->addr));
+  const char *text = paramStr(paramSecret), *file = paramStr(paramSecretFile);
+  char line[4096] = "";
+  if (!text[0] && file[0]) {
+    FILE *f = fopen(file, "r");
+    int readable = f && fgets(line, sizeof line, f);
+    int err = errno;
+    if (f) fclose(f);
+    line[strcspn(line, "\r\n")] = 0;
+    if (!readable || !line[0]) {
+      WARN("CHORUS_SECRET_FILE=%s: %s", file, !f ? strerror(err) : "its first line is empty");
+      return ncclInvalidArgument;
+    }
+    text = line;
+  }
+  if (text[0]) {
+    h->secret = secretFromText(text);
     return ncclSuccess;
   }
+  h->secret = BOOTSTRAP_COMM_ID_SECRET;
+  static int said;
+  if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
+    INFO(subsysBootstrap | subsysInit,
+         "Bootstrap : the rendezvous at %s uses the well-known secret: any process that reaches it can join; set "
+         "CHORUS_SECRET or CHORUS_SECRET_FILE on every rank (chorusrun sets one per job)",
+         addr);
+  return ncclSuccess;
+}
+
+ncclResult_t bootstrapGetUniqueId(struct bootstrapHandle *h) {
+  const char *commId = paramStr(paramCommId);
+  if (commId[0]) return bootstrapEnvHandle(commId, h);
   return bootstrapNewRoot(h);
 }
 
@@ -415,7 +427,11 @@ static ncclResult_t recvRootReply(struct bootstrap *b, int rootFd, const union s
          b->rank, b->nranks, sockAddrStr(root, addr, sizeof addr), (double)WIRE_CHECKIN_NS / 1e9);
     return ncclRemoteError;
   }
-  if (res == ncclRemoteError)
+  if (res == ncclRemoteError && !checkedIn)
+    WARN("Bootstrap : rank %d of %d: the root %s closed the connection without a word: it refused this rank's hello "
+         "(is CHORUS_SECRET the same on every rank?)",
+         b->rank, b->nranks, sockAddrStr(root, addr, sizeof addr));
+  else if (res == ncclRemoteError)
     WARN("Bootstrap : rank %d of %d: the root %s closed the rendezvous without an answer%s%s", b->rank, b->nranks,
          sockAddrStr(root, addr, sizeof addr), progress[0] ? "; it was " : "", progress);
   else if (res == ncclTimeout)
@@ -452,12 +468,6 @@ ncclResult_t bootstrapInit(struct bootstrap *b, const struct bootstrapHandle *h,
   INFO(subsysBootstrap | subsysInit, "Bootstrap : Using %s:%s<0>", b->ifname, buf);
   CHECK(sockListen(&hello.info.listenAddr, &b->listenFd));
 
-  if ((h->flags & BOOTSTRAP_ROOT_UP) && rootWasSpent(h->secret)) {
-    WARN("Bootstrap : rank %d of %d: this unique id was used before and its rendezvous has ended; a unique id makes "
-         "one communicator (call ncclGetUniqueId for each)",
-         rank, nranks);
-    return ncclInvalidUsage;
-  }
   struct waitState w;
   waitBegin(&w, abortFlag, NULL, NULL, "bootstrap rendezvous with the root");
   int rootFd;

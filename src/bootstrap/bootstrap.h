@@ -52,6 +52,12 @@ ncclResult_t bootstrapGetUniqueId(struct bootstrapHandle *h);
 /* A fresh root thread with a random secret, whatever NCCL_COMM_ID says
  * (communicators made by splitting another need their own). */
 ncclResult_t bootstrapNewRoot(struct bootstrapHandle *h);
+/* A handle every rank derives alike from the environment (NCCL_COMM_ID's
+ * or MASTER_ADDR/MASTER_PORT's addr): rank 0 hosts its root, and its
+ * secret comes from CHORUS_SECRET or CHORUS_SECRET_FILE (else the
+ * well-known BOOTSTRAP_COMM_ID_SECRET, said once at INFO: anyone who
+ * reaches the port can join then). */
+ncclResult_t bootstrapEnvHandle(const char *addr, struct bootstrapHandle *h);
 /* With NCCL_COMM_ID, rank 0 hosts the root. */
 ncclResult_t bootstrapStartRoot(const struct bootstrapHandle *h, int nranks);
 ncclResult_t bootstrapInit(struct bootstrap *b, const struct bootstrapHandle *h, int rank, int nranks,

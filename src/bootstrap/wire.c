@@ -8,10 +8,6 @@
 static void terminate(struct bootstrapPeerInfo *p) { p->hostname[sizeof p->hostname - 1] = 0; }
 
 int wireRootHelloValid(struct rootHello *h, uint64_t secret) {
-  if (h->secret != secret) {
-    WARN("Bootstrap : root dropped a connection that did not present the secret");
-    return 0;
-  }
   if (h->nranks <= 0 || h->nranks > BOOTSTRAP_MAX_RANKS || h->rank < 0 || h->rank >= h->nranks ||
       h->info.rank != h->rank) {
     WARN("Bootstrap : root got a hello for rank %d of %d", h->rank, h->nranks);
@@ -23,6 +19,12 @@ int wireRootHelloValid(struct rootHello *h, uint64_t secret) {
     return 0;
   }
   terminate(&h->info);
+  if (h->secret != secret) {
+    WARN("Bootstrap : root refused host %s pid %d (rank %d of %d): it did not present this rendezvous's secret "
+         "(CHORUS_SECRET differs, or is set on one side only)",
+         h->info.hostname, h->info.pid, h->rank, h->nranks);
+    return 0;
+  }
   return 1;
 }
 

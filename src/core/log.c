@@ -107,7 +107,8 @@ static void logParamsOnce(void) {
     if (bad) WARN("%s=%s is not a number: using the default %s", paramName((enum paramId)i), bad,
                   paramDefault((enum paramId)i));
     else if (paramFromEnv((enum paramId)i))
-      INFO(subsysEnv, "%s set by environment to %s.", paramName((enum paramId)i), paramStr((enum paramId)i));
+      INFO(subsysEnv, "%s set by environment to %s.", paramName((enum paramId)i),
+           paramHidden((enum paramId)i) ? "(a value not logged)" : paramStr((enum paramId)i));
   }
 }
 

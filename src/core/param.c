@@ -146,9 +146,11 @@ int paramFromEnv(enum paramId id) { return values()->set[id]; }
 
 const char *paramRejected(enum paramId id) { return values()->bad[id]; }
 
+int paramHidden(enum paramId id) { return paramTable[id].isStr == 2; }
+
 void paramPrintAll(FILE *out) {
   const struct paramValues *p = values();
   for (int i = 0; i < paramCount; i++)
-    fprintf(out, "%-28s = %-12s (default %s) %s\n", paramTable[i].env, p->str[i],
-            paramTable[i].def[0] ? paramTable[i].def : "unset", paramTable[i].doc);
+    fprintf(out, "%-28s = %-12s (default %s) %s\n", paramTable[i].env,
+            paramHidden((enum paramId)i) && p->set[i] ? "(set)" : p->str[i], paramTable[i].def[0] ? paramTable[i].def : "unset", paramTable[i].doc);
 }

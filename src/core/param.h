@@ -7,7 +7,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
-/* X(id, env name, is-string, default, doc) */
+/* X(id, env name, kind, default, doc); kind: 0 a number, 1 a string, 2 a
+ * string never logged (a secret) */
 #define CHORUS_PARAM_TABLE(X)                                                                     \
   X(Debug, "NCCL_DEBUG", 1, "", "log level: VERSION, WARN, INFO, TRACE")                          \
   X(DebugSubsys, "NCCL_DEBUG_SUBSYS", 1, "INIT,BOOTSTRAP,ENV",                                    \
@@ -28,6 +29,8 @@
   X(IbDisable, "NCCL_IB_DISABLE", 0, "0", "1 disables InfiniBand (chorus has sockets only)")        \
   X(Net, "NCCL_NET", 1, "", "network transport by name: Socket (the only one)")                     \
   X(Timeout, "CHORUS_TIMEOUT", 0, "600", "seconds without progress before an operation fails")   \
+  X(Secret, "CHORUS_SECRET", 2, "", "shared secret of an NCCL_COMM_ID / MASTER_ADDR rendezvous (chorusrun sets one per job)") \
+  X(SecretFile, "CHORUS_SECRET_FILE", 1, "", "file whose first line is the secret, when CHORUS_SECRET is unset") \
   X(SocketBufSize, "CHORUS_SOCKET_BUFSIZE", 0, "0",                                               \
     "SO_SNDBUF/SO_RCVBUF of the socket transport's sockets (0: the kernel's); small ones force short writes and reads (tests)") \
   X(Check, "CHORUS_CHECK", 0, "1", "1 checks that every rank called the same operation (count, type, op, root)") \
@@ -57,6 +60,8 @@ const char *paramName(enum paramId id);
 const char *paramDefault(enum paramId id);
 int paramFromEnv(enum paramId id);
 const char *paramRejected(enum paramId id);
+/* 1 for a value the log must not show (CHORUS_SECRET). */
+int paramHidden(enum paramId id);
 /* Prints the table (name, value, default, doc). */
 void paramPrintAll(FILE *out);
 
