@@ -119,7 +119,7 @@ int main(void) {
   char *dot = strchr(host, '.');
   if (dot) *dot = 0;
   DIR *d = opendir(logDir);
-  int logs = 0;
+  int logs = 0, ringLogs = 0;
   for (struct dirent *e; d && (e = readdir(d));) {
     char prefix[128];
     snprintf(prefix, sizeof prefix, "log.%s.", host);
@@ -128,7 +128,8 @@ int main(void) {
     snprintf(path, sizeof path, "%s/%s", logDir, e->d_name);
     if (!fileHas(path, "Init COMPLETE")) continue; /* the parent's own log holds only the root */
     logs++;
-    static const char *needles[] = {"NCCL INFO Channel 00/03 : 0 1 2", "NCCL INFO comm", "nranks 3",
+    ringLogs += fileHas(path, "NCCL INFO Channel 00/03 : 0 1 2"); /* rank 0's only, as NCCL */
+    static const char *needles[] = {"NCCL INFO Trees [0] ", "NCCL INFO comm", "nranks 3",
                                     "NCCL INFO AllReduce: opCount 0 sendbuff", "via SHM",
                                     "NCCL INFO NCCL_BUFFSIZE set by environment to 131072.",
                                     "NCCL WARN NCCL_SOCKET_INLINE=12x is not a number: using the default 128"};
@@ -140,6 +141,7 @@ int main(void) {
   }
   if (d) closedir(d);
   EXPECT(logs == n, "found %d rank logs in %s, expected %d", logs, logDir, n);
+  EXPECT(ringLogs == 1, "%d rank logs print the rings, expected rank 0's alone", ringLogs);
 
   timedOut = mmap(NULL, sizeof *timedOut, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   EXPECT(timedOut != MAP_FAILED, "mmap");

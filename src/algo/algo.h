@@ -45,6 +45,11 @@ struct algoFamily {
   ncclResult_t (*build)(struct schedule *s, struct algoCtx *c, const struct collDesc *d, int nch);
 };
 
+/* The AllReduce tree of channel ch (tree ch % 2, rooted at rank 0) around
+ * c->rank: its parent (-1 at the root) and children (-1 where there are
+ * fewer than 3), as NCCL's "Trees" init line shows them. */
+void algoTreeLinks(const struct algoCtx *c, int ch, int *parent, int kids[3]);
+
 /* The family of an algorithm (enum algoId, named in engine/desc.h), or NULL. */
 const struct algoFamily *algoFamily(int algo);
 /* 1 when algo builds coll for nranks ranks. */

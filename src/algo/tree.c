@@ -120,6 +120,12 @@ static struct treeNode treeNodeOf(const struct algoCtx *c, int t, int rank, int 
   return x;
 }
 
+void algoTreeLinks(const struct algoCtx *c, int ch, int *parent, int kids[3]) {
+  struct treeNode x = treeNodeOf(c, ch % 2, c->rank, 0);
+  *parent = x.parent;
+  for (int i = 0; i < 3; i++) kids[i] = i < x.nkids ? x.kids[i] : -1;
+}
+
 /* Up the tree: the partial sums of [off, off+cnt) flow to the root, which
  * keeps the result in dst (and for AllReduce sends it down at once). */
 static ncclResult_t treeUp(struct schedule *s, struct algoCtx *c, const struct collDesc *d, int ch,

@@ -9,6 +9,8 @@
 #include <unistd.h>
 
 #include "api/comm.h"
+
+#include "algo/algo.h"
 #include "api/watch.h"
 #include "bootstrap/oob.h"
 #include "core/clock.h"
@@ -23,9 +25,16 @@
 _Static_assert(sizeof(struct bootstrapHandle) <= NCCL_UNIQUE_ID_BYTES, "handle must fit in ncclUniqueId");
 
 static pthread_once_t versionOnce = PTHREAD_ONCE_INIT;
+/* NCCL's version line, chorus's version where NCCL names its CUDA: a line of
+ * its own at NCCL_DEBUG=VERSION or WARN, an INFO line above. */
 static void printVersion(void) {
-  CHORUS_LOG(logVersion, subsysInit, "NCCL version %d.%d.%d+chorus%d.%d.%d (host memory)", NCCL_MAJOR, NCCL_MINOR,
-             NCCL_PATCH, CHORUS_MAJOR, CHORUS_MINOR, CHORUS_PATCH);
+  int level = logLevelNow();
+  if (level == logVersion || level == logWarn)
+    CHORUS_LOG(logVersion, subsysAll, "NCCL version %d.%d.%d+chorus-%d.%d.%d", NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH,
+               CHORUS_MAJOR, CHORUS_MINOR, CHORUS_PATCH);
+  else
+    INFO(subsysAll, "NCCL version %d.%d.%d+chorus-%d.%d.%d", NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH, CHORUS_MAJOR,
+         CHORUS_MINOR, CHORUS_PATCH);
 }
 void commLogVersion(void) { pthread_once(&versionOnce, printVersion); }
 
@@ -93,15 +102,27 @@ static struct tuneTopo tuneTopoOf(const struct bootstrap *b, const struct commAg
   return t;
 }
 
-/* NCCL's init lines: each channel's ring, then the transport to each peer. */
+long commBusId(int cudaDev) { return (long)cudaDev << 12; }
+
+/* NCCL's init lines: on rank 0 each channel's ring (ranks as wide as the
+ * largest), on every rank its trees and the transport to each peer. */
 static void logTopology(struct ncclComm *comm) {
-  char line[512];
+  char line[1024];
   int n = comm->nranks, next = (comm->rank + 1) % n;
-  for (int c = 0; c < comm->nch; c++) {
+  int width = snprintf(NULL, 0, "%d", n - 1);
+  for (int c = 0; c < comm->nch && comm->rank == 0; c++) {
     int o = 0;
-    for (int i = 0; i < n && o < (int)sizeof line - 16; i++) o += snprintf(line + o, sizeof line - o, " %d", i);
+    for (int i = 0; i < n && o < (int)sizeof line - 16; i++) o += snprintf(line + o, sizeof line - o, " %*d", width, i);
     INFO(subsysInit, "Channel %02d/%02d :%s", c, comm->nch, line);
   }
+  struct algoCtx ctx = {comm->rank, n, NULL, NULL, NULL, NULL, NULL, 0, comm->hostOf, comm->nhosts};
+  int o = 0;
+  for (int c = 0; c < comm->nch && o < (int)sizeof line - 64; c++) {
+    int up, kids[3];
+    algoTreeLinks(&ctx, c, &up, kids);
+    o += snprintf(line + o, sizeof line - o, " [%d] %d/%d/%d->%d->%d", c, kids[0], kids[1], kids[2], comm->rank, up);
+  }
+  INFO(subsysInit, "Trees%s", o ? line : "");
   for (int c = 0; c < comm->nch && n > 1; c++)
     INFO(subsysInit, "Channel %02d/0 : %d[%d] -> %d[%d] via %s", c, comm->rank,
          comm->boot.peers[comm->rank].cudaDev, next, comm->boot.peers[next].cudaDev,
@@ -112,10 +133,15 @@ static void logTopology(struct ncclComm *comm) {
            comm->boot.peers[comm->rank].cudaDev, p, comm->boot.peers[p].cudaDev,
            transportTable[transportFor(&comm->boot, p)]->p2pName, comm->boot.peers[p].hostname,
            comm->boot.peers[p].pid);
-  INFO(subsysInit, "Connected all rings, %d channel(s), %zu-byte FIFO slots", comm->nch, comm->slotBytes);
+  INFO(subsysInit, "Connected all rings, use ring PXN 0 GDR 0");
+  INFO(subsysInit, "Connected all trees");
+  INFO(subsysInit, "%d coll channels, 0 collnet channels, 0 nvls channels, %d p2p channels, 1 p2p channels per peer",
+       comm->nch, 1);
+  INFO(subsysInit, "chorus : %zu-byte FIFO slots per connection and channel", comm->slotBytes);
 }
 
-static struct ncclComm *commAlloc(int nranks, const ncclUniqueId *id, int rank, int cudaDev, int blocking) {
+static struct ncclComm *commAlloc(int nranks, const ncclUniqueId *id, int rank, int cudaDev, int blocking,
+                                   const struct commOrigin *origin) {
   struct ncclComm *comm = calloc(1, sizeof *comm);
   if (!comm) return NULL;
   comm->startMagic = comm->endMagic = COMM_MAGIC;
@@ -125,6 +151,10 @@ static struct ncclComm *commAlloc(int nranks, const ncclUniqueId *id, int rank, 
   comm->blocking = blocking;
   comm->boot.listenFd = -1;
   comm->initId = *id;
+  comm->origin = *origin;
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (size_t i = 0; i < sizeof id->internal; i++) h = (h ^ (unsigned char)id->internal[i]) * 0x100000001b3ull;
+  comm->commHash = h;
   pthread_mutex_init(&comm->statusLock, NULL);
   return comm;
 }
@@ -138,6 +168,9 @@ static ncclResult_t commSetup(struct ncclComm *comm) {
   logSetRank(rank);
   logParams();
   logStartThreadErrors(); /* the cause of a failure below is this thread's last WARN */
+  INFO(subsysInit, "[Rank %d] %s comm %p rank %d nranks %d cudaDev %d nvmlDev %d busId %lx commId 0x%llx - Init START",
+       rank, comm->origin.func, (void *)comm, rank, nranks, cudaDev, cudaDev, commBusId(cudaDev),
+       (unsigned long long)comm->commHash);
   ncclResult_t res;
   struct bootstrapHandle h;
   memcpy(&h, comm->initId.internal, sizeof h);
@@ -152,6 +185,7 @@ static ncclResult_t commSetup(struct ncclComm *comm) {
   gethostname(me.hostname, sizeof me.hostname - 1);
   if (getrandom(&me.nonce, sizeof me.nonce, 0) != sizeof me.nonce) me.nonce = clockNs() ^ (uint64_t)me.pid;
   CHECKGOTO(bootstrapInit(&comm->boot, &h, rank, nranks, &me, &comm->abortFlag), res, fail);
+  uint64_t tBoot = clockNs();
 
   struct commAgreement *agree = calloc(nranks, sizeof *agree);
   if (!agree) {
@@ -167,6 +201,7 @@ static ncclResult_t commSetup(struct ncclComm *comm) {
   agree[rank].tune = myTune;
   agree[rank].cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
   res = bootstrapAllGather(&comm->boot, agree, sizeof *agree);
+  uint64_t tGather = clockNs();
   struct commAgreement a0 = agree[0];
   struct tuneTopo topo = tuneTopoOf(&comm->boot, agree);
   for (int i = 0; res == ncclSuccess && i < nranks; i++)
@@ -203,15 +238,34 @@ static ncclResult_t commSetup(struct ncclComm *comm) {
     while (j < i && comm->boot.peers[j].hostHash != comm->boot.peers[i].hostHash) j++;
     comm->hostOf[i] = j < i ? comm->hostOf[j] : comm->nhosts++;
   }
+  uint64_t tConnect = clockNs();
   CHECKGOTO(transportSetupAll(comm->transports, &comm->boot, &comm->conns, (size_t)a0.buffSize), res, fail);
   comm->slotBytes = connSend(&comm->conns, rank, 0)->slotBytes;
   /* Everyone has mapped everyone's segment before anyone sends. */
   CHECKGOTO(bootstrapBarrier(&comm->boot), res, fail);
   /* From here on the monitor owns the mesh (peer deaths, status queries, faults). */
   CHECKGOTO(oobStart(&comm->boot, watchStatus, comm, watchStatusBytes()), res, fail);
+  uint64_t tConnected = clockNs();
   logTopology(comm);
-  INFO(subsysInit, "comm %p rank %d nranks %d cudaDev %d pid %d - Init COMPLETE (%.3f s)", (void *)comm, rank,
-       nranks, cudaDev, (int)getpid(), (double)(clockNs() - t0) / 1e9);
+  if (comm->origin.parent)
+    INFO(subsysInit,
+         "%s comm %p rank %d nranks %d cudaDev %d nvmlDev %d busId %lx parent %p childCount %d color %d key %d - Init "
+         "COMPLETE",
+         comm->origin.func, (void *)comm, rank, nranks, cudaDev, cudaDev, commBusId(cudaDev),
+         (void *)comm->origin.parent, __atomic_load_n(&comm->origin.parent->childCount, __ATOMIC_RELAXED),
+         comm->origin.color, comm->origin.key);
+  else
+    INFO(subsysInit, "%s comm %p rank %d nranks %d cudaDev %d nvmlDev %d busId %lx commId 0x%llx - Init COMPLETE",
+         comm->origin.func, (void *)comm, rank, nranks, cudaDev, cudaDev, commBusId(cudaDev),
+         (unsigned long long)comm->commHash);
+  /* NCCL's phases; chorus has no kernels, topology search or graphs. */
+  double total = (double)(clockNs() - comm->createdNs) / 1e9, alloc = (double)(t0 - comm->createdNs) / 1e9;
+  double boot = (double)(tBoot - t0) / 1e9, gather = (double)(tGather - tBoot) / 1e9;
+  double connect = (double)(tConnected - tConnect) / 1e9;
+  INFO(subsysInit,
+       "Init timings - %s: rank %d nranks %d total %.2f (kernels 0.00, alloc %.2f, bootstrap %.2f, allgathers %.2f, "
+       "topo 0.00, graphs 0.00, connections %.2f, rest %.2f)",
+       comm->origin.func, rank, nranks, total, alloc, boot, gather, connect, total - alloc - boot - gather - connect);
   return ncclSuccess;
 fail: {
     /* The cause stays in what ncclGetLastError says (the root's refusal,
@@ -232,10 +286,12 @@ static void *commSetupThread(void *arg) {
 }
 
 ncclResult_t commInit(struct ncclComm **out, int nranks, const ncclUniqueId *id, int rank, int cudaDev,
-                      int blocking) {
+                      int blocking, const struct commOrigin *origin) {
+  uint64_t created = clockNs();
   commLogVersion();
-  struct ncclComm *comm = commAlloc(nranks, id, rank, cudaDev, blocking);
+  struct ncclComm *comm = commAlloc(nranks, id, rank, cudaDev, blocking, origin);
   if (!comm) return ncclSystemError;
+  comm->createdNs = created;
   if (!blocking) {
     /* Nonblocking (config.blocking = 0): the handle is valid at once, the
      * rendezvous runs on a thread, and ncclCommGetAsyncError says

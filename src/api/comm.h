@@ -24,6 +24,14 @@ struct userRedOp {
   struct redOp red;
 };
 
+/* Which call made a communicator, for NCCL's Init START / Init COMPLETE
+ * lines: a split's parent, color and key too. */
+struct commOrigin {
+  const char *func; /* "ncclCommInitRank", "ncclCommInitAll", "ncclCommSplit", ... */
+  struct ncclComm *parent;
+  int color, key;
+};
+
 struct ncclComm {
   uint64_t startMagic;
   int rank, nranks, cudaDev;
@@ -59,6 +67,10 @@ struct ncclComm {
   struct userRedOp *userOps;
   int nUserOps;
   ncclUniqueId initId;
+  struct commOrigin origin;
+  uint64_t commHash; /* NCCL's commId in the logs: a hash of the unique id */
+  int childCount;    /* communicators split off this one */
+  uint64_t createdNs; /* when its init call began (Init timings) */
   pthread_t initThread; /* nonblocking init */
   int initThreadRunning;
   uint64_t endMagic;
@@ -67,8 +79,11 @@ struct ncclComm {
 /* Creates one rank of a communicator (init.c); blocks until all its ranks
  * have joined. */
 ncclResult_t commInit(struct ncclComm **out, int nranks, const ncclUniqueId *id, int rank, int cudaDev,
-                      int blocking);
+                      int blocking, const struct commOrigin *origin);
 
+/* NCCL's bus id of a device, for the logs (what the host-CUDA shim's
+ * devices show too: device d on bus d, "0000:0d:00.0"). */
+long commBusId(int cudaDev);
 /* NCCL's version line (NCCL_DEBUG=VERSION or more), once per process. */
 void commLogVersion(void);
 /* Frees a communicator and everything it owns; graceful says goodbye to

@@ -50,7 +50,7 @@ static ncclResult_t checkInitArgs(ncclComm_t *comm, int nranks, int rank, const 
 NCCL_API(ncclResult_t, ncclCommInitRank, ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank) {
   CHECK(checkInitArgs(comm, nranks, rank, "ncclCommInitRank"));
   *comm = NULL;
-  struct initJob job = {comm, nranks, rank, 0, 1, commId, ncclSuccess, NULL, 0, 0, NULL, 0};
+  struct initJob job = {comm, nranks, rank, 0, 1, commId, ncclSuccess, NULL, 0, 0, NULL, 0, "ncclCommInitRank"};
   return groupInit(&job);
 }
 
@@ -82,7 +82,8 @@ NCCL_API(ncclResult_t, ncclCommInitRankConfig, ncclComm_t *comm, int nranks, ncc
   *comm = NULL;
   /* Init completes before returning (or before ncclGroupEnd returns), so
    * nonblocking callers see success. */
-  struct initJob job = {comm, nranks, rank, 0, blocking, commId, ncclSuccess, NULL, 0, 0, NULL, 0};
+  struct initJob job = {comm, nranks, rank, 0, blocking, commId, ncclSuccess, NULL, 0, 0, NULL, 0,
+                        "ncclCommInitRankConfig"};
   return groupInit(&job);
 }
 
@@ -105,7 +106,8 @@ NCCL_API(ncclResult_t, ncclCommInitAll, ncclComm_t *comms, int ndev, const int *
   struct initJob *jobs = calloc(ndev, sizeof *jobs);
   if (!jobs) return ncclSystemError;
   for (int i = 0; i < ndev; i++)
-    jobs[i] = (struct initJob){&comms[i], ndev, i, devlist ? devlist[i] : i, 1, id, ncclSuccess, NULL, 0, 0, NULL, 0};
+    jobs[i] = (struct initJob){&comms[i], ndev, i, devlist ? devlist[i] : i, 1, id, ncclSuccess, NULL, 0, 0, NULL, 0,
+                               "ncclCommInitAll"};
   ncclResult_t res = initJobsRun(jobs, ndev);
   free(jobs);
   return res;
@@ -135,7 +137,8 @@ NCCL_API(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key, ncclC
   if (config && config->size >= offsetof(ncclConfig_t, cgaClusterSize) && config->blocking != NCCL_CONFIG_UNDEF_INT)
     blocking = config->blocking != 0;
   *newcomm = NULL;
-  struct initJob job = {newcomm, 0, 0, comm->cudaDev, blocking, {{0}}, ncclSuccess, comm, color, key, NULL, 0};
+  struct initJob job = {newcomm, 0, 0, comm->cudaDev, blocking, {{0}}, ncclSuccess, comm, color, key, NULL, 0,
+                        "ncclCommSplit"};
   return groupInit(&job);
 }
 
@@ -191,7 +194,8 @@ NCCL_API(ncclResult_t, ncclCommShrink, ncclComm_t comm, int *excludeRanksList, i
   if (config && config->size >= offsetof(ncclConfig_t, cgaClusterSize) && config->blocking != NCCL_CONFIG_UNDEF_INT)
     blocking = config->blocking != 0;
   *newcomm = NULL;
-  struct initJob job = {newcomm, 0, 0, comm->cudaDev, blocking, {{0}}, ncclSuccess, comm, 0, 0, excluded, shrinkFlags};
+  struct initJob job = {newcomm, 0, 0, comm->cudaDev, blocking, {{0}}, ncclSuccess, comm, 0, 0, excluded, shrinkFlags,
+                        "ncclCommShrink"};
   return groupInit(&job);
 }
 
@@ -212,11 +216,12 @@ NCCL_API(ncclResult_t, ncclCommFinalize, ncclComm_t comm) {
 NCCL_API(ncclResult_t, ncclCommDestroy, ncclComm_t comm) {
   if (comm == NULL) return ncclSuccess;
   CHECK(commCheck(comm, "ncclCommDestroy"));
-  int rank = comm->rank, n = comm->nranks;
+  int rank = comm->rank, n = comm->nranks, dev = comm->cudaDev;
   commWaitIdle(comm);
   /* A communicator that failed leaves like an aborted one. */
   commFree(comm, comm->asyncError == ncclSuccess);
-  INFO(subsysInit, "rank %d nranks %d - Destroy COMPLETE", rank, n);
+  INFO(subsysInit, "comm %p rank %d nranks %d cudaDev %d busId %lx - Destroy COMPLETE", (void *)comm, rank, n, dev,
+       commBusId(dev));
   return ncclSuccess;
 }
 
@@ -226,9 +231,12 @@ NCCL_API(ncclResult_t, ncclCommAbort, ncclComm_t comm) {
   /* Calls in flight see the flag at their next pause and return. */
   __atomic_store_n(&comm->abortFlag, 1, __ATOMIC_RELEASE);
   commWaitIdle(comm);
-  int rank = comm->rank;
+  int rank = comm->rank, n = comm->nranks, dev = comm->cudaDev;
+  INFO(subsysInit, "comm %p rank %d nRanks %d cudaDev %d busId %lx - Abort START", (void *)comm, rank, n, dev,
+       commBusId(dev));
   commFree(comm, 0);
-  INFO(subsysInit, "rank %d - Abort COMPLETE", rank);
+  INFO(subsysInit, "comm %p rank %d nranks %d cudaDev %d busId %lx - Abort COMPLETE", (void *)comm, rank, n, dev,
+       commBusId(dev));
   return ncclSuccess;
 }
 

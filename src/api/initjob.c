@@ -13,7 +13,10 @@
 
 static void *initJobThread(void *p) {
   struct initJob *j = p;
-  j->res = j->excluded ? commShrinkRun(j) : j->parent ? commSplitRun(j) : commInit(j->comm, j->nranks, &j->id, j->rank, j->cudaDev, j->blocking);
+  struct commOrigin origin = {j->func, NULL, 0, 0};
+  j->res = j->excluded ? commShrinkRun(j)
+           : j->parent ? commSplitRun(j)
+                       : commInit(j->comm, j->nranks, &j->id, j->rank, j->cudaDev, j->blocking, &origin);
   return NULL;
 }
 

@@ -19,6 +19,7 @@ struct initJob {
    * by the job: groupInit and ncclGroupEnd free it) */
   char *excluded;
   int shrinkFlags;
+  const char *func; /* the call, for the logs (commOrigin) */
 };
 /* The shrink itself, on the init thread (shrink.c). */
 ncclResult_t commShrinkRun(struct initJob *job);

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "chorus.h"
+#include "core/clock.h"
 #include "core/param.h"
 
 int logLevelCached = -1;
@@ -69,6 +70,7 @@ static FILE *openLogFile(const char *pattern) {
 }
 
 static int debugUnknown; /* NCCL_DEBUG named no level (logParams says so) */
+static uint64_t logEpochNs; /* TRACE lines give milliseconds since logging started */
 
 static void logInit(void) {
   const char *lvl = paramStr(paramDebug);
@@ -80,6 +82,7 @@ static void logInit(void) {
   else if (strcasecmp(lvl, "TRACE") == 0) level = logTrace;
   else if (lvl[0] && strcasecmp(lvl, "NONE") != 0) debugUnknown = 1;
   logSubsysMask = parseSubsys(paramStr(paramDebugSubsys));
+  logEpochNs = clockNs();
   gethostname(logHost, sizeof logHost);
   logHost[sizeof logHost - 1] = 0;
   char *dot = strchr(logHost, '.');
@@ -95,6 +98,11 @@ static void logInit(void) {
 }
 
 void logSetRank(int rank) { logRank = rank; }
+
+int logLevelNow(void) {
+  pthread_once(&logOnce, logInit);
+  return logLevelCached;
+}
 
 static void logParamsOnce(void) {
   if (debugUnknown) { /* said even though logging is off: that is what went wrong */
@@ -149,7 +157,7 @@ static const char *sourceName(const char *file) {
   return slash ? slash + 1 : file;
 }
 
-void logMessage(int level, unsigned subsys, const char *file, int line, const char *fmt, ...) {
+void logMessage(int level, unsigned subsys, const char *file, const char *func, int line, const char *fmt, ...) {
   pthread_once(&logOnce, logInit);
   char msg[1024];
   va_list ap;
@@ -166,18 +174,20 @@ void logMessage(int level, unsigned subsys, const char *file, int line, const ch
   if (level != logWarn && level != logVersion && !(subsys & logSubsysMask)) return;
   static const char *names[] = {"", "VERSION", "WARN", "INFO", "ABORT", "TRACE"};
   char head[128];
-  if (logRank >= 0)
-    snprintf(head, sizeof head, "%s:%d:%d [%d]", logHost, (int)getpid(), (int)syscall(SYS_gettid), logRank);
-  else
-    snprintf(head, sizeof head, "%s:%d:%d", logHost, (int)getpid(), (int)syscall(SYS_gettid));
+  snprintf(head, sizeof head, "%s:%d:%d [%d]", logHost, (int)getpid(), (int)syscall(SYS_gettid),
+           logRank >= 0 ? logRank : 0);
   pthread_mutex_lock(&logLock);
   if (logFilePid && logFilePid != getpid()) { /* %p must name this process */
     FILE *f = openLogFile(paramStr(paramDebugFile));
     if (f) logFile = f;
     logFilePid = getpid();
   }
-  if (level == logWarn) /* NCCL's shape: host:pid:tid [rank] file:line NCCL WARN msg */
-    fprintf(logFile, "\n%s %s:%d NCCL WARN %s\n", head, sourceName(file), line, msg);
+  if (level == logWarn)
+    fprintf(logFile, "%s %s:%d NCCL WARN %s\n", head, sourceName(file), line, msg);
+  else if (level == logVersion)
+    fprintf(logFile, "%s\n", msg);
+  else if (level == logTrace)
+    fprintf(logFile, "%s %f %s:%d NCCL TRACE %s\n", head, (double)(clockNs() - logEpochNs) / 1e6, func, line, msg);
   else
     fprintf(logFile, "%s NCCL %s %s\n", head, names[level], msg);
   fflush(logFile);

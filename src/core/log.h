@@ -20,12 +20,19 @@ enum logSubsys {
 };
 
 extern int logLevelCached; /* -1 until the first call reads NCCL_DEBUG */
-void logMessage(int level, unsigned subsys, const char *file, int line, const char *fmt, ...)
-    __attribute__((format(printf, 5, 6)));
+/* Lines as NCCL writes them: "host:pid:tid [rank] NCCL INFO msg",
+ * "host:pid:tid [rank] file:line NCCL WARN msg", "host:pid:tid [rank] ms
+ * func:line NCCL TRACE msg", and a VERSION line alone; [rank] is the
+ * thread's communicator rank (NCCL's is the thread's CUDA device), 0 on a
+ * thread with none. */
+void logMessage(int level, unsigned subsys, const char *file, const char *func, int line, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
 /* Once per process: a WARN for each variable whose value was rejected (and
  * the default used), an ENV line for each one set ("NCCL_BUFFSIZE set by
  * environment to 65536.", as NCCL logs them). */
 void logParams(void);
+/* NCCL_DEBUG's level (logging started if it was not). */
+int logLevelNow(void);
 /* The rank shown in brackets on this thread's log lines (-1: none). */
 void logSetRank(int rank);
 /* Text of the last WARN (ncclGetLastError). */
@@ -42,10 +49,10 @@ void logStartThreadErrors(void);
 #define CHORUS_LOG(level, subsys, ...)                                 \
   do {                                                                 \
     if (logLevelCached < 0 || logLevelCached >= (level))               \
-      logMessage((level), (subsys), __FILE__, __LINE__, __VA_ARGS__);  \
+      logMessage((level), (subsys), __FILE__, __func__, __LINE__, __VA_ARGS__); \
   } while (0)
 /* WARN always records the text for ncclGetLastError, so it always calls in. */
-#define WARN(...) logMessage(logWarn, subsysAll, __FILE__, __LINE__, __VA_ARGS__)
+#define WARN(...) logMessage(logWarn, subsysAll, __FILE__, __func__, __LINE__, __VA_ARGS__)
 #define INFO(subsys, ...) CHORUS_LOG(logInfo, (subsys), __VA_ARGS__)
 #define TRACE(subsys, ...) CHORUS_LOG(logTrace, (subsys), __VA_ARGS__)
 
