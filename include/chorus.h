@@ -89,6 +89,14 @@ CHORUS_EXPORT ncclResult_t chorusSendTag(const void *sendbuff, size_t count, ncc
 CHORUS_EXPORT ncclResult_t chorusRecvTag(void *recvbuff, size_t count, ncclDataType_t datatype, int peer, int tag,
                                          ncclComm_t comm, cudaStream_t stream);
 
+/* The calling thread's device, as CUDA's current device is: a number, 0
+ * until set. ncclCommInitRank and ncclCommInitRankConfig give the
+ * communicator the caller's (its cudaDev: ncclCommCuDevice, the logs), as
+ * NCCL takes cudaGetDevice's; the host-CUDA shim's cudaSetDevice sets it.
+ * device must be >= 0. */
+CHORUS_EXPORT ncclResult_t chorusSetDevice(int device);
+CHORUS_EXPORT ncclResult_t chorusGetDevice(int *device);
+
 /* How long a call on comm may go without progress before it returns
  * ncclTimeout (and asks every rank what it is doing, see README "When
  * things go wrong"), in milliseconds, instead of CHORUS_TIMEOUT; 0 goes back

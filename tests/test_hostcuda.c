@@ -118,6 +118,16 @@ static int devices(void) {
   char bus[32];
   CUDAOK(cudaDeviceGetPCIBusId(bus, sizeof bus, 10 % n));
   EXPECT(strlen(bus) == 12, "bus id %s", bus);
+  /* A communicator reports the device current when it was made. */
+  CUDAOK(cudaSetDevice(3 % n));
+  ncclUniqueId id;
+  NCCLCHECK(ncclGetUniqueId(&id));
+  ncclComm_t comm;
+  NCCLCHECK(ncclCommInitRank(&comm, 1, id, 0));
+  int commDev = -1;
+  NCCLCHECK(ncclCommCuDevice(comm, &commDev));
+  EXPECT(commDev == 3 % n, "ncclCommCuDevice %d after cudaSetDevice(%d)", commDev, 3 % n);
+  NCCLCHECK(ncclCommDestroy(comm));
   CUDAOK(cudaSetDevice(0));
   return 0;
 }

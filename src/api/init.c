@@ -51,6 +51,7 @@ NCCL_API(ncclResult_t, ncclCommInitRank, ncclComm_t *comm, int nranks, ncclUniqu
   CHECK(checkInitArgs(comm, nranks, rank, "ncclCommInitRank"));
   *comm = NULL;
   struct initJob job = {comm, nranks, rank, 0, 1, commId, ncclSuccess, NULL, 0, 0, NULL, 0, "ncclCommInitRank"};
+  chorusGetDevice(&job.cudaDev); /* the caller's, as NCCL's cudaGetDevice */
   return groupInit(&job);
 }
 
@@ -84,6 +85,7 @@ NCCL_API(ncclResult_t, ncclCommInitRankConfig, ncclComm_t *comm, int nranks, ncc
    * nonblocking callers see success. */
   struct initJob job = {comm, nranks, rank, 0, blocking, commId, ncclSuccess, NULL, 0, 0, NULL, 0,
                         "ncclCommInitRankConfig"};
+  chorusGetDevice(&job.cudaDev);
   return groupInit(&job);
 }
 

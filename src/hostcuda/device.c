@@ -1,5 +1,6 @@
-/* The shim's devices: numbers, one per rank as NCCL programs pick them;
- * their properties describe the host. */
+/* The shim's devices: numbers, one per rank as NCCL programs pick them
+ * (the current one is chorus's, chorusSetDevice); their properties
+ * describe the host. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,7 +14,6 @@
 
 static int deviceCount;
 static pthread_once_t countOnce = PTHREAD_ONCE_INIT;
-static _Thread_local int currentDevice;
 
 /* CHORUS_HOST_DEVICES, else one device per entry of CUDA_VISIBLE_DEVICES
  * (as CUDA counts them), else DEFAULT_DEVICES. */
@@ -59,16 +59,18 @@ static cudaError_t checkDevice(int device) {
   return device < 0 || device >= devices() ? hcReturn(cudaErrorInvalidDevice) : cudaSuccess;
 }
 
+/* The current device is chorus's (chorusSetDevice): the communicators a
+ * thread creates report it, as NCCL's report cudaGetDevice's. */
 cudaError_t cudaSetDevice(int device) {
   cudaError_t e = checkDevice(device);
-  if (e == cudaSuccess) currentDevice = device;
+  if (e == cudaSuccess) chorusSetDevice(device);
   return e;
 }
 
 cudaError_t cudaGetDevice(int *device) {
   if (device == NULL) return hcReturn(cudaErrorInvalidValue);
   if (devices() == 0) return hcReturn(cudaErrorNoDevice);
-  *device = currentDevice;
+  chorusGetDevice(device);
   return cudaSuccess;
 }
 
