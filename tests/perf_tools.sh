@@ -38,4 +38,72 @@ run "$bin/reduce_perf" -g 3 -b 8 -e 4K -f 8 -n 1 -r -1 -o mulsum -m 2
 run "$bin/chorusrun" -n 2 "$bin/all_gather_perf" -g 2 -b 8 -e 1M -f 64 -n 2 -a 3 -C 1
 # A wrong -d falls back to float with a message, as nccl-tests does.
 run "$bin/all_reduce_perf" -g 2 -b 8 -e 8 -d nosuchtype
+check() { # check WHAT COMMAND...: the command must succeed
+  local what=$1
+  shift
+  if "$@"; then echo "ok: $what"; else echo "FAILED: $what"; fail=1; fi
+}
+# A device line per rank, gathered in every launch mode, as nccl-tests
+# prints them; each rank's device is its communicator's (NCCL's Init lines).
+devline='^#  Rank +([0-9]+) Group +0 Pid +[0-9]+ on +[^ ]+ device +([0-9]+) \[0x[0-9a-f]{2}\] .+$'
+devices_ok() { # devices_ok NRANKS COMMAND...
+  local n=$1
+  shift
+  local out
+  out=$(export NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT; "$@" -b 8 -e 8 -n 1 2>&1) || return 1
+  [ "$(grep -cE "$devline" <<<"$out")" -eq "$n" ] || { echo "$out" | grep "Rank"; return 1; }
+  for ((r = 0; r < n; r++)); do
+    local dev
+    dev=$(grep -E "$devline" <<<"$out" | sed -nE "s/^#  Rank +$r Group .* device +([0-9]+) .*/\1/p")
+    grep -qE "rank $r nranks $n cudaDev $dev nvmlDev $dev .* - Init COMPLETE" <<<"$out" ||
+      { echo "rank $r: header says device '$dev', the log says: $(grep -E "rank $r nranks $n .*Init COMPLETE" <<<"$out")"; return 1; }
+  done
+}
+check "device lines, chorusrun -n 3" devices_ok 3 "$bin/chorusrun" -n 3 "$bin/all_reduce_perf"
+check "device lines, -t 2 -g 2" devices_ok 4 "$bin/all_reduce_perf" -t 2 -g 2
+torchrun2() { # two processes with torchrun's variables only: torchrun2 PROGRAM ARGS...
+  local port=$((20000 + RANDOM % 20000)) d
+  d=$(mktemp -d)
+  for r in 0 1; do
+    timeout 60 env -u CHORUS_RANK -u CHORUS_NRANKS -u NCCL_COMM_ID RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r LOCAL_WORLD_SIZE=2 \
+      MASTER_ADDR=127.0.0.1 MASTER_PORT=$port "$@" >"$d/$r" 2>&1 &
+  done
+  wait
+  cat "$d/0" "$d/1"
+  rm -rf "$d"
+}
+check "device lines, torchrun's variables" devices_ok 2 torchrun2 "$bin/all_reduce_perf"
+if command -v mpirun >/dev/null && ldd "$bin/all_reduce_perf" | grep -q libmpi; then
+  mpi2() { timeout 60 mpirun --allow-run-as-root --oversubscribe --mca btl self,tcp -np 2 "$@"; }
+  check "device lines, mpirun -np 2" devices_ok 2 mpi2 "$bin/all_reduce_perf"
+fi
+# -J writes JSON whose numbers are numbers.
+json=$(mktemp -u /tmp/chorus-perf-XXXXXX.json)
+json_ok() {
+  "$bin/chorusrun" -n 2 "$bin/broadcast_perf" -b 8 -e 64 -f 8 -n 1 -r 1 -J "$json" >/dev/null 2>&1 &&
+    python3 -c 'import json, sys
+d = json.load(open(sys.argv[1]))
+r = d["results"]
+assert r and all(isinstance(x["root"], int) and x["root"] == 1 for x in r), r
+assert all(isinstance(x[k]["nwrong"], int) for x in r for k in ("out_of_place", "in_place")), r
+assert d["out_of_bounds"]["okay"] is True and len(d["config"]["devices"]) == 2, d' "$json"
+}
+check "-J output" json_ok
+rm -f "$json"*
+# Misuse: an unknown flag is named, an allocation that fails says its size.
+bad_flag() {
+  local out
+  out=$("$bin/all_reduce_perf" -q 3 2>&1)
+  [ $? -eq 2 ] && grep -q "invalid option '-q'" <<<"$out"
+}
+check "unknown flag named" bad_flag
+no_memory() {
+  local out
+  out=$(sh -c 'ulimit -v 4000000; exec "$0" -b 8 -e 16G -n 1' "$bin/all_reduce_perf" 2>&1)
+  [ $? -eq 2 ] && grep -q "cannot allocate 17179873280 bytes for its send buffer" <<<"$out"
+}
+check "allocation failure said" no_memory
+# One process with -g ranks asks for no launcher, so nothing is warned.
+quiet_g() { ! NCCL_DEBUG=WARN "$bin/all_reduce_perf" -g 2 -b 8 -e 8 -n 1 2>&1 | grep -q "NCCL WARN"; }
+check "no WARN in -g mode" quiet_g
 exit $fail

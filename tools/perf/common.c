@@ -3,6 +3,7 @@
 #define _GNU_SOURCE
 #include "common.h"
 
+#include <errno.h>
 #include <getopt.h>
 #include <math.h>
 #include <pthread.h>
@@ -31,14 +32,33 @@ struct options {
       cputime, average;
   size_t minBytes, maxBytes, stepBytes, stepFactor;
   const char *json;
+  int timestamps; /* -S */
 };
 static struct options opt = {1, 1, 20, 1, 1, 1, 1, ncclSum, ncclFloat, 0, 0, 0, 0, 0, 1,
-                             32 << 20, 32 << 20, 1 << 20, 1, NULL};
+                             32 << 20, 32 << 20, 1 << 20, 1, NULL, 0};
 
 static const struct testColl *coll;
 static int nProcs = 1, proc = 0, totalRanks = 1;
 static ncclUniqueId commId;
 static int isMain; /* process 0 prints */
+static int localRank;       /* this process's place among those on its host */
+static int deviceBase = -1; /* NCCL_TESTS_DEVICE: the first device of this process */
+static char hostName[64];
+
+/* A rank's device, as nccl-tests numbers them: after the devices of the
+ * processes before it on its host, or from NCCL_TESTS_DEVICE. */
+static int rankDevice(int thread, int g) {
+  if (deviceBase >= 0) return deviceBase + thread * opt.nGpus + g;
+  return (localRank * opt.nThreads + thread) * opt.nGpus + g;
+}
+
+/* What each rank tells process 0 for the "# Using devices" lines (gathered
+ * over the communicator itself, in every launch mode). */
+struct deviceInfo {
+  int rank, group, pid, device;
+  char host[64];
+};
+#define DEVICE_NAME "host memory (chorus)"
 static FILE *jsonOut;
 static int jsonRows;
 
@@ -255,13 +275,13 @@ static double timeCell(struct threadState *ts, size_t pc, int type, int root, in
 static void jsonRow(size_t bytes, size_t count, const char *type, const char *op, int root, double t[2], double alg[2],
                     double bus[2], int64_t wrong[2]) {
   if (!jsonOut) return;
-  fprintf(jsonOut, "%s\n    {\"size\": %zu, \"count\": %zu, \"type\": \"%s\", \"redop\": \"%s\", \"root\": \"%6i\"",
+  fprintf(jsonOut, "%s\n    {\"size\": %zu, \"count\": %zu, \"type\": \"%s\", \"redop\": \"%s\", \"root\": %d",
           jsonRows++ ? "," : "", bytes, count, type, op, root);
   for (int k = 0; k < 2; k++) {
     fprintf(jsonOut, ", \"%s\": {\"%s\": %g, \"alg_bw\": %g, \"bus_bw\": %g, \"nwrong\": ", k ? "in_place" : "out_of_place",
             opt.cputime ? "cpu_time" : "time", t[k], alg[k], bus[k]);
     if (wrong[k] < 0) fprintf(jsonOut, "null}");
-    else fprintf(jsonOut, "%g}", (double)wrong[k]);
+    else fprintf(jsonOut, "%lld}", (long long)wrong[k]);
   }
   fprintf(jsonOut, "}");
 }
@@ -299,12 +319,94 @@ static void runSize(struct threadState *ts, size_t bytes, int type, int op, int 
     if (wrong[k] < 0) printf("  %7s  %6.2f  %6.2f  %5s", tb, alg[k], bus[k], "N/A");
     else printf("  %7s  %6.2f  %6.2f  %5g", tb, alg[k], bus[k], (double)wrong[k]);
   }
+  if (opt.timestamps) {
+    char stamp[32];
+    time_t now = time(NULL);
+    strftime(stamp, sizeof stamp, "%Y-%m-%d %H:%M:%S", localtime(&now));
+    printf("  %s", stamp);
+  }
   printf("\n");
   fflush(stdout);
   jsonRow(size, pc, typeNames[type], coll->reduction ? opNames[op] : "none", coll->rooted ? root : -1, t, alg, bus, wrong);
 }
 
 static size_t nextSize(size_t s) { return opt.stepFactor > 1 ? s * opt.stepFactor : s + opt.stepBytes; }
+
+/* Process 0, once every rank's device is known: the device lines, the
+ * table's header, and the JSON file's start (with the devices). */
+static void printDevices(const struct deviceInfo *all) {
+  printf("#\n# Using devices\n");
+  for (int r = 0; r < totalRanks; r++)
+    printf("#  Rank %2d Group %2d Pid %6d on %10s device %2d [0x%02x] %s\n", all[r].rank, all[r].group, all[r].pid,
+           all[r].host, all[r].device, all[r].device & 0xff, DEVICE_NAME);
+  printf("#\n");
+  printf("#                                                              out-of-place                       in-place          \n");
+  printf("#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n");
+  printf("#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)       \n");
+  fflush(stdout);
+  if (!opt.json) return;
+  char path[1024];
+  snprintf(path, sizeof path, "%s", opt.json);
+  for (int k = 0; !(jsonOut = fopen(path, "wx")) && k < 100; k++) snprintf(path, sizeof path, "%s.%d", opt.json, k);
+  if (!jsonOut) {
+    fprintf(stderr, "%s: cannot write JSON output to %s: %s\n", coll->name, opt.json, strerror(errno));
+    return;
+  }
+  printf("# Writing JSON output to %s\n", path);
+  int ver;
+  ncclGetVersion(&ver);
+  fprintf(jsonOut, "{\n  \"version\": 3,\n  \"nccl_version\": %d,\n  \"collective\": \"%s\",\n", ver, coll->name);
+  fprintf(jsonOut, "  \"config\": {\"nthreads\": %d, \"ngpus\": %d, \"nranks\": %d, \"minimum_bytes\": %zu, "
+                   "\"maximum_bytes\": %zu, \"%s\": %zu, \"warmup_iters\": %d, \"iterations\": %d, "
+                   "\"aggregated_iterations\": %d, \"validation\": %d, \"graph\": 0, \"blocking_collectives\": %d, "
+                   "\"devices\": [",
+          opt.nThreads, opt.nGpus, totalRanks, opt.minBytes, opt.maxBytes,
+          opt.stepFactor > 1 ? "step_factor" : "step_bytes", opt.stepFactor > 1 ? opt.stepFactor : opt.stepBytes,
+          opt.warmup, opt.iters, opt.aggIters, opt.check, opt.blocking);
+  for (int r = 0; r < totalRanks; r++)
+    fprintf(jsonOut, "%s{\"rank\": %d, \"group\": %d, \"pid\": %d, \"hostname\": \"%s\", \"device\": %d, "
+                     "\"device_hex\": \"0x%02x\", \"device_info\": \"%s\"}",
+            r ? ", " : "", all[r].rank, all[r].group, all[r].pid, all[r].host, all[r].device, all[r].device & 0xff,
+            DEVICE_NAME);
+  fprintf(jsonOut, "]},\n  \"results\": [");
+}
+
+/* A buffer of the sweep's largest size, or a clear end (never a crash on
+ * a NULL pointer). */
+static char *allocBuffer(size_t bytes, const char *what, int rank) {
+  size_t rounded = (bytes + 4095) / 4096 * 4096;
+  char *p = rounded >= bytes ? aligned_alloc(4096, rounded) : NULL;
+  if (p == NULL) {
+    fprintf(stderr, "%s: rank %d cannot allocate %zu bytes for its %s buffer (maxBytes %zu, %d ranks): %s\n",
+            coll->name, rank, bytes, what, opt.maxBytes, totalRanks, strerror(ENOMEM));
+    exit(2);
+  }
+  memset(p, 0, bytes);
+  return p;
+}
+
+/* Every rank's device, gathered over the communicators; process 0 prints. */
+static void gatherDevices(struct threadState *ts) {
+  int G = opt.nGpus;
+  struct deviceInfo *mine = calloc(G, sizeof *mine);
+  struct deviceInfo *all = calloc((size_t)G * totalRanks, sizeof *all);
+  if (!mine || !all) {
+    fprintf(stderr, "%s: out of memory\n", coll->name);
+    exit(2);
+  }
+  for (int g = 0; g < G; g++) {
+    mine[g] = (struct deviceInfo){ts->firstRank + g, 0, (int)getpid(), rankDevice(ts->thread, g), ""};
+    snprintf(mine[g].host, sizeof mine[g].host, "%s", hostName);
+  }
+  CK(ncclGroupStart());
+  for (int g = 0; g < G; g++)
+    CK(ncclAllGather(&mine[g], all + (size_t)g * totalRanks, sizeof *mine, ncclChar, ts->comms[g], ts->streams[g]));
+  CK(ncclGroupEnd());
+  syncAll(ts);
+  if (isMain && ts->thread == 0) printDevices(all);
+  free(mine);
+  free(all);
+}
 
 static void *threadMain(void *arg) {
   struct threadState *ts = arg;
@@ -315,18 +417,25 @@ static void *threadMain(void *arg) {
   ts->recvBufs = calloc(G, sizeof(char *));
   ts->ops = calloc(G, sizeof *ts->ops);
   CK(ncclGroupStart());
-  for (int g = 0; g < G; g++) CK(ncclCommInitRank(&ts->comms[g], totalRanks, commId, ts->firstRank + g));
+  for (int g = 0; g < G; g++) {
+    CK(chorusSetDevice(rankDevice(ts->thread, g))); /* the communicator's device, as cudaSetDevice is to NCCL */
+    CK(ncclCommInitRank(&ts->comms[g], totalRanks, commId, ts->firstRank + g));
+  }
   CK(ncclGroupEnd());
-  size_t bufBytes = opt.maxBytes * (size_t)totalRanks + 4096; /* ReduceScatter sends n blocks */
+  size_t bufBytes; /* ReduceScatter sends n blocks */
+  if (__builtin_mul_overflow(opt.maxBytes, (size_t)totalRanks, &bufBytes) || bufBytes + 4096 < bufBytes) {
+    fprintf(stderr, "%s: maxBytes %zu times %d ranks does not fit in memory\n", coll->name, opt.maxBytes, totalRanks);
+    exit(2);
+  }
+  bufBytes += 4096;
   if (coll == &allReduceColl || coll == &broadcastColl || coll == &reduceColl || coll == &sendRecvColl)
     bufBytes = opt.maxBytes + 4096;
   for (int g = 0; g < G; g++) {
     if (!opt.streamNull) CK(chorusStreamCreate(&ts->streams[g]));
-    ts->sendBufs[g] = aligned_alloc(4096, (bufBytes + 4095) / 4096 * 4096);
-    ts->recvBufs[g] = aligned_alloc(4096, (bufBytes + 4095) / 4096 * 4096);
-    memset(ts->sendBufs[g], 0, bufBytes);
-    memset(ts->recvBufs[g], 0, bufBytes);
+    ts->sendBufs[g] = allocBuffer(bufBytes, "send", ts->firstRank + g);
+    ts->recvBufs[g] = allocBuffer(bufBytes, "receive", ts->firstRank + g);
   }
+  gatherDevices(ts);
   int t0 = opt.type < 0 ? 0 : opt.type, t1 = opt.type < 0 ? ncclNumTypes - 1 : opt.type;
   int loopOps = coll->reduction || coll == &sendRecvColl;
   int o0 = !loopOps ? 0 : opt.op < 0 ? 0 : opt.op, o1 = !loopOps ? 0 : opt.op < 0 ? PERF_OP_MULSUM : opt.op;
@@ -388,7 +497,7 @@ static void usage(const char *prog) {
          "\t[-d,--datatype <nccltype/all>] \n\t[-r,--root <root>] \n\t[-z,--blocking <0/1/2>] \n"
          "\t[-y,--stream_null <0/1>] \n\t[-T,--timeout <time in seconds>] \n\t[-C,--report_cputime <0/1>] \n"
          "\t[-a,--average <0/1/2/3> report average iteration time <0=RANK0/1=AVG/2=MIN/3=MAX>] \n"
-         "\t[-J,--output_file <file>] \n\t[-h,--help]\n",
+         "\t[-J,--output_file <file>] \n\t[-S,--report_timestamps <0/1> report timestamps (default 0)] \n\t[-h,--help]\n",
          prog);
 }
 
@@ -405,10 +514,16 @@ static void parseArgs(int argc, char **argv) {
       {"stream_null", required_argument, 0, 'y'},  {"timeout", required_argument, 0, 'T'},
       {"cudagraph", required_argument, 0, 'G'},    {"report_cputime", required_argument, 0, 'C'},
       {"average", required_argument, 0, 'a'},      {"local_register", required_argument, 0, 'R'},
-      {"output_file", required_argument, 0, 'J'},  {"help", no_argument, 0, 'h'},
+      {"output_file", required_argument, 0, 'J'},  {"report_timestamps", required_argument, 0, 'S'},
+      {"cta_policy", required_argument, 0, 'x'},   {"device_implementation", required_argument, 0, 'D'},
+      {"device_cta_count", required_argument, 0, 'V'}, {"memory", required_argument, 0, 'M'},
+      {"unalign", required_argument, 0, 'u'},      {"per_iter_timing", required_argument, 0, 'I'},
+      {"per_iter_skip", required_argument, 0, 'K'}, {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   int c;
-  while ((c = getopt_long(argc, argv, "t:g:b:e:i:f:n:m:w:N:p:c:o:d:r:z:y:T:G:C:a:R:J:h", longOpts, NULL)) != -1) {
+  opterr = 0; /* the errors below name the flag */
+  while ((c = getopt_long(argc, argv, ":t:g:b:e:i:f:n:m:w:N:p:c:o:d:r:z:y:T:G:C:a:R:J:S:x:D:V:M:u:I:K:h", longOpts,
+                          NULL)) != -1) {
     switch (c) {
       case 't': opt.nThreads = atoi(optarg); break;
       case 'g': opt.nGpus = atoi(optarg); break;
@@ -456,11 +571,22 @@ static void parseArgs(int argc, char **argv) {
         if (atoi(optarg)) printf("Option -R (buffer registration) not supported, ignoring\n");
         break;
       case 'J': opt.json = optarg; break;
+      case 'S': opt.timestamps = atoi(optarg); break;
+      case 'x': case 'D': case 'V': case 'M': case 'u': case 'I': case 'K':
+        /* nccl-tests' flags for GPU-side features (CTA policy, device kernels, memory report,
+         * unaligned buffers, per-iteration CUDA timing) */
+        if (atoi(optarg)) printf("Option -%c not supported on host memory, ignoring\n", c);
+        break;
       case 'h': usage(argv[0]); exit(0);
-      default:
-        printf("invalid option \n");
+      case ':':
+        fprintf(stderr, "%s: option '%s' needs a value\n", coll->name, argv[optind - 1]);
         usage(argv[0]);
-        exit(0);
+        exit(2);
+      default:
+        if (optopt) fprintf(stderr, "%s: invalid option '-%c'\n", coll->name, optopt);
+        else fprintf(stderr, "%s: invalid option '%s'\n", coll->name, argv[optind - 1]);
+        usage(argv[0]);
+        exit(2);
     }
   }
   if (opt.minBytes > opt.maxBytes) {
@@ -491,6 +617,18 @@ static void setupProcesses(int *argc, char ***argv) {
   }
   totalRanks = nProcs * opt.nThreads * opt.nGpus;
   isMain = proc == 0;
+  gethostname(hostName, sizeof hostName - 1);
+  static const char *localRankVars[] = {"CHORUS_LOCAL_RANK", "LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK",
+                                        "MPI_LOCALRANKID", "PMI_LOCAL_RANK", "SLURM_LOCALID"};
+  for (size_t k = 0; k < sizeof localRankVars / sizeof *localRankVars; k++) {
+    const char *v = getenv(localRankVars[k]);
+    if (v && *v) {
+      localRank = atoi(v);
+      break;
+    }
+  }
+  const char *base = getenv("NCCL_TESTS_DEVICE");
+  if (base && *base) deviceBase = atoi(base);
   if (nProcs == 1 || getenv("NCCL_COMM_ID") || useMpi) {
     if (!useMpi || proc == 0) CK(ncclGetUniqueId(&commId));
 #ifdef CHORUS_PERF_MPI
@@ -542,32 +680,6 @@ int perfMain(int argc, char **argv, const struct testColl *c) {
            "validation: %d graph: %d\n", opt.nThreads, opt.nGpus, opt.minBytes, opt.maxBytes, step, opt.warmup,
            opt.iters, opt.aggIters, opt.check, 0);
     if (opt.blocking) printf("# Blocking Enabled: wait for completion and barrier after each collective \n");
-    printf("#\n# Using devices\n");
-    char host[64] = "";
-    gethostname(host, sizeof host - 1);
-    for (int r = 0; r < opt.nThreads * opt.nGpus; r++)
-      printf("#  Rank %2d Group %2d Pid %6d on %10s device %2d [0x00] %s\n", r, 0, (int)getpid(), host, r % opt.nGpus,
-             "host memory (chorus)");
-    if (nProcs > 1) printf("#  (and %d more process(es) with %d rank(s) each)\n", nProcs - 1, opt.nThreads * opt.nGpus);
-    printf("#\n");
-    printf("#                                                              out-of-place                       in-place          \n");
-    printf("#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n");
-    printf("#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)       \n");
-    fflush(stdout);
-    if (opt.json) {
-      char path[1024];
-      snprintf(path, sizeof path, "%s", opt.json);
-      for (int k = 0; !(jsonOut = fopen(path, "wx")) && k < 100; k++) snprintf(path, sizeof path, "%s.%d", opt.json, k);
-      if (jsonOut) {
-        printf("# Writing JSON output to %s\n", path);
-        fprintf(jsonOut, "{\n  \"version\": 3,\n  \"nccl_version\": %d,\n  \"collective\": \"%s\",\n", ver, coll->name);
-        fprintf(jsonOut, "  \"config\": {\"nthreads\": %d, \"ngpus\": %d, \"nranks\": %d, \"minimum_bytes\": %zu, "
-                         "\"maximum_bytes\": %zu, \"step_factor\": %zu, \"warmup_iters\": %d, \"iterations\": %d, "
-                         "\"aggregated_iterations\": %d, \"validation\": %d, \"blocking_collectives\": %d},\n  \"results\": [",
-                opt.nThreads, opt.nGpus, totalRanks, opt.minBytes, opt.maxBytes, opt.stepFactor, opt.warmup,
-                opt.iters, opt.aggIters, opt.check, opt.blocking);
-      }
-    }
   }
   struct threadState *ts = calloc(opt.nThreads, sizeof *ts);
   pthread_t *th = calloc(opt.nThreads, sizeof *th);
@@ -597,7 +709,7 @@ int perfMain(int argc, char **argv, const struct testColl *c) {
     printf("# %-20s : %g %s\n", "Avg bus bandwidth", avgBw, "");
     printf("#\n# Collective test concluded: %s\n#\n\n", coll->name);
     if (jsonOut) {
-      fprintf(jsonOut, "\n  ],\n  \"out_of_bounds\": {\"count\": %d, \"okay\": \"%s\"},\n", errors, errors ? "false" : "true");
+      fprintf(jsonOut, "\n  ],\n  \"out_of_bounds\": {\"count\": %d, \"okay\": %s},\n", errors, errors ? "false" : "true");
       fprintf(jsonOut, "  \"average_bus_bandwidth\": {\"bandwidth\": %g, \"okay\": \"unchecked\"}\n}\n", avgBw);
       fclose(jsonOut);
     }
