@@ -136,6 +136,12 @@ static int claimInit(int proc, int procs, ncclUniqueId id, void *arg) {
   const char *why = ncclGetLastError(NULL);
   fprintf(stderr, "%s: process %d (rank %d of %d): %s after %.0f ms: %s\n", c->name, proc, me.rank, me.nranks,
           ncclGetErrorString(res), ms, why);
+  if (me.rank < 0 || me.rank >= me.nranks) { /* the process that asked for it: refused locally */
+    EXPECT(res == ncclInvalidArgument && strstr(why, "Invalid rank requested") && ms < 2000,
+           "%s: process %d (rank %d of %d): %s after %.0f ms", c->name, proc, me.rank, me.nranks,
+           ncclGetErrorString(res), ms);
+    return 0;
+  }
   EXPECT(res == c->want, "%s: process %d got %s", c->name, proc, ncclGetErrorString(res));
   EXPECT(strstr(why, c->expect) != NULL, "%s: process %d's last error lacks \"%s\": %s", c->name, proc, c->expect,
          why);
@@ -203,6 +209,8 @@ int main(void) {
       {"duplicate-rank0", 2, {{2, 0}, {2, 0}}, "rank 0 was claimed by host", ncclInvalidUsage, 0},
       {"nranks-disagree", 2, {{2, 0}, {3, 1}}, "says nranks is", ncclInvalidUsage, 0},
       {"nranks-disagree-3", 3, {{3, 0}, {3, 2}, {4, 1}}, "says nranks is", ncclInvalidUsage, 0},
+      /* a rank past nranks: its process fails at once and tells the root, which refuses the others */
+      {"rank-out-of-range", 3, {{3, 0}, {3, 3}, {3, 1}}, "asked for rank 3 of 3 (ranks are 0 to 2)", ncclInvalidUsage, 0},
       /* ranks 1 and 3 of 4 never come: the timeout names them (the root said
        * whom it waits for, twice within the 3 s timeout) */
       {"missing-ranks", 2, {{4, 0}, {4, 2}}, "was still waiting for ranks 1, 3 (of 4; 2 checked in)",

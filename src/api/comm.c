@@ -140,6 +140,26 @@ static void logTopology(struct ncclComm *comm) {
   INFO(subsysInit, "chorus : %zu-byte FIFO slots per connection and channel", comm->slotBytes);
 }
 
+/* What this rank tells the others at rendezvous. */
+static void commPeerInfo(int rank, int cudaDev, struct bootstrapPeerInfo *me) {
+  memset(me, 0, sizeof *me);
+  me->rank = rank;
+  me->pid = getpid();
+  me->cudaDev = cudaDev;
+  me->shmDisable = paramInt(paramShmDisable) != 0;
+  me->hostHash = bootstrapHostHash();
+  gethostname(me->hostname, sizeof me->hostname - 1);
+  if (getrandom(&me->nonce, sizeof me->nonce, 0) != sizeof me->nonce) me->nonce = clockNs() ^ (uint64_t)me->pid;
+}
+
+void commReportBadRank(const ncclUniqueId *id, int rank, int nranks) {
+  struct bootstrapHandle h;
+  memcpy(&h, id->internal, sizeof h);
+  struct bootstrapPeerInfo me;
+  commPeerInfo(rank, 0, &me);
+  bootstrapReportBadRank(&h, rank, nranks, &me);
+}
+
 static struct ncclComm *commAlloc(int nranks, const ncclUniqueId *id, int rank, int cudaDev, int blocking,
                                    const struct commOrigin *origin) {
   struct ncclComm *comm = calloc(1, sizeof *comm);
@@ -176,14 +196,8 @@ static ncclResult_t commSetup(struct ncclComm *comm) {
   memcpy(&h, comm->initId.internal, sizeof h);
   if (!(h.flags & BOOTSTRAP_ROOT_UP) && rank == 0) CHECKGOTO(bootstrapStartRoot(&h, nranks), res, fail);
 
-  struct bootstrapPeerInfo me = {0};
-  me.rank = rank;
-  me.pid = getpid();
-  me.cudaDev = cudaDev;
-  me.shmDisable = paramInt(paramShmDisable) != 0;
-  me.hostHash = bootstrapHostHash();
-  gethostname(me.hostname, sizeof me.hostname - 1);
-  if (getrandom(&me.nonce, sizeof me.nonce, 0) != sizeof me.nonce) me.nonce = clockNs() ^ (uint64_t)me.pid;
+  struct bootstrapPeerInfo me;
+  commPeerInfo(rank, cudaDev, &me);
   CHECKGOTO(bootstrapInit(&comm->boot, &h, rank, nranks, &me, &comm->abortFlag), res, fail);
   uint64_t tBoot = clockNs();
 

@@ -31,12 +31,20 @@ NCCL_API(ncclResult_t, ncclGetUniqueId, ncclUniqueId *uniqueId) {
   return ncclSuccess;
 }
 
-static ncclResult_t checkInitArgs(ncclComm_t *comm, int nranks, int rank, const char *call) {
+static ncclResult_t checkInitArgs(ncclComm_t *comm, int nranks, int rank, const ncclUniqueId *id,
+                                  const char *call) {
   if (comm == NULL) {
     WARN("%s : comm argument is NULL", call);
     return ncclInvalidArgument;
   }
-  if (nranks < 1 || rank < 0 || rank >= nranks) {
+  if (nranks >= 1 && nranks <= OPDESC_MAX_RANKS && (rank < 0 || rank >= nranks)) {
+    /* The other ranks would wait for one that never comes: the root is told,
+     * so that they fail at once too, naming this process. */
+    WARN("%s : Invalid rank requested : %d/%d (the other ranks are told)", call, rank, nranks);
+    commReportBadRank(id, rank, nranks);
+    return ncclInvalidArgument;
+  }
+  if (nranks < 1) {
     WARN("%s : Invalid rank requested : %d/%d", call, rank, nranks);
     return ncclInvalidArgument;
   }
@@ -48,7 +56,7 @@ static ncclResult_t checkInitArgs(ncclComm_t *comm, int nranks, int rank, const 
 }
 
 NCCL_API(ncclResult_t, ncclCommInitRank, ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank) {
-  CHECK(checkInitArgs(comm, nranks, rank, "ncclCommInitRank"));
+  CHECK(checkInitArgs(comm, nranks, rank, &commId, "ncclCommInitRank"));
   *comm = NULL;
   struct initJob job = {comm, nranks, rank, 0, 1, commId, ncclSuccess, NULL, 0, 0, NULL, 0, "ncclCommInitRank"};
   chorusGetDevice(&job.cudaDev); /* the caller's, as NCCL's cudaGetDevice */
@@ -57,7 +65,7 @@ NCCL_API(ncclResult_t, ncclCommInitRank, ncclComm_t *comm, int nranks, ncclUniqu
 
 NCCL_API(ncclResult_t, ncclCommInitRankConfig, ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank,
          ncclConfig_t *config) {
-  CHECK(checkInitArgs(comm, nranks, rank, "ncclCommInitRankConfig"));
+  CHECK(checkInitArgs(comm, nranks, rank, &commId, "ncclCommInitRankConfig"));
   int blocking = 1;
   if (config) {
     if (config->magic != NCCL_API_MAGIC) {

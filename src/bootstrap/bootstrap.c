@@ -114,6 +114,11 @@ static uint64_t rootProgressInterval(uint64_t timeoutNs) {
  * fds/infos: the ranks seen): another nranks, or a rank already claimed. */
 static int rootDisagrees(const struct rootHello *h, int nranks, const int *fds, const struct bootstrapPeerInfo *infos,
                          char *why, size_t len) {
+  if (h->rank < 0 || h->rank >= h->nranks) { /* bootstrapReportBadRank */
+    snprintf(why, len, "host %s pid %d asked for rank %d of %d (ranks are 0 to %d)", h->info.hostname, h->info.pid,
+             h->rank, h->nranks, h->nranks - 1);
+    return 1;
+  }
   if (!fds) { /* none seen yet; with NCCL_COMM_ID rank 0 started the root with its nranks */
     if (!nranks || h->nranks == nranks) return 0;
     snprintf(why, len, "host %s pid %d (rank %d) says nranks is %d, but rank 0, which hosts the root, said %d",
@@ -498,6 +503,25 @@ out:
     close(rootFd);
   }
   return res;
+}
+
+void bootstrapReportBadRank(const struct bootstrapHandle *h, int rank, int nranks,
+                            const struct bootstrapPeerInfo *me) {
+  struct rootHello hello = {h->secret, rank, nranks, *me};
+  hello.info.rank = rank;
+  char ifname[64];
+  if (sockPickAddr(&h->addr, &hello.info.listenAddr, ifname, sizeof ifname) != ncclSuccess) return;
+  struct waitState w;
+  waitBegin(&w, NULL, NULL, NULL, "reporting a bad rank to the root");
+  w.timeoutNs = 1000000000ull; /* best effort: this rank fails anyway */
+  int fd;
+  if (sockConnect(&h->addr, &fd, &w, (h->flags & BOOTSTRAP_ROOT_UP) != 0) != ncclSuccess) return;
+  if (sockSendAll(fd, &hello, sizeof hello, &w) == ncclSuccess) {
+    char sink[256]; /* until the root has refused the rendezvous and closed */
+    while (sockRecvAll(fd, sink, sizeof sink, &w) == ncclSuccess) {
+    }
+  }
+  close(fd);
 }
 
 ncclResult_t bootstrapSend(struct bootstrap *b, int peer, const void *data, size_t size) {

@@ -62,6 +62,12 @@ ncclResult_t bootstrapEnvHandle(const char *addr, struct bootstrapHandle *h);
 ncclResult_t bootstrapStartRoot(const struct bootstrapHandle *h, int nranks);
 ncclResult_t bootstrapInit(struct bootstrap *b, const struct bootstrapHandle *h, int rank, int nranks,
                            const struct bootstrapPeerInfo *me, volatile int *abortFlag);
+/* A rank that asked for a rank outside 0..nranks-1 tells the root (within
+ * a second, best effort), which refuses the rendezvous to every rank that
+ * comes: they fail at once with the reason instead of waiting for a rank
+ * that never comes. */
+void bootstrapReportBadRank(const struct bootstrapHandle *h, int rank, int nranks,
+                            const struct bootstrapPeerInfo *me);
 /* data holds nranks blocks of size bytes; this rank's block is filled in. */
 ncclResult_t bootstrapAllGather(struct bootstrap *b, void *data, size_t size);
 ncclResult_t bootstrapSend(struct bootstrap *b, int peer, const void *data, size_t size);

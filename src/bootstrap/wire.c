@@ -8,8 +8,7 @@
 static void terminate(struct bootstrapPeerInfo *p) { p->hostname[sizeof p->hostname - 1] = 0; }
 
 int wireRootHelloValid(struct rootHello *h, uint64_t secret) {
-  if (h->nranks <= 0 || h->nranks > BOOTSTRAP_MAX_RANKS || h->rank < 0 || h->rank >= h->nranks ||
-      h->info.rank != h->rank) {
+  if (h->nranks <= 0 || h->nranks > BOOTSTRAP_MAX_RANKS || h->info.rank != h->rank) {
     WARN("Bootstrap : root got a hello for rank %d of %d", h->rank, h->nranks);
     return 0;
   }

@@ -22,8 +22,9 @@ struct meshHello {
   int32_t rank, pad;
 };
 
-/* 1 when h is a hello the root can read: the secret matches, rank and
- * nranks are in range, the address family known. Terminates its strings.
+/* 1 when h is a hello the root can read: the secret matches, nranks is in
+ * range, the address family known; the rank may be outside 0..nranks-1
+ * (a rank that reports it asked for one: the root refuses everyone). Terminates its strings.
  * WARNs why not otherwise (whether it agrees with the other ranks' hellos
  * is the root's question, answered with a refusal below). */
 int wireRootHelloValid(struct rootHello *h, uint64_t secret);
