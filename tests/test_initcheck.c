@@ -268,6 +268,29 @@ int main(void) {
     printf("initcheck late-rank: %s\n", f ? "FAILED" : "passed");
     failed += f;
   }
+  /* Addresses that cannot work say why: a host that does not resolve, an
+   * address that is not this host's (rank 0 cannot listen there). */
+  {
+    int f = 0;
+    ncclUniqueId id;
+    setenv("NCCL_COMM_ID", "no-such-host.invalid:29500", 1);
+    ncclResult_t res = ncclGetUniqueId(&id);
+    if (res != ncclInvalidArgument || !strstr(ncclGetLastError(NULL), "cannot resolve 'no-such-host.invalid'")) {
+      fprintf(stderr, "unresolvable host: %s: %s\n", ncclGetErrorString(res), ncclGetLastError(NULL));
+      f = 1;
+    }
+    setenv("NCCL_COMM_ID", "192.0.2.77:29500", 1); /* TEST-NET-1: on no host */
+    ncclComm_t comm;
+    res = ncclGetUniqueId(&id);
+    if (res == ncclSuccess) res = ncclCommInitRank(&comm, 2, id, 0);
+    if (res == ncclSuccess || !strstr(ncclGetLastError(NULL), "cannot listen on 192.0.2.77:29500: Cannot assign")) {
+      fprintf(stderr, "foreign address: %s: %s\n", ncclGetErrorString(res), ncclGetLastError(NULL));
+      f = 1;
+    }
+    unsetenv("NCCL_COMM_ID");
+    printf("initcheck bad addresses: %s\n", f ? "FAILED" : "passed");
+    failed += f;
+  }
   int logsBad = warnLinesLikeNccl(logDir);
   printf("initcheck log lines: %s\n", logsBad ? "FAILED" : "passed");
   failed += logsBad;

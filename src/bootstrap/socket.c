@@ -57,7 +57,11 @@ ncclResult_t sockAddrParse(const char *text, union sockAddr *out) {
   if (*port == 0 || *endp || p <= 0 || p > 65535) goto bad;
   struct addrinfo hints = {0}, *res = NULL;
   hints.ai_socktype = SOCK_STREAM;
-  if (getaddrinfo(host, NULL, &hints, &res) != 0 || res == NULL) goto bad;
+  int gai = getaddrinfo(host, NULL, &hints, &res);
+  if (gai != 0 || res == NULL) {
+    WARN("Bootstrap : cannot resolve '%s' (of '%s'): %s", host, text, gai ? gai_strerror(gai) : "no address");
+    return ncclInvalidArgument;
+  }
   memcpy(out, res->ai_addr, res->ai_addrlen < sizeof *out ? res->ai_addrlen : sizeof *out);
   freeaddrinfo(res);
   if (out->sa.sa_family == AF_INET6) out->sin6.sin6_port = htons((uint16_t)p);
