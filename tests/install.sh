@@ -7,6 +7,7 @@
 # nccl.h is (cuda_include), a program built against it and a library named
 # libnccl.so.2 (a stand-in for NCCL, made here) runs on chorus with
 # LD_LIBRARY_PATH=PREFIX/lib/chorus-nccl, as a swap for a real NCCL would.
+# An NCCL example builds with the installed host-CUDA shim and runs.
 set -euo pipefail
 src=$1; build=$2; sanitize=${3:-}; cuda_include=${4:-}
 prefix=$(mktemp -d)
@@ -44,6 +45,18 @@ else
 fi
 cc "$prefix/prog.c" $flags $san -o "$prefix/prog" || fail "cannot link with -lnccl ($flags)"
 [ "$("$prefix/prog")" = "11 22 33" ] || fail "the -lnccl program gave $("$prefix/prog" 2>&1)"
+# An NCCL documentation example, unchanged, through the installed host-CUDA
+# shim (pkg-config chorus-hostcuda, or its flags by hand).
+if command -v pkg-config >/dev/null 2>&1; then
+  flags=$(PKG_CONFIG_PATH=$prefix/lib/pkgconfig pkg-config --cflags --libs chorus-hostcuda)
+else
+  flags="-I$prefix/include/chorus/host-cuda -I$prefix/include -L$prefix/lib -lchorus-hostcuda -lchorus"
+fi
+[ -f "$prefix/include/chorus/host-cuda/cuda_runtime.h" ] || fail "no include/chorus/host-cuda/cuda_runtime.h"
+cc "$src/examples/nccl/sendrecv_group.c" $flags -Wl,-rpath,$prefix/lib $san -o "$prefix/sendrecv" ||
+  fail "cannot build examples/nccl/sendrecv_group.c with the installed shim ($flags)"
+out=$("$prefix/sendrecv" 2>&1) || fail "the shim example failed: $out"
+grep -q "Success" <<<"$out" || fail "the shim example: $out"
 if [ -n "$cuda_include" ] && [ -z "$sanitize" ]; then
   mkdir "$prefix/standin"
   cc -shared -Wl,-soname,libnccl.so.2 -Wl,--whole-archive "$build/lib/libchorus.a" -Wl,--no-whole-archive \
