@@ -4,6 +4,7 @@
 #   run_examples.sh file N PROGRAM        N processes, the id through a file
 #   run_examples.sh mpi N PROGRAM MPIEXEC  under mpirun -np N
 #   run_examples.sh compile CC CUDA_INCLUDE EXAMPLES_DIR [-IMPI_INCLUDE...]
+#   run_examples.sh cxx CXX INCLUDE_DIR EXAMPLES_DIR   as C++, with the shim
 # A rank that fails fails the run at once (the others are stopped), and
 # every rank must say Success.
 set -u
@@ -39,6 +40,16 @@ mpi)
   [ $status -eq 0 ] || exit $status
   got=$(grep -c "Success" <<<"$out")
   [ "$got" -eq "$n" ] || { echo "$got of $n ranks said Success"; exit 1; }
+  ;;
+cxx)
+  cxx=$2 include=$3 src=$4
+  status=0
+  for f in "$src"/single_process.c "$src"/sendrecv_group.c "$src"/file_one_device_per_process.c; do
+    "$cxx" -x c++ -fsyntax-only -Wall -Werror -I"$include/chorus/host-cuda" -I"$include" "$f" || { echo "FAILED: $f"; status=1; }
+  done
+  printf '#include <cuda_runtime.h>\nint main() { float *p; double *h; return cudaMalloc(&p, 64) | cudaMallocHost(&h, 8); }\n' |
+    "$cxx" -x c++ -fsyntax-only -Wall -Werror -I"$include/chorus/host-cuda" - || { echo "FAILED: typed cudaMalloc"; status=1; }
+  exit $status
   ;;
 compile)
   cc=$2 cuda=$3 src=$4
