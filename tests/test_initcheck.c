@@ -236,6 +236,7 @@ int main(void) {
     }
     printf("initcheck %s: %s\n", cases[i].name, f ? "FAILED" : "passed");
     failed += f;
+    if (failed) return 1; /* fail fast: the first failing case ends the test */
   }
   if (!fixedId) {
     int stranger = socket(AF_INET, SOCK_STREAM, 0);
@@ -252,6 +253,7 @@ int main(void) {
     close(stranger);
     printf("initcheck port-taken: %s\n", f ? "FAILED" : "passed");
     failed += f;
+    if (failed) return 1; /* fail fast: the first failing case ends the test */
     /* the same free port again, for the secret's job */
     f = runRanksWithId(3, none, strangerAtSecretJob, commId, 20);
     if (!f && !logsHave(logDir, "it did not present this rendezvous's secret")) {
@@ -260,6 +262,7 @@ int main(void) {
     }
     printf("initcheck stranger-at-secret-job: %s\n", f ? "FAILED" : "passed");
     failed += f;
+    if (failed) return 1; /* fail fast: the first failing case ends the test */
     ncclUniqueId late;
     setenv("CHORUS_TIMEOUT", "30", 1); /* the root's own (it lives in this process) */
     if (testCommId(&late) != 0) return 1;
@@ -267,6 +270,7 @@ int main(void) {
     f = runRanksWithId(2, late, lateRank, NULL, 20);
     printf("initcheck late-rank: %s\n", f ? "FAILED" : "passed");
     failed += f;
+    if (failed) return 1; /* fail fast: the first failing case ends the test */
   }
   /* Addresses that cannot work say why: a host that does not resolve, an
    * address that is not this host's (rank 0 cannot listen there). */
@@ -290,6 +294,7 @@ int main(void) {
     unsetenv("NCCL_COMM_ID");
     printf("initcheck bad addresses: %s\n", f ? "FAILED" : "passed");
     failed += f;
+    if (failed) return 1; /* fail fast: the first failing case ends the test */
   }
   int logsBad = warnLinesLikeNccl(logDir);
   printf("initcheck log lines: %s\n", logsBad ? "FAILED" : "passed");
