@@ -29,24 +29,28 @@ CHORUS_EXPORT ncclResult_t chorusStreamCreate(cudaStream_t *stream);
 /* flags: 0 as chorusStreamCreate (a stream independent of the NULL stream,
  * as CUDA's cudaStreamNonBlocking), or CHORUS_STREAM_BLOCKING: work issued
  * on the NULL stream (or cudaStreamLegacy) first waits for everything issued
- * on such streams before it, as CUDA's legacy default stream waits for
- * streams made by cudaStreamCreate. So a program written for CUDA that
- * copies a result out on the default stream right after an NCCL call on its
- * own stream reads the finished result (the host-CUDA shim's cudaStreamCreate
- * makes these). */
+ * before it on such streams of its device, as CUDA's legacy default stream
+ * waits for streams made by cudaStreamCreate. So a program written for CUDA
+ * that copies a result out on the default stream right after an NCCL call
+ * on its own stream reads the finished result (the host-CUDA shim's
+ * cudaStreamCreate makes these). A stream belongs to the device that was
+ * the creating thread's (chorusSetDevice); an NCCL call's device is its
+ * communicator's, a host call's (copies, synchronize) the calling thread's. */
 #define CHORUS_STREAM_BLOCKING 0x1u
 CHORUS_EXPORT ncclResult_t chorusStreamCreateWithFlags(cudaStream_t *stream, unsigned int flags);
 /* Waits until everything issued on the stream has completed; returns the
  * first error any of it met (and clears it). On the NULL stream: waits for
- * every CHORUS_STREAM_BLOCKING stream, and returns the first error one of
- * them holds (which stays with it until that stream is synchronized). */
+ * the calling thread's device's CHORUS_STREAM_BLOCKING streams, and returns
+ * the first error one of them holds (which stays with it until that stream
+ * is synchronized). */
 CHORUS_EXPORT ncclResult_t chorusStreamSynchronize(cudaStream_t stream);
 /* ncclSuccess when the stream is idle, ncclInProgress while work is pending,
  * or the error the stream's work met. On the NULL stream: ncclInProgress
- * while a CHORUS_STREAM_BLOCKING stream has work pending. */
+ * while a CHORUS_STREAM_BLOCKING stream of the thread's device has work
+ * pending. */
 CHORUS_EXPORT ncclResult_t chorusStreamQuery(cudaStream_t stream);
-/* Waits for every stream of the process (as cudaDeviceSynchronize, with the
- * process as the device); returns the first error one of them holds, which
+/* Waits for every stream of the calling thread's device (as
+ * cudaDeviceSynchronize); returns the first error one of them holds, which
  * stays with it until that stream is synchronized. */
 CHORUS_EXPORT ncclResult_t chorusDeviceSynchronize(void);
 /* Synchronizes, then frees the stream. */

@@ -306,7 +306,8 @@ static int deviceWide(void) {
 }
 
 /* An NCCL operation that fails on a stream: cudaStreamSynchronize says
- * so, and so does the default stream while the error is held. */
+ * so (and cudaDeviceSynchronize, while the stream holds the error); a copy
+ * on the default stream still copies (an NCCL failure is no CUDA error). */
 static int failure(void) {
   ncclComm_t comms[2];
   NCCLCHECK(ncclCommInitAll(comms, 2, NULL));
@@ -317,12 +318,14 @@ static int failure(void) {
   CUDAOK(cudaMalloc((void **)&x, 64 * sizeof(float)));
   /* Rank 1 never joins: rank 0's AllReduce times out. */
   NCCLCHECK(ncclAllReduce(x, x, 64, ncclFloat, ncclSum, comms[0], s));
-  float out;
-  EXPECT(cudaMemcpy(&out, x, sizeof out, cudaMemcpyDeviceToHost) == cudaErrorLaunchFailure,
-         "the default stream after a failed operation on s");
+  float out = -1;
+  x[0] = 5;
+  CUDAOK(cudaMemcpy(&out, x, sizeof out, cudaMemcpyDeviceToHost)); /* waits for s, then copies */
+  EXPECT(out == 5, "the copy after a failed operation gave %g", out);
+  EXPECT(cudaDeviceSynchronize() == cudaErrorLaunchFailure, "cudaDeviceSynchronize while s holds the error");
   EXPECT(cudaGetLastError() == cudaErrorLaunchFailure, "last error");
   EXPECT(cudaStreamSynchronize(s) == cudaErrorLaunchFailure, "cudaStreamSynchronize of the failed stream");
-  CUDAOK(cudaMemcpy(&out, x, sizeof out, cudaMemcpyDeviceToHost)); /* the stream's sync took the error */
+  CUDAOK(cudaDeviceSynchronize()); /* the stream's sync took the error */
   ncclResult_t async;
   NCCLCHECK(ncclCommGetAsyncError(comms[0], &async));
   EXPECT(async != ncclSuccess, "the communicator's error");
@@ -334,6 +337,83 @@ static int failure(void) {
   return 0;
 }
 
+/* One thread per device, each with a cudaStreamCreate stream: rank 1's
+ * AllReduce is queued first, then rank 0 allocates, copies and frees on the
+ * default stream before its own. The default stream's waits are rank 0's
+ * device's alone (rank 1's work waits for rank 0), so nothing waits out the
+ * timeout. */
+static ncclComm_t pairComms[2];
+static int pairResult[2];
+static void *pairRank(void *arg) {
+  int r = (int)(intptr_t)arg;
+  cudaSetDevice(r);
+  cudaStream_t s;
+  float *buf, *tmp, host[1024];
+  for (int i = 0; i < 1024; i++) host[i] = (float)(r + 1);
+  if (cudaStreamCreate(&s) != cudaSuccess || cudaMalloc((void **)&buf, sizeof host) != cudaSuccess) return NULL;
+  if (r == 0) sleepMs(100); /* rank 1's AllReduce is queued by then */
+  if (cudaMalloc((void **)&tmp, 64) != cudaSuccess || cudaMemcpy(buf, host, sizeof host, cudaMemcpyHostToDevice) ||
+      cudaFree(tmp) != cudaSuccess)
+    return NULL;
+  if (ncclAllReduce(buf, buf, 1024, ncclFloat, ncclSum, pairComms[r], s) != ncclSuccess) return NULL;
+  if (cudaStreamSynchronize(s) != cudaSuccess || cudaMemcpy(host, buf, sizeof host, cudaMemcpyDeviceToHost)) return NULL;
+  pairResult[r] = host[0] == 3.0f && host[1023] == 3.0f;
+  cudaStreamDestroy(s);
+  cudaFree(buf);
+  return NULL;
+}
+
+static int threadPerDevice(void) {
+  NCCLCHECK(ncclCommInitAll(pairComms, 2, NULL));
+  for (int r = 0; r < 2; r++) NCCLCHECK(chorusCommSetTimeout(pairComms[r], 3000));
+  double t0 = nowSec();
+  pthread_t t[2];
+  for (intptr_t r = 0; r < 2; r++) pthread_create(&t[r], NULL, pairRank, (void *)r);
+  for (int r = 0; r < 2; r++) pthread_join(t[r], NULL);
+  EXPECT(pairResult[0] && pairResult[1], "thread per device: ranks %d %d, %.1f s", pairResult[0], pairResult[1],
+         nowSec() - t0);
+  EXPECT(nowSec() - t0 < 2.0, "thread per device took %.1f s", nowSec() - t0);
+
+  /* One thread, one group: rank 0 on a cudaStreamCreate stream, rank 1 on
+   * the default stream. Rank 1's part waits for what came before on its
+   * device, not for the group's own stream work. */
+  cudaSetDevice(0);
+  cudaStream_t s;
+  CUDAOK(cudaStreamCreate(&s));
+  float a[64], b[64];
+  for (int i = 0; i < 64; i++) a[i] = 1, b[i] = 2;
+  NCCLCHECK(ncclGroupStart());
+  NCCLCHECK(ncclAllReduce(a, a, 64, ncclFloat, ncclSum, pairComms[0], s));
+  NCCLCHECK(ncclAllReduce(b, b, 64, ncclFloat, ncclSum, pairComms[1], NULL));
+  NCCLCHECK(ncclGroupEnd());
+  CUDAOK(cudaStreamSynchronize(s));
+  EXPECT(a[63] == 3 && b[0] == 3, "mixed group gave %g %g", a[63], b[0]);
+  CUDAOK(cudaStreamDestroy(s));
+  for (int r = 0; r < 2; r++) NCCLCHECK(ncclCommDestroy(pairComms[r]));
+  return 0;
+}
+
+/* A stream being destroyed is still waited for by the device's waits. */
+static void *destroyStream(void *s) {
+  cudaStreamDestroy(s);
+  return NULL;
+}
+
+static int destroyWhilePending(void) {
+  cudaStream_t s;
+  CUDAOK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  volatile int done = 0;
+  struct late l = {150, &done, 1};
+  CUDAOK(cudaLaunchHostFunc(s, lateStore, &l));
+  pthread_t t;
+  pthread_create(&t, NULL, destroyStream, s);
+  sleepMs(30);
+  CUDAOK(cudaDeviceSynchronize());
+  EXPECT(done == 1, "cudaDeviceSynchronize passed over a stream being destroyed");
+  pthread_join(t, NULL);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   if (argc == 3 && strcmp(argv[1], "count") == 0) return countIs(atoi(argv[2]));
   unsetenv("CHORUS_HOST_DEVICES");
@@ -342,7 +422,8 @@ int main(int argc, char **argv) {
     const char *name;
     int (*fn)(void);
   } cases[] = {{"errors", errors}, {"devices", devices}, {"memory", memory}, {"default stream", defaultStream},
-               {"events", events}, {"device-wide waits", deviceWide}, {"failure", failure}};
+               {"events", events}, {"device-wide waits", deviceWide}, {"failure", failure},
+               {"thread per device", threadPerDevice}, {"destroy while pending", destroyWhilePending}};
   int failed = 0;
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     int bad = cases[i].fn();

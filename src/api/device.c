@@ -1,17 +1,17 @@
-/* The calling thread's device (chorusSetDevice in chorus.h): what CUDA's
- * current device is to NCCL, the device a communicator made on this thread
- * reports. */
+/* chorusSetDevice / chorusGetDevice (chorus.h): the calling thread's
+ * device (core/device.h). */
 #include "chorus.h"
+#include "core/device.h"
 #include "core/log.h"
 
-static _Thread_local int currentDevice;
+_Thread_local int deviceCurrentValue;
 
 ncclResult_t chorusSetDevice(int device) {
   if (device < 0) {
     WARN("chorusSetDevice : invalid device %d", device);
     return ncclInvalidArgument;
   }
-  currentDevice = device;
+  deviceSetCurrent(device);
   return ncclSuccess;
 }
 
@@ -20,6 +20,6 @@ ncclResult_t chorusGetDevice(int *device) {
     WARN("chorusGetDevice : device argument is NULL");
     return ncclInvalidArgument;
   }
-  *device = currentDevice;
+  *device = deviceCurrent();
   return ncclSuccess;
 }

@@ -231,6 +231,15 @@ static ncclResult_t launchStream(const struct groupItem *items, int n, cudaStrea
 ncclResult_t launchItems(struct groupItem *items, int n) {
   CHECK(checkSelfP2p(items, n));
   for (int i = 0; i < n; i++) watchNumber(&items[i]);
+  /* NULL-stream work waits for what was issued before on its device's
+   * blocking streams (CUDA's legacy stream), not for this group's own
+   * stream work, queued just below. */
+  for (int i = 0; i < n; i++) {
+    int first = items[i].stream == NULL;
+    for (int j = 0; j < i && first; j++)
+      first = !(items[j].stream == NULL && items[j].comm->cudaDev == items[i].comm->cudaDev);
+    if (first) streamLegacyWait(items[i].comm->cudaDev);
+  }
   for (int i = 0; i < n; i++) {
     if (items[i].stream == NULL) continue;
     int first = 1;
@@ -243,7 +252,6 @@ ncclResult_t launchItems(struct groupItem *items, int n) {
   CHECK(buildItems(s, items, n, NULL));
   if (s->ntasks == 0) return ncclSuccess;
   if (dumpSchedules()) schedulePrint(s, stdout);
-  streamLegacyWait();
   busyAdd(items, n, NULL, 1);
   watchBegin(items, n, NULL);
   logStartThreadErrors();

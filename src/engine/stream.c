@@ -8,6 +8,7 @@
 
 #include "chorus.h"
 #include "core/clock.h"
+#include "core/device.h"
 #include "core/err.h"
 #include "core/log.h"
 
@@ -53,7 +54,8 @@ struct CUstream_st {
   int stop;
   int refs; /* chorusStreamCreate's, plus one per event recorded on the stream (and per waiter of streamsWait) */
   ncclResult_t error; /* first error since the last synchronize */
-  int blocking;       /* CHORUS_STREAM_BLOCKING: NULL-stream work waits for it */
+  int blocking;       /* CHORUS_STREAM_BLOCKING: NULL-stream work of its device waits for it */
+  int device;         /* the creating thread's device (core/device.h) */
   pthread_t thread;
   struct CUstream_st *liveNext, *livePrev; /* every live stream of the process (liveLock) */
 };
@@ -244,6 +246,7 @@ ncclResult_t chorusStreamCreateWithFlags(cudaStream_t *stream, unsigned int flag
   s->magic = STREAM_MAGIC;
   s->refs = 1;
   s->blocking = (flags & CHORUS_STREAM_BLOCKING) != 0;
+  s->device = deviceCurrent();
   s->lastEnqueueNs = clockNs() - STREAM_HOT_NS; /* idle: the worker sleeps until the first item */
   if (pthread_create(&s->thread, NULL, streamWorker, s) != 0) {
     WARN("chorusStreamCreate : cannot start the stream's thread");
@@ -269,15 +272,17 @@ static ncclResult_t checkStream(cudaStream_t s, const char *call) {
   return ncclSuccess;
 }
 
-/* Waits for the work issued so far on every live stream (blocking ones
+/* Waits for the work issued so far on device's live streams (blocking ones
  * only, unless all), running it on this thread where nobody else does;
  * returns the first error one of them holds, without clearing it (it is
  * that stream's to report). A stream whose host function this thread is
- * running is passed over: its earlier work is done. */
-static ncclResult_t streamsWait(int all) {
+ * running is passed over: its earlier work is done. Other devices' streams
+ * are not waited for (in a thread-per-device program they may be waiting
+ * for this very thread). */
+static ncclResult_t streamsWait(int all, int device) {
   pthread_mutex_lock(&liveLock);
   int n = 0;
-  for (cudaStream_t s = liveHead; s; s = s->liveNext) n += all || s->blocking;
+  for (cudaStream_t s = liveHead; s; s = s->liveNext) n += s->device == device && (all || s->blocking);
   cudaStream_t *held = n ? malloc(n * sizeof *held) : NULL;
   if (n > 0 && held == NULL) {
     pthread_mutex_unlock(&liveLock);
@@ -285,7 +290,7 @@ static ncclResult_t streamsWait(int all) {
   }
   n = 0;
   for (cudaStream_t s = liveHead; s; s = s->liveNext) {
-    if (!all && !s->blocking) continue;
+    if (s->device != device || (!all && !s->blocking)) continue;
     pthread_mutex_lock(&s->lock);
     s->refs++; /* a destroy meanwhile leaves its memory to us */
     pthread_mutex_unlock(&s->lock);
@@ -305,19 +310,23 @@ static ncclResult_t streamsWait(int all) {
   return res;
 }
 
-void streamLegacyWait(void) {
-  if (__atomic_load_n(&blockingPending, __ATOMIC_ACQUIRE) > 0) (void)streamsWait(0);
+void streamLegacyWait(int device) {
+  if (__atomic_load_n(&blockingPending, __ATOMIC_ACQUIRE) > 0) (void)streamsWait(0, device);
 }
 
-ncclResult_t chorusDeviceSynchronize(void) { return streamsWait(1); }
+ncclResult_t chorusDeviceSynchronize(void) { return streamsWait(1, deviceCurrent()); }
 
-/* The NULL stream's error: the first one a blocking stream holds. */
-static ncclResult_t legacyQuery(void) {
-  if (__atomic_load_n(&blockingPending, __ATOMIC_ACQUIRE) > 0) return ncclInProgress;
+/* The NULL stream's state on device: in progress while one of its blocking
+ * streams has work pending, else the first error one of them holds. */
+static ncclResult_t legacyQuery(int device) {
   ncclResult_t res = ncclSuccess;
   pthread_mutex_lock(&liveLock);
   for (cudaStream_t s = liveHead; s && res == ncclSuccess; s = s->liveNext) {
-    if (!s->blocking) continue;
+    if (!s->blocking || s->device != device) continue;
+    if (__atomic_load_n(&s->pending, __ATOMIC_ACQUIRE) > 0) {
+      res = ncclInProgress;
+      break;
+    }
     pthread_mutex_lock(&s->lock);
     res = s->error;
     pthread_mutex_unlock(&s->lock);
@@ -328,7 +337,7 @@ static ncclResult_t legacyQuery(void) {
 
 ncclResult_t chorusStreamQuery(cudaStream_t s) {
   s = streamResolve(s);
-  if (s == NULL) return legacyQuery();
+  if (s == NULL) return legacyQuery(deviceCurrent());
   ncclResult_t res = checkStream(s, "chorusStreamQuery");
   if (res != ncclSuccess) return res;
   if (__atomic_load_n(&s->pending, __ATOMIC_ACQUIRE) > 0) return ncclInProgress;
@@ -340,7 +349,7 @@ ncclResult_t chorusStreamQuery(cudaStream_t s) {
 
 ncclResult_t chorusStreamSynchronize(cudaStream_t s) {
   s = streamResolve(s);
-  if (s == NULL) return streamsWait(0);
+  if (s == NULL) return streamsWait(0, deviceCurrent());
   CHECK(checkStream(s, "chorusStreamSynchronize"));
   CHECK(checkNotInside(s, "chorusStreamSynchronize"));
   /* The caller runs queued work itself rather than wait for the worker to
@@ -356,17 +365,19 @@ ncclResult_t chorusStreamSynchronize(cudaStream_t s) {
 ncclResult_t chorusStreamDestroy(cudaStream_t s) {
   CHECK(checkStream(s, "chorusStreamDestroy"));
   CHECK(checkNotInside(s, "chorusStreamDestroy"));
-  pthread_mutex_lock(&liveLock);
-  if (s->livePrev) s->livePrev->liveNext = s->liveNext;
-  else liveHead = s->liveNext;
-  if (s->liveNext) s->liveNext->livePrev = s->livePrev;
-  pthread_mutex_unlock(&liveLock);
   ncclResult_t res = chorusStreamSynchronize(s);
   pthread_mutex_lock(&s->lock);
   s->stop = 1;
   streamWakeWorker(s, 1);
   pthread_mutex_unlock(&s->lock);
   pthread_join(s->thread, NULL);
+  /* Unlinked only now: until its work is done, the device's waits
+   * (chorusDeviceSynchronize, the NULL stream) must still see it. */
+  pthread_mutex_lock(&liveLock);
+  if (s->livePrev) s->livePrev->liveNext = s->liveNext;
+  else liveHead = s->liveNext;
+  if (s->liveNext) s->liveNext->livePrev = s->livePrev;
+  pthread_mutex_unlock(&liveLock);
   s->magic = 0;
   streamRelease(s); /* events recorded on it may hold it a while longer */
   return res;
@@ -397,7 +408,7 @@ ncclResult_t chorusLaunchHostFunc(cudaStream_t s, chorusHostFn_t fn, void *userD
   }
   s = streamResolve(s);
   if (s == NULL) { /* everything issued on the NULL stream has completed */
-    streamLegacyWait();
+    streamLegacyWait(deviceCurrent());
     fn(userData, ncclSuccess);
     return ncclSuccess;
   }

@@ -35,9 +35,9 @@ static inline cudaStream_t streamResolve(cudaStream_t stream) {
 }
 
 /* Work on the NULL stream calls this first: it waits for the work issued
- * so far on CHORUS_STREAM_BLOCKING streams (one atomic load when there is
- * none), as CUDA's legacy default stream does. */
-void streamLegacyWait(void);
+ * so far on device's CHORUS_STREAM_BLOCKING streams (one atomic load when
+ * no blocking stream has work), as CUDA's legacy default stream does. */
+void streamLegacyWait(int device);
 
 /* 1 when stream was made by chorusStreamCreate and not destroyed. */
 int streamValid(cudaStream_t stream);

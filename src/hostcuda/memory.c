@@ -45,8 +45,9 @@ static cudaError_t allocate(void **ptr, size_t size, enum family family) {
   return cudaSuccess;
 }
 
-/* Frees p after every stream's work is done (cudaFree synchronizes the
- * device in CUDA too: an operation still reading p must finish first). */
+/* Frees p after the current device's streams have finished their work
+ * (cudaFree synchronizes the device in CUDA too: an operation still reading
+ * p must finish first). */
 static cudaError_t release(void *p, enum family family) {
   if (p == NULL) return cudaSuccess;
   (void)chorusDeviceSynchronize(); /* its errors stay with their streams */
@@ -104,11 +105,12 @@ static cudaError_t transfer(struct transfer t, cudaStream_t stream) {
   if (t.count == 0) return cudaSuccess;
   if (t.dst == NULL) return hcReturn(cudaErrorInvalidValue);
   if (stream == NULL || stream == cudaStreamLegacy) {
-    /* The default stream: after the blocking streams' earlier work; an
-     * error that work met is this call's too (and stays with its stream). */
-    cudaError_t e = hcStreamError(chorusStreamSynchronize(NULL));
-    if (e == cudaSuccess) transferDo(&t);
-    return e;
+    /* The default stream: after this device's blocking streams' earlier
+     * work. An NCCL failure there is not this copy's (in CUDA it is no CUDA
+     * error at all): it stays with its stream, for cudaStreamSynchronize. */
+    (void)chorusStreamSynchronize(NULL);
+    transferDo(&t);
+    return cudaSuccess;
   }
   struct transfer *later = malloc(sizeof *later);
   if (later == NULL) return hcReturn(cudaErrorMemoryAllocation);
