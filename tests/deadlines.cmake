@@ -38,7 +38,6 @@ set(CHORUS_DEADLINES
   torch_async=45         # 11 s
   coll_fork_5_socket=45  # 10 s
   coll_fork_5=30         # 8 s
-  initcheck=45           # 15 s
   coll_bounds_6=30       # 7 s
   torch_groups=30        # 7 s
   netns_linkdown=30      # 6 s

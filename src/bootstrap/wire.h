@@ -43,9 +43,11 @@ int wireRootHelloValid(struct rootHello *h, uint64_t secret);
 /* The root's first word to a rank whose hello it took, before anything
  * else (a bare int): a rank that hears nothing within WIRE_CHECKIN_NS of
  * its hello is talking to something that is not a chorus root (a program
- * that holds NCCL_COMM_ID's port, where rank 0 then could not listen). */
+ * that holds NCCL_COMM_ID's port, where rank 0 then could not listen).
+ * Shorter than the root's first progress frame (5 s), so that the check-in
+ * alone says "a root is here". */
 #define WIRE_CHECKED_IN (-3)
-#define WIRE_CHECKIN_NS 5000000000ull
+#define WIRE_CHECKIN_NS 3000000000ull
 /* Writes the first len bytes of a frame of mark (WIRE_REFUSED,
  * WIRE_PROGRESS) into buf. */
 void wireFrameFill(char *buf, size_t len, int32_t mark, const char *text);
