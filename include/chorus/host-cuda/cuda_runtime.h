@@ -12,13 +12,15 @@
  *
  * The model: a "device" is a number (one per rank, as NCCL programs pick
  * them); memory is host memory; streams are chorus streams, so NCCL calls on
- * them are asynchronous as on a GPU. Streams from cudaStreamCreate block
- * with the default stream as CUDA's legacy default stream does: work on
- * stream 0 (cudaMemcpy, cudaMemset, an NCCL call with stream 0) first waits
- * for what was issued on them. cudaFree, cudaFreeHost and
- * cudaDeviceSynchronize wait for every stream. An NCCL operation that fails
- * on a stream makes cudaStreamSynchronize return cudaErrorLaunchFailure
- * (ncclGetLastError and ncclCommGetAsyncError say why).
+ * them are asynchronous as on a GPU. A stream belongs to the device current
+ * when it was made. Streams from cudaStreamCreate block with their device's
+ * default stream as CUDA's legacy default stream does: work on stream 0
+ * (cudaMemcpy, cudaMemset, an NCCL call with stream 0) first waits for what
+ * was issued on them. cudaFree, cudaFreeHost and cudaDeviceSynchronize wait
+ * for every stream of the current device. An NCCL operation that fails on a
+ * stream makes cudaStreamSynchronize (and cudaDeviceSynchronize, while the
+ * stream holds it) return cudaErrorLaunchFailure (ncclGetLastError and
+ * ncclCommGetAsyncError say why); copies still copy.
  *
  * Device count: CHORUS_HOST_DEVICES, else the number of entries of
  * CUDA_VISIBLE_DEVICES, else 8. */
