@@ -429,6 +429,9 @@ int main(int argc, char **argv) {
     int bad = cases[i].fn();
     printf("%s: %s\n", cases[i].name, bad ? "FAILED" : "ok");
     fflush(stdout);
+    /* Fail fast: a failed case may leave host functions pending that point
+     * into its stack frame. */
+    if (bad) _exit(1);
     failed |= bad;
   }
   return failed;
