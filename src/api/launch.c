@@ -207,7 +207,7 @@ static void streamJobDone(struct streamWork *w, ncclResult_t res) {
   jobPut(job);
 }
 
-static ncclResult_t launchStream(const struct groupItem *items, int n, cudaStream_t stream) {
+static ncclResult_t launchStream(const struct groupItem *items, int n, cudaStream_t stream, int urgent) {
   int m = 0;
   for (int i = 0; i < n; i++) m += items[i].stream == stream;
   struct streamJob *job = jobGet(m);
@@ -222,6 +222,7 @@ static ncclResult_t launchStream(const struct groupItem *items, int n, cudaStrea
   if (dumpSchedules()) schedulePrint(&job->sched, stdout);
   job->work.run = streamJobRun;
   job->work.done = streamJobDone;
+  job->work.urgent = urgent;
   busyAdd(job->items, job->n, stream, 1);
   watchBegin(job->items, job->n, stream);
   streamEnqueue(stream, &job->work);
@@ -240,11 +241,19 @@ ncclResult_t launchItems(struct groupItem *items, int n) {
       first = !(items[j].stream == NULL && items[j].comm->cudaDev == items[i].comm->cudaDev);
     if (first) streamLegacyWait(items[i].comm->cudaDev);
   }
+  /* Parts on several streams (the NULL stream counts: the caller runs it)
+   * wait for each other: their workers start at once. */
+  int lanes = 0;
+  for (int i = 0; i < n; i++) {
+    int first = 1;
+    for (int j = 0; j < i; j++) first &= items[j].stream != items[i].stream;
+    lanes += first;
+  }
   for (int i = 0; i < n; i++) {
     if (items[i].stream == NULL) continue;
     int first = 1;
     for (int j = 0; j < i; j++) first &= items[j].stream != items[i].stream;
-    if (first) CHECK(launchStream(items, n, items[i].stream));
+    if (first) CHECK(launchStream(items, n, items[i].stream, lanes > 1));
   }
   struct schedule *s = &inlineSched;
   if (s->taskCap == 0) inlineSchedInUse();

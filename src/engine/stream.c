@@ -153,6 +153,7 @@ static void *streamWorker(void *arg) {
     if (s->head && !s->syncing && !s->running) {
       uint64_t due = s->lastEnqueueNs + STREAM_QUIET_NS;
       if (due > s->head->enqueuedNs + STREAM_MAX_DELAY_NS) due = s->head->enqueuedNs + STREAM_MAX_DELAY_NS;
+      if (s->head->urgent) due = now;
       if (now >= due || s->stop) streamRunOne(s);
       else streamSleep(s, due);
     } else if (s->head || s->stop || now - s->lastEnqueueNs < STREAM_HOT_NS) {
@@ -176,7 +177,7 @@ void streamEnqueue(cudaStream_t s, struct streamWork *w) {
   s->pending++;
   s->issued++;
   if (s->blocking) __atomic_fetch_add(&blockingPending, 1, __ATOMIC_RELAXED);
-  streamWakeWorker(s, 0); /* only after an idle spell: otherwise it polls */
+  streamWakeWorker(s, w->urgent); /* else only after an idle spell: otherwise it polls */
   if (s->pending > STREAM_MAX_PENDING) streamDrain(s, s->issued - STREAM_MAX_PENDING / 2);
   pthread_mutex_unlock(&s->lock);
 }

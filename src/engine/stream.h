@@ -18,6 +18,11 @@ struct streamWork {
   void (*done)(struct streamWork *w, ncclResult_t res);
   uint64_t enqueuedNs; /* set by streamEnqueue */
   int skipped;         /* run saw a failed status (work before it failed) */
+  /* Start it at once rather than after the caller's quiet spell: a group
+   * that spans several streams of one thread (one thread driving several
+   * ranks) has parts that wait for each other, and the caller can run only
+   * one stream's at a time. */
+  int urgent;
 };
 
 /* The most items a stream holds queued or running (streamEnqueue runs the
