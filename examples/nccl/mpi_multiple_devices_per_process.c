@@ -2,39 +2,10 @@
  * communicator rank for each of its devices inside one group, and launches
  * their AllReduces in one group (NCCL's documentation, "Example 3: Multiple
  * Devices per Thread"). Run with mpirun -np N; each process drives 2. */
-#include <stdint.h>
-#include <string.h>
-#include <unistd.h>
-
 #include "cuda_runtime.h"
-#include "mpi.h"
 #include "nccl.h"
 #include "checks.h"
-
-#define MPICHECK(cmd)                                                                      \
-  do {                                                                                     \
-    int e_ = (cmd);                                                                        \
-    if (e_ != MPI_SUCCESS) {                                                               \
-      printf("Failed: MPI error %s:%d '%d'\n", __FILE__, __LINE__, e_);                    \
-      exit(EXIT_FAILURE);                                                                  \
-    }                                                                                      \
-  } while (0)
-
-static uint64_t getHostHash(const char *string) {
-  uint64_t result = 5381;
-  for (int c = 0; string[c] != '\0'; c++) result = ((result << 5) + result) + (uint64_t)string[c];
-  return result;
-}
-
-static void getHostName(char *hostname, int maxlen) {
-  gethostname(hostname, maxlen);
-  hostname[maxlen - 1] = '\0';
-  for (int i = 0; i < maxlen; i++)
-    if (hostname[i] == '.') {
-      hostname[i] = '\0';
-      return;
-    }
-}
+#include "mpi_local_rank.h"
 
 int main(int argc, char *argv[]) {
   int size = 256 * 1024 + 1;
@@ -45,15 +16,7 @@ int main(int argc, char *argv[]) {
   MPICHECK(MPI_Comm_rank(MPI_COMM_WORLD, &myRank));
   MPICHECK(MPI_Comm_size(MPI_COMM_WORLD, &nRanks));
 
-  uint64_t hostHashs[nRanks];
-  char hostname[1024];
-  getHostName(hostname, 1024);
-  hostHashs[myRank] = getHostHash(hostname);
-  MPICHECK(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, hostHashs, sizeof(uint64_t), MPI_BYTE, MPI_COMM_WORLD));
-  for (int p = 0; p < nRanks; p++) {
-    if (p == myRank) break;
-    if (hostHashs[p] == hostHashs[myRank]) localRank++;
-  }
+  localRank = localRankOf(myRank, nRanks);
 
   float **sendbuff = (float **)malloc(nDev * sizeof(float *));
   float **recvbuff = (float **)malloc(nDev * sizeof(float *));

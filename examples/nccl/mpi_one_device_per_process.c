@@ -2,40 +2,10 @@
  * MPI broadcasts it, each process picks its device from its rank on the
  * host (NCCL's documentation, "Example 2: One Device per Process or
  * Thread"). Run with mpirun -np N. */
-#include <stdint.h>
-#include <string.h>
-#include <unistd.h>
-
 #include "cuda_runtime.h"
-#include "mpi.h"
 #include "nccl.h"
 #include "checks.h"
-
-#define MPICHECK(cmd)                                                                      \
-  do {                                                                                     \
-    int e_ = (cmd);                                                                        \
-    if (e_ != MPI_SUCCESS) {                                                               \
-      printf("Failed: MPI error %s:%d '%d'\n", __FILE__, __LINE__, e_);                    \
-      exit(EXIT_FAILURE);                                                                  \
-    }                                                                                      \
-  } while (0)
-
-/* A number per host name (DJB2), so ranks can count who shares their host. */
-static uint64_t getHostHash(const char *string) {
-  uint64_t result = 5381;
-  for (int c = 0; string[c] != '\0'; c++) result = ((result << 5) + result) + (uint64_t)string[c];
-  return result;
-}
-
-static void getHostName(char *hostname, int maxlen) {
-  gethostname(hostname, maxlen);
-  hostname[maxlen - 1] = '\0';
-  for (int i = 0; i < maxlen; i++)
-    if (hostname[i] == '.') {
-      hostname[i] = '\0';
-      return;
-    }
-}
+#include "mpi_local_rank.h"
 
 int main(int argc, char *argv[]) {
   int size = 1024 * 1024 + 5;
@@ -46,15 +16,7 @@ int main(int argc, char *argv[]) {
   MPICHECK(MPI_Comm_size(MPI_COMM_WORLD, &nRanks));
 
   /* The local rank: how many lower ranks share this host. */
-  uint64_t hostHashs[nRanks];
-  char hostname[1024];
-  getHostName(hostname, 1024);
-  hostHashs[myRank] = getHostHash(hostname);
-  MPICHECK(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, hostHashs, sizeof(uint64_t), MPI_BYTE, MPI_COMM_WORLD));
-  for (int p = 0; p < nRanks; p++) {
-    if (p == myRank) break;
-    if (hostHashs[p] == hostHashs[myRank]) localRank++;
-  }
+  localRank = localRankOf(myRank, nRanks);
 
   ncclUniqueId id;
   ncclComm_t comm;

@@ -229,32 +229,31 @@ static ncclResult_t launchStream(const struct groupItem *items, int n, cudaStrea
   return ncclSuccess;
 }
 
+/* 1 when items[i] is the first of the group on its stream (and, with
+ * byDevice, of its communicator's device). */
+static int firstOfItsStream(const struct groupItem *items, int i, int byDevice) {
+  for (int j = 0; j < i; j++)
+    if (items[j].stream == items[i].stream && (!byDevice || items[j].comm->cudaDev == items[i].comm->cudaDev))
+      return 0;
+  return 1;
+}
+
 ncclResult_t launchItems(struct groupItem *items, int n) {
   CHECK(checkSelfP2p(items, n));
   for (int i = 0; i < n; i++) watchNumber(&items[i]);
   /* NULL-stream work waits for what was issued before on its device's
    * blocking streams (CUDA's legacy stream), not for this group's own
-   * stream work, queued just below. */
-  for (int i = 0; i < n; i++) {
-    int first = items[i].stream == NULL;
-    for (int j = 0; j < i && first; j++)
-      first = !(items[j].stream == NULL && items[j].comm->cudaDev == items[i].comm->cudaDev);
-    if (first) streamLegacyWait(items[i].comm->cudaDev);
-  }
-  /* Parts on several streams (the NULL stream counts: the caller runs it)
-   * wait for each other: their workers start at once. */
+   * stream work, queued just below. Parts on several streams (the NULL
+   * stream counts: the caller runs it) wait for each other: their workers
+   * start at once. */
   int lanes = 0;
   for (int i = 0; i < n; i++) {
-    int first = 1;
-    for (int j = 0; j < i; j++) first &= items[j].stream != items[i].stream;
-    lanes += first;
+    lanes += firstOfItsStream(items, i, 0);
+    if (items[i].stream == NULL && firstOfItsStream(items, i, 1)) streamLegacyWait(items[i].comm->cudaDev);
   }
-  for (int i = 0; i < n; i++) {
-    if (items[i].stream == NULL) continue;
-    int first = 1;
-    for (int j = 0; j < i; j++) first &= items[j].stream != items[i].stream;
-    if (first) CHECK(launchStream(items, n, items[i].stream, lanes > 1));
-  }
+  for (int i = 0; i < n; i++)
+    if (items[i].stream != NULL && firstOfItsStream(items, i, 0))
+      CHECK(launchStream(items, n, items[i].stream, lanes > 1));
   struct schedule *s = &inlineSched;
   if (s->taskCap == 0) inlineSchedInUse();
   scheduleReset(s);

@@ -408,11 +408,8 @@ static ncclResult_t recvRootReply(struct bootstrap *b, int rootFd, const union s
     uint64_t until = checkedIn ? deadline : checkInBy;
     if (until) w->timeoutNs = clockNs() < until ? until - clockNs() : 1;
     if ((res = sockRecvAll(rootFd, &mark, sizeof mark, w)) != ncclSuccess) break;
-    if (mark == WIRE_CHECKED_IN) {
-      checkedIn = 1;
-      continue;
-    }
     checkedIn = 1; /* a root that says anything is one */
+    if (mark == WIRE_CHECKED_IN) continue;
     char *rest = (char *)b->peers;
     size_t restBytes = tableBytes;
     if (mark == WIRE_PROGRESS) {
@@ -446,6 +443,18 @@ static ncclResult_t recvRootReply(struct bootstrap *b, int rootFd, const union s
   return res;
 }
 
+/* A rank's hello to the root of h: its table entry, with the address of
+ * the interface that reaches the root's network (port 0: to listen on). */
+static ncclResult_t rootHelloFill(struct rootHello *hello, const struct bootstrapHandle *h, int rank, int nranks,
+                                  const struct bootstrapPeerInfo *me, char *ifname, size_t ifnameLen) {
+  *hello = (struct rootHello){h->secret, rank, nranks, *me};
+  hello->info.rank = rank;
+  CHECK(sockPickAddr(&h->addr, &hello->info.listenAddr, ifname, ifnameLen));
+  if (hello->info.listenAddr.sa.sa_family == AF_INET) hello->info.listenAddr.sin.sin_port = 0;
+  else hello->info.listenAddr.sin6.sin6_port = 0;
+  return ncclSuccess;
+}
+
 ncclResult_t bootstrapInit(struct bootstrap *b, const struct bootstrapHandle *h, int rank, int nranks,
                            const struct bootstrapPeerInfo *me, volatile int *abortFlag) {
   memset(b, 0, sizeof *b);
@@ -460,11 +469,8 @@ ncclResult_t bootstrapInit(struct bootstrap *b, const struct bootstrapHandle *h,
   if (!b->peerFd || !b->departed || !b->peers) return ncclSystemError;
   for (int i = 0; i < nranks; i++) b->peerFd[i] = -1;
 
-  struct rootHello hello = {h->secret, rank, nranks, *me};
-  /* Listen on the interface that reaches the root's network. */
-  CHECK(sockPickAddr(&h->addr, &hello.info.listenAddr, b->ifname, sizeof b->ifname));
-  if (hello.info.listenAddr.sa.sa_family == AF_INET) hello.info.listenAddr.sin.sin_port = 0;
-  else hello.info.listenAddr.sin6.sin6_port = 0;
+  struct rootHello hello;
+  CHECK(rootHelloFill(&hello, h, rank, nranks, me, b->ifname, sizeof b->ifname));
   char buf[80];
   /* NCCL's line, the address without its port */
   sockAddrStr(&hello.info.listenAddr, buf, sizeof buf);
@@ -507,10 +513,9 @@ out:
 
 void bootstrapReportBadRank(const struct bootstrapHandle *h, int rank, int nranks,
                             const struct bootstrapPeerInfo *me) {
-  struct rootHello hello = {h->secret, rank, nranks, *me};
-  hello.info.rank = rank;
+  struct rootHello hello;
   char ifname[64];
-  if (sockPickAddr(&h->addr, &hello.info.listenAddr, ifname, sizeof ifname) != ncclSuccess) return;
+  if (rootHelloFill(&hello, h, rank, nranks, me, ifname, sizeof ifname) != ncclSuccess) return;
   struct waitState w;
   waitBegin(&w, NULL, NULL, NULL, "reporting a bad rank to the root");
   w.timeoutNs = 1000000000ull; /* best effort: this rank fails anyway */

@@ -280,10 +280,12 @@ static ncclResult_t checkStream(cudaStream_t s, const char *call) {
  * running is passed over: its earlier work is done. Other devices' streams
  * are not waited for (in a thread-per-device program they may be waiting
  * for this very thread). */
+static int streamOfWait(cudaStream_t s, int all, int device) { return s->device == device && (all || s->blocking); }
+
 static ncclResult_t streamsWait(int all, int device) {
   pthread_mutex_lock(&liveLock);
   int n = 0;
-  for (cudaStream_t s = liveHead; s; s = s->liveNext) n += s->device == device && (all || s->blocking);
+  for (cudaStream_t s = liveHead; s; s = s->liveNext) n += streamOfWait(s, all, device);
   cudaStream_t *held = n ? malloc(n * sizeof *held) : NULL;
   if (n > 0 && held == NULL) {
     pthread_mutex_unlock(&liveLock);
@@ -291,7 +293,7 @@ static ncclResult_t streamsWait(int all, int device) {
   }
   n = 0;
   for (cudaStream_t s = liveHead; s; s = s->liveNext) {
-    if (s->device != device || (!all && !s->blocking)) continue;
+    if (!streamOfWait(s, all, device)) continue;
     pthread_mutex_lock(&s->lock);
     s->refs++; /* a destroy meanwhile leaves its memory to us */
     pthread_mutex_unlock(&s->lock);
@@ -323,7 +325,7 @@ static ncclResult_t legacyQuery(int device) {
   ncclResult_t res = ncclSuccess;
   pthread_mutex_lock(&liveLock);
   for (cudaStream_t s = liveHead; s && res == ncclSuccess; s = s->liveNext) {
-    if (!s->blocking || s->device != device) continue;
+    if (!streamOfWait(s, 0, device)) continue;
     if (__atomic_load_n(&s->pending, __ATOMIC_ACQUIRE) > 0) {
       res = ncclInProgress;
       break;
