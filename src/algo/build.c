@@ -4,6 +4,7 @@ ncclResult_t laneTask(struct schedule *s, struct algoCtx *c, const struct collDe
   int t = scheduleAddTask(s, &d->red, c->laneLast[lane], c->boot, c->abortFlag, c->rank, collName(d->coll));
   if (t < 0) return ncclSystemError;
   c->laneLast[lane] = t;
+  s->tasks[t].channel = lane < c->conns->nch ? lane : c->conns->nch;
   return ncclSuccess;
 }
 

@@ -51,6 +51,7 @@ void commFree(struct ncclComm *comm, int graceful) {
     pthread_join(comm->initThread, NULL);
     comm->initThreadRunning = 0;
   }
+  profCommFinalize(&comm->prof);
   bootstrapClose(&comm->boot, graceful);
   transportCloseAll(comm->transports);
   free(comm->conns.send);
@@ -272,6 +273,7 @@ static ncclResult_t commSetup(struct ncclComm *comm) {
     INFO(subsysInit, "%s comm %p rank %d nranks %d cudaDev %d nvmlDev %d busId %lx commId 0x%llx - Init COMPLETE",
          comm->origin.func, (void *)comm, rank, nranks, cudaDev, cudaDev, commBusId(cudaDev),
          (unsigned long long)comm->commHash);
+  profCommInit(&comm->prof, comm->commHash, NULL, comm->nhosts, nranks, rank);
   /* NCCL's phases; chorus has no kernels, topology search or graphs. */
   double total = (double)(clockNs() - comm->createdNs) / 1e9, alloc = (double)(t0 - comm->createdNs) / 1e9;
   double boot = (double)(tBoot - t0) / 1e9, gather = (double)(tGather - tBoot) / 1e9;

@@ -8,6 +8,7 @@
 
 #include "bootstrap/bootstrap.h"
 #include "engine/desc.h"
+#include "profile/profile.h"
 #include "reduce/reduce.h"
 #include "transport/conn.h"
 #include "transport/transport.h"
@@ -73,6 +74,7 @@ struct ncclComm {
   uint64_t createdNs; /* when its init call began (Init timings) */
   pthread_t initThread; /* nonblocking init */
   int initThreadRunning;
+  struct profComm prof; /* its profiler plugin context (NCCL_PROFILER_PLUGIN) */
   uint64_t endMagic;
 };
 

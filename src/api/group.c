@@ -36,7 +36,19 @@ static void threadCacheInUse(void) {
 }
 
 ncclResult_t groupEnqueue(struct groupItem *item) {
-  if (groupDepth == 0) return launchItems(item, 1);
+  const struct collDesc *d = &item->desc;
+  int p2p = d->coll == collSend || d->coll == collRecv;
+  /* The call's own profiler event ends as it returns (a call outside a
+   * group is its own group, as in NCCL). */
+  profApiCall(&item->comm->prof, &item->prof, groupDepth ? groupDepth : 1, p2p, collName(d->coll), d->count,
+              d->dtype, d->root, (void *)item->stream);
+  profApiCallEnd(&item->prof);
+  if (groupDepth == 0) {
+    profApiGroupEndBegin();
+    ncclResult_t res = launchItems(item, 1);
+    profApiGroupEndDone();
+    return res;
+  }
   if (groupCount == groupCap) {
     if (groupCap == 0) threadCacheInUse();
     int cap = groupCap ? 2 * groupCap : 16;
@@ -90,9 +102,11 @@ NCCL_API(ncclResult_t, ncclGroupEnd, void) {
     return ncclInvalidUsage;
   }
   if (--groupDepth > 0) return ncclSuccess;
+  profApiGroupEndBegin();
   ncclResult_t res = groupError;
   if (res == ncclSuccess && groupInitCount > 0) res = initJobsRun(groupInits, groupInitCount);
   if (res == ncclSuccess) res = launchItems(groupItems, groupCount);
+  profApiGroupEndDone();
   for (int i = 0; i < groupInitCount; i++) free(groupInits[i].excluded);
   groupCount = 0;
   groupInitCount = 0;
@@ -116,6 +130,8 @@ NCCL_API(ncclResult_t, ncclGroupSimulateEnd, ncclSimInfo_t *simInfo) {
   double us = 0;
   for (int i = 0; i < groupCount; i++) us += groupItems[i].plan.us > 0 ? groupItems[i].plan.us : 0;
   if (res == ncclSuccess) simInfo->estimatedTime = (float)us;
+  profApiGroupEndBegin();
+  profApiGroupEndDone();
   for (int i = 0; i < groupInitCount; i++) free(groupInits[i].excluded);
   groupCount = 0;
   groupInitCount = 0;

@@ -15,6 +15,7 @@ struct groupItem {
   struct collDesc desc;
   struct tuneChoice plan; /* the tuner's, chosen when the call was checked */
   uint64_t opId;          /* the communicator's call number (opCount in the COLL log line) */
+  struct profCall prof;   /* its profiler API events (profile/profile.h) */
 };
 
 /* Records (in a group) or runs (outside one) a checked init. */

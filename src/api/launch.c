@@ -87,6 +87,71 @@ static ncclResult_t buildItems(struct schedule *s, const struct groupItem *items
   return ncclSuccess;
 }
 
+/* NCCL's names of the algorithms and protocols, as profiler events carry them. */
+static const char *const profAlgoNames[algoCount] = {
+    [algoLocal] = "LOCAL", [algoRing] = "RING", [algoOneHop] = "ONEHOP", [algoChain] = "CHAIN", [algoP2p] = "P2P",
+    [algoPairwise] = "PAIRWISE", [algoTree] = "TREE", [algoRecDoubling] = "RECDOUBLING",
+    [algoRabenseifner] = "RABENSEIFNER"};
+static const char *const profProtoNames[protoCount] = {[protoSimple] = "SIMPLE", [protoLL] = "LL"};
+
+/* The profiler's events of one launch (the items on stream, built into s):
+ * its Group event and each operation's Coll or P2p event, which end once
+ * the launch is enqueued, as NCCL's do; the tasks of each operation carry
+ * its event for their ProxyOp and ProxyStep events. Returns the first
+ * item's profiler call (for the KernelLaunch event). */
+static const struct profCall *profLaunch(struct schedule *s, const struct groupItem *items, int n,
+                                         cudaStream_t stream) {
+  const struct profCall *any = NULL;
+  for (int i = 0; i < n && !any; i++)
+    if (items[i].stream == stream && items[i].prof.ctx) any = &items[i].prof;
+  if (!any) return NULL;
+  void *group = profGroupStart(any);
+  int steps = profWantsSteps();
+  for (int i = 0; i < n; i++) {
+    const struct groupItem *it = &items[i];
+    if (it->stream != stream || !it->prof.ctx) continue;
+    const struct collDesc *d = &it->desc;
+    /* The channels its tasks use, numbered 0..nChannels-1 in the events
+     * (a plugin looks each channel's KernelCh event up by that number, and
+     * counts them to see the operation done). */
+    struct task *lastOn[COMM_MAX_CHANNELS + 1] = {0};
+    int dense[COMM_MAX_CHANNELS + 1], nch = 0;
+    for (int k = 0; k < s->ntasks; k++) {
+      struct task *t = &s->tasks[k];
+      if (t->opId != it->opId || t->boot != &it->comm->boot || t->channel > COMM_MAX_CHANNELS) continue;
+      nch += lastOn[t->channel] == NULL;
+      lastOn[t->channel] = t;
+    }
+    for (int ch = 0, next = 0; ch <= COMM_MAX_CHANNELS; ch++) dense[ch] = lastOn[ch] ? next++ : -1;
+    struct profOp op = {d->coll == collSend || d->coll == collRecv,
+                        collName(d->coll),
+                        d->sendbuff,
+                        d->recvbuff,
+                        d->count,
+                        d->root,
+                        d->dtype,
+                        nch,
+                        it->plan.algo >= 0 && it->plan.algo < algoCount ? profAlgoNames[it->plan.algo] : "Unknown",
+                        it->plan.proto >= 0 && it->plan.proto < protoCount ? profProtoNames[it->plan.proto] : "Unknown",
+                        it->comm->rank};
+    void *ev = profOpStart(&it->comm->prof, d->coll, &it->prof, group, &op);
+    memset(lastOn, 0, sizeof lastOn);
+    for (int k = 0; ev && steps && k < s->ntasks; k++) {
+      struct task *t = &s->tasks[k];
+      if (t->opId != it->opId || t->boot != &it->comm->boot || t->channel > COMM_MAX_CHANNELS) continue;
+      t->prof.ctx = it->prof.ctx;
+      t->prof.parent = ev;
+      t->prof.channel = dense[t->channel];
+      if (lastOn[t->channel]) lastOn[t->channel]->prof.kchNext = &t->prof;
+      else t->prof.kchFirst = 1;
+      lastOn[t->channel] = t;
+    }
+    profStop(ev);
+  }
+  profStop(group);
+  return any;
+}
+
 /* Sends to self must be matched by receives from self in the same launch,
  * or the send would wait forever. */
 static ncclResult_t checkSelfP2p(const struct groupItem *items, int n) {
@@ -220,12 +285,15 @@ static ncclResult_t launchStream(const struct groupItem *items, int n, cudaStrea
     return res;
   }
   if (dumpSchedules()) schedulePrint(&job->sched, stdout);
+  const struct profCall *prof = profLaunch(&job->sched, job->items, job->n, stream);
+  void *launchEvent = prof ? profKernelLaunchStart(prof, (void *)stream) : NULL;
   job->work.run = streamJobRun;
   job->work.done = streamJobDone;
   job->work.urgent = urgent;
   busyAdd(job->items, job->n, stream, 1);
   watchBegin(job->items, job->n, stream);
   streamEnqueue(stream, &job->work);
+  profStop(launchEvent);
   return ncclSuccess;
 }
 
@@ -260,6 +328,8 @@ ncclResult_t launchItems(struct groupItem *items, int n) {
   CHECK(buildItems(s, items, n, NULL));
   if (s->ntasks == 0) return ncclSuccess;
   if (dumpSchedules()) schedulePrint(s, stdout);
+  const struct profCall *prof = profLaunch(s, items, n, NULL);
+  if (prof) profStop(profKernelLaunchStart(prof, NULL)); /* the caller runs it: launched at once */
   busyAdd(items, n, NULL, 1);
   watchBegin(items, n, NULL);
   logStartThreadErrors();

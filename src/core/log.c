@@ -31,6 +31,7 @@ static const struct {
 } subsysNames[] = {{"INIT", subsysInit},   {"COLL", subsysColl},           {"P2P", subsysP2p},
                    {"SHM", subsysShm},     {"NET", subsysNet},             {"BOOTSTRAP", subsysBootstrap},
                    {"ENV", subsysEnv},     {"ALLOC", subsysAlloc},         {"TUNING", subsysTuning},
+                   {"PROFILE", subsysProfile},
                    {"ALL", subsysAll}};
 
 static unsigned parseSubsys(const char *s) {

@@ -16,6 +16,7 @@ enum logSubsys {
   subsysEnv = 1 << 6,
   subsysAlloc = 1 << 7,
   subsysTuning = 1 << 8,
+  subsysProfile = 1 << 9,
   subsysAll = ~0
 };
 

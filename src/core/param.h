@@ -12,7 +12,7 @@
 #define CHORUS_PARAM_TABLE(X)                                                                     \
   X(Debug, "NCCL_DEBUG", 1, "", "log level: VERSION, WARN, INFO, TRACE")                          \
   X(DebugSubsys, "NCCL_DEBUG_SUBSYS", 1, "INIT,BOOTSTRAP,ENV",                                    \
-    "subsystems logged at INFO: INIT,COLL,P2P,SHM,NET,BOOTSTRAP,ENV,ALLOC,TUNING,ALL; ^ inverts") \
+    "subsystems logged at INFO: INIT,COLL,P2P,SHM,NET,BOOTSTRAP,ENV,ALLOC,TUNING,PROFILE,ALL; ^ inverts") \
   X(DebugFile, "NCCL_DEBUG_FILE", 1, "", "log file instead of stdout; %h host, %p pid")          \
   X(BuffSize, "NCCL_BUFFSIZE", 0, "4194304", "bytes of FIFO per connection (simple protocol)")    \
   X(CommId, "NCCL_COMM_ID", 1, "", "host:port of the bootstrap root; rank 0 hosts it")            \
@@ -37,6 +37,8 @@
   X(DumpSchedule, "CHORUS_DUMP_SCHEDULE", 0, "0", "1 prints every schedule built")                \
   X(LLThreshold, "CHORUS_SMALL_THRESHOLD", 0, "16384",                                            \
     "largest AllReduce in bytes that may use the one-hop small-message algorithm")                \
+  X(ProfilerPlugin, "NCCL_PROFILER_PLUGIN", 1, "",                                                 \
+    "profiler plugin: a path, a name (libnccl-profiler-<name>.so), STATIC_PLUGIN or none; unset: libnccl-profiler.so") \
   X(Algo, "NCCL_ALGO", 1, "", "algorithms allowed: Ring, Tree, RecDoubling, Rabenseifner, OneHop, Chain; ^ excludes; func:list;func:list") \
   X(Proto, "NCCL_PROTO", 1, "", "protocols allowed: Simple, LL, LL128; ^ excludes; func:list;func:list")
 

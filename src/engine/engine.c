@@ -51,6 +51,32 @@ static int stepMismatch(struct task *t, struct step *st, const struct opDesc *d)
   return -1;
 }
 
+/* Profiler: the slots of t's steps from st on that go to (dir 0) or come
+ * from (dir 1) peer, back to back: a ProxyOp's nSteps. */
+static int profSlotsAhead(const struct task *t, const struct step *st, int dir, int peer) {
+  const struct step *end = st - t->cur + t->nsteps;
+  int n = 0;
+  for (; st < end; st++) {
+    const struct conn *c = dir ? st->recv : st->send;
+    if (!c) continue;
+    if (c->peer != peer) break;
+    n += (int)((st->bytes + c->slotBytes - 1) / c->slotBytes);
+  }
+  return n;
+}
+
+/* Profiler: the slot st is about to move opens a ProxyStep on each of its
+ * connections (and a ProxyOp where the peer changes). */
+static void profSlotBegin(struct task *t, const struct step *st) {
+  for (int dir = 0; dir < 2; dir++) {
+    const struct conn *c = dir ? st->recv : st->send;
+    if (!c || t->prof.step[dir]) continue;
+    int fresh = !t->prof.op[dir] || t->prof.opPeer[dir] != c->peer;
+    profStepBegin(&t->prof, dir, t->rank, t->prof.channel, c->peer, fresh ? profSlotsAhead(t, st, dir, c->peer) : 0,
+                  (int)c->slotBytes);
+  }
+}
+
 /* Moves one slot's worth of a step if the FIFOs allow it.
  * Returns 1 when it moved data, 0 when blocked, -1 when the slot belongs
  * to another operation (CHORUS_CHECK). */
@@ -61,13 +87,18 @@ static int stepAdvance(struct task *t, struct step *st) {
   uint32_t limit = st->recv ? st->recv->slotBytes : st->send ? st->send->slotBytes : 0;
   size_t nb = st->bytes - off;
   if (limit && nb > limit) nb = limit;
+  if (t->prof.ctx) profSlotBegin(t, st);
   if (st->recv && !(slotIn = st->rp->recvSlot(st->recv))) {
     struct opDesc other; /* the peer posted this operation's first slot with another protocol */
     if (t->check && (st->check & CHECK_RECV_DESC) && off == 0 && st->rp->foreign(st->recv, &other))
       return stepMismatch(t, st, &other);
+    if (t->prof.ctx) profStepWait(&t->prof, 1);
     return 0;
   }
-  if (st->send && !(slotOut = st->sp->sendSlot(st->send))) return 0;
+  if (st->send && !(slotOut = st->sp->sendSlot(st->send))) {
+    if (t->prof.ctx) profStepWait(&t->prof, 0);
+    return 0;
+  }
   if (t->check) {
     if (st->recv) {
       struct opDesc other;
@@ -128,6 +159,10 @@ static int stepAdvance(struct task *t, struct step *st) {
   if (st->recv) st->rp->recvDone(st->recv);
   if (!posted) st->sp->sendPost(st->send, nb);
   t->off = off + nb;
+  if (t->prof.ctx) {
+    if (st->send) profStepEnd(&t->prof, 0, nb);
+    if (st->recv) profStepEnd(&t->prof, 1, nb);
+  }
   return 1;
 }
 
@@ -135,6 +170,7 @@ static int stepAdvance(struct task *t, struct step *st) {
  * on a mismatched operation. */
 static int taskProgress(struct schedule *s, struct task *t) {
   int moved = 0;
+  if (t->prof.ctx && !t->prof.begun) profTaskBegin(&t->prof);
   while (t->cur < t->nsteps) {
     struct step *st = &s->steps[t->firstStep + t->cur];
     int r = stepAdvance(t, st);
@@ -146,7 +182,10 @@ static int taskProgress(struct schedule *s, struct task *t) {
       t->off = 0;
     }
   }
-  if (t->cur == t->nsteps) t->done = 1;
+  if (t->cur == t->nsteps) {
+    t->done = 1;
+    if (t->prof.ctx) profTaskEnd(&t->prof);
+  }
   return moved;
 }
 
@@ -320,7 +359,16 @@ static void drivenBlock(void *arg, uint64_t ns) {
   ppoll(fds, (nfds_t)nf, &ts, NULL);
 }
 
+static ncclResult_t engineRunTasks(struct schedule *s);
+
 ncclResult_t engineRun(struct schedule *s) {
+  ncclResult_t res = engineRunTasks(s);
+  for (int i = 0; i < s->ntasks; i++) /* a failed run leaves tasks with events open */
+    if (s->tasks[i].prof.ctx) profTaskEnd(&s->tasks[i].prof);
+  return res;
+}
+
+static ncclResult_t engineRunTasks(struct schedule *s) {
   if (scheduleBindTemps(s) != ncclSuccess) {
     WARN("%s on rank %d: out of memory for staging buffers", s->ntasks ? s->tasks[0].what : "operation",
          s->ntasks ? s->tasks[0].rank : -1);

@@ -10,6 +10,7 @@
 
 #include "bootstrap/bootstrap.h"
 #include "engine/desc.h"
+#include "profile/profile.h"
 #include "proto/proto.h"
 #include "reduce/reduce.h"
 #include "transport/conn.h"
@@ -57,6 +58,8 @@ struct task {
   uint64_t opId;      /* the operation it belongs to (its communicator's opCount), for tracing */
   int check;          /* compare descriptors (CHORUS_CHECK) */
   struct opDesc desc; /* this rank's call */
+  int channel;        /* its channel (collective lanes), or the point-to-point lane's number */
+  struct profTask prof; /* profiler step events (prof.ctx NULL: none) */
 };
 
 struct scheduleTemp {

@@ -1,0 +1,444 @@
+/* Loading a profiler plugin and speaking its version (profile.h). The
+ * plugin is looked for as NCCL looks: NCCL_PROFILER_PLUGIN as given (a path
+ * or a library name), then as libnccl-profiler-<name>.so; unset, as
+ * libnccl-profiler.so; "none" loads nothing; STATIC_PLUGIN looks in the
+ * program itself. The newest table it exports is used: ncclProfiler_v6,
+ * then v5, then v4 (whose descriptors are translated). */
+#define _GNU_SOURCE
+#include "profile/profile.h"
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "core/clock.h"
+#include "core/log.h"
+#include "core/param.h"
+#include "profile/abi.h"
+
+static pthread_mutex_t loadLock = PTHREAD_MUTEX_INITIALIZER;
+static int loadRefs;          /* communicators holding the plugin */
+static void *pluginLib;
+static int pluginVersion;     /* 6, 5, 4; 0: none loaded */
+static const struct profPluginV6 *pluginV6; /* v6 and v5 */
+static const struct profPluginV4 *pluginV4;
+static int loaded;            /* read without the lock on every hook */
+static int activationMask;    /* the plugin sets and may change it (NCCL's eActivationMask) */
+static pid_t loadPid;
+
+/* NCCL's debug subsystem bits, as plugins pass them, in chorus's. */
+static unsigned subsysFromNccl(unsigned long flags) {
+  static const struct {
+    unsigned long nccl;
+    unsigned ours;
+  } map[] = {{1, subsysInit}, {2, subsysColl},   {4, subsysP2p},      {8, subsysShm},          {16, subsysNet},
+             {64, subsysTuning}, {128, subsysEnv}, {256, subsysAlloc}, {4096, subsysBootstrap}, {16384, subsysProfile}};
+  unsigned out = 0;
+  for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
+    if (flags & map[i].nccl) out |= map[i].ours;
+  return out ? out : subsysProfile;
+}
+
+/* The logger plugins get (NCCL's ncclDebugLogger_t): their lines go where
+ * chorus's go, at their level and subsystem. */
+static void pluginLog(int level, unsigned long flags, const char *file, int line, const char *fmt, ...) {
+  char msg[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  if (level < logVersion || level > logTrace) return;
+  logMessage(level, subsysFromNccl(flags), file ? file : "plugin", file ? file : "plugin", line, "%s", msg);
+}
+
+static void *tryOpen(const char *name, int quiet) {
+  int isStatic = strcasecmp(name, "STATIC_PLUGIN") == 0;
+  void *h = dlopen(isStatic ? NULL : name, RTLD_NOW | RTLD_LOCAL);
+  const char *why = h ? NULL : dlerror();
+  if (why && !quiet) INFO(subsysInit, "PROFILER/Plugin: %s: %s", name, why);
+  return h;
+}
+
+/* NCCL's search: the name as given, then libnccl-profiler-<name>.so when the
+ * name is neither a path nor a library file name. */
+static void *openPlugin(const char *name, char *used, size_t usedLen) {
+  char lib[512];
+  if (!name[0]) {
+    snprintf(lib, sizeof lib, "libnccl-profiler.so");
+    snprintf(used, usedLen, "%s", lib);
+    return tryOpen(lib, 1); /* none is the usual case */
+  }
+  snprintf(used, usedLen, "%s", name);
+  void *h = tryOpen(name, 0);
+  if (h) return h;
+  size_t n = strlen(name);
+  int isFile = strncmp(name, "lib", 3) == 0 && n >= 3 && strcmp(name + n - 3, ".so") == 0;
+  if (strchr(name, '/') || isFile) return NULL;
+  snprintf(lib, sizeof lib, "libnccl-profiler-%s.so", name);
+  snprintf(used, usedLen, "%s", lib);
+  return tryOpen(lib, 0);
+}
+
+/* Under loadLock: the first communicator loads. */
+static void pluginLoad(void) {
+  const char *name = paramStr(paramProfilerPlugin);
+  if (strcasecmp(name, "none") == 0) return;
+  char used[512];
+  void *h = openPlugin(name, used, sizeof used);
+  if (!h) {
+    if (name[0]) WARN("PROFILER/Plugin: could not load NCCL_PROFILER_PLUGIN=%s: continuing without a profiler", name);
+    else INFO(subsysInit, "PROFILER/Plugin: Could not find: %s", used);
+    return;
+  }
+  const void *t;
+  if ((t = dlsym(h, "ncclProfiler_v6"))) pluginVersion = 6, pluginV6 = t;
+  else if ((t = dlsym(h, "ncclProfiler_v5"))) pluginVersion = 5, pluginV6 = t;
+  else if ((t = dlsym(h, "ncclProfiler_v4"))) pluginVersion = 4, pluginV4 = t;
+  if (!pluginVersion) {
+    WARN("PROFILER/Plugin: %s exports no ncclProfiler_v6, _v5 or _v4: continuing without a profiler", used);
+    dlclose(h);
+    return;
+  }
+  pluginLib = h;
+  loadPid = getpid();
+  const char *pname = pluginVersion >= 5 ? pluginV6->name : pluginV4->name;
+  INFO(subsysInit, "PROFILER/Plugin: Loaded %s (v%d) from %s", pname ? pname : "(unnamed)", pluginVersion, used);
+  __atomic_store_n(&loaded, 1, __ATOMIC_RELEASE);
+}
+
+static void pluginUnload(void) {
+  __atomic_store_n(&loaded, 0, __ATOMIC_RELEASE);
+  if (pluginLib) dlclose(pluginLib);
+  pluginLib = NULL;
+  pluginV6 = NULL;
+  pluginV4 = NULL;
+  pluginVersion = 0;
+}
+
+void profCommInit(struct profComm *p, uint64_t commHash, const char *commName, int nNodes, int nranks, int rank) {
+  memset(p, 0, sizeof *p);
+  pthread_mutex_lock(&loadLock);
+  if (loadRefs == 0) pluginLoad();
+  if (pluginVersion) {
+    loadRefs++;
+    ncclResult_t res = pluginVersion >= 5
+                           ? pluginV6->init(&p->ctx, commHash, &activationMask, commName, nNodes, nranks, rank, pluginLog)
+                           : pluginV4->init(&p->ctx, &activationMask, commName, commHash, nNodes, nranks, rank, pluginLog);
+    if (res != ncclSuccess) {
+      INFO(subsysInit, "PROFILER/Plugin: init failed with error %d: rank %d continues without a profiler", (int)res, rank);
+      p->ctx = NULL;
+      if (--loadRefs == 0) pluginUnload();
+    } else {
+      INFO(subsysInit, "PROFILER/Plugin: enabled events mask 0x%x", (unsigned)__atomic_load_n(&activationMask, __ATOMIC_RELAXED));
+    }
+  }
+  pthread_mutex_unlock(&loadLock);
+}
+
+void profCommFinalize(struct profComm *p) {
+  pthread_mutex_lock(&loadLock);
+  if (p->ctx && pluginVersion) {
+    if (pluginVersion >= 5) pluginV6->finalize(p->ctx);
+    else pluginV4->finalize(p->ctx);
+    p->ctx = NULL;
+    if (--loadRefs == 0) pluginUnload();
+  }
+  pthread_mutex_unlock(&loadLock);
+}
+
+static int maskNow(void) {
+  return __atomic_load_n(&loaded, __ATOMIC_ACQUIRE) ? __atomic_load_n(&activationMask, __ATOMIC_RELAXED) : 0;
+}
+
+/* Starts an event described in version 6's terms, translated for older
+ * plugins (which know no API events: those are not sent to them). */
+static void *startEvent(void *ctx, struct profDescrV6 *d) {
+  void *h = NULL;
+  if (!ctx) return NULL;
+  if (pluginVersion >= 5) {
+    pluginV6->startEvent(ctx, &h, d);
+    return h;
+  }
+  struct profDescrV4 o;
+  memset(&o, 0, sizeof o);
+  o.type = (uint8_t)d->type;
+  o.parentObj = d->parentObj;
+  o.rank = d->rank;
+  switch (d->type) {
+    case profGroup: break;
+    case profColl:
+      o.coll.seqNumber = d->coll.seqNumber;
+      o.coll.func = d->coll.func;
+      o.coll.sendBuff = d->coll.sendBuff;
+      o.coll.recvBuff = d->coll.recvBuff;
+      o.coll.count = d->coll.count;
+      o.coll.root = d->coll.root;
+      o.coll.datatype = d->coll.datatype;
+      o.coll.nChannels = d->coll.nChannels;
+      o.coll.nWarps = d->coll.nWarps;
+      o.coll.algo = d->coll.algo;
+      o.coll.proto = d->coll.proto;
+      o.parentObj = d->coll.parentGroup; /* version 4's Coll hangs off the Group */
+      break;
+    case profP2p:
+      o.p2p.func = d->p2p.func;
+      o.p2p.buff = d->p2p.buff;
+      o.p2p.datatype = d->p2p.datatype;
+      o.p2p.count = d->p2p.count;
+      o.p2p.peer = d->p2p.peer;
+      o.p2p.nChannels = d->p2p.nChannels;
+      o.parentObj = d->p2p.parentGroup;
+      break;
+    case profProxyOp:
+      o.proxyOp.pid = d->proxyOp.pid;
+      o.proxyOp.channelId = d->proxyOp.channelId;
+      o.proxyOp.peer = d->proxyOp.peer;
+      o.proxyOp.nSteps = d->proxyOp.nSteps;
+      o.proxyOp.chunkSize = d->proxyOp.chunkSize;
+      o.proxyOp.isSend = d->proxyOp.isSend;
+      break;
+    case profProxyStep: o.proxyStep.step = d->proxyStep.step; break;
+    case profKernelCh:
+      o.kernelCh.channelId = d->kernelCh.channelId;
+      o.kernelCh.pTimer = d->kernelCh.pTimer;
+      break;
+    default: return NULL;
+  }
+  pluginV4->startEvent(ctx, &h, &o);
+  return h;
+}
+
+static void recordState(void *h, int state, size_t transSize) {
+  if (!h || !__atomic_load_n(&loaded, __ATOMIC_ACQUIRE)) return;
+  union profStateArgs a;
+  memset(&a, 0, sizeof a);
+  a.proxyStep.transSize = transSize;
+  if (pluginVersion >= 5) pluginV6->recordEventState(h, state, &a);
+  else pluginV4->recordEventState(h, state, &a);
+}
+
+void profStop(void *h) {
+  if (!h || !__atomic_load_n(&loaded, __ATOMIC_ACQUIRE)) return;
+  if (pluginVersion >= 5) pluginV6->stopEvent(h);
+  else pluginV4->stopEvent(h);
+}
+
+/* NCCL's names for what events carry. */
+static const char *dtypeNcclName(int dtype) {
+  static const char *names[] = {"ncclInt8",    "ncclUint8",   "ncclInt32",  "ncclUint32",
+                                "ncclInt64",   "ncclUint64",  "ncclFloat16", "ncclFloat32",
+                                "ncclFloat64", "ncclBfloat16", "ncclFloat8e4m3", "ncclFloat8e5m2"};
+  return dtype >= 0 && dtype < (int)(sizeof names / sizeof names[0]) ? names[dtype] : "Unknown";
+}
+
+/* The API events of this thread: the open GroupApi event, the group depth
+ * it opened at, and where it is between ncclGroupStart and ncclGroupEnd. */
+static _Thread_local struct {
+  void *groupApi;
+  void *ctx;
+  int startStopped;
+} api;
+
+#define PROF_API_EVENTS (profGroupApi | profCollApi | profP2pApi | profKernelLaunch)
+#define PROF_TASK_EVENTS (profGroup | profColl | profP2p | profProxyOp | profProxyStep)
+
+void profApiCall(const struct profComm *p, struct profCall *out, int depth, int p2p, const char *func, size_t count,
+                 int dtype, int root, void *stream) {
+  memset(out, 0, sizeof *out);
+  int mask = maskNow();
+  if (!p->ctx || !(mask & (PROF_API_EVENTS | PROF_TASK_EVENTS))) return;
+  out->ctx = p->ctx;
+  if (!api.groupApi) {
+    struct profDescrV6 d;
+    memset(&d, 0, sizeof d);
+    d.type = profGroupApi;
+    d.groupApi.groupDepth = depth;
+    api.groupApi = startEvent(p->ctx, &d);
+    api.ctx = p->ctx;
+    api.startStopped = 0;
+  }
+  if (api.groupApi && !api.startStopped) { /* ncclGroupStart has returned (or the call's implicit one) */
+    recordState(api.groupApi, profStateGroupStartApiStop, 0);
+    api.startStopped = 1;
+  }
+  out->groupApi = api.groupApi;
+  struct profDescrV6 d;
+  memset(&d, 0, sizeof d);
+  d.parentObj = api.groupApi;
+  if (p2p) {
+    d.type = profP2pApi;
+    d.p2pApi.func = func;
+    d.p2pApi.count = count;
+    d.p2pApi.datatype = dtypeNcclName(dtype);
+    d.p2pApi.stream = stream;
+  } else {
+    d.type = profCollApi;
+    d.collApi.func = func;
+    d.collApi.count = count;
+    d.collApi.datatype = dtypeNcclName(dtype);
+    d.collApi.root = root;
+    d.collApi.stream = stream;
+  }
+  if (api.groupApi) out->callApi = startEvent(p->ctx, &d);
+}
+
+void profApiCallEnd(const struct profCall *call) { profStop(call->callApi); }
+
+void profApiGroupEndBegin(void) {
+  if (api.groupApi) recordState(api.groupApi, profStateGroupEndApiStart, 0);
+}
+
+void profApiGroupEndDone(void) {
+  if (api.groupApi) profStop(api.groupApi);
+  api.groupApi = NULL;
+  api.ctx = NULL;
+}
+
+void *profGroupStart(const struct profCall *any) {
+  if (!any->ctx || !(maskNow() & PROF_TASK_EVENTS)) return NULL;
+  struct profDescrV6 d;
+  memset(&d, 0, sizeof d);
+  d.type = profGroup; /* no parent, as NCCL sends it */
+  return startEvent(any->ctx, &d);
+}
+
+void *profOpStart(struct profComm *p, int funcIndex, const struct profCall *call, void *group,
+                  const struct profOp *op) {
+  uint64_t seq = funcIndex >= 0 && funcIndex < 16 ? p->seq[funcIndex]++ : 0;
+  int mask = maskNow();
+  int wanted = (op->p2p ? profP2p : profColl) | profProxyOp | profProxyStep | profKernelCh;
+  if (!call->ctx || !(mask & wanted)) return NULL;
+  struct profDescrV6 d;
+  memset(&d, 0, sizeof d);
+  d.parentObj = call->callApi;
+  d.rank = op->rank;
+  if (op->p2p) {
+    d.type = profP2p;
+    d.p2p.func = op->func;
+    d.p2p.buff = op->recvBuff ? op->recvBuff : (void *)op->sendBuff;
+    d.p2p.datatype = dtypeNcclName(op->dtype);
+    d.p2p.count = op->count;
+    d.p2p.peer = op->root;
+    d.p2p.nChannels = (uint8_t)op->nChannels;
+    d.p2p.parentGroup = group;
+  } else {
+    d.type = profColl;
+    d.coll.seqNumber = seq;
+    d.coll.func = op->func;
+    d.coll.sendBuff = op->sendBuff;
+    d.coll.recvBuff = op->recvBuff;
+    d.coll.count = op->count;
+    d.coll.root = op->root;
+    d.coll.datatype = dtypeNcclName(op->dtype);
+    d.coll.nChannels = (uint8_t)op->nChannels;
+    d.coll.algo = op->algo;
+    d.coll.proto = op->proto;
+    d.coll.parentGroup = group;
+  }
+  return startEvent(call->ctx, &d);
+}
+
+void *profKernelLaunchStart(const struct profCall *call, void *stream) {
+  if (!call->ctx || !call->groupApi || !(maskNow() & profKernelLaunch)) return NULL;
+  struct profDescrV6 d;
+  memset(&d, 0, sizeof d);
+  d.type = profKernelLaunch;
+  d.parentObj = call->groupApi;
+  d.kernelLaunch.stream = stream;
+  return startEvent(call->ctx, &d);
+}
+
+int profWantsSteps(void) { return (maskNow() & (profProxyOp | profProxyStep | profKernelCh)) != 0; }
+
+void profTaskBegin(struct profTask *t) {
+  t->begun = 1;
+  if (!t->kchFirst || !(maskNow() & profKernelCh)) return;
+  struct profDescrV6 d;
+  memset(&d, 0, sizeof d);
+  d.type = profKernelCh;
+  d.parentObj = t->parent;
+  d.kernelCh.channelId = (uint8_t)t->channel;
+  d.kernelCh.pTimer = clockNs(); /* NCCL's is the GPU's global timer, in ns too */
+  t->kch = startEvent(t->ctx, &d);
+}
+
+void profStepBegin(struct profTask *t, int dir, int rank, int channel, int peer, int nSteps, int chunk) {
+  int mask = maskNow();
+  if (t->op[dir] && t->opPeer[dir] != peer) {
+    profStop(t->step[dir]);
+    t->step[dir] = NULL;
+    profStop(t->op[dir]);
+    t->op[dir] = NULL;
+  }
+  if (!t->op[dir]) {
+    struct profDescrV6 d;
+    memset(&d, 0, sizeof d);
+    d.type = profProxyOp;
+    d.parentObj = t->parent;
+    d.rank = rank;
+    d.proxyOp.pid = loadPid;
+    d.proxyOp.channelId = (uint8_t)channel;
+    d.proxyOp.peer = peer;
+    d.proxyOp.nSteps = nSteps;
+    d.proxyOp.chunkSize = chunk;
+    d.proxyOp.isSend = dir == 0;
+    t->op[dir] = (mask & (profProxyOp | profProxyStep)) ? startEvent(t->ctx, &d) : NULL;
+    t->opPeer[dir] = peer;
+    t->stepNo[dir] = 0;
+    if (t->op[dir]) recordState(t->op[dir], profStateProxyOpInProgress, 0);
+  }
+  if (!t->step[dir] && t->op[dir] && (mask & profProxyStep)) {
+    struct profDescrV6 d;
+    memset(&d, 0, sizeof d);
+    d.type = profProxyStep;
+    d.parentObj = t->op[dir];
+    d.rank = rank;
+    d.proxyStep.step = t->stepNo[dir];
+    t->step[dir] = startEvent(t->ctx, &d);
+    t->waited[dir] = 0;
+    /* A send step first waits for its data (NCCL: the GPU's). */
+    if (t->step[dir] && dir == 0) recordState(t->step[dir], profStateStepSendGpuWait, 0);
+  }
+}
+
+void profStepWait(struct profTask *t, int dir) {
+  if (!t->step[dir] || t->waited[dir]) return;
+  recordState(t->step[dir], dir ? profStateStepRecvWait : profStateStepSendPeerWait, 0);
+  t->waited[dir] = 1;
+}
+
+void profStepEnd(struct profTask *t, int dir, size_t bytes) {
+  if (t->step[dir]) {
+    /* Send: handed to the transport; receive: arrived and used. */
+    recordState(t->step[dir], dir ? profStateStepRecvGpuWait : profStateStepSendWait, bytes);
+    profStop(t->step[dir]);
+    t->step[dir] = NULL;
+  }
+  t->stepNo[dir]++;
+}
+
+void profTaskEnd(struct profTask *t) {
+  for (int dir = 0; dir < 2; dir++) {
+    profStop(t->step[dir]);
+    profStop(t->op[dir]);
+    t->step[dir] = t->op[dir] = NULL;
+  }
+  if (!t->kch) return;
+  if (t->kchNext && !t->kchNext->begun) {
+    t->kchNext->kch = t->kch;
+  } else {
+    union profStateArgs a;
+    memset(&a, 0, sizeof a);
+    a.kernelCh.pTimer = clockNs();
+    if (__atomic_load_n(&loaded, __ATOMIC_ACQUIRE)) {
+      if (pluginVersion >= 5) pluginV6->recordEventState(t->kch, profStateKernelChStop, &a);
+      else pluginV4->recordEventState(t->kch, profStateKernelChStop, &a);
+    }
+    profStop(t->kch);
+  }
+  t->kch = NULL;
+}

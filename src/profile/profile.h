@@ -1,0 +1,104 @@
+/* Profiler plugins (NCCL_PROFILER_PLUGIN): chorus reports its operations to
+ * a plugin built for NCCL, through NCCL's versioned interface (abi.h), in
+ * NCCL's event hierarchy:
+ *   GroupApi   ncclGroupStart .. ncclGroupEnd, or one call outside a group
+ *     CollApi / P2pApi   each call (stopped when the call returns)
+ *     KernelLaunch       each launch onto a stream
+ *   Group      each launch of a group's operations (stopped once enqueued)
+ *     Coll / P2p         each operation of it (stopped once enqueued)
+ *       ProxyOp          one task's transfers to one peer in one direction
+ *         ProxyStep      one FIFO slot of them, with its wait states
+ * Every function is a no-op (a load and a branch) when no plugin is loaded
+ * or its activation mask wants nothing of that kind. */
+#ifndef CHORUS_PROFILE_PROFILE_H
+#define CHORUS_PROFILE_PROFILE_H
+#include <stddef.h>
+#include <stdint.h>
+
+/* A communicator's view of the plugin. */
+struct profComm {
+  void *ctx;            /* the plugin's context for it (NULL: not profiled) */
+  uint64_t seq[16];     /* operations launched per function, NCCL's seqNumber */
+};
+
+/* At a communicator's init (it loads the plugin the first time) and at its
+ * destroy or abort (the last one unloads it). */
+void profCommInit(struct profComm *p, uint64_t commHash, const char *commName, int nNodes, int nranks, int rank);
+void profCommFinalize(struct profComm *p);
+
+/* What an operation carries from its call to its launch. */
+struct profCall {
+  void *ctx;      /* NULL: nothing is wanted of it */
+  void *groupApi; /* the thread's GroupApi event when it was called */
+  void *callApi;  /* its CollApi or P2pApi event */
+};
+
+/* A checked call (func "AllReduce", "Send", ...; dtype ncclDataType_t) at
+ * group depth depth (1 outside a group): opens the thread's GroupApi event
+ * when none is, and the call's own event, which ends when the call returns
+ * (profApiCallEnd). */
+void profApiCall(const struct profComm *p, struct profCall *out, int depth, int p2p, const char *func, size_t count,
+                 int dtype, int root, void *stream);
+void profApiCallEnd(const struct profCall *call);
+/* The outermost ncclGroupEnd (or a call outside a group) starts launching,
+ * and has returned: the thread's GroupApi event ends. */
+void profApiGroupEndBegin(void);
+void profApiGroupEndDone(void);
+
+/* One launch: its Group event (NULL when nothing wants it), one Coll or P2p
+ * event per operation (seq from the communicator's count per function),
+ * and its KernelLaunch event around the hand-off to a stream. */
+void *profGroupStart(const struct profCall *any);
+struct profOp {
+  int p2p;
+  const char *func;
+  const void *sendBuff;
+  void *recvBuff;
+  size_t count;
+  int root; /* the peer for Send/Recv */
+  int dtype;
+  int nChannels;
+  const char *algo, *proto;
+  int rank;
+};
+void *profOpStart(struct profComm *p, int funcIndex, const struct profCall *call, void *group,
+                  const struct profOp *op);
+void *profKernelLaunchStart(const struct profCall *call, void *stream);
+/* Ends any event above (NULL: none). */
+void profStop(void *handle);
+
+/* Step-level events of one task of the engine (embedded in struct task):
+ * dir 0 sends, 1 receives. */
+struct profTask {
+  void *ctx, *parent; /* NULL ctx: the task is not profiled */
+  void *op[2];        /* the open ProxyOp per direction */
+  void *step[2];      /* its open ProxyStep */
+  int opPeer[2];
+  int stepNo[2];
+  uint8_t waited[2];  /* the open step's wait state was recorded */
+  /* NCCL's KernelCh event: one per channel of an operation, from its first
+   * task on that channel starting to its last one ending; the tasks of a
+   * channel run one after another, each handing the event to the next. */
+  uint8_t begun, kchFirst;
+  int channel;
+  void *kch;
+  struct profTask *kchNext;
+};
+/* Whether launches should wire tasks to their Coll / P2p events (a plugin
+ * wants ProxyOp, ProxyStep or KernelCh events). */
+int profWantsSteps(void);
+/* The task starts running (its channel's KernelCh event opens at the first). */
+void profTaskBegin(struct profTask *t);
+/* Opens dir's ProxyOp to peer (closing one to another peer first) for
+ * nSteps slots of chunk bytes on channel, and its next ProxyStep. */
+void profStepBegin(struct profTask *t, int dir, int rank, int channel, int peer, int nSteps, int chunk);
+/* The open step of dir waits: a receive for the peer's data, a send for
+ * room in the peer's FIFO (recorded once per step). */
+void profStepWait(struct profTask *t, int dir);
+/* The open step of dir moved bytes: it ends. */
+void profStepEnd(struct profTask *t, int dir, size_t bytes);
+/* The task is done (or abandoned): its open events end, and its KernelCh
+ * event passes to the channel's next task or ends. */
+void profTaskEnd(struct profTask *t);
+
+#endif

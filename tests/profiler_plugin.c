@@ -1,0 +1,179 @@
+/* A profiler plugin for the tests (NCCL's plugin interface, version
+ * PLUGIN_VERSION: 6, 5 or 4): it writes every call it gets to
+ * $CHORUS_TEST_PROFILE_DIR/prof.<pid>.<n>.log, one file per communicator,
+ * one line per call, for test_profiler to check:
+ *   init RANK NRANKS NNODES HASH
+ *   start ID TYPE PARENT RANK fields...   (PARENT: the parent's ID, 0: none, -1: not ours)
+ *   state ID STATE TRANSSIZE
+ *   stop ID
+ *   finalize
+ * The activation mask comes from CHORUS_TEST_PROFILE_MASK (default: every
+ * event chorus can send). */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "profile/abi.h"
+
+#ifndef PLUGIN_VERSION
+#define PLUGIN_VERSION 6
+#endif
+
+#define EVENT_MAGIC 0x50524f46u
+
+struct context {
+  FILE *out;
+  pthread_mutex_t lock;
+};
+
+struct event {
+  uint64_t type; /* first, as NCCL's example plugin keeps it */
+  unsigned magic;
+  long id;
+  struct context *ctx;
+};
+
+static long nextId = 1;
+static int nextFile;
+
+static long parentId(const void *parent) {
+  if (!parent) return 0;
+  const struct event *e = parent;
+  return e->magic == EVENT_MAGIC ? e->id : -1;
+}
+
+static ncclResult_t openContext(void **context, int *mask, uint64_t hash, int nNodes, int nranks, int rank) {
+  const char *dir = getenv("CHORUS_TEST_PROFILE_DIR");
+  const char *m = getenv("CHORUS_TEST_PROFILE_MASK");
+  *mask = m ? (int)strtol(m, NULL, 0) : 0xfff; /* Group .. KernelLaunch */
+  struct context *c = calloc(1, sizeof *c);
+  if (!c || !dir) return ncclInternalError;
+  char path[4096];
+  snprintf(path, sizeof path, "%s/prof.%d.%d.log", dir, (int)getpid(), __atomic_fetch_add(&nextFile, 1, __ATOMIC_RELAXED));
+  c->out = fopen(path, "w");
+  if (!c->out) return ncclSystemError;
+  pthread_mutex_init(&c->lock, NULL);
+  fprintf(c->out, "init %d %d %d %llu\n", rank, nranks, nNodes, (unsigned long long)hash);
+  fflush(c->out);
+  *context = c;
+  return ncclSuccess;
+}
+
+static struct event *newEvent(struct context *c, uint64_t type) {
+  struct event *e = calloc(1, sizeof *e); /* never freed: later events name it as their parent */
+  e->type = type;
+  e->magic = EVENT_MAGIC;
+  e->id = __atomic_fetch_add(&nextId, 1, __ATOMIC_RELAXED);
+  e->ctx = c;
+  return e;
+}
+
+#define LINE(c, ...)                 \
+  do {                               \
+    pthread_mutex_lock(&(c)->lock);  \
+    fprintf((c)->out, __VA_ARGS__);  \
+    fflush((c)->out);                \
+    pthread_mutex_unlock(&(c)->lock); \
+  } while (0)
+
+#if PLUGIN_VERSION >= 5
+typedef struct profDescrV6 descr_t;
+#else
+typedef struct profDescrV4 descr_t;
+#endif
+
+static const char *str(const char *s) { return s ? s : "-"; }
+
+static ncclResult_t startEvent(void *context, void **handle, descr_t *d) {
+  struct context *c = context;
+  struct event *e = newEvent(c, d->type);
+  *handle = e;
+  long p = parentId(d->parentObj);
+  switch (d->type) {
+#if PLUGIN_VERSION >= 5
+    case profGroupApi: LINE(c, "start %ld GroupApi %ld %d depth=%d\n", e->id, p, d->rank, d->groupApi.groupDepth); break;
+    case profCollApi:
+      LINE(c, "start %ld CollApi %ld %d func=%s count=%zu dtype=%s root=%d\n", e->id, p, d->rank, str(d->collApi.func),
+           d->collApi.count, str(d->collApi.datatype), d->collApi.root);
+      break;
+    case profP2pApi:
+      LINE(c, "start %ld P2pApi %ld %d func=%s count=%zu dtype=%s\n", e->id, p, d->rank, str(d->p2pApi.func),
+           d->p2pApi.count, str(d->p2pApi.datatype));
+      break;
+    case profKernelLaunch: LINE(c, "start %ld KernelLaunch %ld %d\n", e->id, p, d->rank); break;
+#endif
+    case profGroup: LINE(c, "start %ld Group %ld %d\n", e->id, p, d->rank); break;
+    case profColl:
+      LINE(c, "start %ld Coll %ld %d seq=%llu func=%s count=%zu dtype=%s root=%d nch=%d algo=%s proto=%s group=%ld\n",
+           e->id, p, d->rank, (unsigned long long)d->coll.seqNumber, str(d->coll.func), d->coll.count,
+           str(d->coll.datatype), d->coll.root, d->coll.nChannels, str(d->coll.algo), str(d->coll.proto),
+#if PLUGIN_VERSION >= 5
+           parentId(d->coll.parentGroup)
+#else
+           p
+#endif
+      );
+      break;
+    case profP2p:
+      LINE(c, "start %ld P2p %ld %d func=%s count=%zu dtype=%s peer=%d nch=%d\n", e->id, p, d->rank, str(d->p2p.func),
+           d->p2p.count, str(d->p2p.datatype), d->p2p.peer, d->p2p.nChannels);
+      break;
+    case profProxyOp:
+      LINE(c, "start %ld ProxyOp %ld %d pid=%d ch=%d peer=%d nsteps=%d chunk=%d send=%d\n", e->id, p, d->rank,
+           (int)d->proxyOp.pid, d->proxyOp.channelId, d->proxyOp.peer, d->proxyOp.nSteps, d->proxyOp.chunkSize,
+           d->proxyOp.isSend);
+      break;
+    case profProxyStep: LINE(c, "start %ld ProxyStep %ld %d step=%d\n", e->id, p, d->rank, d->proxyStep.step); break;
+    case profKernelCh:
+      LINE(c, "start %ld KernelCh %ld %d ch=%d timer=%llu\n", e->id, p, d->rank, d->kernelCh.channelId,
+           (unsigned long long)d->kernelCh.pTimer);
+      break;
+    default: LINE(c, "start %ld Unknown%llu %ld %d\n", e->id, (unsigned long long)d->type, p, d->rank); break;
+  }
+  return ncclSuccess;
+}
+
+static ncclResult_t stopEvent(void *handle) {
+  struct event *e = handle;
+  if (!e) return ncclSuccess;
+  LINE(e->ctx, "stop %ld\n", e->magic == EVENT_MAGIC ? e->id : -1);
+  return ncclSuccess;
+}
+
+static ncclResult_t recordEventState(void *handle, int state, union profStateArgs *args) {
+  struct event *e = handle;
+  if (!e) return ncclSuccess;
+  LINE(e->ctx, "state %ld %d %zu\n", e->id, state, args ? args->proxyStep.transSize : 0);
+  return ncclSuccess;
+}
+
+static ncclResult_t finalize(void *context) {
+  struct context *c = context;
+  LINE(c, "finalize\n");
+  fclose(c->out);
+  return ncclSuccess;
+}
+
+#if PLUGIN_VERSION >= 5
+static ncclResult_t init(void **context, uint64_t commId, int *mask, const char *commName, int nNodes, int nranks,
+                         int rank, profLogFn logfn) {
+  (void)commName;
+  logfn(3, 1, "test-plugin", __LINE__, "test profiler plugin v%d: init rank %d", PLUGIN_VERSION, rank);
+  return openContext(context, mask, commId, nNodes, nranks, rank);
+}
+#define TABLE_NAME_(v) ncclProfiler_v##v
+#define TABLE_NAME(v) TABLE_NAME_(v)
+__attribute__((visibility("default"))) const struct profPluginV6 TABLE_NAME(PLUGIN_VERSION) = {
+    "chorus-test", init, startEvent, stopEvent, recordEventState, finalize};
+#else
+static ncclResult_t init(void **context, int *mask, const char *commName, uint64_t commHash, int nNodes, int nranks,
+                         int rank, profLogFn logfn) {
+  (void)commName;
+  logfn(3, 1, "test-plugin", __LINE__, "test profiler plugin v4: init rank %d", rank);
+  return openContext(context, mask, commHash, nNodes, nranks, rank);
+}
+__attribute__((visibility("default"))) const struct profPluginV4 ncclProfiler_v4 = {
+    "chorus-test", init, startEvent, stopEvent, recordEventState, finalize};
+#endif

@@ -1,0 +1,290 @@
+/* Profiler plugins (NCCL_PROFILER_PLUGIN): ranks load tests/profiler_plugin.c
+ * through NCCL's search rules, run bare collectives, a group of sends and
+ * receives, a call on a stream and a large AllReduce, and destroy their
+ * communicator; then the logs the plugin wrote are checked against the
+ * calls made: one init and one finalize per rank with the same comm hash,
+ * every event started once and stopped once, NCCL's hierarchy (GroupApi >
+ * CollApi > Coll > ProxyOp > ProxyStep, P2pApi > P2p), the Coll fields
+ * (per-function sequence numbers, count, datatype, root, algorithm,
+ * protocol, channels), each ProxyOp's step count, and each step's states.
+ *   test_profiler NRANKS PLUGIN [v4|absent]
+ * PLUGIN is what NCCL_PROFILER_PLUGIN is set to: a path, or NCCL's short
+ * name (found through LD_LIBRARY_PATH as libnccl-profiler-NAME.so); v4: a
+ * version 4 plugin (no API events); absent: no such plugin, and the ranks
+ * run without one. */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "chorus.h"
+#include "harness.h"
+
+#define BIG (300 * 1000) /* floats: many slots per step */
+
+static int rankMain(int rank, int n, ncclUniqueId id, void *arg) {
+  (void)arg;
+  ncclComm_t comm;
+  NCCLCHECK(ncclCommInitRank(&comm, n, id, rank));
+  float *a = guardAlloc(sizeof(float) * BIG), *b = guardAlloc(sizeof(float) * BIG);
+  int *s = guardAlloc(sizeof(int) * 300), *r = guardAlloc(sizeof(int) * 300);
+  for (int i = 0; i < BIG; i++) a[i] = (float)(rank + i % 7);
+  for (int i = 0; i < 300; i++) s[i] = rank * 1000 + i;
+  NCCLCHECK(ncclAllReduce(a, b, 1000, ncclFloat32, ncclSum, comm, NULL));
+  NCCLCHECK(ncclBroadcast(a, b, 77, ncclFloat32, 1 % n, comm, NULL));
+  NCCLCHECK(ncclGroupStart());
+  NCCLCHECK(ncclSend(s, 300, ncclInt32, (rank + 1) % n, comm, NULL));
+  NCCLCHECK(ncclRecv(r, 300, ncclInt32, (rank + n - 1) % n, comm, NULL));
+  NCCLCHECK(ncclGroupEnd());
+  for (int i = 0; i < 300; i++) EXPECT(r[i] == ((rank + n - 1) % n) * 1000 + i, "recv[%d] = %d", i, r[i]);
+  cudaStream_t st;
+  NCCLCHECK(chorusStreamCreate(&st));
+  NCCLCHECK(ncclAllReduce(a, b, 1000, ncclFloat32, ncclMax, comm, st));
+  NCCLCHECK(chorusStreamSynchronize(st));
+  NCCLCHECK(chorusStreamDestroy(st));
+  NCCLCHECK(ncclAllReduce(a, b, BIG, ncclFloat32, ncclSum, comm, NULL));
+  for (int i = 0; i < BIG; i += 997)
+    EXPECT(b[i] == (float)(n * (i % 7) + n * (n - 1) / 2), "b[%d] = %g", i, (double)b[i]);
+  EXPECT(guardCheck(a) == 0 && guardCheck(b) == 0 && guardCheck(s) == 0 && guardCheck(r) == 0, "guards");
+  NCCLCHECK(ncclCommDestroy(comm));
+  guardFree(a);
+  guardFree(b);
+  guardFree(s);
+  guardFree(r);
+  return 0;
+}
+
+/* One event as the plugin saw it. */
+#define MAX_EVENTS 200000
+struct ev {
+  long id, parent;
+  char type[16];
+  char fields[256];
+  int started, stopped, states, lastState, children, kernelChs;
+  unsigned long long kchMask;
+};
+static struct ev *evs;
+static int nev;
+
+static struct ev *find(long id) {
+  for (int i = nev - 1; i >= 0; i--)
+    if (evs[i].id == id) return &evs[i];
+  return NULL;
+}
+
+/* A field "name=value" of an event line, as a string ("" when absent). */
+static const char *field(const struct ev *e, const char *name, char *buf, size_t len) {
+  char key[64];
+  snprintf(key, sizeof key, " %s=", name);
+  const char *p = strstr(e->fields, key);
+  buf[0] = 0;
+  if (!p) return buf;
+  p += strlen(key);
+  size_t k = strcspn(p, " \n");
+  snprintf(buf, len, "%.*s", (int)(k < len - 1 ? k : len - 1), p);
+  return buf;
+}
+static long ifield(const struct ev *e, const char *name) {
+  char b[64];
+  return atol(field(e, name, b, sizeof b));
+}
+
+#define CHECKF(cond, ...)                                                         \
+  do {                                                                            \
+    if (!(cond)) {                                                                \
+      fprintf(stderr, "%s: check failed: %s: ", file, #cond);                    \
+      fprintf(stderr, __VA_ARGS__);                                               \
+      fprintf(stderr, "\n");                                                      \
+      return 1;                                                                   \
+    }                                                                             \
+  } while (0)
+
+/* Checks one communicator's log; *rank and *hash say whose it is. */
+static int checkLog(const char *file, int n, int v4, int *rankOut, unsigned long long *hashOut) {
+  FILE *f = fopen(file, "r");
+  CHECKF(f != NULL, "cannot open");
+  char line[512];
+  int inits = 0, finals = 0, rank = -1, nr = -1, nodes = -1;
+  unsigned long long hash = 0;
+  nev = 0;
+  while (fgets(line, sizeof line, f)) {
+    long id, parent;
+    int state, rk;
+    char type[16];
+    size_t ts;
+    if (sscanf(line, "init %d %d %d %llu", &rank, &nr, &nodes, &hash) == 4) {
+      inits++;
+    } else if (strcmp(line, "finalize\n") == 0) {
+      finals++;
+    } else if (sscanf(line, "start %ld %15s %ld %d", &id, type, &parent, &rk) == 4) {
+      CHECKF(nev < MAX_EVENTS, "too many events");
+      CHECKF(finals == 0, "an event after finalize: %s", line);
+      struct ev *e = &evs[nev++];
+      memset(e, 0, sizeof *e);
+      e->id = id;
+      e->parent = parent;
+      snprintf(e->type, sizeof e->type, "%s", type);
+      snprintf(e->fields, sizeof e->fields, " %.250s", line);
+      e->started = 1;
+      struct ev *p = parent > 0 ? find(parent) : NULL;
+      CHECKF(parent <= 0 || p, "parent %ld of %s is not an event of this communicator", parent, line);
+      if (p && strcmp(type, "KernelCh")) p->children++;
+      if (p && !strcmp(type, "KernelCh")) {
+        int ch = (int)ifield(e, "ch");
+        CHECKF(!(p->kchMask >> (ch & 63) & 1), "two KernelCh events for channel %d of event %ld", ch, parent);
+        p->kchMask |= 1ull << (ch & 63);
+        p->kernelChs++;
+      }
+      CHECKF(strcmp(type, "ProxyOp") == 0 || strcmp(type, "ProxyStep") == 0 || strcmp(type, "Coll") == 0 ||
+                 strcmp(type, "P2p") == 0 || rk == 0,
+             "only task events carry the rank: %s", line);
+      CHECKF((strcmp(type, "Coll") && strcmp(type, "P2p") && strcmp(type, "ProxyOp")) || rk == rank,
+             "rank %d in %s", rk, line);
+    } else if (sscanf(line, "state %ld %d %zu", &id, &state, &ts) == 3) {
+      struct ev *e = find(id);
+      CHECKF(e && !e->stopped, "state of an event not open: %s", line);
+      e->states++;
+      e->lastState = state;
+    } else if (sscanf(line, "stop %ld", &id) == 1) {
+      struct ev *e = find(id);
+      CHECKF(e != NULL, "stop of an event never started: %s", line);
+      CHECKF(!e->stopped, "event %ld stopped twice", id);
+      e->stopped = 1;
+    } else {
+      CHECKF(0, "unexpected line %s", line);
+    }
+  }
+  fclose(f);
+  CHECKF(inits == 1 && finals == 1, "%d init and %d finalize", inits, finals);
+  CHECKF(nr == n && rank >= 0 && rank < n && nodes == 1, "init said rank %d of %d on %d nodes", rank, nr, nodes);
+  *rankOut = rank;
+  *hashOut = hash;
+
+  /* What each rank called, in order (Coll events), and the point-to-point. */
+  const char *funcs[] = {"AllReduce", "Broadcast", "AllReduce", "AllReduce"};
+  const long counts[] = {1000, 77, 1000, BIG};
+  int ncoll = 0, nsend = 0, nrecv = 0, ngroupApi = 0, nproxyOp = 0, nstep = 0;
+  for (int i = 0; i < nev; i++) {
+    struct ev *e = &evs[i];
+    char b[64];
+    CHECKF(e->stopped, "event %ld (%s) never stopped", e->id, e->type);
+    struct ev *p = e->parent > 0 ? find(e->parent) : NULL;
+    if (!strcmp(e->type, "GroupApi")) {
+      ngroupApi++;
+      CHECKF(!v4, "a version 4 plugin got an API event");
+      CHECKF(e->children >= 1, "GroupApi %ld has no calls", e->id);
+    } else if (!strcmp(e->type, "CollApi") || !strcmp(e->type, "P2pApi")) {
+      CHECKF(p && !strcmp(p->type, "GroupApi"), "%s %ld hangs off %s", e->type, e->id, p ? p->type : "nothing");
+    } else if (!strcmp(e->type, "Coll")) {
+      CHECKF(ncoll < 4, "more Coll events than collectives called");
+      CHECKF(!strcmp(field(e, "func", b, sizeof b), funcs[ncoll]), "Coll %d is %s, not %s", ncoll, b, funcs[ncoll]);
+      CHECKF(ifield(e, "count") == counts[ncoll], "Coll %d count %ld", ncoll, ifield(e, "count"));
+      CHECKF(!strcmp(field(e, "dtype", b, sizeof b), "ncclFloat32"), "Coll %d datatype %s", ncoll, b);
+      long seq = ifield(e, "seq");
+      CHECKF(seq == (ncoll == 1 ? 0 : ncoll == 0 ? 0 : ncoll - 1), "Coll %d (%s) seqNumber %ld", ncoll, funcs[ncoll], seq);
+      if (ncoll == 1) CHECKF(ifield(e, "root") == 1 % n, "Broadcast root %ld", ifield(e, "root"));
+      CHECKF(ifield(e, "nch") >= 1, "nChannels %ld", ifield(e, "nch"));
+      CHECKF(strcmp(field(e, "algo", b, sizeof b), "-") && strcmp(b, "Unknown"), "algo %s", b);
+      CHECKF(!strcmp(field(e, "proto", b, sizeof b), "SIMPLE") || !strcmp(b, "LL"), "proto %s", b);
+      struct ev *g = find(ifield(e, "group"));
+      CHECKF(g && !strcmp(g->type, "Group"), "Coll's parentGroup is not a Group event");
+      if (v4) CHECKF(p == g, "a version 4 Coll hangs off its Group");
+      else {
+        CHECKF(p && !strcmp(p->type, "CollApi"), "Coll hangs off %s", p ? p->type : "nothing");
+        CHECKF(!strcmp(field(p, "func", b, sizeof b), funcs[ncoll]), "CollApi func %s", b);
+        CHECKF(ifield(p, "count") == counts[ncoll], "CollApi count");
+      }
+      if (n > 1) CHECKF(e->children >= 1, "Coll %d has no ProxyOp events", ncoll);
+      CHECKF(e->kernelChs == ifield(e, "nch"), "Coll %d: %d KernelCh events, nChannels %ld", ncoll, e->kernelChs,
+             ifield(e, "nch"));
+      ncoll++;
+    } else if (!strcmp(e->type, "P2p")) {
+      int send = !strcmp(field(e, "func", b, sizeof b), "Send");
+      CHECKF(send || !strcmp(b, "Recv"), "P2p func %s", b);
+      CHECKF(ifield(e, "peer") == (send ? (rank + 1) % n : (rank + n - 1) % n), "%s peer %ld", b, ifield(e, "peer"));
+      CHECKF(ifield(e, "count") == 300 && !strcmp(field(e, "dtype", b, sizeof b), "ncclInt32"), "P2p count/dtype");
+      if (!v4) CHECKF(p && !strcmp(p->type, "P2pApi"), "P2p hangs off %s", p ? p->type : "nothing");
+      CHECKF(e->kernelChs == ifield(e, "nch") && e->kernelChs == 1, "%s: %d KernelCh events, nChannels %ld", b,
+             e->kernelChs, ifield(e, "nch"));
+      nsend += send;
+      nrecv += !send;
+    } else if (!strcmp(e->type, "ProxyOp")) {
+      nproxyOp++;
+      CHECKF(p && (!strcmp(p->type, "Coll") || !strcmp(p->type, "P2p")), "ProxyOp hangs off %s", p ? p->type : "-");
+      CHECKF(e->children == ifield(e, "nsteps"), "ProxyOp %ld has %d steps, said %ld", e->id, e->children,
+             ifield(e, "nsteps"));
+      CHECKF(ifield(e, "peer") >= 0 && ifield(e, "peer") < n && (n == 1 || ifield(e, "peer") != rank), "ProxyOp peer");
+      CHECKF(ifield(e, "chunk") > 0, "ProxyOp chunkSize");
+    } else if (!strcmp(e->type, "KernelCh")) {
+      CHECKF(p && (!strcmp(p->type, "Coll") || !strcmp(p->type, "P2p")), "KernelCh hangs off %s", p ? p->type : "-");
+      CHECKF(e->lastState == 22 && ifield(e, "timer") > 0, "a KernelCh event without its KernelChStop");
+      CHECKF(ifield(e, "ch") < ifield(p, "nch"), "KernelCh channel %ld of nChannels %ld", ifield(e, "ch"),
+             ifield(p, "nch"));
+    } else if (!strcmp(e->type, "ProxyStep")) {
+      nstep++;
+      CHECKF(p && !strcmp(p->type, "ProxyOp"), "ProxyStep hangs off %s", p ? p->type : "-");
+      int send = ifield(p, "send");
+      CHECKF(e->states >= 1 && e->lastState == (send ? 9 : 12), "a %s step's last state is %d", send ? "send" : "recv",
+             e->lastState);
+    }
+  }
+  CHECKF(ncoll == 4, "%d Coll events, 4 collectives called", ncoll);
+  CHECKF((nsend == 1 && nrecv == 1) || n == 1, "%d Send and %d Recv events", nsend, nrecv);
+  if (!v4) CHECKF(ngroupApi == 5, "%d GroupApi events: 4 bare calls and one group", ngroupApi);
+  if (n > 1) CHECKF(nproxyOp >= 2 && nstep > nproxyOp, "%d ProxyOp and %d ProxyStep events", nproxyOp, nstep);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 3) {
+    fprintf(stderr, "usage: %s NRANKS PLUGIN.so [v4]\n", argv[0]);
+    return 2;
+  }
+  int n = atoi(argv[1]), v4 = argc > 3 && !strcmp(argv[3], "v4"), absent = argc > 3 && !strcmp(argv[3], "absent");
+  char dir[] = "/tmp/chorus-prof-XXXXXX";
+  if (!mkdtemp(dir)) return 1;
+  setenv("CHORUS_TEST_PROFILE_DIR", dir, 1);
+  setenv("NCCL_PROFILER_PLUGIN", argv[2], 1);
+  evs = calloc(MAX_EVENTS, sizeof *evs);
+  int failed = runRanks(n, rankMain, NULL, 60);
+  if (failed) {
+    fprintf(stderr, "%d rank(s) failed\n", failed);
+    return 1;
+  }
+  DIR *d = opendir(dir);
+  struct dirent *de;
+  int logs = 0, seen[64] = {0}, bad = 0;
+  unsigned long long hash0 = 0;
+  while (d && (de = readdir(d))) {
+    if (strncmp(de->d_name, "prof.", 5)) continue;
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+    int rank;
+    unsigned long long hash;
+    if (checkLog(path, n, v4, &rank, &hash)) bad = 1;
+    else {
+      if (logs == 0) hash0 = hash;
+      if (hash != hash0 || seen[rank]++) bad = 1, fprintf(stderr, "%s: rank %d, hash %llu\n", path, rank, hash);
+    }
+    logs++;
+    if (!getenv("CHORUS_TEST_PROFILE_KEEP")) unlink(path);
+  }
+  if (d) closedir(d);
+  if (!getenv("CHORUS_TEST_PROFILE_KEEP")) rmdir(dir);
+  else printf("logs kept in %s\n", dir);
+  if (absent) {
+    if (logs) fprintf(stderr, "%d plugin logs from a plugin that does not exist\n", logs);
+    else printf("no plugin %s: the ranks ran without one\n", argv[2]);
+    return logs != 0;
+  }
+  if (logs != n) {
+    fprintf(stderr, "%d plugin logs for %d ranks\n", logs, n);
+    return 1;
+  }
+  if (bad) return 1;
+  printf("profiler plugin (%s): %d ranks, every event balanced and in NCCL's hierarchy\n", v4 ? "v4" : "v6", n);
+  return 0;
+}
