@@ -55,7 +55,7 @@ static ncclResult_t enqueueCheckArgs(const struct callArgs *a) {
     return ncclInvalidArgument;
   }
   cudaStream_t stream = streamResolve(a->stream);
-  struct groupItem item = {comm, stream, {0}, {0}, 0, {0}};
+  struct groupItem item = {comm, stream, {0}, {0}, 0, {0}, 0};
   struct collDesc *d = &item.desc;
   d->coll = a->coll;
   d->sendbuff = a->sendbuff;

@@ -52,6 +52,7 @@ void commFree(struct ncclComm *comm, int graceful) {
     comm->initThreadRunning = 0;
   }
   profCommFinalize(&comm->prof);
+  flightFree(comm);
   bootstrapClose(&comm->boot, graceful);
   transportCloseAll(comm->transports);
   free(comm->conns.send);
@@ -177,6 +178,7 @@ static struct ncclComm *commAlloc(int nranks, const ncclUniqueId *id, int rank, 
   for (size_t i = 0; i < sizeof id->internal; i++) h = (h ^ (unsigned char)id->internal[i]) * 0x100000001b3ull;
   comm->commHash = h;
   pthread_mutex_init(&comm->statusLock, NULL);
+  flightInit(comm);
   return comm;
 }
 

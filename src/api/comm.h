@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "bootstrap/bootstrap.h"
+#include "api/flight.h"
 #include "engine/desc.h"
 #include "profile/profile.h"
 #include "reduce/reduce.h"
@@ -75,6 +76,7 @@ struct ncclComm {
   pthread_t initThread; /* nonblocking init */
   int initThreadRunning;
   struct profComm prof; /* its profiler plugin context (NCCL_PROFILER_PLUGIN) */
+  struct flightRecorder flight; /* its last operations (CHORUS_FLIGHT_RECORDER) */
   uint64_t endMagic;
 };
 

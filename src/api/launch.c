@@ -261,12 +261,15 @@ static void jobPut(struct streamJob *job) {
 static ncclResult_t streamJobRun(struct streamWork *w, ncclResult_t status) {
   struct streamJob *job = (struct streamJob *)w;
   logStartThreadErrors();
-  return status != ncclSuccess ? status : engineRun(&job->sched);
+  if (status != ncclSuccess) return status;
+  flightRunning(job->items, job->n, job->items[0].stream);
+  return engineRun(&job->sched);
 }
 
 static void streamJobDone(struct streamWork *w, ncclResult_t res) {
   struct streamJob *job = (struct streamJob *)w;
   watchEnd(job->items, job->n, job->items[0].stream, res, !w->skipped);
+  flightEnded(job->items, job->n, job->items[0].stream, res, w->skipped);
   markFailed(job->items, job->n, job->items[0].stream, res);
   busyAdd(job->items, job->n, job->items[0].stream, -1);
   jobPut(job);
@@ -309,6 +312,7 @@ static int firstOfItsStream(const struct groupItem *items, int i, int byDevice) 
 ncclResult_t launchItems(struct groupItem *items, int n) {
   CHECK(checkSelfP2p(items, n));
   for (int i = 0; i < n; i++) watchNumber(&items[i]);
+  flightQueued(items, n);
   /* NULL-stream work waits for what was issued before on its device's
    * blocking streams (CUDA's legacy stream), not for this group's own
    * stream work, queued just below. Parts on several streams (the NULL
@@ -333,8 +337,10 @@ ncclResult_t launchItems(struct groupItem *items, int n) {
   busyAdd(items, n, NULL, 1);
   watchBegin(items, n, NULL);
   logStartThreadErrors();
+  flightRunning(items, n, NULL);
   ncclResult_t res = engineRun(s);
   watchEnd(items, n, NULL, res, 1);
+  flightEnded(items, n, NULL, res, 0);
   markFailed(items, n, NULL, res);
   busyAdd(items, n, NULL, -1);
   return res;

@@ -158,14 +158,35 @@ static const char *sourceName(const char *file) {
   return slash ? slash + 1 : file;
 }
 
-void logMessage(int level, unsigned subsys, const char *file, const char *func, int line, const char *fmt, ...) {
+static void logEmit(int level, unsigned subsys, const char *file, const char *func, int line, const char *msg,
+                    int record);
+
+/* record: a WARN becomes the last error (ncclGetLastError). */
+static void logVEmit(int level, unsigned subsys, const char *file, const char *func, int line, int record,
+                     const char *fmt, va_list ap) {
   pthread_once(&logOnce, logInit);
   char msg[1024];
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  logEmit(level, subsys, file, func, line, msg, record);
+}
+
+void logMessage(int level, unsigned subsys, const char *file, const char *func, int line, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
+  logVEmit(level, subsys, file, func, line, 1, fmt, ap);
   va_end(ap);
-  if (level == logWarn) {
+}
+
+void logReport(const char *file, int line, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  logVEmit(logWarn, subsysAll, file, "", line, 0, fmt, ap);
+  va_end(ap);
+}
+
+static void logEmit(int level, unsigned subsys, const char *file, const char *func, int line, const char *msg,
+                    int record) {
+  if (level == logWarn && record) {
     snprintf(threadLastError, sizeof threadLastError, "%s", msg);
     pthread_mutex_lock(&logLock);
     snprintf(lastError, sizeof lastError, "%s", msg);

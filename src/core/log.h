@@ -32,6 +32,11 @@ void logMessage(int level, unsigned subsys, const char *file, const char *func, 
  * the default used), an ENV line for each one set ("NCCL_BUFFSIZE set by
  * environment to 65536.", as NCCL logs them). */
 void logParams(void);
+/* A WARN-level line that is a report, not an error: ncclGetLastError and
+ * the thread's last WARN keep what they said (a flight recorder's dump
+ * follows the WARN that explains a failure). */
+void logReport(const char *file, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+#define REPORT(...) logReport(__FILE__, __LINE__, __VA_ARGS__)
 /* NCCL_DEBUG's level (logging started if it was not). */
 int logLevelNow(void);
 /* The rank shown in brackets on this thread's log lines (-1: none). */

@@ -37,6 +37,10 @@
   X(DumpSchedule, "CHORUS_DUMP_SCHEDULE", 0, "0", "1 prints every schedule built")                \
   X(LLThreshold, "CHORUS_SMALL_THRESHOLD", 0, "16384",                                            \
     "largest AllReduce in bytes that may use the one-hop small-message algorithm")                \
+  X(FlightRecorder, "CHORUS_FLIGHT_RECORDER", 0, "32",                                             \
+    "operations each communicator's flight recorder keeps, dumped on a failure or SIGUSR1 (0: off)") \
+  X(FlightRecorderFile, "CHORUS_FLIGHT_RECORDER_FILE", 1, "",                                       \
+    "file the flight recorder's dumps are appended to; %h host, %p pid, %r rank (unset: the log only)") \
   X(ProfilerPlugin, "NCCL_PROFILER_PLUGIN", 1, "",                                                 \
     "profiler plugin: a path, a name (libnccl-profiler-<name>.so), STATIC_PLUGIN or none; unset: libnccl-profiler.so") \
   X(Algo, "NCCL_ALGO", 1, "", "algorithms allowed: Ring, Tree, RecDoubling, Rabenseifner, OneHop, Chain; ^ excludes; func:list;func:list") \

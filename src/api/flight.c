@@ -1,0 +1,255 @@
+#define _GNU_SOURCE
+#include "api/flight.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "api/group.h"
+#include "core/clock.h"
+#include "core/log.h"
+#include "core/param.h"
+
+/* Communicators with a recorder, for SIGUSR1's dump. */
+static pthread_mutex_t liveLock = PTHREAD_MUTEX_INITIALIZER;
+static struct ncclComm **live;
+static int nlive, liveCap;
+
+/* SIGUSR1: the handler only writes a byte to a pipe (all a signal handler
+ * may safely do); a thread of ours reads it and dumps every recorder. It is
+ * installed only where the program left SIGUSR1 at its default. */
+static int sigPipe[2] = {-1, -1};
+static pid_t sigPid; /* a child forked later has no dump thread: it ignores the signal */
+static pthread_once_t sigOnce = PTHREAD_ONCE_INIT;
+
+static void onSigusr1(int sig) {
+  (void)sig;
+  int saved = errno;
+  if (sigPipe[1] >= 0 && getpid() == sigPid) (void)!write(sigPipe[1], "d", 1);
+  errno = saved;
+}
+
+static void *dumpThread(void *arg) {
+  (void)arg;
+  char c;
+  for (;;) {
+    ssize_t r = read(sigPipe[0], &c, 1);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return NULL;
+    pthread_mutex_lock(&liveLock);
+    for (int i = 0; i < nlive; i++) flightDump(live[i], "SIGUSR1");
+    pthread_mutex_unlock(&liveLock);
+  }
+}
+
+static void sigSetup(void) {
+  struct sigaction old;
+  if (sigaction(SIGUSR1, NULL, &old) != 0 || old.sa_handler != SIG_DFL || (old.sa_flags & SA_SIGINFO)) return;
+  if (pipe2(sigPipe, O_CLOEXEC) != 0) return;
+  sigPid = getpid();
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  pthread_t t;
+  /* The thread must not take SIGUSR1 (or any signal) itself. */
+  sigset_t all, prev;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, &prev);
+  int ok = pthread_create(&t, &attr, dumpThread, NULL) == 0;
+  pthread_sigmask(SIG_SETMASK, &prev, NULL);
+  pthread_attr_destroy(&attr);
+  if (!ok) return;
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = onSigusr1;
+  sa.sa_flags = SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGUSR1, &sa, NULL);
+}
+
+void flightInit(struct ncclComm *comm) {
+  struct flightRecorder *f = &comm->flight;
+  memset(f, 0, sizeof *f);
+  pthread_mutex_init(&f->lock, NULL);
+  int64_t cap = paramInt(paramFlightRecorder);
+  if (cap <= 0) return;
+  if (cap > 1 << 20) cap = 1 << 20;
+  f->ring = calloc((size_t)cap, sizeof *f->ring);
+  if (!f->ring) return;
+  f->cap = (uint32_t)cap;
+  pthread_once(&sigOnce, sigSetup);
+  pthread_mutex_lock(&liveLock);
+  if (nlive == liveCap) {
+    int ncap = liveCap ? 2 * liveCap : 16;
+    struct ncclComm **l = realloc(live, sizeof *l * (size_t)ncap);
+    if (l) live = l, liveCap = ncap;
+  }
+  if (nlive < liveCap) live[nlive++] = comm;
+  pthread_mutex_unlock(&liveLock);
+}
+
+void flightFree(struct ncclComm *comm) {
+  struct flightRecorder *f = &comm->flight;
+  pthread_mutex_lock(&liveLock);
+  for (int i = 0; i < nlive; i++)
+    if (live[i] == comm) live[i] = live[--nlive];
+  pthread_mutex_unlock(&liveLock);
+  free(f->ring);
+  f->ring = NULL;
+  pthread_mutex_destroy(&f->lock);
+}
+
+/* The entry of item (NULL when it was overwritten since, or never kept). */
+static struct flightEntry *entryOf(struct flightRecorder *f, uint64_t id) {
+  if (!f->ring || id == 0) return NULL;
+  struct flightEntry *e = &f->ring[(id - 1) % f->cap];
+  return e->id == id ? e : NULL;
+}
+
+void flightQueued(struct groupItem *items, int n) {
+  uint64_t now = clockNs();
+  for (int i = 0; i < n; i++) {
+    struct flightRecorder *f = &items[i].comm->flight;
+    if (!f->ring) continue;
+    pthread_mutex_lock(&f->lock);
+    uint64_t id = ++f->next;
+    struct flightEntry *e = &f->ring[(id - 1) % f->cap];
+    memset(e, 0, sizeof *e);
+    e->id = id;
+    e->desc = items[i].desc.check;
+    e->algo = (uint8_t)items[i].plan.algo;
+    e->proto = (uint8_t)items[i].plan.proto;
+    e->nch = (uint8_t)items[i].plan.nch;
+    e->state = flightStateQueued;
+    e->queuedNs = now;
+    items[i].flightId = id;
+    pthread_mutex_unlock(&f->lock);
+  }
+}
+
+void flightRunning(const struct groupItem *items, int n, void *stream) {
+  uint64_t now = clockNs();
+  for (int i = 0; i < n; i++) {
+    if (items[i].stream != stream) continue;
+    struct flightRecorder *f = &items[i].comm->flight;
+    if (!f->ring) continue;
+    pthread_mutex_lock(&f->lock);
+    struct flightEntry *e = entryOf(f, items[i].flightId);
+    if (e) {
+      e->state = flightStateRunning;
+      e->startedNs = now;
+    }
+    pthread_mutex_unlock(&f->lock);
+  }
+}
+
+void flightEnded(const struct groupItem *items, int n, void *stream, ncclResult_t res, int skipped) {
+  uint64_t now = clockNs();
+  for (int i = 0; i < n; i++) {
+    if (items[i].stream != stream) continue;
+    struct ncclComm *comm = items[i].comm;
+    struct flightRecorder *f = &comm->flight;
+    if (!f->ring) continue;
+    pthread_mutex_lock(&f->lock);
+    struct flightEntry *e = entryOf(f, items[i].flightId);
+    if (e) {
+      e->state = skipped ? flightStateSkipped : res == ncclSuccess ? flightStateDone : flightStateFailed;
+      e->result = res;
+      e->endedNs = now;
+    }
+    int dump = res != ncclSuccess && !skipped && !f->dumped;
+    if (dump) f->dumped = 1;
+    pthread_mutex_unlock(&f->lock);
+    int firstOfComm = 1; /* one dump per communicator of the launch */
+    for (int j = 0; j < i; j++) firstOfComm &= !(items[j].stream == stream && items[j].comm == comm);
+    if (dump && firstOfComm) {
+      char why[96];
+      snprintf(why, sizeof why, "a failed operation (%s)", ncclGetErrorString(res));
+      flightDump(comm, why);
+    }
+  }
+}
+
+/* CHORUS_FLIGHT_RECORDER_FILE's name for this rank: %h host, %p pid, %r rank. */
+static void filePath(const struct ncclComm *comm, const char *pattern, char *out, size_t len) {
+  size_t o = 0;
+  for (const char *p = pattern; *p && o + 1 < len; p++) {
+    if (p[0] == '%' && (p[1] == 'h' || p[1] == 'p' || p[1] == 'r')) {
+      char host[256] = "";
+      if (p[1] == 'h') gethostname(host, sizeof host - 1);
+      int w = p[1] == 'h' ? snprintf(out + o, len - o, "%s", host)
+              : p[1] == 'p' ? snprintf(out + o, len - o, "%d", (int)getpid())
+                            : snprintf(out + o, len - o, "%d", comm->rank);
+      o += w > 0 ? (size_t)w : 0;
+      if (o >= len) o = len - 1;
+      p++;
+    } else {
+      out[o++] = *p;
+    }
+  }
+  out[o] = 0;
+}
+
+static const char *stateName(int s) {
+  static const char *names[] = {"queued", "running", "done", "failed", "skipped"};
+  return s >= 0 && s <= flightStateSkipped ? names[s] : "?";
+}
+
+/* One entry as a line: "#7 AllReduce #3 (count=..): Ring/Simple x2: done, queued at 1.234567 s, ran 12 us". */
+static void entryLine(const struct ncclComm *comm, const struct flightEntry *e, uint64_t now, char *out, size_t len) {
+  char d[160];
+  descStr(&e->desc, d, sizeof d);
+  int p2p = e->desc.coll == collSend || e->desc.coll == collRecv;
+  double at = (double)(e->queuedNs - comm->createdNs) / 1e9;
+  int n = p2p ? snprintf(out, len, "%s: %s", d, stateName(e->state))
+              : snprintf(out, len, "%s via %s/%s on %u channel(s): %s", d, algoName(e->algo), protoName(e->proto),
+                         e->nch, stateName(e->state));
+  if (n < 0 || (size_t)n >= len) return;
+  if (e->state == flightStateFailed)
+    n += snprintf(out + n, len - (size_t)n, " (%s)", ncclGetErrorString((ncclResult_t)e->result));
+  if ((size_t)n >= len) return;
+  n += snprintf(out + n, len - (size_t)n, ", queued at %.6f s", at);
+  if ((size_t)n >= len) return;
+  if (e->state == flightStateQueued)
+    snprintf(out + n, len - (size_t)n, ", waiting %.6f s", (double)(now - e->queuedNs) / 1e9);
+  else if (e->state == flightStateRunning)
+    snprintf(out + n, len - (size_t)n, ", running for %.6f s", (double)(now - e->startedNs) / 1e9);
+  else if (e->startedNs)
+    snprintf(out + n, len - (size_t)n, ", ran %.6f s", (double)(e->endedNs - e->startedNs) / 1e9);
+}
+
+void flightDump(struct ncclComm *comm, const char *why) {
+  struct flightRecorder *f = &comm->flight;
+  if (!f->ring) return;
+  const char *pattern = paramStr(paramFlightRecorderFile);
+  FILE *out = NULL;
+  if (pattern[0]) {
+    char path[4096];
+    filePath(comm, pattern, path, sizeof path);
+    out = fopen(path, "a");
+    if (!out) REPORT("Flight recorder: cannot open %s: %s", path, strerror(errno));
+  }
+  pthread_mutex_lock(&f->lock);
+  uint64_t now = clockNs(), first = f->next > f->cap ? f->next - f->cap + 1 : 1;
+  char head[300];
+  snprintf(head, sizeof head,
+           "Flight recorder of rank %d of %d (commId 0x%llx, host %s, pid %d) on %s: the last %llu of %llu operations, "
+           "oldest first",
+           comm->rank, comm->nranks, (unsigned long long)comm->commHash, comm->boot.peers[comm->rank].hostname,
+           (int)getpid(), why, (unsigned long long)(f->next - first + 1), (unsigned long long)f->next);
+  REPORT("%s", head);
+  if (out) fprintf(out, "%s\n", head);
+  for (uint64_t id = first; id <= f->next; id++) {
+    const struct flightEntry *e = &f->ring[(id - 1) % f->cap];
+    if (e->id != id) continue;
+    char line[512];
+    entryLine(comm, e, now, line, sizeof line);
+    REPORT("  %s", line);
+    if (out) fprintf(out, "  %s\n", line);
+  }
+  pthread_mutex_unlock(&f->lock);
+  if (out) fclose(out);
+}

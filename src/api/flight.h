@@ -1,0 +1,55 @@
+/* The flight recorder: each communicator keeps its last CHORUS_FLIGHT_RECORDER
+ * operations (number, call, algorithm, state, when queued, started and
+ * ended), and dumps them when one of its operations fails (a timeout, a
+ * dead peer, a mismatch) or the process gets SIGUSR1: to the log (WARN
+ * level, without changing what ncclGetLastError says) and, with
+ * CHORUS_FLIGHT_RECORDER_FILE, to a file per rank. The dumps of all ranks
+ * answer "what was every rank doing when it hung". */
+#ifndef CHORUS_API_FLIGHT_H
+#define CHORUS_API_FLIGHT_H
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "engine/desc.h"
+#include "nccl.h"
+
+struct groupItem;
+struct ncclComm;
+
+enum flightState { flightStateQueued, flightStateRunning, flightStateDone, flightStateFailed, flightStateSkipped };
+
+struct flightEntry {
+  uint64_t id;        /* 1 + its place in the communicator's history (0: empty) */
+  struct opDesc desc; /* the call, with its number */
+  uint8_t algo, proto, nch;
+  uint8_t state;      /* enum flightState */
+  int result;         /* ncclResult_t when failed */
+  uint64_t queuedNs, startedNs, endedNs;
+};
+
+struct flightRecorder {
+  pthread_mutex_t lock;
+  struct flightEntry *ring; /* NULL: off */
+  uint32_t cap;
+  uint64_t next;  /* entries recorded so far */
+  int dumped;     /* a failure has been dumped already */
+};
+
+/* At a communicator's creation (CHORUS_FLIGHT_RECORDER entries; 0: off) and
+ * its destroy. */
+void flightInit(struct ncclComm *comm);
+void flightFree(struct ncclComm *comm);
+
+/* A launch's items (numbered) are queued; those on stream start running;
+ * end with res (skipped: not run, an earlier failure on the stream). A
+ * failure dumps the communicator's record once. */
+void flightQueued(struct groupItem *items, int n);
+void flightRunning(const struct groupItem *items, int n, void *stream);
+void flightEnded(const struct groupItem *items, int n, void *stream, ncclResult_t res, int skipped);
+
+/* Writes comm's record to the log and, with CHORUS_FLIGHT_RECORDER_FILE, to
+ * its file; why says what prompted it. */
+void flightDump(struct ncclComm *comm, const char *why);
+
+#endif

@@ -1,0 +1,106 @@
+/* The flight recorder (CHORUS_FLIGHT_RECORDER, api/flight.h): 3 ranks run 6
+ * AllReduces and a Send/Recv ring with a recorder of 4, then rank 2 stays
+ * away from the 7th AllReduce. Ranks 0 and 1 time out (CHORUS_TIMEOUT=2;
+ * the later of them may see the other's abort first) and dump; rank 2
+ * dumps on SIGUSR1. Each rank's file must hold the last 4
+ * operations, oldest first, in the states they were in: done, and the 7th
+ * failed on ranks 0 and 1; done on rank 2, whose last are the Send and
+ * the Recv. */
+#define _GNU_SOURCE
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+static char dir[64];
+
+static int rankMain(int rank, int n, ncclUniqueId id, void *arg) {
+  (void)arg;
+  ncclComm_t comm;
+  NCCLCHECK(ncclCommInitRank(&comm, n, id, rank));
+  float x[64];
+  for (int i = 0; i < 64; i++) x[i] = (float)rank;
+  for (int k = 0; k < 6; k++) NCCLCHECK(ncclAllReduce(x, x, 64, ncclFloat32, ncclSum, comm, NULL));
+  NCCLCHECK(ncclGroupStart());
+  NCCLCHECK(ncclSend(x, 8, ncclFloat32, (rank + 1) % n, comm, NULL));
+  NCCLCHECK(ncclRecv(x + 8, 8, ncclFloat32, (rank + n - 1) % n, comm, NULL));
+  NCCLCHECK(ncclGroupEnd());
+  if (rank == 2) {
+    sleep(4); /* the others time out meanwhile */
+    raise(SIGUSR1);
+    usleep(300 * 1000); /* the recorder's thread writes the dump */
+  } else {
+    ncclResult_t res = ncclAllReduce(x, x, 64, ncclFloat32, ncclSum, comm, NULL);
+    /* A timeout, or the other one's abort after its own timeout. */
+    EXPECT(res == ncclTimeout || res == ncclRemoteError, "the 7th AllReduce returned %s", ncclGetErrorString(res));
+  }
+  ncclCommAbort(comm);
+  return 0;
+}
+
+static int checkFile(int rank) {
+  char path[128], line[1024];
+  snprintf(path, sizeof path, "%s/fr.%d", dir, rank);
+  FILE *f = fopen(path, "r");
+  EXPECT(f != NULL, "rank %d wrote no dump (%s)", rank, path);
+  int lines = 0, head = 0;
+  char entry[8][1024];
+  while (fgets(line, sizeof line, f)) {
+    if (strncmp(line, "Flight recorder of rank ", 24) == 0) {
+      head++;
+      char want[64];
+      snprintf(want, sizeof want, "rank %d of 3", rank);
+      EXPECT(strstr(line, want), "header: %s", line);
+      EXPECT(strstr(line, rank == 2 ? "on SIGUSR1" : "on a failed operation ("), "why: %s", line);
+      EXPECT(strstr(line, rank == 2 ? "the last 4 of 8 operations" : "the last 4 of 9 operations"), "count: %s", line);
+    } else if (lines < 8) {
+      snprintf(entry[lines++], sizeof entry[0], "%s", line);
+    }
+  }
+  fclose(f);
+  EXPECT(head == 1 && lines == 4, "rank %d: %d dumps, %d entries", rank, head, lines);
+  /* Oldest first: rank 2's 8 operations end with AllReduces #5 and #6, the
+   * Send and the Recv; the others' 9 with #6, the Send, the Recv and #7. */
+  const char *want[2][4] = {{"AllReduce #5 ", "AllReduce #6 ", NULL, NULL},
+                            {"AllReduce #6 ", NULL, NULL, "AllReduce #7 "}};
+  const char *const *w = want[rank != 2];
+  for (int i = 0; i < 4; i++) {
+    if (w[i]) EXPECT(strstr(entry[i], w[i]), "rank %d entry %d: %s (want %s)", rank, i, entry[i], w[i]);
+    int last = i == 3 && rank != 2;
+    EXPECT(strstr(entry[i], last ? ": failed (" : ": done"), "rank %d entry %d state: %s", rank, i, entry[i]);
+    EXPECT(strstr(entry[i], "queued at ") && (strstr(entry[i], ", ran ")), "rank %d entry %d times: %s", rank, i,
+           entry[i]);
+  }
+  int p2p = rank == 2 ? 2 : 1; /* where the Send and the Recv sit */
+  EXPECT(strstr(entry[p2p], "Send #1 ") || strstr(entry[p2p], "Recv #1 "), "rank %d entry %d: %s", rank, p2p,
+         entry[p2p]);
+  EXPECT(strstr(entry[p2p + 1], "Send #1 ") || strstr(entry[p2p + 1], "Recv #1 "), "rank %d entry %d: %s", rank,
+         p2p + 1, entry[p2p + 1]);
+  EXPECT(strstr(entry[0], "via ") && strstr(entry[0], "channel(s)"), "an AllReduce names its algorithm: %s", entry[0]);
+  return 0;
+}
+
+int main(void) {
+  snprintf(dir, sizeof dir, "/tmp/chorus-fr-XXXXXX");
+  if (!mkdtemp(dir)) return 1;
+  char pattern[128];
+  snprintf(pattern, sizeof pattern, "%s/fr.%%r", dir);
+  setenv("CHORUS_FLIGHT_RECORDER", "4", 1);
+  setenv("CHORUS_FLIGHT_RECORDER_FILE", pattern, 1);
+  setenv("CHORUS_TIMEOUT", "2", 1);
+  int failed = runRanks(3, rankMain, NULL, 30);
+  int bad = failed;
+  for (int r = 0; r < 3 && !failed; r++) bad |= checkFile(r);
+  for (int r = 0; r < 3; r++) {
+    char path[128];
+    snprintf(path, sizeof path, "%s/fr.%d", dir, r);
+    if (!getenv("CHORUS_TEST_KEEP")) unlink(path);
+  }
+  if (!getenv("CHORUS_TEST_KEEP")) rmdir(dir);
+  if (bad) return 1;
+  printf("flight recorder: timed-out ranks and a SIGUSR1 dump show each rank's last 4 operations\n");
+  return 0;
+}
