@@ -53,6 +53,7 @@ void commFree(struct ncclComm *comm, int graceful) {
   }
   profCommFinalize(&comm->prof);
   flightFree(comm);
+  statsReport(comm);
   bootstrapClose(&comm->boot, graceful);
   transportCloseAll(comm->transports);
   free(comm->conns.send);
@@ -179,6 +180,7 @@ static struct ncclComm *commAlloc(int nranks, const ncclUniqueId *id, int rank, 
   comm->commHash = h;
   pthread_mutex_init(&comm->statusLock, NULL);
   flightInit(comm);
+  statsInit(comm);
   return comm;
 }
 

@@ -8,6 +8,7 @@
 
 #include "bootstrap/bootstrap.h"
 #include "api/flight.h"
+#include "api/stats.h"
 #include "engine/desc.h"
 #include "profile/profile.h"
 #include "reduce/reduce.h"
@@ -77,6 +78,7 @@ struct ncclComm {
   int initThreadRunning;
   struct profComm prof; /* its profiler plugin context (NCCL_PROFILER_PLUGIN) */
   struct flightRecorder flight; /* its last operations (CHORUS_FLIGHT_RECORDER) */
+  struct commStats stats;       /* CHORUS_STATS */
   uint64_t endMagic;
 };
 

@@ -41,12 +41,14 @@ struct flightRecorder {
 void flightInit(struct ncclComm *comm);
 void flightFree(struct ncclComm *comm);
 
-/* A launch's items (numbered) are queued; those on stream start running;
- * end with res (skipped: not run, an earlier failure on the stream). A
- * failure dumps the communicator's record once. */
-void flightQueued(struct groupItem *items, int n);
-void flightRunning(const struct groupItem *items, int n, void *stream);
-void flightEnded(const struct groupItem *items, int n, void *stream, ncclResult_t res, int skipped);
+/* A launch's items (numbered) are queued (those on the NULL stream, which
+ * the caller runs at once, start running); those on stream start running;
+ * end with res (skipped: not run, an earlier failure on the stream); now:
+ * clockNs() when it happened. A failure dumps the communicator's record
+ * once. */
+void flightQueued(struct groupItem *items, int n, uint64_t now);
+void flightRunning(const struct groupItem *items, int n, void *stream, uint64_t now);
+void flightEnded(const struct groupItem *items, int n, void *stream, ncclResult_t res, int skipped, uint64_t now);
 
 /* Writes comm's record to the log and, with CHORUS_FLIGHT_RECORDER_FILE, to
  * its file; why says what prompted it. */

@@ -8,7 +8,9 @@
 #include <string.h>
 
 #include "api/api.h"
+#include "api/stats.h"
 #include "api/watch.h"
+#include "core/clock.h"
 #include "core/err.h"
 #include "core/log.h"
 #include "core/param.h"
@@ -197,6 +199,7 @@ struct streamJob {
   struct schedule sched;
   int n, cap;
   struct groupItem *items;
+  uint64_t startedNs; /* when the worker started running it */
   struct streamJob *nextFree;
 };
 
@@ -262,14 +265,17 @@ static ncclResult_t streamJobRun(struct streamWork *w, ncclResult_t status) {
   struct streamJob *job = (struct streamJob *)w;
   logStartThreadErrors();
   if (status != ncclSuccess) return status;
-  flightRunning(job->items, job->n, job->items[0].stream);
+  job->startedNs = clockNs();
+  flightRunning(job->items, job->n, job->items[0].stream, job->startedNs);
   return engineRun(&job->sched);
 }
 
 static void streamJobDone(struct streamWork *w, ncclResult_t res) {
   struct streamJob *job = (struct streamJob *)w;
   watchEnd(job->items, job->n, job->items[0].stream, res, !w->skipped);
-  flightEnded(job->items, job->n, job->items[0].stream, res, w->skipped);
+  uint64_t now = clockNs();
+  flightEnded(job->items, job->n, job->items[0].stream, res, w->skipped, now);
+  if (!w->skipped) statsEnded(job->items, job->n, job->items[0].stream, res, now - job->startedNs);
   markFailed(job->items, job->n, job->items[0].stream, res);
   busyAdd(job->items, job->n, job->items[0].stream, -1);
   jobPut(job);
@@ -312,7 +318,8 @@ static int firstOfItsStream(const struct groupItem *items, int i, int byDevice) 
 ncclResult_t launchItems(struct groupItem *items, int n) {
   CHECK(checkSelfP2p(items, n));
   for (int i = 0; i < n; i++) watchNumber(&items[i]);
-  flightQueued(items, n);
+  uint64_t queuedNs = clockNs(); /* when the NULL stream's part starts, too */
+  flightQueued(items, n, queuedNs);
   /* NULL-stream work waits for what was issued before on its device's
    * blocking streams (CUDA's legacy stream), not for this group's own
    * stream work, queued just below. Parts on several streams (the NULL
@@ -337,10 +344,11 @@ ncclResult_t launchItems(struct groupItem *items, int n) {
   busyAdd(items, n, NULL, 1);
   watchBegin(items, n, NULL);
   logStartThreadErrors();
-  flightRunning(items, n, NULL);
   ncclResult_t res = engineRun(s);
   watchEnd(items, n, NULL, res, 1);
-  flightEnded(items, n, NULL, res, 0);
+  uint64_t now = clockNs();
+  flightEnded(items, n, NULL, res, 0, now);
+  statsEnded(items, n, NULL, res, now - queuedNs);
   markFailed(items, n, NULL, res);
   busyAdd(items, n, NULL, -1);
   return res;

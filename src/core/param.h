@@ -41,6 +41,7 @@
     "operations each communicator's flight recorder keeps, dumped on a failure or SIGUSR1 (0: off)") \
   X(FlightRecorderFile, "CHORUS_FLIGHT_RECORDER_FILE", 1, "",                                       \
     "file the flight recorder's dumps are appended to; %h host, %p pid, %r rank (unset: the log only)") \
+  X(Stats, "CHORUS_STATS", 0, "0", "1: at destroy each rank prints calls, bytes, time percentiles and busbw per collective and size") \
   X(ProfilerPlugin, "NCCL_PROFILER_PLUGIN", 1, "",                                                 \
     "profiler plugin: a path, a name (libnccl-profiler-<name>.so), STATIC_PLUGIN or none; unset: libnccl-profiler.so") \
   X(Algo, "NCCL_ALGO", 1, "", "algorithms allowed: Ring, Tree, RecDoubling, Rabenseifner, OneHop, Chain; ^ excludes; func:list;func:list") \
