@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every tool answers --help with its usage on stdout and status 0, at once
 # and without side effects (no install, build or run): chorusrun,
-# chorus-info, the perf tools, the bench programs and scripts.
+# chorus-info, chorus-trace, the perf tools, the bench programs and scripts.
 set -uo pipefail
 src=$1; bin=$2
 fail=0
@@ -15,7 +15,7 @@ check() { # name, command...
     fail=1
   fi
 }
-for t in chorusrun chorus-info allreduce_sweep membw "$bin"/*_perf; do
+for t in chorusrun chorus-info chorus-trace allreduce_sweep membw "$bin"/*_perf; do
   t=$(basename "$t")
   check "$t" "$bin/$t"
 done

@@ -54,6 +54,7 @@ void commFree(struct ncclComm *comm, int graceful) {
   profCommFinalize(&comm->prof);
   flightFree(comm);
   statsReport(comm);
+  traceCommClose(&comm->trace);
   bootstrapClose(&comm->boot, graceful);
   transportCloseAll(comm->transports);
   free(comm->conns.send);
@@ -84,6 +85,7 @@ struct commAgreement {
   int check; /* CHORUS_CHECK */
   int64_t buffSize;
   int cores; /* online cores of the rank's host (the tuner takes the fewest) */
+  int trace; /* the rank wants a timeline: every rank measures its clock offset to rank 0 */
   struct tuneConfig tune;
 };
 
@@ -219,10 +221,13 @@ static ncclResult_t commSetup(struct ncclComm *comm) {
   tuneConfigFromEnv(&myTune);
   agree[rank].tune = myTune;
   agree[rank].cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
+  agree[rank].trace = traceWanted();
   res = bootstrapAllGather(&comm->boot, agree, sizeof *agree);
   uint64_t tGather = clockNs();
   struct commAgreement a0 = agree[0];
   struct tuneTopo topo = tuneTopoOf(&comm->boot, agree);
+  int anyTrace = 0;
+  for (int i = 0; i < nranks; i++) anyTrace |= agree[i].trace;
   for (int i = 0; res == ncclSuccess && i < nranks; i++)
     if (agree[i].version != a0.version) {
       WARN("Mismatched NCCL version detected : rank %d has %d, rank 0 has %d", i, agree[i].version, a0.version);
@@ -262,6 +267,12 @@ static ncclResult_t commSetup(struct ncclComm *comm) {
   comm->slotBytes = connSend(&comm->conns, rank, 0)->slotBytes;
   /* Everyone has mapped everyone's segment before anyone sends. */
   CHECKGOTO(bootstrapBarrier(&comm->boot), res, fail);
+  if (anyTrace) { /* timelines on rank 0's clock; collective, so when any rank traces */
+    int64_t offset;
+    uint64_t error;
+    CHECKGOTO(bootstrapClockOffset(&comm->boot, 16, &offset, &error), res, fail);
+    traceCommOpen(&comm->trace, rank, nranks, comm->commHash, offset, error);
+  }
   /* From here on the monitor owns the mesh (peer deaths, status queries, faults). */
   CHECKGOTO(oobStart(&comm->boot, watchStatus, comm, watchStatusBytes()), res, fail);
   uint64_t tConnected = clockNs();

@@ -11,6 +11,7 @@
 #include "api/stats.h"
 #include "engine/desc.h"
 #include "profile/profile.h"
+#include "profile/trace.h"
 #include "reduce/reduce.h"
 #include "transport/conn.h"
 #include "transport/transport.h"
@@ -79,6 +80,7 @@ struct ncclComm {
   struct profComm prof; /* its profiler plugin context (NCCL_PROFILER_PLUGIN) */
   struct flightRecorder flight; /* its last operations (CHORUS_FLIGHT_RECORDER) */
   struct commStats stats;       /* CHORUS_STATS */
+  struct traceComm trace;       /* CHORUS_TRACE */
   uint64_t endMagic;
 };
 

@@ -154,6 +154,54 @@ static const struct profCall *profLaunch(struct schedule *s, const struct groupI
   return any;
 }
 
+/* CHORUS_TRACE: the operations of items on stream ran from startNs to endNs. */
+static void traceEnded(const struct groupItem *items, int n, cudaStream_t stream, ncclResult_t res, uint64_t startNs,
+                       uint64_t endNs) {
+  for (int i = 0; i < n; i++) {
+    const struct groupItem *it = &items[i];
+    if (it->stream != stream || !it->comm->trace.file) continue;
+    const struct collDesc *d = &it->desc;
+    int p2p = d->coll == collSend || d->coll == collRecv;
+    struct traceOpInfo op = {collName(d->coll),
+                             d->check.seq,
+                             d->count,
+                             statsOpBytes(d, it->comm->nranks),
+                             dtypeName(d->dtype),
+                             d->check.op == OPDESC_NO_OP ? NULL : descOpName(d->check.op),
+                             p2p || collRooted(d->coll) ? d->root : -1,
+                             p2p,
+                             algoName(it->plan.algo),
+                             protoName(it->plan.proto),
+                             it->plan.nch,
+                             res == ncclSuccess ? "success" : ncclGetErrorString(res)};
+    traceOp(&it->comm->trace, &op, startNs, endNs);
+  }
+}
+
+/* CHORUS_TRACE_LEVEL=steps: each task of the items on stream times its steps. */
+static void traceWire(struct schedule *s, const struct groupItem *items, int n, cudaStream_t stream) {
+  for (int i = 0; i < n; i++) {
+    const struct groupItem *it = &items[i];
+    if (it->stream != stream || it->comm->trace.level < 2) continue;
+    for (int k = 0; k < s->ntasks; k++) {
+      struct task *t = &s->tasks[k];
+      if (t->opId != it->opId || t->boot != &it->comm->boot) continue;
+      t->prof.trace = &it->comm->trace;
+      t->prof.traceSeq = it->desc.check.seq;
+      t->prof.traceOp = collName(it->desc.coll);
+    }
+  }
+}
+
+/* Everything that watches a launch end: the flight recorder, the stats, the trace. */
+static void launchEnded(const struct groupItem *items, int n, cudaStream_t stream, ncclResult_t res, int skipped,
+                        uint64_t startNs, uint64_t endNs) {
+  flightEnded(items, n, stream, res, skipped, endNs);
+  if (skipped) return;
+  statsEnded(items, n, stream, res, endNs - startNs);
+  traceEnded(items, n, stream, res, startNs, endNs);
+}
+
 /* Sends to self must be matched by receives from self in the same launch,
  * or the send would wait forever. */
 static ncclResult_t checkSelfP2p(const struct groupItem *items, int n) {
@@ -273,9 +321,7 @@ static ncclResult_t streamJobRun(struct streamWork *w, ncclResult_t status) {
 static void streamJobDone(struct streamWork *w, ncclResult_t res) {
   struct streamJob *job = (struct streamJob *)w;
   watchEnd(job->items, job->n, job->items[0].stream, res, !w->skipped);
-  uint64_t now = clockNs();
-  flightEnded(job->items, job->n, job->items[0].stream, res, w->skipped, now);
-  if (!w->skipped) statsEnded(job->items, job->n, job->items[0].stream, res, now - job->startedNs);
+  launchEnded(job->items, job->n, job->items[0].stream, res, w->skipped, job->startedNs, clockNs());
   markFailed(job->items, job->n, job->items[0].stream, res);
   busyAdd(job->items, job->n, job->items[0].stream, -1);
   jobPut(job);
@@ -295,6 +341,7 @@ static ncclResult_t launchStream(const struct groupItem *items, int n, cudaStrea
   }
   if (dumpSchedules()) schedulePrint(&job->sched, stdout);
   const struct profCall *prof = profLaunch(&job->sched, job->items, job->n, stream);
+  traceWire(&job->sched, job->items, job->n, stream);
   void *launchEvent = prof ? profKernelLaunchStart(prof, (void *)stream) : NULL;
   job->work.run = streamJobRun;
   job->work.done = streamJobDone;
@@ -340,15 +387,14 @@ ncclResult_t launchItems(struct groupItem *items, int n) {
   if (s->ntasks == 0) return ncclSuccess;
   if (dumpSchedules()) schedulePrint(s, stdout);
   const struct profCall *prof = profLaunch(s, items, n, NULL);
+  traceWire(s, items, n, NULL);
   if (prof) profStop(profKernelLaunchStart(prof, NULL)); /* the caller runs it: launched at once */
   busyAdd(items, n, NULL, 1);
   watchBegin(items, n, NULL);
   logStartThreadErrors();
   ncclResult_t res = engineRun(s);
   watchEnd(items, n, NULL, res, 1);
-  uint64_t now = clockNs();
-  flightEnded(items, n, NULL, res, 0, now);
-  statsEnded(items, n, NULL, res, now - queuedNs);
+  launchEnded(items, n, NULL, res, 0, queuedNs, clockNs());
   markFailed(items, n, NULL, res);
   busyAdd(items, n, NULL, -1);
   return res;

@@ -34,7 +34,7 @@ static double timeOfClass(int c) {
 }
 
 /* What nccl-tests calls the size of an operation, and its busbw factor. */
-static uint64_t opBytes(const struct collDesc *d, int nranks) {
+uint64_t statsOpBytes(const struct collDesc *d, int nranks) {
   uint64_t b = (uint64_t)d->count * dtypeSize(d->dtype);
   switch (d->coll) {
     case collAllGather: case collReduceScatter: case collAlltoAll: case collGather: case collScatter: return b * (uint64_t)nranks;
@@ -57,7 +57,7 @@ void statsEnded(const struct groupItem *items, int n, void *stream, ncclResult_t
     struct ncclComm *comm = items[i].comm;
     if (items[i].stream != stream || !comm->stats.b) continue;
     const struct collDesc *d = &items[i].desc;
-    uint64_t bytes = opBytes(d, comm->nranks);
+    uint64_t bytes = statsOpBytes(d, comm->nranks);
     int k = d->coll * STATS_SIZES + sizeClass(bytes);
     struct statsBucket *b = comm->stats.b[k];
     if (!b && !(b = comm->stats.b[k] = calloc(1, sizeof *b))) continue;
@@ -105,7 +105,7 @@ void statsReport(struct ncclComm *comm) {
     double busbw = mean > 0 ? avgBytes / mean * busFactor(coll, comm->nranks) : 0; /* bytes per ns = GB/s */
     fprintf(stderr,
             "chorus stats: rank %d %-13s %10s  calls %8llu  bytes %10s  us p50 %9.2f p90 %9.2f p99 %9.2f mean %9.2f  "
-            "busbw %7.3f GB/s\n",
+            "busbw %9.4g GB/s\n",
             comm->rank, collName(coll), size, (unsigned long long)b->calls, total, percentile(b, 0.5) / 1e3,
             percentile(b, 0.9) / 1e3, percentile(b, 0.99) / 1e3, mean / 1e3, busbw);
   }

@@ -25,6 +25,10 @@ struct commStats {
   struct statsBucket **b; /* [collTypeCount * STATS_SIZES], each made at its first call (NULL: off) */
 };
 
+struct collDesc;
+/* What nccl-tests calls an operation's size (an AllGather's: its whole output). */
+uint64_t statsOpBytes(const struct collDesc *d, int nranks);
+
 void statsInit(struct ncclComm *comm);
 /* Prints (when on) and frees. */
 void statsReport(struct ncclComm *comm);

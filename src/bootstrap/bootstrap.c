@@ -561,6 +561,38 @@ ncclResult_t bootstrapAllGather(struct bootstrap *b, void *data, size_t size) {
   return ncclSuccess;
 }
 
+/* NTP's exchange with rank 0, rounds times per rank, one rank after the
+ * other: t0 sent, rank 0's clock t1 back, t2 on arrival; the round with the
+ * shortest round trip gives the offset t1 - (t0 + t2) / 2, good to half
+ * that round trip. */
+ncclResult_t bootstrapClockOffset(struct bootstrap *b, int rounds, int64_t *offsetNs, uint64_t *errorNs) {
+  *offsetNs = 0;
+  *errorNs = 0;
+  if (b->rank == 0) {
+    for (int r = 1; r < b->nranks; r++)
+      for (int k = 0; k < rounds; k++) {
+        uint64_t t0, t1;
+        CHECK(bootstrapRecv(b, r, &t0, sizeof t0));
+        t1 = clockNs();
+        CHECK(bootstrapSend(b, r, &t1, sizeof t1));
+      }
+    return ncclSuccess;
+  }
+  uint64_t best = UINT64_MAX;
+  for (int k = 0; k < rounds; k++) {
+    uint64_t t0 = clockNs(), t1;
+    CHECK(bootstrapSend(b, 0, &t0, sizeof t0));
+    CHECK(bootstrapRecv(b, 0, &t1, sizeof t1));
+    uint64_t t2 = clockNs();
+    if (t2 - t0 < best) {
+      best = t2 - t0;
+      *offsetNs = (int64_t)(t1 - t0) - (int64_t)(best / 2);
+      *errorNs = best / 2;
+    }
+  }
+  return ncclSuccess;
+}
+
 ncclResult_t bootstrapBarrier(struct bootstrap *b) {
   char *tmp = calloc(b->nranks, 1);
   if (!tmp) return ncclSystemError;

@@ -73,6 +73,10 @@ ncclResult_t bootstrapAllGather(struct bootstrap *b, void *data, size_t size);
 ncclResult_t bootstrapSend(struct bootstrap *b, int peer, const void *data, size_t size);
 ncclResult_t bootstrapRecv(struct bootstrap *b, int peer, void *data, size_t size);
 ncclResult_t bootstrapBarrier(struct bootstrap *b);
+/* Collective: how far rank 0's clock (clockNs) is ahead of this rank's,
+ * measured over the mesh in rounds round trips per rank, and the bound on
+ * that measurement's error (both 0 on rank 0). */
+ncclResult_t bootstrapClockOffset(struct bootstrap *b, int rounds, int64_t *offsetNs, uint64_t *errorNs);
 /* The liveness check of the one wait: ncclRemoteError, with a WARN naming
  * the rank, host and pid, once a peer has gone without saying goodbye. */
 ncclResult_t bootstrapLiveness(void *bootstrap);

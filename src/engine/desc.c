@@ -42,7 +42,7 @@ int descSamePlan(const struct opDesc *mine, const struct opDesc *theirs) {
   return p2p || (mine->algo == theirs->algo && mine->proto == theirs->proto && mine->nch == theirs->nch);
 }
 
-static const char *opStr(int op) {
+const char *descOpName(int op) {
   static const char *names[] = {"sum", "prod", "max", "min", "avg"};
   if (op < 5) return names[op];
   return op == OPDESC_USER_OP ? "user op" : "";
@@ -54,7 +54,7 @@ const char *descStr(const struct opDesc *d, char *buf, size_t len) {
                    dtypeName(d->dtype));
   if (n < 0 || (size_t)n >= len) return buf;
   int p2p = d->coll == collSend || d->coll == collRecv;
-  if (!p2p && d->op != OPDESC_NO_OP) n += snprintf(buf + n, len - (size_t)n, ", %s", opStr(d->op));
+  if (!p2p && d->op != OPDESC_NO_OP) n += snprintf(buf + n, len - (size_t)n, ", %s", descOpName(d->op));
   if ((size_t)n >= len) return buf;
   if (p2p) {
     n += snprintf(buf + n, len - (size_t)n, ", %s rank %d", d->coll == collSend ? "to" : "from", d->root);

@@ -69,6 +69,8 @@ _Static_assert(sizeof(struct opDesc) == 24, "struct connDesc carries 24 bytes");
 int descMatch(const struct opDesc *mine, const struct opDesc *theirs);
 /* 1 when both chose the same algorithm, protocol and channels (always for Send/Recv). */
 int descSamePlan(const struct opDesc *mine, const struct opDesc *theirs);
+/* A descriptor's op: "sum", "prod", "max", "min", "avg", "user op"; "" for none. */
+const char *descOpName(int op);
 /* "AllReduce #42 (count=1000, float, sum)", "Send #3 (count=8, int32, to rank 2)",
  * "Recv #1 (count=8, int32, from rank 0, tag 7)" */
 const char *descStr(const struct opDesc *d, char *buf, size_t len);

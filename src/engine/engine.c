@@ -11,6 +11,7 @@
 #include "core/err.h"
 #include "core/log.h"
 #include "core/wait.h"
+#include "profile/trace.h"
 #include "proto/proto.h"
 #include "transport/transport.h"
 
@@ -75,6 +76,35 @@ static void profSlotBegin(struct task *t, const struct step *st) {
     profStepBegin(&t->prof, dir, t->rank, t->prof.channel, c->peer, fresh ? profSlotsAhead(t, st, dir, c->peer) : 0,
                   (int)c->slotBytes);
   }
+}
+
+/* CHORUS_TRACE_LEVEL=steps: what a step does, for the timeline. */
+static const char *traceKind(int type) {
+  static const char *const kinds[stepTypeCount] = {
+      [stepSend] = "send",          [stepRecv] = "recv",
+      [stepCopy] = "copy",          [stepCopySend] = "copy-send",
+      [stepRecvCopySend] = "recv-copy-send", [stepRecvReduceSend] = "recv-reduce-send",
+      [stepRecvReduceCopy] = "recv-reduce",   [stepRecvReduceCopySend] = "recv-reduce-copy-send",
+      [stepRecvAcc] = "recv-reduce",          [stepLocalAcc] = "reduce"};
+  return type >= 0 && type < stepTypeCount ? kinds[type] : "step";
+}
+
+/* A traced step is blocked (from now, unless it was already). */
+static void traceBlocked(struct task *t) {
+  if (!t->prof.blockedNs) t->prof.blockedNs = clockNs();
+}
+
+/* A traced step moved a slot; when that was its last, it goes to the timeline. */
+static void traceMoved(struct task *t, const struct step *st) {
+  uint64_t now = clockNs();
+  if (t->prof.blockedNs) t->prof.waitNs += now - t->prof.blockedNs;
+  t->prof.blockedNs = 0;
+  if (t->off != st->bytes) return;
+  const struct conn *c = st->send ? st->send : st->recv;
+  traceStep(t->prof.trace, t->prof.traceSeq, t->prof.traceOp, t->channel, traceKind(st->type), c ? c->peer : -1,
+            st->bytes, t->prof.stepStartNs, now, t->prof.waitNs);
+  t->prof.stepStartNs = 0;
+  t->prof.waitNs = 0;
 }
 
 /* Moves one slot's worth of a step if the FIFOs allow it.
@@ -173,10 +203,15 @@ static int taskProgress(struct schedule *s, struct task *t) {
   if (t->prof.ctx && !t->prof.begun) profTaskBegin(&t->prof);
   while (t->cur < t->nsteps) {
     struct step *st = &s->steps[t->firstStep + t->cur];
+    if (t->prof.trace && !t->prof.stepStartNs) t->prof.stepStartNs = clockNs();
     int r = stepAdvance(t, st);
     if (r < 0) return -1;
-    if (!r) break;
+    if (!r) {
+      if (t->prof.trace) traceBlocked(t);
+      break;
+    }
     moved = 1;
+    if (t->prof.trace) traceMoved(t, st);
     if (t->off == st->bytes) {
       t->cur++;
       t->off = 0;

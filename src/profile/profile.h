@@ -15,6 +15,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+struct traceComm;
+
 /* A communicator's view of the plugin. */
 struct profComm {
   void *ctx;            /* the plugin's context for it (NULL: not profiled) */
@@ -83,6 +85,11 @@ struct profTask {
   int channel;
   void *kch;
   struct profTask *kchNext;
+  /* CHORUS_TRACE_LEVEL=steps (profile/trace.h; NULL trace: not traced). */
+  const struct traceComm *trace;
+  uint32_t traceSeq;
+  const char *traceOp;
+  uint64_t stepStartNs, blockedNs, waitNs;
 };
 /* Whether launches should wire tasks to their Coll / P2p events (a plugin
  * wants ProxyOp, ProxyStep or KernelCh events). */
