@@ -45,6 +45,20 @@ suite)
     launch 2 1 10.77.0.1 120 "$bin/${t}_perf" -b 8 -e 256K -f 32 -n 1 -w 1 -c 1 -d all
   done
   launch 2 2 10.77.0.1 120 "$bin/hypercube_perf" -b 64 -e 64K -f 32 -n 2
+  # Ranks placed alternately (0 and 2 on host 0, 1 and 3 on host 1): the
+  # rings visit a host's ranks together, 0 2 1 3, crossing between hosts
+  # twice, not four times; and in rank order with CHORUS_RING_ORDER=rank.
+  PLACE=alternate NCCL_DEBUG=INFO launch 2 2 10.77.0.1 120 "$bin/all_reduce_perf" -b 8 -e 1M -f 8 -n 1 -c 1
+  grep -q "Channel 00/02 : 0 2 1 3" "$logs/rank0" || { echo "FAILED: rank 0's ring is not 0 2 1 3"; fail=1; }
+  for pair in "0 2 SHM" "2 1 NET/Socket" "1 3 SHM" "3 0 NET/Socket"; do
+    set -- $pair
+    grep -q "Channel 00/0 : $1\[0\] -> $2\[0\] via $3" "$logs/rank$1" ||
+      { echo "FAILED: rank $1 does not send to $2 via $3 on the host-aware ring"; fail=1; }
+  done
+  PLACE=alternate launch 2 2 10.77.0.1 300 "$bin/test_coll" 4 fork quick
+  PLACE=alternate launch 3 2 10.77.0.1 120 "$bin/broadcast_perf" -b 8 -e 1M -f 8 -n 2 -w 1 -c 1 -r -1
+  PLACE=alternate CHORUS_RING_ORDER=rank NCCL_DEBUG=INFO launch 2 2 10.77.0.1 120 "$bin/all_reduce_perf" -b 8 -e 1M -f 8 -n 1 -c 1
+  grep -q "Channel 00/02 : 0 1 2 3" "$logs/rank0" || { echo "FAILED: CHORUS_RING_ORDER=rank's ring is not 0 1 2 3"; fail=1; }
   # Trees across hosts, each host's ranks a chain (a head with up to three children).
   NCCL_ALGO="allreduce,broadcast,reduce:tree" launch 2 3 10.77.0.1 300 "$bin/test_coll" 6 fork quick
   NCCL_ALGO="allreduce,broadcast,reduce:tree" launch 3 2 10.77.0.1 120 "$bin/reduce_perf" -b 8 -e 1M -f 8 -n 2 -w 1 -c 1 -r -1

@@ -81,7 +81,8 @@ hostrun() {
 }
 
 # launch HOSTS RANKS_PER_HOST ROOT_ADDR DEADLINE CMD...: one process per rank,
-# rank r on host r / RANKS_PER_HOST; every rank must exit 0.
+# rank r on host r / RANKS_PER_HOST (PLACE=alternate: on host r % HOSTS);
+# every rank must exit 0.
 launch() {
   local hosts=$1 rph=$2 root=$3 deadline=$4
   shift 4
@@ -89,13 +90,14 @@ launch() {
   port=$((port + 1))
   for ((r = 0; r < n; r++)); do
     local h=$((r / rph))
+    [ "${PLACE:-}" = alternate ] && h=$((r % hosts))
     hostrun $h env NCCL_HOSTID=host$h NCCL_COMM_ID=$root:$port CHORUS_RANK=$r CHORUS_NRANKS=$n \
       CHORUS_TEST_LAUNCHED=1 NCCL_DEBUG=${NCCL_DEBUG:-WARN} NCCL_DEBUG_SUBSYS=INIT,NET CHORUS_TIMEOUT=${CHORUS_TIMEOUT:-60} timeout $deadline "$@" >"$logs/rank$r" 2>&1 &
     pids+=($!)
   done
   local bad=0
   for ((r = 0; r < n; r++)); do
-    wait ${pids[$r]} || { bad=1; echo "  rank $r (host $((r / rph))) exited with $?"; tail -5 "$logs/rank$r"; }
+    wait ${pids[$r]} || { bad=1; echo "  rank $r exited with $?"; tail -5 "$logs/rank$r"; }
   done
   echo "$( ((bad)) && echo FAILED || echo ok): $hosts hosts x $rph ranks, $((SECONDS - t0)) s: $*"
   ((bad)) && fail=1

@@ -322,8 +322,11 @@ static int runCase(int algo, int proto, int coll, int n, size_t count, int inPla
   static struct rankBufs bufs[MAX_RANKS];
   int rc = 0;
   for (int r = 0; r < n; r++) rankBufsInit(&bufs[r], coll, count, n, r, oddRoot && r == n - 1 ? (root + 1) % n : root, inPlace);
+  int order[MAX_RANKS], pos[MAX_RANKS]; /* host-aware rings where ranks sit on hosts, as the communicator makes them */
+  if (perHost) algoRingOrder(hostOf, n, order, pos);
   for (int r = 0; r < n && rc == 0; r++) {
-    struct algoCtx ctx = {r, n, &w.t[r], NULL, NULL, w.scratch[r], w.laneLast[r], 1, perHost ? hostOf : NULL, nhosts};
+    struct algoCtx ctx = {r, n, &w.t[r], NULL, NULL, w.scratch[r], w.laneLast[r], 1, perHost ? hostOf : NULL, nhosts,
+                          perHost ? order : NULL, perHost ? pos : NULL};
     if (oddRoot && r == n - 1) root = (root + 1) % n;
     struct collDesc d = {0};
     d.coll = coll;
@@ -447,7 +450,7 @@ static void checkProtoMismatch(void) {
     for (int r = 0; r < 2; r++) {
       int proto = r == 0 ? lead : (lead + 1) % protoCount;
       for (int i = 0; i < 64; i++) in[r][i] = r + 1;
-      struct algoCtx ctx = {r, 2, &w.t[r], NULL, NULL, w.scratch[r], w.laneLast[r], 1, NULL, 1};
+      struct algoCtx ctx = {r, 2, &w.t[r], NULL, NULL, w.scratch[r], w.laneLast[r], 1, NULL, 1, NULL, NULL};
       struct collDesc d = {0};
       d.coll = coll;
       d.sendbuff = in[r];
@@ -493,6 +496,60 @@ static int algoByName(const char *name) {
   return -1;
 }
 
+/* Host-aware ring order (algoRingOrder): a permutation that keeps each
+ * host's ranks together and in rank order, so the ring crosses between hosts
+ * once per host; the ring AllGather each rank builds sends to its next on
+ * that ring. */
+static int checkRingOrder(void) {
+  for (int n = 2; n <= 24; n++)
+    for (int hosts = 2; hosts <= 4 && hosts <= n; hosts++) {
+      int hostOf[MAX_RANKS], order[MAX_RANKS], pos[MAX_RANKS], seen[MAX_RANKS] = {0};
+      for (int r = 0; r < n; r++) hostOf[r] = r % hosts; /* interleaved: the worst rank order */
+      algoRingOrder(hostOf, n, order, pos);
+      int crossings = 0;
+      for (int i = 0; i < n; i++) {
+        int r = order[i], next = order[(i + 1) % n];
+        if (r < 0 || r >= n || seen[r]++ || pos[r] != i) {
+          fprintf(stderr, "ring order of %d ranks on %d hosts is not a permutation at %d\n", n, hosts, i);
+          return 1;
+        }
+        crossings += hostOf[r] != hostOf[next];
+        if (hostOf[r] == hostOf[next] && next < r && i + 1 < n) {
+          fprintf(stderr, "ring order of %d ranks: host %d's ranks out of order\n", n, hostOf[r]);
+          return 1;
+        }
+      }
+      if (crossings != hosts) {
+        fprintf(stderr, "ring of %d ranks on %d interleaved hosts crosses %d times, not %d\n", n, hosts, crossings, hosts);
+        return 1;
+      }
+      struct world w;
+      worldInit(&w, n, 1);
+      for (int r = 0; r < n; r++) {
+        struct algoCtx ctx = {r, n, &w.t[r], NULL, NULL, w.scratch[r], w.laneLast[r], 0, hostOf, hosts, order, pos};
+        struct schedule s = {0};
+        struct collDesc d = {0};
+        static int32_t in[64], out[64 * MAX_RANKS];
+        d.coll = collAllGather;
+        d.sendbuff = in;
+        d.recvbuff = out;
+        d.count = 16;
+        d.dtype = d.red.dtype = ncclInt32;
+        d.red.kind = redSum;
+        if (algoBuild(&s, &ctx, &d, algoRing, 1) != ncclSuccess || s.nsteps == 0 || !s.steps[0].send ||
+            s.steps[0].send->peer != order[(pos[r] + 1) % n]) {
+          fprintf(stderr, "rank %d of %d (%d hosts): its ring AllGather does not send to its next on the ring\n", r, n,
+                  hosts);
+          return 1;
+        }
+        scheduleFree(&s);
+      }
+      worldFree(&w);
+    }
+  printf("test_schedule: host-aware rings keep each host's ranks together (2-24 ranks on 2-4 hosts)\n");
+  return 0;
+}
+
 int main(int argc, char **argv) {
   if (argc == 7 && strcmp(argv[1], "print") == 0) {
     int algo = algoByName(argv[2]), coll = collByName(argv[3]), n = atoi(argv[4]), rank = atoi(argv[5]);
@@ -509,6 +566,7 @@ int main(int argc, char **argv) {
   }
   checkDescPlan();
   checkProtoMismatch();
+  if (checkRingOrder()) return 1;
   int cases = 0;
   for (int n = lo; n <= hi; n++)
     for (int algo = 0; algo < algoCount; algo++)
@@ -526,8 +584,9 @@ int main(int argc, char **argv) {
             if (runCase(algo, proto, coll, n, counts[k], inPlace, nch, -1, 0, 0) != 0) goto out; /* fail fast */
           }
         }
-        /* Trees across hosts (chains inside each): 2 and 3 ranks a host, consecutive or interleaved. */
-        for (int k = 0; algo == algoTree && k < 4 && n >= 4; k++) {
+        /* Across hosts: trees (chains inside each host) and host-aware rings and chains, 2 and
+         * 3 ranks a host, consecutive or interleaved. */
+        for (int k = 0; (algo == algoTree || algo == algoRing || algo == algoChain) && k < 4 && n >= 4; k++) {
           static const int per[4] = {2, 3, -2, -3};
           cases++;
           if (runCase(algo, n % protoCount, coll, n, 2600, 0, 2, -1, 0, per[k]) != 0) goto out;
@@ -547,7 +606,7 @@ int main(int argc, char **argv) {
       bufs[2 * r] = malloc(100 * 4);
       bufs[2 * r + 1] = calloc(100, 4);
       for (int i = 0; i < 100; i++) bufs[2 * r][i] = inputValue(r, (size_t)i);
-      struct algoCtx ctx = {r, n, &w.t[r], NULL, NULL, w.scratch[r], w.laneLast[r], 1, NULL, 1};
+      struct algoCtx ctx = {r, n, &w.t[r], NULL, NULL, w.scratch[r], w.laneLast[r], 1, NULL, 1, NULL, NULL};
       struct collDesc d = {0};
       d.count = 100;
       d.dtype = d.red.dtype = ncclInt32;

@@ -35,6 +35,9 @@ struct algoCtx {
   int check; /* CHORUS_CHECK: rooted collectives add an agreement of all ranks (agree.c) */
   const int *hostOf; /* each rank's host 0..nhosts-1 (NULL: all on one) */
   int nhosts;
+  /* The order rings and chains visit the ranks in: position -> rank and
+   * rank -> position (NULL: rank order). algoRingOrder makes it. */
+  const int *ringOrder, *ringPos;
 };
 
 struct algoFamily {
@@ -49,6 +52,12 @@ struct algoFamily {
  * c->rank: its parent (-1 at the root) and children (-1 where there are
  * fewer than 3), as NCCL's "Trees" init line shows them. */
 void algoTreeLinks(const struct algoCtx *c, int ch, int *parent, int kids[3]);
+
+/* The host-aware ring order of n ranks: all ranks of a host, in rank order,
+ * before the next host's (hosts in the order of their first rank), so a
+ * ring crosses between hosts once per host, not once per rank. Fills
+ * order[pos] = rank and pos[rank]. */
+void algoRingOrder(const int *hostOf, int n, int *order, int *pos);
 
 /* The family of an algorithm (enum algoId, named in engine/desc.h), or NULL. */
 const struct algoFamily *algoFamily(int algo);

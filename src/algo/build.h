@@ -13,6 +13,14 @@
 
 static inline int mod(int a, int n) { return ((a % n) + n) % n; }
 
+/* The rank at ring position pos (any integer: taken mod n), and a rank's
+ * position: the communicator's ring order (algoCtx.ringOrder). */
+static inline int ringRank(const struct algoCtx *c, int pos) {
+  int p = mod(pos, c->nranks);
+  return c->ringOrder ? c->ringOrder[p] : p;
+}
+static inline int ringPosOf(const struct algoCtx *c, int rank) { return c->ringPos ? c->ringPos[rank] : rank; }
+
 /* Starts a task on a collective lane (channel), after the lane's previous task. */
 ncclResult_t laneTask(struct schedule *s, struct algoCtx *c, const struct collDesc *d, int lane);
 /* One send (send = 1) or receive of bytes at buf on the point-to-point lane of peer. */

@@ -1,6 +1,6 @@
-/* Chains for the rooted collectives: Broadcast down root, root+1, ...,
- * root-1 and Reduce up root+1, ..., root-1, root, one chain per channel,
- * each streaming slot by slot. */
+/* Chains for the rooted collectives: Broadcast down the ring from the root
+ * and Reduce up it to the root (the communicator's ring order, a host's
+ * ranks together), one chain per channel, each streaming slot by slot. */
 #include "algo/build.h"
 
 static int chainSupports(int coll, int nranks) {
@@ -9,10 +9,10 @@ static int chainSupports(int coll, int nranks) {
 
 static ncclResult_t chainBroadcast(struct schedule *s, struct algoCtx *c, const struct collDesc *d, int ch,
                                    size_t off, size_t cnt) {
-  int n = c->nranks, r = c->rank, pos = mod(r - d->root, n);
+  int n = c->nranks, r = ringPosOf(c, c->rank), pos = mod(r - ringPosOf(c, d->root), n);
   size_t esz = dtypeSize(d->dtype);
-  struct conn *in = pos > 0 ? connRecv(c->conns, mod(r - 1, n), ch) : NULL;
-  struct conn *out = pos < n - 1 ? connSend(c->conns, mod(r + 1, n), ch) : NULL;
+  struct conn *in = pos > 0 ? connRecv(c->conns, ringRank(c, r - 1), ch) : NULL;
+  struct conn *out = pos < n - 1 ? connSend(c->conns, ringRank(c, r + 1), ch) : NULL;
   CHECK(laneTask(s, c, d, ch));
   char *dst = (char *)d->recvbuff + off * esz;
   if (pos == 0) ADD(s, stepCopySend, 0, NULL, out, (const char *)d->sendbuff + off * esz, dst, cnt * esz);
@@ -23,10 +23,10 @@ static ncclResult_t chainBroadcast(struct schedule *s, struct algoCtx *c, const 
 
 static ncclResult_t chainReduce(struct schedule *s, struct algoCtx *c, const struct collDesc *d, int ch,
                                 size_t off, size_t cnt) {
-  int n = c->nranks, r = c->rank, pos = mod(r - d->root - 1, n);
+  int n = c->nranks, r = ringPosOf(c, c->rank), pos = mod(r - ringPosOf(c, d->root) - 1, n);
   size_t esz = dtypeSize(d->dtype);
-  struct conn *in = pos > 0 ? connRecv(c->conns, mod(r - 1, n), ch) : NULL;
-  struct conn *out = pos < n - 1 ? connSend(c->conns, mod(r + 1, n), ch) : NULL;
+  struct conn *in = pos > 0 ? connRecv(c->conns, ringRank(c, r - 1), ch) : NULL;
+  struct conn *out = pos < n - 1 ? connSend(c->conns, ringRank(c, r + 1), ch) : NULL;
   CHECK(laneTask(s, c, d, ch));
   const char *src = (const char *)d->sendbuff + off * esz;
   if (pos == 0) ADD(s, stepSend, REDUCE_PRE, NULL, out, src, NULL, cnt * esz);

@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/random.h>
 #include <unistd.h>
 
@@ -61,6 +62,8 @@ void commFree(struct ncclComm *comm, int graceful) {
   free(comm->conns.recv);
   free(comm->laneLast);
   free(comm->hostOf);
+  free(comm->ringOrder);
+  free(comm->ringPos);
   free(comm->scratch);
   free(comm->userOps);
   free(comm->p2pSeq);
@@ -86,6 +89,7 @@ struct commAgreement {
   int64_t buffSize;
   int cores; /* online cores of the rank's host (the tuner takes the fewest) */
   int trace; /* the rank wants a timeline: every rank measures its clock offset to rank 0 */
+  int ringByHost; /* CHORUS_RING_ORDER=host: rings visit a host's ranks together */
   struct tuneConfig tune;
 };
 
@@ -113,14 +117,18 @@ long commBusId(int cudaDev) { return (long)cudaDev << 12; }
  * largest), on every rank its trees and the transport to each peer. */
 static void logTopology(struct ncclComm *comm) {
   char line[1024];
-  int n = comm->nranks, next = (comm->rank + 1) % n;
+  int n = comm->nranks;
+  int me = comm->ringPos ? comm->ringPos[comm->rank] : comm->rank;
+  int next = comm->ringOrder ? comm->ringOrder[(me + 1) % n] : (comm->rank + 1) % n;
   int width = snprintf(NULL, 0, "%d", n - 1);
   for (int c = 0; c < comm->nch && comm->rank == 0; c++) {
     int o = 0;
-    for (int i = 0; i < n && o < (int)sizeof line - 16; i++) o += snprintf(line + o, sizeof line - o, " %*d", width, i);
+    for (int i = 0; i < n && o < (int)sizeof line - 16; i++)
+      o += snprintf(line + o, sizeof line - o, " %*d", width, comm->ringOrder ? comm->ringOrder[i] : i);
     INFO(subsysInit, "Channel %02d/%02d :%s", c, comm->nch, line);
   }
-  struct algoCtx ctx = {comm->rank, n, NULL, NULL, NULL, NULL, NULL, 0, comm->hostOf, comm->nhosts};
+  struct algoCtx ctx = {comm->rank, n, NULL, NULL, NULL, NULL, NULL, 0, comm->hostOf, comm->nhosts,
+                        comm->ringOrder, comm->ringPos};
   int o = 0;
   for (int c = 0; c < comm->nch && o < (int)sizeof line - 64; c++) {
     int up, kids[3];
@@ -222,6 +230,7 @@ static ncclResult_t commSetup(struct ncclComm *comm) {
   agree[rank].tune = myTune;
   agree[rank].cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
   agree[rank].trace = traceWanted();
+  agree[rank].ringByHost = strcasecmp(paramStr(paramRingOrder), "rank") != 0;
   res = bootstrapAllGather(&comm->boot, agree, sizeof *agree);
   uint64_t tGather = clockNs();
   struct commAgreement a0 = agree[0];
@@ -261,6 +270,15 @@ static ncclResult_t commSetup(struct ncclComm *comm) {
     int j = 0;
     while (j < i && comm->boot.peers[j].hostHash != comm->boot.peers[i].hostHash) j++;
     comm->hostOf[i] = j < i ? comm->hostOf[j] : comm->nhosts++;
+  }
+  if (a0.ringByHost && comm->nhosts > 1) { /* rank 0's choice holds: every rank builds the same rings */
+    comm->ringOrder = malloc(sizeof(int) * nranks);
+    comm->ringPos = malloc(sizeof(int) * nranks);
+    if (!comm->ringOrder || !comm->ringPos) {
+      res = ncclSystemError;
+      goto fail;
+    }
+    algoRingOrder(comm->hostOf, nranks, comm->ringOrder, comm->ringPos);
   }
   uint64_t tConnect = clockNs();
   CHECKGOTO(transportSetupAll(comm->transports, &comm->boot, &comm->conns, (size_t)a0.buffSize), res, fail);

@@ -66,6 +66,7 @@ struct ncclComm {
   int *laneLast;   /* for the schedule being built (see algoCtx) */
   int *hostOf;     /* each rank's host, numbered in order of their first rank */
   int nhosts;
+  int *ringOrder, *ringPos; /* the rings' order (algoRingOrder) and each rank's place; NULL: rank order */
   uint64_t laneGen; /* schedule build that laneLast belongs to */
   char *scratch;
   struct userRedOp *userOps;
