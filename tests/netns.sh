@@ -56,6 +56,12 @@ suite)
       { echo "FAILED: rank $1 does not send to $2 via $3 on the host-aware ring"; fail=1; }
   done
   PLACE=alternate launch 2 2 10.77.0.1 300 "$bin/test_coll" 4 fork quick
+  # chorus-info --topo across the namespaces: SHM within a host, NET/eth0 between.
+  PLACE=alternate launch 2 2 10.77.0.1 60 "$bin/chorus-info" --topo
+  grep -q "^rank0 *SELF *NET/eth0 *SHM *NET/eth0 " "$logs/rank0" &&
+    grep -q "^rank1 *NET/eth0 *SELF *NET/eth0 *SHM " "$logs/rank0" &&
+    [ "$(grep -c '^# host ' "$logs/rank0")" = 2 ] ||
+    { echo "FAILED: chorus-info --topo across hosts"; cat "$logs/rank0"; fail=1; }
   PLACE=alternate launch 3 2 10.77.0.1 120 "$bin/broadcast_perf" -b 8 -e 1M -f 8 -n 2 -w 1 -c 1 -r -1
   PLACE=alternate CHORUS_RING_ORDER=rank NCCL_DEBUG=INFO launch 2 2 10.77.0.1 120 "$bin/all_reduce_perf" -b 8 -e 1M -f 8 -n 1 -c 1
   grep -q "Channel 00/02 : 0 1 2 3" "$logs/rank0" || { echo "FAILED: CHORUS_RING_ORDER=rank's ring is not 0 1 2 3"; fail=1; }

@@ -3,7 +3,10 @@
  *   chorus-info [--params]
  *   chorus-info --tune [NRANKS [HOSTS]]   the cost model's table: for each
  *       collective and size, the predicted time of every algorithm/protocol
- *       and the tuner's choice (NCCL_ALGO / NCCL_PROTO / CHORUS_* as set) */
+ *       and the tuner's choice (NCCL_ALGO / NCCL_PROTO / CHORUS_* as set)
+ *   chorus-info --topo   under a launcher (chorusrun, mpirun, srun,
+ *       torchrun): how each pair of ranks is connected and what each rank
+ *       sees of its host, printed by rank 0 (nvidia-smi topo -m's shape) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,7 +17,9 @@
 #include "chorus.h"
 #include "core/param.h"
 #include "reduce/reduce.h"
+#include "topo/topo.h"
 #include "transport/conn.h"
+#include "transport/transport.h"
 #include "tune/tune.h"
 
 static int printTune(int nranks, int hosts) {
@@ -63,12 +68,93 @@ static int printTune(int nranks, int hosts) {
   return 0;
 }
 
+/* How ranks a and b are connected: SELF, SHM (with the NUMA distance of
+ * their nodes when the host has several) or NET (the interface). */
+static void linkStr(const struct topoRank *t, const unsigned char *via, int n, int a, int b, char *out, size_t len) {
+  const struct transport *tp = transportTable[via[a * n + b] % TRANSPORT_COUNT];
+  if (tp == &selfTransport) {
+    snprintf(out, len, "SELF");
+  } else if (tp == &netTransport) {
+    snprintf(out, len, "NET/%s", t[a].ifname);
+  } else if (t[a].numaNodes > 1 && t[a].numa >= 0 && t[b].numa >= 0 && t[a].numa < TOPO_MAX_NUMA &&
+             t[b].numa < TOPO_MAX_NUMA) {
+    snprintf(out, len, "SHM/%d", t[a].numaDistance[t[a].numa][t[b].numa]);
+  } else {
+    snprintf(out, len, "SHM");
+  }
+}
+
+static int printTopo(void) {
+  ncclComm_t comm;
+  if (chorusCommInitFromEnv(&comm) != ncclSuccess) {
+    fprintf(stderr, "chorus-info --topo: run it under a launcher (chorusrun -n N chorus-info --topo, mpirun, srun, "
+                    "torchrun): %s\n", ncclGetLastError(NULL));
+    return 1;
+  }
+  int n = comm->nranks, me = comm->rank;
+  struct topoRank *t = calloc((size_t)n, sizeof *t);
+  unsigned char *via = calloc((size_t)n * (size_t)n, 1); /* via[a * n + b]: the transport a reaches b with */
+  if (!t || !via) return 1;
+  topoDiscover(&t[me], 1);
+  snprintf(t[me].ifname, sizeof t[me].ifname, "%.15s", comm->boot.ifname);
+  for (int b = 0; b < n; b++) via[me * n + b] = (unsigned char)transportFor(&comm->boot, b);
+  /* Every rank's view and the transports it uses, over the communicator itself. */
+  ncclResult_t res = ncclAllGather(&t[me], t, sizeof *t, ncclUint8, comm, NULL);
+  if (res == ncclSuccess) res = ncclAllGather(&via[me * n], via, (size_t)n, ncclUint8, comm, NULL);
+  if (res == ncclSuccess && me == 0) {
+    int w = 8;
+    for (int a = 0; a < n; a++) {
+      size_t l = strlen(t[a].ifname) + 5;
+      if ((int)l > w) w = (int)l;
+    }
+    printf("# chorus-info --topo: %d rank(s) on %d host(s); SHM/d: shared memory with the NUMA distance d, NET/if: "
+           "sockets over interface if\n%-8s", n, comm->nhosts, "");
+    for (int b = 0; b < n; b++) {
+      char h[16];
+      snprintf(h, sizeof h, "rank%d", b);
+      printf(" %*s", w, h);
+    }
+    printf("  %-16s %-5s %-10s %s\n", "host", "NUMA", "CPUs", "NICs");
+    for (int a = 0; a < n; a++) {
+      char h[16];
+      snprintf(h, sizeof h, "rank%d", a);
+      printf("%-8s", h);
+      for (int b = 0; b < n; b++) {
+        char l[40];
+        linkStr(t, via, n, a, b, l, sizeof l);
+        printf(" %*s", w, l);
+      }
+      char nics[200] = "";
+      size_t o = 0;
+      for (int k = 0; k < t[a].nnics && o < sizeof nics - 40; k++)
+        o += (size_t)snprintf(nics + o, sizeof nics - o, "%s%s(NUMA %d)", k ? "," : "", t[a].nics[k].name,
+                              t[a].nics[k].numa);
+      printf("  %-16s %-5d %-10s %s\n", comm->boot.peers[a].hostname, t[a].numa, t[a].cpus, o ? nics : "-");
+    }
+    for (int h = 0; h < comm->nhosts; h++)
+      for (int a = 0; a < n; a++)
+        if (comm->hostOf[a] == h) {
+          char host[400];
+          topoHostStr(&t[a], host, sizeof host);
+          printf("# host %s (%s): %s\n", comm->boot.peers[a].hostname, t[a].source, host);
+          break;
+        }
+  }
+  free(t);
+  free(via);
+  ncclCommDestroy(comm);
+  return res == ncclSuccess ? 0 : 1;
+}
+
 int main(int argc, char **argv) {
   int v, c;
   if (argc > 1 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
-    printf("usage: chorus-info [--params | --tune [NRANKS [HOSTS]]]\n");
+    printf("usage: chorus-info [--params | --tune [NRANKS [HOSTS]] | --topo]\n"
+           "  --topo  under a launcher (chorusrun -n 4 chorus-info --topo): how each pair of ranks is\n"
+           "          connected (SELF, SHM/NUMA distance, NET/interface) and each rank's host, NUMA node, CPUs, NICs\n");
     return 0;
   }
+  if (argc > 1 && strcmp(argv[1], "--topo") == 0) return printTopo();
   ncclGetVersion(&v);
   chorusGetVersion(&c);
   printf("chorus %d.%d.%d, NCCL API %d\n", c / 10000, c / 100 % 100, c % 100, v);

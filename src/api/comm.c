@@ -63,6 +63,7 @@ void commFree(struct ncclComm *comm, int graceful) {
   free(comm->laneLast);
   free(comm->hostOf);
   free(comm->ringOrder);
+  free(comm->topo);
   free(comm->ringPos);
   free(comm->scratch);
   free(comm->userOps);
@@ -90,6 +91,7 @@ struct commAgreement {
   int cores; /* online cores of the rank's host (the tuner takes the fewest) */
   int trace; /* the rank wants a timeline: every rank measures its clock offset to rank 0 */
   int ringByHost; /* CHORUS_RING_ORDER=host: rings visit a host's ranks together */
+  struct topoRank topo; /* what the rank sees of its host (one exchange with the rest) */
   struct tuneConfig tune;
 };
 
@@ -151,6 +153,29 @@ static void logTopology(struct ncclComm *comm) {
   INFO(subsysInit, "%d coll channels, 0 collnet channels, 0 nvls channels, %d p2p channels, 1 p2p channels per peer",
        comm->nch, 1);
   INFO(subsysInit, "chorus : %zu-byte FIFO slots per connection and channel", comm->slotBytes);
+}
+
+/* Every rank's view of its host and CPUs (exchanged with the agreement):
+ * kept, logged ("Topology:") and, on rank NCCL_TOPO_DUMP_FILE_RANK,
+ * written to NCCL_TOPO_DUMP_FILE. */
+static ncclResult_t commTopology(struct ncclComm *comm) {
+  int n = comm->nranks, rank = comm->rank;
+  const struct topoRank *me = &comm->topo[rank];
+  char host[400];
+  topoHostStr(me, host, sizeof host);
+  INFO(subsysInit, "Topology: host %s (%s): %s; rank %d: NUMA %d, CPUs %s", comm->boot.peers[rank].hostname,
+       me->source, host, rank, me->numa, me->cpus[0] ? me->cpus : "?");
+  const char *dump = paramStr(paramTopoDumpFile);
+  if (dump[0] && rank == paramInt(paramTopoDumpFileRank)) {
+    const char **names = malloc(sizeof(char *) * (size_t)n);
+    if (!names) return ncclSystemError;
+    for (int i = 0; i < n; i++) names[i] = comm->boot.peers[i].hostname;
+    int err = topoDumpXml(dump, comm->topo, comm->hostOf, names, n);
+    free(names);
+    if (err) WARN("NCCL_TOPO_DUMP_FILE=%s: %s", dump, strerror(err));
+    else INFO(subsysInit, "Topology of %d rank(s) on %d host(s) written to %s", n, comm->nhosts, dump);
+  }
+  return ncclSuccess;
 }
 
 /* What this rank tells the others at rendezvous. */
@@ -231,6 +256,9 @@ static ncclResult_t commSetup(struct ncclComm *comm) {
   agree[rank].cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
   agree[rank].trace = traceWanted();
   agree[rank].ringByHost = strcasecmp(paramStr(paramRingOrder), "rank") != 0;
+  /* hwloc's view where someone reads it (the INFO log, the dump), sysfs's otherwise */
+  topoDiscover(&agree[rank].topo, logLevelNow() >= logInfo || paramStr(paramTopoDumpFile)[0]);
+  snprintf(agree[rank].topo.ifname, sizeof agree[rank].topo.ifname, "%.15s", comm->boot.ifname);
   res = bootstrapAllGather(&comm->boot, agree, sizeof *agree);
   uint64_t tGather = clockNs();
   struct commAgreement a0 = agree[0];
@@ -242,6 +270,9 @@ static ncclResult_t commSetup(struct ncclComm *comm) {
       WARN("Mismatched NCCL version detected : rank %d has %d, rank 0 has %d", i, agree[i].version, a0.version);
       res = ncclInvalidUsage;
     }
+  comm->topo = res == ncclSuccess ? calloc((size_t)nranks, sizeof *comm->topo) : NULL;
+  for (int i = 0; comm->topo && i < nranks; i++) comm->topo[i] = agree[i].topo;
+  if (res == ncclSuccess && !comm->topo) res = ncclSystemError;
   free(agree);
   if (res != ncclSuccess) goto fail;
   if (a0.buffSize < 64 * 1024) a0.buffSize = 64 * 1024;
@@ -271,6 +302,7 @@ static ncclResult_t commSetup(struct ncclComm *comm) {
     while (j < i && comm->boot.peers[j].hostHash != comm->boot.peers[i].hostHash) j++;
     comm->hostOf[i] = j < i ? comm->hostOf[j] : comm->nhosts++;
   }
+  CHECKGOTO(commTopology(comm), res, fail);
   if (a0.ringByHost && comm->nhosts > 1) { /* rank 0's choice holds: every rank builds the same rings */
     comm->ringOrder = malloc(sizeof(int) * nranks);
     comm->ringPos = malloc(sizeof(int) * nranks);

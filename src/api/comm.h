@@ -12,6 +12,7 @@
 #include "engine/desc.h"
 #include "profile/profile.h"
 #include "profile/trace.h"
+#include "topo/topo.h"
 #include "reduce/reduce.h"
 #include "transport/conn.h"
 #include "transport/transport.h"
@@ -67,6 +68,7 @@ struct ncclComm {
   int *hostOf;     /* each rank's host, numbered in order of their first rank */
   int nhosts;
   int *ringOrder, *ringPos; /* the rings' order (algoRingOrder) and each rank's place; NULL: rank order */
+  struct topoRank *topo;    /* [nranks]: what each rank sees of its host (topo/topo.h) */
   uint64_t laneGen; /* schedule build that laneLast belongs to */
   char *scratch;
   struct userRedOp *userOps;

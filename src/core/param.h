@@ -42,6 +42,8 @@
   X(FlightRecorderFile, "CHORUS_FLIGHT_RECORDER_FILE", 1, "",                                       \
     "file the flight recorder's dumps are appended to; %h host, %p pid, %r rank (unset: the log only)") \
   X(Stats, "CHORUS_STATS", 0, "0", "1: at destroy each rank prints calls, bytes, time percentiles and busbw per collective and size") \
+  X(TopoDumpFile, "NCCL_TOPO_DUMP_FILE", 1, "", "file the topology chorus sees is written to, as XML") \
+  X(TopoDumpFileRank, "NCCL_TOPO_DUMP_FILE_RANK", 0, "0", "the rank that writes NCCL_TOPO_DUMP_FILE") \
   X(RingOrder, "CHORUS_RING_ORDER", 1, "host", "rings and chains visit ranks by host (host: a host's ranks together) or in rank order (rank); rank 0's holds") \
   X(Trace, "CHORUS_TRACE", 1, "", "timeline file (Chrome/Perfetto trace JSON) of each process; %h host, %p pid, %r rank") \
   X(TraceLevel, "CHORUS_TRACE_LEVEL", 1, "ops", "what CHORUS_TRACE records: ops, or steps (each task's steps and waits too)") \
