@@ -33,6 +33,18 @@ def chorus_paths():
     return inc, os.path.join(build, "lib", "libchorus.a")
 
 
+def private_libs(lib):
+    """What a static link of libchorus.a needs besides (hwloc, libdl): the
+    Libs.private of the chorus.pc beside its build, else CHORUS_LIBS."""
+    pc = os.path.join(os.path.dirname(os.path.dirname(lib)), "chorus.pc")
+    if os.path.exists(pc):
+        with open(pc) as f:
+            for line in f:
+                if line.startswith("Libs.private:"):
+                    return line.split(":", 1)[1].split()
+    return os.environ.get("CHORUS_LIBS", "-lpthread -lm -ldl").split()
+
+
 inc, lib = chorus_paths()
 sources = [os.path.join("csrc", f) for f in ("module.cpp", "backend.cpp", "group.cpp", "work.cpp", "completion.cpp", "convert.cpp", "flight.cpp")]
 
@@ -49,7 +61,7 @@ setup(
             extra_compile_args=["-O2", "-g0", "-fvisibility=hidden"],
             extra_objects=[lib],
             depends=[lib],  # relink when libchorus.a changes
-            extra_link_args=["-Wl,--exclude-libs,libchorus.a", "-pthread"],
+            extra_link_args=["-Wl,--exclude-libs,libchorus.a", "-pthread"] + private_libs(lib),
         )
     ],
     cmdclass={"build_ext": BuildExtension},

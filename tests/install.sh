@@ -59,8 +59,10 @@ out=$("$prefix/sendrecv" 2>&1) || fail "the shim example failed: $out"
 grep -q "Success" <<<"$out" || fail "the shim example: $out"
 if [ -n "$cuda_include" ] && [ -z "$sanitize" ]; then
   mkdir "$prefix/standin"
+  # libchorus.a needs what the installed chorus.pc says a static link needs
+  private=$(sed -n 's/^Libs.private: *//p' "$prefix/lib/pkgconfig/chorus.pc")
   cc -shared -Wl,-soname,libnccl.so.2 -Wl,--whole-archive "$build/lib/libchorus.a" -Wl,--no-whole-archive \
-    -lpthread -lm -o "$prefix/standin/libnccl.so.2"
+    $private -o "$prefix/standin/libnccl.so.2"
   ln -s libnccl.so.2 "$prefix/standin/libnccl.so"
   cc "$src/tests/test_abi.c" -I "$cuda_include" -L "$prefix/standin" -lnccl -o "$prefix/nccl_prog"
   rm -r "$prefix/standin"
