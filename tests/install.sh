@@ -22,6 +22,8 @@ out=$(timeout 60 "$prefix/bin/chorusrun" -n 2 "$prefix/bin/all_reduce_perf" -b 8
   fail "chorusrun -n 2 all_reduce_perf failed: $out"
 grep -q "Out of bounds values : 0 OK" <<<"$out" || fail "2-rank installed run reported wrong values: $out"
 [ -L "$prefix/lib/chorus-nccl/libnccl.so.2" ] || fail "no libnccl.so.2 in lib/chorus-nccl"
+[ -f "$prefix/lib/chorus-cuda/libcuda.so.1" ] || fail "no libcuda.so.1 (the shim's driver part) in lib/chorus-cuda"
+[ -x "$prefix/bin/chorus-trace" ] || fail "no bin/chorus-trace"
 cat > "$prefix/prog.c" <<'C'
 #include <nccl.h>
 #include <stdio.h>
