@@ -18,6 +18,7 @@
 #include "core/err.h"
 #include "core/log.h"
 #include "core/param.h"
+#include "topo/topo.h"
 
 static socklen_t addrLen(const union sockAddr *a) {
   return a->sa.sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
@@ -138,10 +139,13 @@ ncclResult_t sockPickAddr(const union sockAddr *reach, union sockAddr *out, char
   int family = strcmp(fam, "AF_INET") == 0 ? AF_INET : strcmp(fam, "AF_INET6") == 0 ? AF_INET6 : 0;
   struct ifaddrs *ifs;
   SYSCHECK(getifaddrs(&ifs), "getifaddrs");
-  /* NCCL_SOCKET_IFNAME, when set, is the only pass. */
-  int found = 0;
+  /* NCCL_SOCKET_IFNAME, when set, is the only pass. Of a pass's matches the
+   * one nearest this thread (its NUMA node) wins, else the first. */
+  int found = 0, myNuma = -2;
   for (int pass = spec[0] ? pickSpec : pickSubnet; pass < (spec[0] ? pickSpec + 1 : pickPasses) && !found; pass++) {
-    for (struct ifaddrs *i = ifs; i && !found; i = i->ifa_next) {
+    struct ifaddrs *cand[16];
+    int nicNuma[16], nc = 0;
+    for (struct ifaddrs *i = ifs; i && nc < 16; i = i->ifa_next) {
       if (!i->ifa_addr || !(i->ifa_flags & IFF_UP) || !(i->ifa_flags & IFF_RUNNING)) continue;
       int f = i->ifa_addr->sa_family;
       if (f != AF_INET && f != AF_INET6) continue;
@@ -151,11 +155,17 @@ ncclResult_t sockPickAddr(const union sockAddr *reach, union sockAddr *out, char
         if (IN6_IS_ADDR_LOOPBACK(&s6->sin6_addr) || IN6_IS_ADDR_LINKLOCAL(&s6->sin6_addr)) continue;
       }
       if (!pickMatches(pass, i, spec, reach)) continue;
-      memset(out, 0, sizeof *out);
-      memcpy(out, i->ifa_addr, f == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6));
-      snprintf(ifname, ifnameLen, "%s", i->ifa_name);
-      found = 1;
+      nicNuma[nc] = topoNicNuma(i->ifa_name);
+      cand[nc++] = i;
     }
+    if (nc == 0) continue;
+    if (nc > 1 && myNuma == -2) myNuma = topoThreadNuma();
+    struct ifaddrs *i = cand[nc > 1 ? topoNearest(nicNuma, nc, myNuma) : 0];
+    int f = i->ifa_addr->sa_family;
+    memset(out, 0, sizeof *out);
+    memcpy(out, i->ifa_addr, f == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6));
+    snprintf(ifname, ifnameLen, "%s", i->ifa_name);
+    found = 1;
   }
   freeifaddrs(ifs);
   if (!found) {

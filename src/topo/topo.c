@@ -177,6 +177,32 @@ void topoDiscover(struct topoRank *me, int full) {
   me->numa = (int16_t)(numa < 0 ? (me->numaNodes == 1 ? 0 : -1) : numa);
 }
 
+int topoNicNuma(const char *ifname) {
+  char path[128];
+  snprintf(path, sizeof path, "/sys/class/net/%.32s/device/numa_node", ifname);
+  return readInt(path, -1);
+}
+
+int topoThreadNuma(void) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return -1;
+  int numa = -2;
+  for (int c = 0; c < CPU_SETSIZE; c++) {
+    if (!CPU_ISSET(c, &set)) continue;
+    int n = numaOfCpu(c);
+    numa = numa == -2 ? n : numa == n ? numa : -1;
+    if (numa == -1) break;
+  }
+  return numa < 0 ? -1 : numa;
+}
+
+int topoNearest(const int *nicNuma, int n, int myNuma) {
+  for (int i = 0; myNuma >= 0 && i < n; i++)
+    if (nicNuma[i] == myNuma) return i;
+  return 0;
+}
+
 void topoHostStr(const struct topoRank *r, char *out, size_t len) {
   int n = snprintf(out, len, "%d package%s, %d NUMA node%s, %d cores, %d PUs", r->packages, r->packages == 1 ? "" : "s",
                    r->numaNodes, r->numaNodes == 1 ? "" : "s", r->cores, r->pus);

@@ -39,6 +39,15 @@ struct topoRank {
  * sees them; a few milliseconds a process), else from sysconf and sysfs
  * alone (cores counted as CPUs). */
 void topoDiscover(struct topoRank *me, int full);
+/* The NUMA node of interface ifname's device (-1: none or unknown), and
+ * the one the calling thread's CPUs belong to (-1: several or unknown). */
+int topoNicNuma(const char *ifname);
+int topoThreadNuma(void);
+/* Of n candidate interfaces whose NUMA nodes are nicNuma[], the one for a
+ * thread on node myNuma: the first on that node, else the first (-1
+ * nodes match nothing). */
+int topoNearest(const int *nicNuma, int n, int myNuma);
+
 /* "1 package, 1 NUMA node, 2 cores, 2 PUs, L3 32 MiB, NICs eth0 (NUMA -1, 10000 Mb/s)" */
 void topoHostStr(const struct topoRank *r, char *out, size_t len);
 /* Writes ranks[0..n)'s view as XML in NCCL's spirit (a <system> of hosts,
