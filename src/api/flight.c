@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -73,13 +74,16 @@ static void sigSetup(void) {
 void flightInit(struct ncclComm *comm) {
   struct flightRecorder *f = &comm->flight;
   memset(f, 0, sizeof *f);
-  pthread_mutex_init(&f->lock, NULL);
+  f->lock = 0;
   int64_t cap = paramInt(paramFlightRecorder);
   if (cap <= 0) return;
   if (cap > 1 << 20) cap = 1 << 20;
-  f->ring = calloc((size_t)cap, sizeof *f->ring);
+  uint32_t slots = 1; /* a power of two: a mask, not a division, on every call */
+  while (slots < (uint32_t)cap) slots <<= 1;
+  f->ring = calloc(slots, sizeof *f->ring);
   if (!f->ring) return;
   f->cap = (uint32_t)cap;
+  f->mask = slots - 1;
   pthread_once(&sigOnce, sigSetup);
   pthread_mutex_lock(&liveLock);
   if (nlive == liveCap) {
@@ -99,13 +103,18 @@ void flightFree(struct ncclComm *comm) {
   pthread_mutex_unlock(&liveLock);
   free(f->ring);
   f->ring = NULL;
-  pthread_mutex_destroy(&f->lock);
 }
+
+/* The recorder's lock: held for a few stores, except while a dump formats. */
+static void recLock(struct flightRecorder *f) {
+  while (__atomic_exchange_n(&f->lock, 1, __ATOMIC_ACQUIRE)) sched_yield();
+}
+static void recUnlock(struct flightRecorder *f) { __atomic_store_n(&f->lock, 0, __ATOMIC_RELEASE); }
 
 /* The entry of item (NULL when it was overwritten since, or never kept). */
 static struct flightEntry *entryOf(struct flightRecorder *f, uint64_t id) {
   if (!f->ring || id == 0) return NULL;
-  struct flightEntry *e = &f->ring[(id - 1) % f->cap];
+  struct flightEntry *e = &f->ring[(id - 1) & f->mask];
   return e->id == id ? e : NULL;
 }
 
@@ -113,21 +122,22 @@ void flightQueued(struct groupItem *items, int n, uint64_t now) {
   for (int i = 0; i < n; i++) {
     struct flightRecorder *f = &items[i].comm->flight;
     if (!f->ring) continue;
-    pthread_mutex_lock(&f->lock);
+    recLock(f);
     uint64_t id = ++f->next;
-    struct flightEntry *e = &f->ring[(id - 1) % f->cap];
-    memset(e, 0, sizeof *e);
+    struct flightEntry *e = &f->ring[(id - 1) & f->mask];
     e->id = id;
     e->desc = items[i].desc.check;
     e->algo = (uint8_t)items[i].plan.algo;
     e->proto = (uint8_t)items[i].plan.proto;
     e->nch = (uint8_t)items[i].plan.nch;
+    e->result = ncclSuccess;
     /* The caller runs the NULL stream's part at once: it is running already
      * (one lock and one clock reading less on the latency path). */
     e->state = items[i].stream == NULL ? flightStateRunning : flightStateQueued;
     e->queuedNs = e->startedNs = now;
+    e->endedNs = 0;
     items[i].flightId = id;
-    pthread_mutex_unlock(&f->lock);
+    recUnlock(f);
   }
 }
 
@@ -136,13 +146,13 @@ void flightRunning(const struct groupItem *items, int n, void *stream, uint64_t 
     if (items[i].stream != stream) continue;
     struct flightRecorder *f = &items[i].comm->flight;
     if (!f->ring) continue;
-    pthread_mutex_lock(&f->lock);
+    recLock(f);
     struct flightEntry *e = entryOf(f, items[i].flightId);
     if (e) {
       e->state = flightStateRunning;
       e->startedNs = now;
     }
-    pthread_mutex_unlock(&f->lock);
+    recUnlock(f);
   }
 }
 
@@ -152,7 +162,7 @@ void flightEnded(const struct groupItem *items, int n, void *stream, ncclResult_
     struct ncclComm *comm = items[i].comm;
     struct flightRecorder *f = &comm->flight;
     if (!f->ring) continue;
-    pthread_mutex_lock(&f->lock);
+    recLock(f);
     struct flightEntry *e = entryOf(f, items[i].flightId);
     if (e) {
       e->state = skipped ? flightStateSkipped : res == ncclSuccess ? flightStateDone : flightStateFailed;
@@ -161,7 +171,7 @@ void flightEnded(const struct groupItem *items, int n, void *stream, ncclResult_
     }
     int dump = res != ncclSuccess && !skipped && !f->dumped;
     if (dump) f->dumped = 1;
-    pthread_mutex_unlock(&f->lock);
+    recUnlock(f);
     int firstOfComm = 1; /* one dump per communicator of the launch */
     for (int j = 0; j < i; j++) firstOfComm &= !(items[j].stream == stream && items[j].comm == comm);
     if (dump && firstOfComm) {
@@ -231,8 +241,8 @@ void flightDump(struct ncclComm *comm, const char *why) {
     out = fopen(path, "a");
     if (!out) REPORT("Flight recorder: cannot open %s: %s", path, strerror(errno));
   }
-  pthread_mutex_lock(&f->lock);
-  uint64_t now = clockNs(), first = f->next > f->cap ? f->next - f->cap + 1 : 1;
+  recLock(f);
+  uint64_t now = clockNs(), first = f->next > f->cap ? f->next - f->cap + 1 : 1; /* the last cap */
   char head[300];
   snprintf(head, sizeof head,
            "Flight recorder of rank %d of %d (commId 0x%llx, host %s, pid %d) on %s: the last %llu of %llu operations, "
@@ -242,13 +252,13 @@ void flightDump(struct ncclComm *comm, const char *why) {
   REPORT("%s", head);
   if (out) fprintf(out, "%s\n", head);
   for (uint64_t id = first; id <= f->next; id++) {
-    const struct flightEntry *e = &f->ring[(id - 1) % f->cap];
+    const struct flightEntry *e = &f->ring[(id - 1) & f->mask];
     if (e->id != id) continue;
     char line[512];
     entryLine(comm, e, now, line, sizeof line);
     REPORT("  %s", line);
     if (out) fprintf(out, "  %s\n", line);
   }
-  pthread_mutex_unlock(&f->lock);
+  recUnlock(f);
   if (out) fclose(out);
 }

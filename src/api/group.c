@@ -37,12 +37,13 @@ static void threadCacheInUse(void) {
 
 ncclResult_t groupEnqueue(struct groupItem *item) {
   const struct collDesc *d = &item->desc;
-  int p2p = d->coll == collSend || d->coll == collRecv;
   /* The call's own profiler event ends as it returns (a call outside a
    * group is its own group, as in NCCL). */
-  profApiCall(&item->comm->prof, &item->prof, groupDepth ? groupDepth : 1, p2p, collName(d->coll), d->count,
-              d->dtype, d->root, (void *)item->stream);
-  profApiCallEnd(&item->prof);
+  if (item->comm->prof.ctx) {
+    profApiCall(&item->comm->prof, &item->prof, groupDepth ? groupDepth : 1, d->coll == collSend || d->coll == collRecv,
+                collName(d->coll), d->count, d->dtype, d->root, (void *)item->stream);
+    profApiCallEnd(&item->prof);
+  }
   if (groupDepth == 0) {
     profApiGroupEndBegin();
     ncclResult_t res = launchItems(item, 1);

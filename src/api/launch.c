@@ -108,7 +108,7 @@ static const struct profCall *profLaunch(struct schedule *s, const struct groupI
     if (items[i].stream == stream && items[i].prof.ctx) any = &items[i].prof;
   if (!any) return NULL;
   void *group = profGroupStart(any);
-  int steps = profWantsSteps();
+  int steps = profWantsSteps() && scheduleProfiled(s) == 0;
   for (int i = 0; i < n; i++) {
     const struct groupItem *it = &items[i];
     if (it->stream != stream || !it->prof.ctx) continue;
@@ -141,11 +141,11 @@ static const struct profCall *profLaunch(struct schedule *s, const struct groupI
     for (int k = 0; ev && steps && k < s->ntasks; k++) {
       struct task *t = &s->tasks[k];
       if (t->opId != it->opId || t->boot != &it->comm->boot || t->channel > COMM_MAX_CHANNELS) continue;
-      t->prof.ctx = it->prof.ctx;
-      t->prof.parent = ev;
-      t->prof.channel = dense[t->channel];
-      if (lastOn[t->channel]) lastOn[t->channel]->prof.kchNext = &t->prof;
-      else t->prof.kchFirst = 1;
+      t->prof->ctx = it->prof.ctx;
+      t->prof->parent = ev;
+      t->prof->channel = dense[t->channel];
+      if (lastOn[t->channel]) lastOn[t->channel]->prof->kchNext = t->prof;
+      else t->prof->kchFirst = 1;
       lastOn[t->channel] = t;
     }
     profStop(ev);
@@ -180,26 +180,31 @@ static void traceEnded(const struct groupItem *items, int n, cudaStream_t stream
 
 /* CHORUS_TRACE_LEVEL=steps: each task of the items on stream times its steps. */
 static void traceWire(struct schedule *s, const struct groupItem *items, int n, cudaStream_t stream) {
-  for (int i = 0; i < n; i++) {
+  for (int i = 0; i < n && scheduleProfiled(s) == 0; i++) {
     const struct groupItem *it = &items[i];
     if (it->stream != stream || it->comm->trace.level < 2) continue;
     for (int k = 0; k < s->ntasks; k++) {
       struct task *t = &s->tasks[k];
       if (t->opId != it->opId || t->boot != &it->comm->boot) continue;
-      t->prof.trace = &it->comm->trace;
-      t->prof.traceSeq = it->desc.check.seq;
-      t->prof.traceOp = collName(it->desc.coll);
+      t->prof->trace = &it->comm->trace;
+      t->prof->traceSeq = it->desc.check.seq;
+      t->prof->traceOp = collName(it->desc.coll);
     }
   }
 }
+
+/* The clock of a launch's events: the fine one when the stats or the trace
+ * time it, else the coarse one (the flight recorder's ms are enough, and
+ * the fine clock costs 25 ns a reading here, twice a call). */
+static uint64_t launchClock(void) { return statsActive() || traceActive() ? clockNs() : clockCoarseNs(); }
 
 /* Everything that watches a launch end: the flight recorder, the stats, the trace. */
 static void launchEnded(const struct groupItem *items, int n, cudaStream_t stream, ncclResult_t res, int skipped,
                         uint64_t startNs, uint64_t endNs) {
   flightEnded(items, n, stream, res, skipped, endNs);
   if (skipped) return;
-  statsEnded(items, n, stream, res, endNs - startNs);
-  traceEnded(items, n, stream, res, startNs, endNs);
+  if (statsActive()) statsEnded(items, n, stream, res, endNs - startNs);
+  if (traceActive()) traceEnded(items, n, stream, res, startNs, endNs);
 }
 
 /* Sends to self must be matched by receives from self in the same launch,
@@ -313,7 +318,7 @@ static ncclResult_t streamJobRun(struct streamWork *w, ncclResult_t status) {
   struct streamJob *job = (struct streamJob *)w;
   logStartThreadErrors();
   if (status != ncclSuccess) return status;
-  job->startedNs = clockNs();
+  job->startedNs = launchClock();
   flightRunning(job->items, job->n, job->items[0].stream, job->startedNs);
   return engineRun(&job->sched);
 }
@@ -321,7 +326,7 @@ static ncclResult_t streamJobRun(struct streamWork *w, ncclResult_t status) {
 static void streamJobDone(struct streamWork *w, ncclResult_t res) {
   struct streamJob *job = (struct streamJob *)w;
   watchEnd(job->items, job->n, job->items[0].stream, res, !w->skipped);
-  launchEnded(job->items, job->n, job->items[0].stream, res, w->skipped, job->startedNs, clockNs());
+  launchEnded(job->items, job->n, job->items[0].stream, res, w->skipped, job->startedNs, launchClock());
   markFailed(job->items, job->n, job->items[0].stream, res);
   busyAdd(job->items, job->n, job->items[0].stream, -1);
   jobPut(job);
@@ -340,8 +345,8 @@ static ncclResult_t launchStream(const struct groupItem *items, int n, cudaStrea
     return res;
   }
   if (dumpSchedules()) schedulePrint(&job->sched, stdout);
-  const struct profCall *prof = profLaunch(&job->sched, job->items, job->n, stream);
-  traceWire(&job->sched, job->items, job->n, stream);
+  const struct profCall *prof = profActive() ? profLaunch(&job->sched, job->items, job->n, stream) : NULL;
+  if (traceActive()) traceWire(&job->sched, job->items, job->n, stream);
   void *launchEvent = prof ? profKernelLaunchStart(prof, (void *)stream) : NULL;
   job->work.run = streamJobRun;
   job->work.done = streamJobDone;
@@ -365,7 +370,7 @@ static int firstOfItsStream(const struct groupItem *items, int i, int byDevice) 
 ncclResult_t launchItems(struct groupItem *items, int n) {
   CHECK(checkSelfP2p(items, n));
   for (int i = 0; i < n; i++) watchNumber(&items[i]);
-  uint64_t queuedNs = clockNs(); /* when the NULL stream's part starts, too */
+  uint64_t queuedNs = launchClock(); /* when the NULL stream's part starts, too */
   flightQueued(items, n, queuedNs);
   /* NULL-stream work waits for what was issued before on its device's
    * blocking streams (CUDA's legacy stream), not for this group's own
@@ -386,15 +391,15 @@ ncclResult_t launchItems(struct groupItem *items, int n) {
   CHECK(buildItems(s, items, n, NULL));
   if (s->ntasks == 0) return ncclSuccess;
   if (dumpSchedules()) schedulePrint(s, stdout);
-  const struct profCall *prof = profLaunch(s, items, n, NULL);
-  traceWire(s, items, n, NULL);
+  const struct profCall *prof = profActive() ? profLaunch(s, items, n, NULL) : NULL;
+  if (traceActive()) traceWire(s, items, n, NULL);
   if (prof) profStop(profKernelLaunchStart(prof, NULL)); /* the caller runs it: launched at once */
   busyAdd(items, n, NULL, 1);
   watchBegin(items, n, NULL);
   logStartThreadErrors();
   ncclResult_t res = engineRun(s);
   watchEnd(items, n, NULL, res, 1);
-  launchEnded(items, n, NULL, res, 0, queuedNs, clockNs());
+  launchEnded(items, n, NULL, res, 0, queuedNs, launchClock());
   markFailed(items, n, NULL, res);
   busyAdd(items, n, NULL, -1);
   return res;

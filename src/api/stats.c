@@ -7,8 +7,11 @@
 #include "api/group.h"
 #include "core/param.h"
 
+int statsCommsOn; /* communicators counting (statsActive) */
+
 void statsInit(struct ncclComm *comm) {
   comm->stats.b = paramInt(paramStats) > 0 ? calloc(collTypeCount * STATS_SIZES, sizeof *comm->stats.b) : NULL;
+  if (comm->stats.b) __atomic_add_fetch(&statsCommsOn, 1, __ATOMIC_RELAXED);
 }
 
 /* The size class of bytes: 0 for 0, else 1 + its highest bit. */
@@ -112,4 +115,5 @@ void statsReport(struct ncclComm *comm) {
   for (int k = 0; k < collTypeCount * STATS_SIZES; k++) free(s->b[k]);
   free(s->b);
   s->b = NULL;
+  __atomic_sub_fetch(&statsCommsOn, 1, __ATOMIC_RELAXED);
 }

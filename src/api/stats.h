@@ -29,6 +29,10 @@ struct collDesc;
 /* What nccl-tests calls an operation's size (an AllGather's: its whole output). */
 uint64_t statsOpBytes(const struct collDesc *d, int nranks);
 
+/* 1 while any communicator counts: launches skip statsEnded otherwise. */
+extern int statsCommsOn;
+static inline int statsActive(void) { return __atomic_load_n(&statsCommsOn, __ATOMIC_RELAXED) != 0; }
+
 void statsInit(struct ncclComm *comm);
 /* Prints (when on) and frees. */
 void statsReport(struct ncclComm *comm);

@@ -71,9 +71,9 @@ static int profSlotsAhead(const struct task *t, const struct step *st, int dir, 
 static void profSlotBegin(struct task *t, const struct step *st) {
   for (int dir = 0; dir < 2; dir++) {
     const struct conn *c = dir ? st->recv : st->send;
-    if (!c || t->prof.step[dir]) continue;
-    int fresh = !t->prof.op[dir] || t->prof.opPeer[dir] != c->peer;
-    profStepBegin(&t->prof, dir, t->rank, t->prof.channel, c->peer, fresh ? profSlotsAhead(t, st, dir, c->peer) : 0,
+    if (!c || t->prof->step[dir]) continue;
+    int fresh = !t->prof->op[dir] || t->prof->opPeer[dir] != c->peer;
+    profStepBegin(t->prof, dir, t->rank, t->prof->channel, c->peer, fresh ? profSlotsAhead(t, st, dir, c->peer) : 0,
                   (int)c->slotBytes);
   }
 }
@@ -91,20 +91,20 @@ static const char *traceKind(int type) {
 
 /* A traced step is blocked (from now, unless it was already). */
 static void traceBlocked(struct task *t) {
-  if (!t->prof.blockedNs) t->prof.blockedNs = clockNs();
+  if (!t->prof->blockedNs) t->prof->blockedNs = clockNs();
 }
 
 /* A traced step moved a slot; when that was its last, it goes to the timeline. */
 static void traceMoved(struct task *t, const struct step *st) {
   uint64_t now = clockNs();
-  if (t->prof.blockedNs) t->prof.waitNs += now - t->prof.blockedNs;
-  t->prof.blockedNs = 0;
+  if (t->prof->blockedNs) t->prof->waitNs += now - t->prof->blockedNs;
+  t->prof->blockedNs = 0;
   if (t->off != st->bytes) return;
   const struct conn *c = st->send ? st->send : st->recv;
-  traceStep(t->prof.trace, t->prof.traceSeq, t->prof.traceOp, t->channel, traceKind(st->type), c ? c->peer : -1,
-            st->bytes, t->prof.stepStartNs, now, t->prof.waitNs);
-  t->prof.stepStartNs = 0;
-  t->prof.waitNs = 0;
+  traceStep(t->prof->trace, t->prof->traceSeq, t->prof->traceOp, t->channel, traceKind(st->type), c ? c->peer : -1,
+            st->bytes, t->prof->stepStartNs, now, t->prof->waitNs);
+  t->prof->stepStartNs = 0;
+  t->prof->waitNs = 0;
 }
 
 /* Moves one slot's worth of a step if the FIFOs allow it.
@@ -117,16 +117,16 @@ static int stepAdvance(struct task *t, struct step *st) {
   uint32_t limit = st->recv ? st->recv->slotBytes : st->send ? st->send->slotBytes : 0;
   size_t nb = st->bytes - off;
   if (limit && nb > limit) nb = limit;
-  if (t->prof.ctx) profSlotBegin(t, st);
+  if (t->prof && t->prof->ctx) profSlotBegin(t, st);
   if (st->recv && !(slotIn = st->rp->recvSlot(st->recv))) {
     struct opDesc other; /* the peer posted this operation's first slot with another protocol */
     if (t->check && (st->check & CHECK_RECV_DESC) && off == 0 && st->rp->foreign(st->recv, &other))
       return stepMismatch(t, st, &other);
-    if (t->prof.ctx) profStepWait(&t->prof, 1);
+    if (t->prof && t->prof->ctx) profStepWait(t->prof, 1);
     return 0;
   }
   if (st->send && !(slotOut = st->sp->sendSlot(st->send))) {
-    if (t->prof.ctx) profStepWait(&t->prof, 0);
+    if (t->prof && t->prof->ctx) profStepWait(t->prof, 0);
     return 0;
   }
   if (t->check) {
@@ -189,9 +189,9 @@ static int stepAdvance(struct task *t, struct step *st) {
   if (st->recv) st->rp->recvDone(st->recv);
   if (!posted) st->sp->sendPost(st->send, nb);
   t->off = off + nb;
-  if (t->prof.ctx) {
-    if (st->send) profStepEnd(&t->prof, 0, nb);
-    if (st->recv) profStepEnd(&t->prof, 1, nb);
+  if (t->prof && t->prof->ctx) {
+    if (st->send) profStepEnd(t->prof, 0, nb);
+    if (st->recv) profStepEnd(t->prof, 1, nb);
   }
   return 1;
 }
@@ -200,18 +200,18 @@ static int stepAdvance(struct task *t, struct step *st) {
  * on a mismatched operation. */
 static int taskProgress(struct schedule *s, struct task *t) {
   int moved = 0;
-  if (t->prof.ctx && !t->prof.begun) profTaskBegin(&t->prof);
+  if (t->prof && t->prof->ctx && !t->prof->begun) profTaskBegin(t->prof);
   while (t->cur < t->nsteps) {
     struct step *st = &s->steps[t->firstStep + t->cur];
-    if (t->prof.trace && !t->prof.stepStartNs) t->prof.stepStartNs = clockNs();
+    if (t->prof && t->prof->trace && !t->prof->stepStartNs) t->prof->stepStartNs = clockNs();
     int r = stepAdvance(t, st);
     if (r < 0) return -1;
     if (!r) {
-      if (t->prof.trace) traceBlocked(t);
+      if (t->prof && t->prof->trace) traceBlocked(t);
       break;
     }
     moved = 1;
-    if (t->prof.trace) traceMoved(t, st);
+    if (t->prof && t->prof->trace) traceMoved(t, st);
     if (t->off == st->bytes) {
       t->cur++;
       t->off = 0;
@@ -219,7 +219,7 @@ static int taskProgress(struct schedule *s, struct task *t) {
   }
   if (t->cur == t->nsteps) {
     t->done = 1;
-    if (t->prof.ctx) profTaskEnd(&t->prof);
+    if (t->prof && t->prof->ctx) profTaskEnd(t->prof);
   }
   return moved;
 }
@@ -398,8 +398,8 @@ static ncclResult_t engineRunTasks(struct schedule *s);
 
 ncclResult_t engineRun(struct schedule *s) {
   ncclResult_t res = engineRunTasks(s);
-  for (int i = 0; i < s->ntasks; i++) /* a failed run leaves tasks with events open */
-    if (s->tasks[i].prof.ctx) profTaskEnd(&s->tasks[i].prof);
+  for (int i = 0; s->ntasks && s->tasks[0].prof && i < s->ntasks; i++) /* a failed run leaves events open */
+    if (s->tasks[i].prof->ctx) profTaskEnd(s->tasks[i].prof);
   return res;
 }
 

@@ -83,7 +83,21 @@ void scheduleFree(struct schedule *s) {
   free(s->tasks);
   free(s->steps);
   free(s->temps);
+  free(s->profs);
   memset(s, 0, sizeof *s);
+}
+
+int scheduleProfiled(struct schedule *s) {
+  if (s->ntasks > 0 && s->tasks[0].prof) return 0; /* done for this build */
+  if (s->profCap < s->ntasks) {
+    struct profTask *p = realloc(s->profs, sizeof *p * (size_t)s->ntasks);
+    if (!p) return -1;
+    s->profs = p;
+    s->profCap = s->ntasks;
+  }
+  memset(s->profs, 0, sizeof *s->profs * (size_t)s->ntasks);
+  for (int i = 0; i < s->ntasks; i++) s->tasks[i].prof = &s->profs[i];
+  return 0;
 }
 
 void *scheduleTemp(struct schedule *s, size_t bytes) {

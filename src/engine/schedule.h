@@ -59,7 +59,7 @@ struct task {
   int check;          /* compare descriptors (CHORUS_CHECK) */
   struct opDesc desc; /* this rank's call */
   int channel;        /* its channel (collective lanes), or the point-to-point lane's number */
-  struct profTask prof; /* profiler step events (prof.ctx NULL: none) */
+  struct profTask *prof; /* profiler and timeline events (scheduleProfiled; NULL: none) */
 };
 
 struct scheduleTemp {
@@ -84,6 +84,8 @@ struct schedule {
   size_t tempSpan; /* bytes of the reserved range handed out */
   int tempDirect;  /* some are memory at once (the range is full or missing) */
   uint64_t timeoutNs; /* the shortest timeout of its communicators (0: CHORUS_TIMEOUT) */
+  struct profTask *profs; /* each task's, when a run is profiled or traced (scheduleProfiled) */
+  int profCap;
   /* The operation being built: what the tasks and steps added next carry. */
   int proto;     /* its protocol (enum protoId), on each connection that allows it (protoFor) */
   uint64_t opId; /* its operation id */
@@ -103,6 +105,10 @@ int scheduleAddStep(struct schedule *s, int type, int flags, struct conn *recv, 
  * them sends or expects it. */
 void scheduleMarkOp(struct schedule *s, int firstTask, const struct opDesc *desc);
 void schedulePrint(const struct schedule *s, FILE *out);
+/* Gives every task of the schedule its (zeroed) profiler state, kept out
+ * of struct task so that runs nobody profiles do not carry it; after the
+ * build, before the run. 0, or -1 when out of memory. */
+int scheduleProfiled(struct schedule *s);
 /* A staging buffer that lives as long as the schedule's current content:
  * an address for the builder's steps, backed by memory once the run binds
  * it. Builders never touch it themselves. */

@@ -26,7 +26,7 @@ static void *pluginLib;
 static int pluginVersion;     /* 6, 5, 4; 0: none loaded */
 static const struct profPluginV6 *pluginV6; /* v6 and v5 */
 static const struct profPluginV4 *pluginV4;
-static int loaded;            /* read without the lock on every hook */
+int profPluginLoaded;         /* read without the lock on every hook (profActive) */
 static int activationMask;    /* the plugin sets and may change it (NCCL's eActivationMask) */
 static pid_t loadPid;
 
@@ -107,11 +107,11 @@ static void pluginLoad(void) {
   loadPid = getpid();
   const char *pname = pluginVersion >= 5 ? pluginV6->name : pluginV4->name;
   INFO(subsysInit, "PROFILER/Plugin: Loaded %s (v%d) from %s", pname ? pname : "(unnamed)", pluginVersion, used);
-  __atomic_store_n(&loaded, 1, __ATOMIC_RELEASE);
+  __atomic_store_n(&profPluginLoaded, 1, __ATOMIC_RELEASE);
 }
 
 static void pluginUnload(void) {
-  __atomic_store_n(&loaded, 0, __ATOMIC_RELEASE);
+  __atomic_store_n(&profPluginLoaded, 0, __ATOMIC_RELEASE);
   if (pluginLib) dlclose(pluginLib);
   pluginLib = NULL;
   pluginV6 = NULL;
@@ -151,7 +151,7 @@ void profCommFinalize(struct profComm *p) {
 }
 
 static int maskNow(void) {
-  return __atomic_load_n(&loaded, __ATOMIC_ACQUIRE) ? __atomic_load_n(&activationMask, __ATOMIC_RELAXED) : 0;
+  return __atomic_load_n(&profPluginLoaded, __ATOMIC_ACQUIRE) ? __atomic_load_n(&activationMask, __ATOMIC_RELAXED) : 0;
 }
 
 /* Starts an event described in version 6's terms, translated for older
@@ -213,7 +213,7 @@ static void *startEvent(void *ctx, struct profDescrV6 *d) {
 }
 
 static void recordState(void *h, int state, size_t transSize) {
-  if (!h || !__atomic_load_n(&loaded, __ATOMIC_ACQUIRE)) return;
+  if (!h || !__atomic_load_n(&profPluginLoaded, __ATOMIC_ACQUIRE)) return;
   union profStateArgs a;
   memset(&a, 0, sizeof a);
   a.proxyStep.transSize = transSize;
@@ -222,7 +222,7 @@ static void recordState(void *h, int state, size_t transSize) {
 }
 
 void profStop(void *h) {
-  if (!h || !__atomic_load_n(&loaded, __ATOMIC_ACQUIRE)) return;
+  if (!h || !__atomic_load_n(&profPluginLoaded, __ATOMIC_ACQUIRE)) return;
   if (pluginVersion >= 5) pluginV6->stopEvent(h);
   else pluginV4->stopEvent(h);
 }
@@ -289,10 +289,11 @@ void profApiCall(const struct profComm *p, struct profCall *out, int depth, int 
 void profApiCallEnd(const struct profCall *call) { profStop(call->callApi); }
 
 void profApiGroupEndBegin(void) {
-  if (api.groupApi) recordState(api.groupApi, profStateGroupEndApiStart, 0);
+  if (profActive() && api.groupApi) recordState(api.groupApi, profStateGroupEndApiStart, 0);
 }
 
 void profApiGroupEndDone(void) {
+  if (!profActive()) return; /* no thread-local read (a call, in a shared library) on every launch */
   if (api.groupApi) profStop(api.groupApi);
   api.groupApi = NULL;
   api.ctx = NULL;
@@ -434,7 +435,7 @@ void profTaskEnd(struct profTask *t) {
     union profStateArgs a;
     memset(&a, 0, sizeof a);
     a.kernelCh.pTimer = clockNs();
-    if (__atomic_load_n(&loaded, __ATOMIC_ACQUIRE)) {
+    if (__atomic_load_n(&profPluginLoaded, __ATOMIC_ACQUIRE)) {
       if (pluginVersion >= 5) pluginV6->recordEventState(t->kch, profStateKernelChStop, &a);
       else pluginV4->recordEventState(t->kch, profStateKernelChStop, &a);
     }

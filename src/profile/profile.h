@@ -23,6 +23,10 @@ struct profComm {
   uint64_t seq[16];     /* operations launched per function, NCCL's seqNumber */
 };
 
+/* 1 while a plugin is loaded: the hooks' callers skip them otherwise. */
+extern int profPluginLoaded;
+static inline int profActive(void) { return __atomic_load_n(&profPluginLoaded, __ATOMIC_ACQUIRE) != 0; }
+
 /* At a communicator's init (it loads the plugin the first time) and at its
  * destroy or abort (the last one unloads it). */
 void profCommInit(struct profComm *p, uint64_t commHash, const char *commName, int nNodes, int nranks, int rank);

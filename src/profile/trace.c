@@ -23,6 +23,7 @@ struct traceFile {
 
 static pthread_mutex_t fileLock = PTHREAD_MUTEX_INITIALIZER;
 static struct traceFile *theFile;
+int traceOpen; /* the file is open (traceActive) */
 
 int traceWanted(void) { return paramStr(paramTrace)[0] != 0; }
 
@@ -76,6 +77,7 @@ void traceCommOpen(struct traceComm *t, int rank, int nranks, uint64_t commHash,
     INFO(subsysProfile, "CHORUS_TRACE: writing %s (rank %d, clock offset to rank 0 %lld ns, error %llu ns)", path, rank,
          (long long)offsetNs, (unsigned long long)errorNs);
     theFile = tf;
+    __atomic_store_n(&traceOpen, 1, __ATOMIC_RELAXED);
   }
   theFile->refs++;
   struct traceFile *tf = theFile;
@@ -107,6 +109,7 @@ void traceCommClose(struct traceComm *t) {
     pthread_mutex_destroy(&tf->lock);
     free(tf);
     theFile = NULL;
+    __atomic_store_n(&traceOpen, 0, __ATOMIC_RELAXED);
   }
   pthread_mutex_unlock(&fileLock);
 }

@@ -21,6 +21,10 @@ struct traceComm {
   uint64_t commHash;
 };
 
+/* 1 while this process writes a timeline: launches skip the trace's
+ * work otherwise. */
+extern int traceOpen;
+static inline int traceActive(void) { return __atomic_load_n(&traceOpen, __ATOMIC_RELAXED) != 0; }
 /* 1 when this process wants a timeline (CHORUS_TRACE is set). */
 int traceWanted(void);
 /* After the communicator's clock offset to its rank 0 was measured: opens
