@@ -2,7 +2,7 @@
 # CHORUS_TRACE (src/profile/trace.h) and tools/chorus-trace: 3 ranks write a
 # timeline each at CHORUS_TRACE_LEVEL=steps; each file must be JSON with the
 # rank's track, its clock offset, its operations numbered 1, 2, 3, ... in
-# time order, and steps inside their operation; merge must give one file
+# time order, and steps inside their operation, one at a time per lane; merge must give one file
 # with every rank's track; report must list every collective with all 3
 # ranks and a split of its time; a file cut short (a crash) must still load.
 set -euo pipefail
@@ -33,7 +33,15 @@ for r in range(3):
         lo, hi = span[s["args"]["seq"]]
         assert lo - 1 <= s["ts"] and s["ts"] + s["dur"] <= hi + 1, f"rank {r}: step {s} outside its operation {lo}..{hi}"
         assert 0 <= s["args"]["wait_us"] <= s["dur"] + 0.01 and s["args"]["bytes"] > 0, s
-print("traces: 3 ranks, operations in order, steps inside them")
+    # A lane runs one step at a time: its steps follow each other.
+    lanes = {}
+    for s in steps:
+        lanes.setdefault(s["tid"], []).append(s)
+    for tid, ls in lanes.items():
+        ls.sort(key=lambda s: s["ts"])
+        for a, b in zip(ls, ls[1:]):
+            assert b["ts"] >= a["ts"] + a["dur"] - 0.002, f"rank {r} lane {tid}: {b} starts inside {a}"
+print("traces: 3 ranks, operations in order, steps inside them, one at a time per lane")
 PY
 "$bin/chorus-trace" merge "$dir/all.json" "$dir"/t.[012].json >"$dir/merge.out"
 grep -q "rank 2 of 3 (comm 0x" "$dir/merge.out" || { cat "$dir/merge.out"; exit 1; }
