@@ -24,7 +24,7 @@ flags=(-g -O1 -std=gnu11 -fsanitize=fuzzer-no-link,address,undefined -fno-saniti
 # _Float16), into one archive; a target that includes a source file defines
 # all of its symbols itself, so the linker never takes that one.
 objs=() pids=()
-for f in $(find src/bootstrap src/core src/transport -name '*.c' | sort); do
+for f in $(find src/bootstrap src/core src/topo src/transport -name '*.c' | sort); do
   o=$out/obj/$(echo "${f#src/}" | tr / _).o
   if [ ! -f "$o" ] || [ "$f" -nt "$o" ] || [ -n "$(find src include -name '*.h' -newer "$o" | head -1)" ]; then
     "$cc" "${flags[@]}" -c "$f" -o "$o" &

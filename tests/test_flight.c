@@ -5,9 +5,12 @@
  * dumps on SIGUSR1. Each rank's file must hold the last 4
  * operations, oldest first, in the states they were in: done, and the 7th
  * failed on ranks 0 and 1; done on rank 2, whose last are the Send and
- * the Recv. */
+ * the Recv. And first: a SIGUSR1 while a communicator is still in its
+ * rendezvous dumps an empty record (and crashes nothing). */
 #define _GNU_SOURCE
+#include <pthread.h>
 #include <signal.h>
+#include <sys/wait.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -83,6 +86,44 @@ static int checkFile(int rank) {
   return 0;
 }
 
+/* SIGUSR1 while a communicator waits in its rendezvous (its peer never
+ * comes): the dump must come (an empty record) and nothing may crash; the
+ * init then times out. Run in a child so that a crash is seen. */
+static void *raiseLater(void *arg) {
+  (void)arg;
+  usleep(300 * 1000);
+  kill(getpid(), SIGUSR1);
+  return NULL;
+}
+
+static int dumpDuringInit(void) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    setenv("CHORUS_TIMEOUT", "2", 1);
+    ncclUniqueId id;
+    if (ncclGetUniqueId(&id) != ncclSuccess) _exit(3);
+    pthread_t t;
+    pthread_create(&t, NULL, raiseLater, NULL);
+    ncclComm_t comm;
+    ncclResult_t res = ncclCommInitRank(&comm, 2, id, 0);
+    pthread_join(t, NULL);
+    _exit(res == ncclSuccess ? 4 : 0);
+  }
+  int status;
+  waitpid(pid, &status, 0);
+  EXPECT(WIFEXITED(status) && WEXITSTATUS(status) == 0, "SIGUSR1 during init: the child %s %d",
+         WIFSIGNALED(status) ? "died of signal" : "exited with", WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+  char path[128], line[1024];
+  snprintf(path, sizeof path, "%s/fr.0", dir);
+  FILE *f = fopen(path, "r");
+  EXPECT(f != NULL, "no dump on SIGUSR1 during init");
+  int ok = fgets(line, sizeof line, f) && strstr(line, "on SIGUSR1: the last 0 of 0 operations");
+  fclose(f);
+  unlink(path);
+  EXPECT(ok, "the dump during init: %s", line);
+  return 0;
+}
+
 int main(void) {
   snprintf(dir, sizeof dir, "/tmp/chorus-fr-XXXXXX");
   if (!mkdtemp(dir)) return 1;
@@ -90,6 +131,7 @@ int main(void) {
   snprintf(pattern, sizeof pattern, "%s/fr.%%r", dir);
   setenv("CHORUS_FLIGHT_RECORDER", "4", 1);
   setenv("CHORUS_FLIGHT_RECORDER_FILE", pattern, 1);
+  if (dumpDuringInit()) return 1;
   setenv("CHORUS_TIMEOUT", "2", 1);
   int failed = runRanks(3, rankMain, NULL, 30);
   int bad = failed;

@@ -175,8 +175,10 @@ static ncclResult_t treeDown(struct schedule *s, struct algoCtx *c, const struct
 
 /* Starts a task on lane ch after the lane's previous operation, without
  * becoming the lane's last: an operation's up and down tasks run at once. */
-static int treeTask(struct schedule *s, struct algoCtx *c, const struct collDesc *d, int after) {
-  return scheduleAddTask(s, &d->red, after, c->boot, c->abortFlag, c->rank, collName(d->coll));
+static int treeTask(struct schedule *s, struct algoCtx *c, const struct collDesc *d, int ch, int after) {
+  int t = scheduleAddTask(s, &d->red, after, c->boot, c->abortFlag, c->rank, collName(d->coll));
+  if (t >= 0) s->tasks[t].channel = ch;
+  return t;
 }
 
 static ncclResult_t treeBuild(struct schedule *s, struct algoCtx *c, const struct collDesc *d, int nch) {
@@ -196,13 +198,13 @@ static ncclResult_t treeBuild(struct schedule *s, struct algoCtx *c, const struc
       char *acc = NULL; /* Reduce: a rank other than the root adds up in a buffer of its own */
       if (d->coll == collReduce && x.parent >= 0 && x.nkids >= 2 && !(acc = scheduleTemp(s, cnt * esz)))
         return ncclSystemError;
-      if ((last = treeTask(s, c, d, after)) < 0) return ncclSystemError;
+      if ((last = treeTask(s, c, d, ch, after)) < 0) return ncclSystemError;
       for (size_t o = off; o < off + cnt; o += piece)
         CHECK(treeUp(s, c, d, ch, &x, o, off + cnt - o < piece ? off + cnt - o : piece, down,
                      acc ? acc + (o - off) * esz : NULL));
     }
     if (downTask) {
-      if ((last = treeTask(s, c, d, after)) < 0) return ncclSystemError;
+      if ((last = treeTask(s, c, d, ch, after)) < 0) return ncclSystemError;
       for (size_t o = off; o < off + cnt; o += piece)
         CHECK(treeDown(s, c, d, ch, &x, o, off + cnt - o < piece ? off + cnt - o : piece));
     }

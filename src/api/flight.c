@@ -13,6 +13,7 @@
 #include "core/clock.h"
 #include "core/log.h"
 #include "core/param.h"
+#include "core/spin.h"
 
 /* Communicators with a recorder, for SIGUSR1's dump. */
 static pthread_mutex_t liveLock = PTHREAD_MUTEX_INITIALIZER;
@@ -21,16 +22,32 @@ static int nlive, liveCap;
 
 /* SIGUSR1: the handler only writes a byte to a pipe (all a signal handler
  * may safely do); a thread of ours reads it and dumps every recorder. It is
- * installed only where the program left SIGUSR1 at its default. */
+ * installed only where the program left SIGUSR1 at its default (or where
+ * ours was inherited over fork). */
 static int sigPipe[2] = {-1, -1};
-static pid_t sigPid; /* a child forked later has no dump thread: it ignores the signal */
-static pthread_once_t sigOnce = PTHREAD_ONCE_INIT;
+static pid_t sigPid;  /* the process whose thread reads the pipe */
+static int sigReady;  /* that thread runs (under liveLock) */
 
 static void onSigusr1(int sig) {
-  (void)sig;
   int saved = errno;
-  if (sigPipe[1] >= 0 && getpid() == sigPid) (void)!write(sigPipe[1], "d", 1);
+  if (sigPipe[1] >= 0 && getpid() == sigPid) {
+    (void)!write(sigPipe[1], "d", 1); /* nonblocking: a full pipe has a dump coming anyway */
+  } else { /* a forked child with no dump thread yet: the signal's default (it ends the process) */
+    signal(sig, SIG_DFL);
+    raise(sig);
+  }
   errno = saved;
+}
+
+/* A child forked after: its parent's dump thread is not in it, nor are its
+ * communicators; the next one it makes starts its own thread. */
+static void afterForkChild(void) {
+  if (sigPipe[0] >= 0) close(sigPipe[0]);
+  if (sigPipe[1] >= 0) close(sigPipe[1]);
+  sigPipe[0] = sigPipe[1] = -1;
+  sigReady = 0;
+  nlive = 0;
+  pthread_mutex_init(&liveLock, NULL);
 }
 
 static void *dumpThread(void *arg) {
@@ -46,10 +63,21 @@ static void *dumpThread(void *arg) {
   }
 }
 
+/* Under liveLock, once per process (and again in a forked child). */
 static void sigSetup(void) {
+  static int atforkDone;
+  if (!atforkDone) {
+    pthread_atfork(NULL, NULL, afterForkChild);
+    atforkDone = 1;
+  }
+  if (sigReady) return;
+  sigReady = 1; /* tried: not again in this process, whatever comes of it */
   struct sigaction old;
-  if (sigaction(SIGUSR1, NULL, &old) != 0 || old.sa_handler != SIG_DFL || (old.sa_flags & SA_SIGINFO)) return;
+  if (sigaction(SIGUSR1, NULL, &old) != 0 || (old.sa_flags & SA_SIGINFO) ||
+      (old.sa_handler != SIG_DFL && old.sa_handler != onSigusr1))
+    return;
   if (pipe2(sigPipe, O_CLOEXEC) != 0) return;
+  fcntl(sigPipe[1], F_SETFL, fcntl(sigPipe[1], F_GETFL) | O_NONBLOCK);
   sigPid = getpid();
   pthread_attr_t attr;
   pthread_attr_init(&attr);
@@ -84,8 +112,8 @@ void flightInit(struct ncclComm *comm) {
   if (!f->ring) return;
   f->cap = (uint32_t)cap;
   f->mask = slots - 1;
-  pthread_once(&sigOnce, sigSetup);
   pthread_mutex_lock(&liveLock);
+  sigSetup();
   if (nlive == liveCap) {
     int ncap = liveCap ? 2 * liveCap : 16;
     struct ncclComm **l = realloc(live, sizeof *l * (size_t)ncap);
@@ -105,11 +133,9 @@ void flightFree(struct ncclComm *comm) {
   f->ring = NULL;
 }
 
-/* The recorder's lock: held for a few stores, except while a dump formats. */
-static void recLock(struct flightRecorder *f) {
-  while (__atomic_exchange_n(&f->lock, 1, __ATOMIC_ACQUIRE)) sched_yield();
-}
-static void recUnlock(struct flightRecorder *f) { __atomic_store_n(&f->lock, 0, __ATOMIC_RELEASE); }
+/* The recorder's lock: held for a few stores (a dump copies the ring out). */
+static void recLock(struct flightRecorder *f) { spinLock(&f->lock); }
+static void recUnlock(struct flightRecorder *f) { spinUnlock(&f->lock); }
 
 /* The entry of item (NULL when it was overwritten since, or never kept). */
 static struct flightEntry *entryOf(struct flightRecorder *f, uint64_t id) {
@@ -223,9 +249,10 @@ static void entryLine(const struct ncclComm *comm, const struct flightEntry *e, 
   n += snprintf(out + n, len - (size_t)n, ", queued at %.6f s", at);
   if ((size_t)n >= len) return;
   if (e->state == flightStateQueued)
-    snprintf(out + n, len - (size_t)n, ", waiting %.6f s", (double)(now - e->queuedNs) / 1e9);
+    snprintf(out + n, len - (size_t)n, ", waiting %.6f s", (double)(now > e->queuedNs ? now - e->queuedNs : 0) / 1e9);
   else if (e->state == flightStateRunning)
-    snprintf(out + n, len - (size_t)n, ", running for %.6f s", (double)(now - e->startedNs) / 1e9);
+    snprintf(out + n, len - (size_t)n, ", running for %.6f s",
+             (double)(now > e->startedNs ? now - e->startedNs : 0) / 1e9);
   else if (e->startedNs)
     snprintf(out + n, len - (size_t)n, ", ran %.6f s", (double)(e->endedNs - e->startedNs) / 1e9);
 }
@@ -241,24 +268,35 @@ void flightDump(struct ncclComm *comm, const char *why) {
     out = fopen(path, "a");
     if (!out) REPORT("Flight recorder: cannot open %s: %s", path, strerror(errno));
   }
+  /* A copy taken under the lock, written without it: calls on the
+   * communicator do not wait for the log's I/O. */
+  struct flightEntry *copy = malloc(sizeof *copy * ((size_t)f->mask + 1));
+  if (!copy) {
+    if (out) fclose(out);
+    return;
+  }
   recLock(f);
-  uint64_t now = clockNs(), first = f->next > f->cap ? f->next - f->cap + 1 : 1; /* the last cap */
-  char head[300];
+  uint64_t next = f->next, first = next > f->cap ? next - f->cap + 1 : 1; /* the last cap */
+  memcpy(copy, f->ring, sizeof *copy * ((size_t)f->mask + 1));
+  recUnlock(f);
+  uint64_t now = clockCoarseNs();
+  char head[400], host[256] = "";
+  gethostname(host, sizeof host - 1); /* the bootstrap's view may not exist yet (a dump during init) */
   snprintf(head, sizeof head,
            "Flight recorder of rank %d of %d (commId 0x%llx, host %s, pid %d) on %s: the last %llu of %llu operations, "
            "oldest first",
-           comm->rank, comm->nranks, (unsigned long long)comm->commHash, comm->boot.peers[comm->rank].hostname,
-           (int)getpid(), why, (unsigned long long)(f->next - first + 1), (unsigned long long)f->next);
+           comm->rank, comm->nranks, (unsigned long long)comm->commHash, host, (int)getpid(), why,
+           (unsigned long long)(next - first + 1), (unsigned long long)next);
   REPORT("%s", head);
   if (out) fprintf(out, "%s\n", head);
-  for (uint64_t id = first; id <= f->next; id++) {
-    const struct flightEntry *e = &f->ring[(id - 1) & f->mask];
+  for (uint64_t id = first; id <= next; id++) {
+    const struct flightEntry *e = &copy[(id - 1) & f->mask];
     if (e->id != id) continue;
     char line[512];
     entryLine(comm, e, now, line, sizeof line);
     REPORT("  %s", line);
     if (out) fprintf(out, "  %s\n", line);
   }
-  recUnlock(f);
+  free(copy);
   if (out) fclose(out);
 }

@@ -45,7 +45,7 @@ void flightFree(struct ncclComm *comm);
 /* A launch's items (numbered) are queued (those on the NULL stream, which
  * the caller runs at once, start running); those on stream start running;
  * end with res (skipped: not run, an earlier failure on the stream); now:
- * clockNs() when it happened. A failure dumps the communicator's record
+ * when it happened (clockNs, or the coarse clock when nothing needs finer). A failure dumps the communicator's record
  * once. */
 void flightQueued(struct groupItem *items, int n, uint64_t now);
 void flightRunning(const struct groupItem *items, int n, void *stream, uint64_t now);

@@ -107,11 +107,17 @@ static const struct profCall *profLaunch(struct schedule *s, const struct groupI
   for (int i = 0; i < n && !any; i++)
     if (items[i].stream == stream && items[i].prof.ctx) any = &items[i].prof;
   if (!any) return NULL;
-  void *group = profGroupStart(any);
+  /* One Group event per communicator, in its own context, as NCCL has one
+   * per plan: item i's is groups[i] (shared with earlier items of its comm). */
+  void **groups = calloc((size_t)n, sizeof *groups);
+  if (!groups) return any;
   int steps = profWantsSteps() && scheduleProfiled(s) == 0;
   for (int i = 0; i < n; i++) {
     const struct groupItem *it = &items[i];
     if (it->stream != stream || !it->prof.ctx) continue;
+    int j = 0;
+    while (j < i && !(items[j].stream == stream && items[j].comm == it->comm && items[j].prof.ctx)) j++;
+    void *group = groups[i] = j < i ? groups[j] : profGroupStart(&it->prof);
     const struct collDesc *d = &it->desc;
     /* The channels its tasks use, numbered 0..nChannels-1 in the events
      * (a plugin looks each channel's KernelCh event up by that number, and
@@ -137,20 +143,25 @@ static const struct profCall *profLaunch(struct schedule *s, const struct groupI
                         it->plan.proto >= 0 && it->plan.proto < protoCount ? profProtoNames[it->plan.proto] : "Unknown",
                         it->comm->rank};
     void *ev = profOpStart(&it->comm->prof, d->coll, &it->prof, group, &op);
-    memset(lastOn, 0, sizeof lastOn);
+    struct profKernelCh *slot[COMM_MAX_CHANNELS + 1] = {0};
     for (int k = 0; ev && steps && k < s->ntasks; k++) {
       struct task *t = &s->tasks[k];
       if (t->opId != it->opId || t->boot != &it->comm->boot || t->channel > COMM_MAX_CHANNELS) continue;
       t->prof->ctx = it->prof.ctx;
       t->prof->parent = ev;
       t->prof->channel = dense[t->channel];
-      if (lastOn[t->channel]) lastOn[t->channel]->prof->kchNext = t->prof;
-      else t->prof->kchFirst = 1;
-      lastOn[t->channel] = t;
+      if (!slot[t->channel]) slot[t->channel] = scheduleKernelCh(s);
+      slot[t->channel]->tasks++;
+      t->prof->kch = slot[t->channel];
     }
     profStop(ev);
   }
-  profStop(group);
+  for (int i = 0; i < n; i++) { /* each Group once, after its operations */
+    int first = groups[i] != NULL;
+    for (int j = 0; first && j < i; j++) first = groups[j] != groups[i];
+    if (first) profStop(groups[i]);
+  }
+  free(groups);
   return any;
 }
 
@@ -367,11 +378,18 @@ static int firstOfItsStream(const struct groupItem *items, int i, int byDevice) 
   return 1;
 }
 
+/* A launch failed before the parts on the streams from item `from` on (and
+ * the NULL stream's) were handed over: their records end, skipped. */
+static void launchDropped(const struct groupItem *items, int n, int from, ncclResult_t res) {
+  uint64_t now = launchClock();
+  for (int i = 0; i < n; i++)
+    if (firstOfItsStream(items, i, 0) && (items[i].stream == NULL || i >= from))
+      flightEnded(items, n, items[i].stream, res, 1, now);
+}
+
 ncclResult_t launchItems(struct groupItem *items, int n) {
   CHECK(checkSelfP2p(items, n));
   for (int i = 0; i < n; i++) watchNumber(&items[i]);
-  uint64_t queuedNs = launchClock(); /* when the NULL stream's part starts, too */
-  flightQueued(items, n, queuedNs);
   /* NULL-stream work waits for what was issued before on its device's
    * blocking streams (CUDA's legacy stream), not for this group's own
    * stream work, queued just below. Parts on several streams (the NULL
@@ -382,14 +400,24 @@ ncclResult_t launchItems(struct groupItem *items, int n) {
     lanes += firstOfItsStream(items, i, 0);
     if (items[i].stream == NULL && firstOfItsStream(items, i, 1)) streamLegacyWait(items[i].comm->cudaDev);
   }
+  uint64_t queuedNs = launchClock(); /* when the NULL stream's part starts, too (after that wait) */
+  flightQueued(items, n, queuedNs);
   for (int i = 0; i < n; i++)
-    if (items[i].stream != NULL && firstOfItsStream(items, i, 0))
-      CHECK(launchStream(items, n, items[i].stream, lanes > 1));
+    if (items[i].stream != NULL && firstOfItsStream(items, i, 0)) {
+      ncclResult_t res = launchStream(items, n, items[i].stream, lanes > 1);
+      if (res != ncclSuccess) {
+        launchDropped(items, n, i, res);
+        return res;
+      }
+    }
   struct schedule *s = &inlineSched;
   if (s->taskCap == 0) inlineSchedInUse();
   scheduleReset(s);
-  CHECK(buildItems(s, items, n, NULL));
-  if (s->ntasks == 0) return ncclSuccess;
+  ncclResult_t built = buildItems(s, items, n, NULL);
+  if (built != ncclSuccess || s->ntasks == 0) { /* nothing of the NULL stream's runs */
+    launchDropped(items, n, n, built);
+    return built;
+  }
   if (dumpSchedules()) schedulePrint(s, stdout);
   const struct profCall *prof = profActive() ? profLaunch(s, items, n, NULL) : NULL;
   if (traceActive()) traceWire(s, items, n, NULL);

@@ -6,6 +6,7 @@
 
 #include "api/group.h"
 #include "core/param.h"
+#include "core/spin.h"
 
 int statsCommsOn; /* communicators counting (statsActive) */
 
@@ -62,12 +63,15 @@ void statsEnded(const struct groupItem *items, int n, void *stream, ncclResult_t
     const struct collDesc *d = &items[i].desc;
     uint64_t bytes = statsOpBytes(d, comm->nranks);
     int k = d->coll * STATS_SIZES + sizeClass(bytes);
+    spinLock(&comm->stats.lock);
     struct statsBucket *b = comm->stats.b[k];
-    if (!b && !(b = comm->stats.b[k] = calloc(1, sizeof *b))) continue;
-    b->calls++;
-    b->bytes += bytes;
-    b->sumNs += ns;
-    b->times[timeClass(ns)]++;
+    if (b || (b = comm->stats.b[k] = calloc(1, sizeof *b))) {
+      b->calls++;
+      b->bytes += bytes;
+      b->sumNs += ns;
+      b->times[timeClass(ns)]++;
+    }
+    spinUnlock(&comm->stats.lock);
   }
 }
 

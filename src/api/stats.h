@@ -23,6 +23,7 @@ struct statsBucket {
 
 struct commStats {
   struct statsBucket **b; /* [collTypeCount * STATS_SIZES], each made at its first call (NULL: off) */
+  int lock;               /* a spinlock (core/spin.h): streams' workers and the caller end launches at once */
 };
 
 struct collDesc;

@@ -84,6 +84,7 @@ void scheduleFree(struct schedule *s) {
   free(s->steps);
   free(s->temps);
   free(s->profs);
+  free(s->kchs);
   memset(s, 0, sizeof *s);
 }
 
@@ -93,11 +94,21 @@ int scheduleProfiled(struct schedule *s) {
     struct profTask *p = realloc(s->profs, sizeof *p * (size_t)s->ntasks);
     if (!p) return -1;
     s->profs = p;
+    struct profKernelCh *k = realloc(s->kchs, sizeof *k * (size_t)s->ntasks);
+    if (!k) return -1;
+    s->kchs = k;
     s->profCap = s->ntasks;
   }
   memset(s->profs, 0, sizeof *s->profs * (size_t)s->ntasks);
+  s->nkchs = 0;
   for (int i = 0; i < s->ntasks; i++) s->tasks[i].prof = &s->profs[i];
   return 0;
+}
+
+struct profKernelCh *scheduleKernelCh(struct schedule *s) {
+  struct profKernelCh *k = &s->kchs[s->nkchs++]; /* never more than the tasks */
+  memset(k, 0, sizeof *k);
+  return k;
 }
 
 void *scheduleTemp(struct schedule *s, size_t bytes) {

@@ -85,7 +85,8 @@ struct schedule {
   int tempDirect;  /* some are memory at once (the range is full or missing) */
   uint64_t timeoutNs; /* the shortest timeout of its communicators (0: CHORUS_TIMEOUT) */
   struct profTask *profs; /* each task's, when a run is profiled or traced (scheduleProfiled) */
-  int profCap;
+  struct profKernelCh *kchs; /* KernelCh events, at most one per task (scheduleKernelCh) */
+  int profCap, nkchs;
   /* The operation being built: what the tasks and steps added next carry. */
   int proto;     /* its protocol (enum protoId), on each connection that allows it (protoFor) */
   uint64_t opId; /* its operation id */
@@ -109,6 +110,8 @@ void schedulePrint(const struct schedule *s, FILE *out);
  * of struct task so that runs nobody profiles do not carry it; after the
  * build, before the run. 0, or -1 when out of memory. */
 int scheduleProfiled(struct schedule *s);
+/* A fresh KernelCh slot of the profiled schedule (scheduleProfiled first). */
+struct profKernelCh *scheduleKernelCh(struct schedule *s);
 /* A staging buffer that lives as long as the schedule's current content:
  * an address for the builder's steps, backed by memory once the run binds
  * it. Builders never touch it themselves. */

@@ -20,7 +20,7 @@ enum {
   profProxyOp = 1 << 3,      /* one channel's transfers to or from one peer */
   profProxyStep = 1 << 4,    /* one slot of those */
   profProxyCtrl = 1 << 5,    /* the progress thread's states */
-  profKernelCh = 1 << 6,     /* a GPU kernel's channel (none in chorus) */
+  profKernelCh = 1 << 6,     /* a kernel's channel: in chorus, an operation's tasks on one channel */
   profNetPlugin = 1 << 7,    /* events a network plugin defines */
   profGroupApi = 1 << 8,     /* ncclGroupStart .. ncclGroupEnd, or one bare call */
   profCollApi = 1 << 9,      /* the collective call itself */

@@ -29,6 +29,7 @@ static const struct profPluginV4 *pluginV4;
 int profPluginLoaded;         /* read without the lock on every hook (profActive) */
 static int activationMask;    /* the plugin sets and may change it (NCCL's eActivationMask) */
 static pid_t loadPid;
+static int loadGen; /* plugin loads so far: a thread's GroupApi handle from an earlier one is stale */
 
 /* NCCL's debug subsystem bits, as plugins pass them, in chorus's. */
 static unsigned subsysFromNccl(unsigned long flags) {
@@ -105,6 +106,7 @@ static void pluginLoad(void) {
   }
   pluginLib = h;
   loadPid = getpid();
+  __atomic_add_fetch(&loadGen, 1, __ATOMIC_RELAXED);
   const char *pname = pluginVersion >= 5 ? pluginV6->name : pluginV4->name;
   INFO(subsysInit, "PROFILER/Plugin: Loaded %s (v%d) from %s", pname ? pname : "(unnamed)", pluginVersion, used);
   __atomic_store_n(&profPluginLoaded, 1, __ATOMIC_RELEASE);
@@ -241,6 +243,7 @@ static _Thread_local struct {
   void *groupApi;
   void *ctx;
   int startStopped;
+  int gen; /* the plugin load it belongs to */
 } api;
 
 #define PROF_API_EVENTS (profGroupApi | profCollApi | profP2pApi | profKernelLaunch)
@@ -252,6 +255,7 @@ void profApiCall(const struct profComm *p, struct profCall *out, int depth, int 
   int mask = maskNow();
   if (!p->ctx || !(mask & (PROF_API_EVENTS | PROF_TASK_EVENTS))) return;
   out->ctx = p->ctx;
+  if (api.groupApi && api.gen != __atomic_load_n(&loadGen, __ATOMIC_RELAXED)) api.groupApi = NULL;
   if (!api.groupApi) {
     struct profDescrV6 d;
     memset(&d, 0, sizeof d);
@@ -259,6 +263,7 @@ void profApiCall(const struct profComm *p, struct profCall *out, int depth, int 
     d.groupApi.groupDepth = depth;
     api.groupApi = startEvent(p->ctx, &d);
     api.ctx = p->ctx;
+    api.gen = __atomic_load_n(&loadGen, __ATOMIC_RELAXED);
     api.startStopped = 0;
   }
   if (api.groupApi && !api.startStopped) { /* ncclGroupStart has returned (or the call's implicit one) */
@@ -293,7 +298,9 @@ void profApiGroupEndBegin(void) {
 }
 
 void profApiGroupEndDone(void) {
-  if (!profActive()) return; /* no thread-local read (a call, in a shared library) on every launch */
+  /* No thread-local read (a call, in a shared library) on every launch; a
+   * handle left by an unloaded plugin is dropped at the next call (loadGen). */
+  if (!profActive()) return;
   if (api.groupApi) profStop(api.groupApi);
   api.groupApi = NULL;
   api.ctx = NULL;
@@ -357,14 +364,17 @@ int profWantsSteps(void) { return (maskNow() & (profProxyOp | profProxyStep | pr
 
 void profTaskBegin(struct profTask *t) {
   t->begun = 1;
-  if (!t->kchFirst || !(maskNow() & profKernelCh)) return;
+  struct profKernelCh *k = t->kch;
+  if (!k || k->started) return;
+  k->started = 1;
+  if (!(maskNow() & profKernelCh)) return;
   struct profDescrV6 d;
   memset(&d, 0, sizeof d);
   d.type = profKernelCh;
   d.parentObj = t->parent;
   d.kernelCh.channelId = (uint8_t)t->channel;
   d.kernelCh.pTimer = clockNs(); /* NCCL's is the GPU's global timer, in ns too */
-  t->kch = startEvent(t->ctx, &d);
+  k->handle = startEvent(t->ctx, &d);
 }
 
 void profStepBegin(struct profTask *t, int dir, int rank, int channel, int peer, int nSteps, int chunk) {
@@ -428,18 +438,16 @@ void profTaskEnd(struct profTask *t) {
     profStop(t->op[dir]);
     t->step[dir] = t->op[dir] = NULL;
   }
-  if (!t->kch) return;
-  if (t->kchNext && !t->kchNext->begun) {
-    t->kchNext->kch = t->kch;
-  } else {
-    union profStateArgs a;
-    memset(&a, 0, sizeof a);
-    a.kernelCh.pTimer = clockNs();
-    if (__atomic_load_n(&profPluginLoaded, __ATOMIC_ACQUIRE)) {
-      if (pluginVersion >= 5) pluginV6->recordEventState(t->kch, profStateKernelChStop, &a);
-      else pluginV4->recordEventState(t->kch, profStateKernelChStop, &a);
-    }
-    profStop(t->kch);
+  struct profKernelCh *k = t->kch;
+  t->kch = NULL; /* counted once, however often the task is ended */
+  if (!k || --k->tasks > 0 || !k->handle) return;
+  union profStateArgs a;
+  memset(&a, 0, sizeof a);
+  a.kernelCh.pTimer = clockNs();
+  if (__atomic_load_n(&profPluginLoaded, __ATOMIC_ACQUIRE)) {
+    if (pluginVersion >= 5) pluginV6->recordEventState(k->handle, profStateKernelChStop, &a);
+    else pluginV4->recordEventState(k->handle, profStateKernelChStop, &a);
   }
-  t->kch = NULL;
+  profStop(k->handle);
+  k->handle = NULL;
 }

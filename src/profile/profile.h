@@ -73,8 +73,17 @@ void *profKernelLaunchStart(const struct profCall *call, void *stream);
 /* Ends any event above (NULL: none). */
 void profStop(void *handle);
 
-/* Step-level events of one task of the engine (embedded in struct task):
- * dir 0 sends, 1 receives. */
+/* NCCL's KernelCh event: one per channel of an operation, open from the
+ * first of that channel's tasks to start until the last one ends (the
+ * tasks of a schedule run on one thread). */
+struct profKernelCh {
+  void *handle;
+  int tasks;   /* the channel's tasks not done yet */
+  int started; /* the event was started (or was not wanted) */
+};
+
+/* Step-level events of one task of the engine (struct task points to one
+ * of its schedule's; engine/schedule.h): dir 0 sends, 1 receives. */
 struct profTask {
   void *ctx, *parent; /* NULL ctx: the task is not profiled */
   void *op[2];        /* the open ProxyOp per direction */
@@ -82,13 +91,9 @@ struct profTask {
   int opPeer[2];
   int stepNo[2];
   uint8_t waited[2];  /* the open step's wait state was recorded */
-  /* NCCL's KernelCh event: one per channel of an operation, from its first
-   * task on that channel starting to its last one ending; the tasks of a
-   * channel run one after another, each handing the event to the next. */
-  uint8_t begun, kchFirst;
-  int channel;
-  void *kch;
-  struct profTask *kchNext;
+  uint8_t begun;
+  int channel;                /* 0..nChannels-1 of its operation */
+  struct profKernelCh *kch;   /* its channel's KernelCh event (NULL: none, or this task is done) */
   /* CHORUS_TRACE_LEVEL=steps (profile/trace.h; NULL trace: not traced). */
   const struct traceComm *trace;
   uint32_t traceSeq;

@@ -51,9 +51,11 @@ void traceCommOpen(struct traceComm *t, int rank, int nranks, uint64_t commHash,
   if (!traceWanted()) return;
   pthread_mutex_lock(&fileLock);
   if (!theFile) {
+    static int written; /* a later communicator adds to this process's file, not over it */
     char path[4096];
     expand(paramStr(paramTrace), rank, path, sizeof path);
-    FILE *f = fopen(path, "w");
+    FILE *f = fopen(path, written ? "ae" : "we");
+    written = 1;
     struct traceFile *tf = f ? calloc(1, sizeof *tf) : NULL;
     if (!tf) {
       WARN("CHORUS_TRACE: cannot write %s: %s", path, f ? "out of memory" : strerror(errno));

@@ -2,9 +2,10 @@
  * process writes its operations, and at CHORUS_TRACE_LEVEL=steps each
  * task's steps with the time they waited for a peer, as Chrome / Perfetto
  * trace events (JSON array format, one event per line, so a file cut short
- * by a crash still opens). Times are rank 0's clock, in microseconds: each
- * communicator measures its offset to rank 0 at init (bootstrapClockOffset)
- * and the file says the offset and its error. `chorus-trace merge` makes
+ * by a crash still opens). Times are on the clock of rank 0 of the first
+ * communicator the process traced (the world, as programs make them), in
+ * microseconds: each communicator measures its offset to its rank 0 at init
+ * (bootstrapClockOffset) and the file says the offsets and their errors. `chorus-trace merge` makes
  * one file with a track per rank; `chorus-trace report` names stragglers
  * and where time went. */
 #ifndef CHORUS_PROFILE_TRACE_H
