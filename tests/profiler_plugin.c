@@ -1,8 +1,8 @@
 /* A profiler plugin for the tests (NCCL's plugin interface, version
- * PLUGIN_VERSION: 6, 5 or 4): it writes every call it gets to
+ * PLUGIN_VERSION: 6, 5, 4 or 3): it writes every call it gets to
  * $CHORUS_TEST_PROFILE_DIR/prof.<pid>.<n>.log, one file per communicator,
  * one line per call, for test_profiler to check:
- *   init RANK NRANKS NNODES HASH
+ *   init RANK NRANKS NNODES HASH          (version 3 is told none of them: -1 -1 -1 0)
  *   start ID TYPE PARENT RANK fields...   (PARENT: the parent's ID, 0: none, -1: not ours)
  *   state ID STATE TRANSSIZE
  *   stop ID
@@ -80,8 +80,10 @@ static struct event *newEvent(struct context *c, uint64_t type) {
 
 #if PLUGIN_VERSION >= 5
 typedef struct profDescrV6 descr_t;
-#else
+#elif PLUGIN_VERSION == 4
 typedef struct profDescrV4 descr_t;
+#else
+typedef struct profDescrV3 descr_t;
 #endif
 
 static const char *str(const char *s) { return s ? s : "-"; }
@@ -108,7 +110,13 @@ static ncclResult_t startEvent(void *context, void **handle, descr_t *d) {
     case profColl:
       LINE(c, "start %ld Coll %ld %d seq=%llu func=%s count=%zu dtype=%s root=%d nch=%d algo=%s proto=%s group=%ld\n",
            e->id, p, d->rank, (unsigned long long)d->coll.seqNumber, str(d->coll.func), d->coll.count,
-           str(d->coll.datatype), d->coll.root, d->coll.nChannels, str(d->coll.algo), str(d->coll.proto),
+           str(d->coll.datatype), d->coll.root,
+#if PLUGIN_VERSION >= 4
+           d->coll.nChannels,
+#else
+           d->coll.nMaxChannels,
+#endif
+           str(d->coll.algo), str(d->coll.proto),
 #if PLUGIN_VERSION >= 5
            parentId(d->coll.parentGroup)
 #else
@@ -118,7 +126,13 @@ static ncclResult_t startEvent(void *context, void **handle, descr_t *d) {
       break;
     case profP2p:
       LINE(c, "start %ld P2p %ld %d func=%s count=%zu dtype=%s peer=%d nch=%d\n", e->id, p, d->rank, str(d->p2p.func),
-           d->p2p.count, str(d->p2p.datatype), d->p2p.peer, d->p2p.nChannels);
+           d->p2p.count, str(d->p2p.datatype), d->p2p.peer,
+#if PLUGIN_VERSION >= 4
+           d->p2p.nChannels
+#else
+           1 /* version 3 does not say */
+#endif
+      );
       break;
     case profProxyOp:
       LINE(c, "start %ld ProxyOp %ld %d pid=%d ch=%d peer=%d nsteps=%d chunk=%d send=%d\n", e->id, p, d->rank,
@@ -128,7 +142,12 @@ static ncclResult_t startEvent(void *context, void **handle, descr_t *d) {
     case profProxyStep: LINE(c, "start %ld ProxyStep %ld %d step=%d\n", e->id, p, d->rank, d->proxyStep.step); break;
     case profKernelCh:
       LINE(c, "start %ld KernelCh %ld %d ch=%d timer=%llu\n", e->id, p, d->rank, d->kernelCh.channelId,
-           (unsigned long long)d->kernelCh.pTimer);
+#if PLUGIN_VERSION >= 4
+           (unsigned long long)d->kernelCh.pTimer
+#else
+           1ull /* version 3 has no timer */
+#endif
+      );
       break;
     default: LINE(c, "start %ld Unknown%llu %ld %d\n", e->id, (unsigned long long)d->type, p, d->rank); break;
   }
@@ -142,10 +161,18 @@ static ncclResult_t stopEvent(void *handle) {
   return ncclSuccess;
 }
 
-static ncclResult_t recordEventState(void *handle, int state, union profStateArgs *args) {
+#if PLUGIN_VERSION >= 4
+typedef union profStateArgs args_t;
+#define TRANS(a) ((a)->proxyStep.transSize)
+#else
+typedef union profStateArgsV3 args_t;
+#define TRANS(a) ((a)->proxyOp.transSize)
+#endif
+
+static ncclResult_t recordEventState(void *handle, int state, args_t *args) {
   struct event *e = handle;
   if (!e) return ncclSuccess;
-  LINE(e->ctx, "state %ld %d %zu\n", e->id, state, args ? args->proxyStep.transSize : 0);
+  LINE(e->ctx, "state %ld %d %zu\n", e->id, state, args ? TRANS(args) : 0);
   return ncclSuccess;
 }
 
@@ -167,7 +194,7 @@ static ncclResult_t init(void **context, uint64_t commId, int *mask, const char 
 #define TABLE_NAME(v) TABLE_NAME_(v)
 __attribute__((visibility("default"))) const struct profPluginV6 TABLE_NAME(PLUGIN_VERSION) = {
     "chorus-test", init, startEvent, stopEvent, recordEventState, finalize};
-#else
+#elif PLUGIN_VERSION == 4
 static ncclResult_t init(void **context, int *mask, const char *commName, uint64_t commHash, int nNodes, int nranks,
                          int rank, profLogFn logfn) {
   (void)commName;
@@ -175,5 +202,9 @@ static ncclResult_t init(void **context, int *mask, const char *commName, uint64
   return openContext(context, mask, commHash, nNodes, nranks, rank);
 }
 __attribute__((visibility("default"))) const struct profPluginV4 ncclProfiler_v4 = {
+    "chorus-test", init, startEvent, stopEvent, recordEventState, finalize};
+#else
+static ncclResult_t init(void **context, int *mask) { return openContext(context, mask, 0, -1, -1, -1); }
+__attribute__((visibility("default"))) const struct profPluginV3 ncclProfiler_v3 = {
     "chorus-test", init, startEvent, stopEvent, recordEventState, finalize};
 #endif

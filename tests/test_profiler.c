@@ -7,10 +7,10 @@
  * CollApi > Coll > ProxyOp > ProxyStep, P2pApi > P2p), the Coll fields
  * (per-function sequence numbers, count, datatype, root, algorithm,
  * protocol, channels), each ProxyOp's step count, and each step's states.
- *   test_profiler NRANKS PLUGIN [v4|absent]
+ *   test_profiler NRANKS PLUGIN [v4|v3|absent]
  * PLUGIN is what NCCL_PROFILER_PLUGIN is set to: a path, or NCCL's short
  * name (found through LD_LIBRARY_PATH as libnccl-profiler-NAME.so); v4: a
- * version 4 plugin (no API events); absent: no such plugin, and the ranks
+ * version 4 plugin (no API events); v3: version 3; absent: no such plugin, and the ranks
  * run without one. */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -103,7 +103,10 @@ static long ifield(const struct ev *e, const char *name) {
   } while (0)
 
 /* Checks one communicator's log; *rank and *hash say whose it is. */
-static int checkLog(const char *file, int n, int v4, int *rankOut, unsigned long long *hashOut) {
+/* v4: a version 4 or 3 plugin (no API events; Coll hangs off Group); v3:
+ * version 3 (told nothing at init, no channel counts for P2p, no
+ * KernelCh timer or KernelChStop). */
+static int checkLog(const char *file, int n, int v4, int v3, int *rankOut, unsigned long long *hashOut) {
   FILE *f = fopen(file, "r");
   CHECKF(f != NULL, "cannot open");
   char line[512];
@@ -141,7 +144,7 @@ static int checkLog(const char *file, int n, int v4, int *rankOut, unsigned long
       CHECKF(strcmp(type, "ProxyOp") == 0 || strcmp(type, "ProxyStep") == 0 || strcmp(type, "Coll") == 0 ||
                  strcmp(type, "P2p") == 0 || rk == 0,
              "only task events carry the rank: %s", line);
-      CHECKF((strcmp(type, "Coll") && strcmp(type, "P2p") && strcmp(type, "ProxyOp")) || rk == rank,
+      CHECKF((strcmp(type, "Coll") && strcmp(type, "P2p") && strcmp(type, "ProxyOp")) || rk == rank || v3,
              "rank %d in %s", rk, line);
     } else if (sscanf(line, "state %ld %d %zu", &id, &state, &ts) == 3) {
       struct ev *e = find(id);
@@ -159,6 +162,11 @@ static int checkLog(const char *file, int n, int v4, int *rankOut, unsigned long
   }
   fclose(f);
   CHECKF(inits == 1 && finals == 1, "%d init and %d finalize", inits, finals);
+  if (v3) { /* not told at init: the rank the task events carry */
+    for (int i = 0; i < nev && rank < 0; i++)
+      if (!strcmp(evs[i].type, "Coll")) sscanf(evs[i].fields, " start %*d %*s %*d %d", &rank);
+    nr = n, nodes = 1;
+  }
   CHECKF(nr == n && rank >= 0 && rank < n && nodes == 1, "init said rank %d of %d on %d nodes", rank, nr, nodes);
   *rankOut = rank;
   *hashOut = hash;
@@ -220,7 +228,7 @@ static int checkLog(const char *file, int n, int v4, int *rankOut, unsigned long
       CHECKF(ifield(e, "chunk") > 0, "ProxyOp chunkSize");
     } else if (!strcmp(e->type, "KernelCh")) {
       CHECKF(p && (!strcmp(p->type, "Coll") || !strcmp(p->type, "P2p")), "KernelCh hangs off %s", p ? p->type : "-");
-      CHECKF(e->lastState == 22 && ifield(e, "timer") > 0, "a KernelCh event without its KernelChStop");
+      CHECKF(v3 || (e->lastState == 22 && ifield(e, "timer") > 0), "a KernelCh event without its KernelChStop");
       CHECKF(ifield(e, "ch") < ifield(p, "nch"), "KernelCh channel %ld of nChannels %ld", ifield(e, "ch"),
              ifield(p, "nch"));
     } else if (!strcmp(e->type, "ProxyStep")) {
@@ -243,7 +251,8 @@ int main(int argc, char **argv) {
     fprintf(stderr, "usage: %s NRANKS PLUGIN.so [v4]\n", argv[0]);
     return 2;
   }
-  int n = atoi(argv[1]), v4 = argc > 3 && !strcmp(argv[3], "v4"), absent = argc > 3 && !strcmp(argv[3], "absent");
+  int n = atoi(argv[1]), v3 = argc > 3 && !strcmp(argv[3], "v3");
+  int v4 = v3 || (argc > 3 && !strcmp(argv[3], "v4")), absent = argc > 3 && !strcmp(argv[3], "absent");
   char dir[] = "/tmp/chorus-prof-XXXXXX";
   if (!mkdtemp(dir)) return 1;
   setenv("CHORUS_TEST_PROFILE_DIR", dir, 1);
@@ -264,7 +273,7 @@ int main(int argc, char **argv) {
     snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
     int rank;
     unsigned long long hash;
-    if (checkLog(path, n, v4, &rank, &hash)) bad = 1;
+    if (checkLog(path, n, v4, v3, &rank, &hash)) bad = 1;
     else {
       if (logs == 0) hash0 = hash;
       if (hash != hash0 || seen[rank]++) bad = 1, fprintf(stderr, "%s: rank %d, hash %llu\n", path, rank, hash);
@@ -285,6 +294,7 @@ int main(int argc, char **argv) {
     return 1;
   }
   if (bad) return 1;
-  printf("profiler plugin (%s): %d ranks, every event balanced and in NCCL's hierarchy\n", v4 ? "v4" : "v6", n);
+  printf("profiler plugin (%s): %d ranks, every event balanced and in NCCL's hierarchy\n", v3 ? "v3" : v4 ? "v4" : "v6+",
+         n);
   return 0;
 }

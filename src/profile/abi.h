@@ -177,6 +177,68 @@ struct profDescrV4 {
   };
 };
 
+/* Version 3: as version 4, with the communicator's name and hash in Coll
+ * and P2p, and no KernelCh timer. */
+struct profDescrV3 {
+  uint8_t type;
+  void *parentObj;
+  int rank;
+  union {
+    struct {
+      const char *name;
+      uint64_t commHash;
+      uint64_t seqNumber;
+      const char *func;
+      void const *sendBuff;
+      void *recvBuff;
+      size_t count;
+      int root;
+      const char *datatype;
+      uint8_t nMaxChannels;
+      uint8_t nWarps;
+      const char *algo;
+      const char *proto;
+    } coll;
+    struct {
+      const char *name;
+      uint64_t commHash;
+      const char *func;
+      void *buff;
+      const char *datatype;
+      size_t count;
+      int peer;
+    } p2p;
+    struct {
+      pid_t pid;
+      uint8_t channelId;
+      int peer;
+      int nSteps;
+      int chunkSize;
+      int isSend;
+    } proxyOp;
+    struct {
+      int step;
+    } proxyStep;
+    struct {
+      uint8_t channelId;
+    } kernelCh;
+    struct {
+      int64_t id;
+      void *data;
+    } netPlugin;
+  };
+};
+
+union profStateArgsV3 {
+  struct {
+    size_t transSize;
+    int steps;
+  } proxyOp;
+  struct {
+    int appendedProxyOps;
+  } proxyCtrl;
+};
+
 /* State arguments: the same in versions 4 to 6. */
 union profStateArgs {
   struct {
@@ -195,7 +257,8 @@ union profStateArgs {
 
 /* The exported tables: "ncclProfiler_v6" and "ncclProfiler_v5" share this
  * shape (their descriptors differ as above); "ncclProfiler_v4" takes the
- * comm hash after the name in init. */
+ * comm hash after the name in init; "ncclProfiler_v3"'s init takes only the
+ * mask. */
 struct profPluginV6 {
   const char *name;
   ncclResult_t (*init)(void **context, uint64_t commId, int *eActivationMask, const char *commName, int nNodes,
@@ -203,6 +266,15 @@ struct profPluginV6 {
   ncclResult_t (*startEvent)(void *context, void **eHandle, struct profDescrV6 *eDescr);
   ncclResult_t (*stopEvent)(void *eHandle);
   ncclResult_t (*recordEventState)(void *eHandle, int eState, union profStateArgs *eStateArgs);
+  ncclResult_t (*finalize)(void *context);
+};
+
+struct profPluginV3 {
+  const char *name;
+  ncclResult_t (*init)(void **context, int *eActivationMask);
+  ncclResult_t (*startEvent)(void *context, void **eHandle, struct profDescrV3 *eDescr);
+  ncclResult_t (*stopEvent)(void *eHandle);
+  ncclResult_t (*recordEventState)(void *eHandle, int eState, union profStateArgsV3 *eStateArgs);
   ncclResult_t (*finalize)(void *context);
 };
 

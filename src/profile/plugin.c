@@ -3,7 +3,8 @@
  * or a library name), then as libnccl-profiler-<name>.so; unset, as
  * libnccl-profiler.so; "none" loads nothing; STATIC_PLUGIN looks in the
  * program itself. The newest table it exports is used: ncclProfiler_v6,
- * then v5, then v4 (whose descriptors are translated). */
+ * then v5, v4, v3 (whose descriptors are translated, as NCCL's adapters
+ * do). */
 #define _GNU_SOURCE
 #include "profile/profile.h"
 
@@ -26,6 +27,7 @@ static void *pluginLib;
 static int pluginVersion;     /* 6, 5, 4; 0: none loaded */
 static const struct profPluginV6 *pluginV6; /* v6 and v5 */
 static const struct profPluginV4 *pluginV4;
+static const struct profPluginV3 *pluginV3;
 int profPluginLoaded;         /* read without the lock on every hook (profActive) */
 static int activationMask;    /* the plugin sets and may change it (NCCL's eActivationMask) */
 static pid_t loadPid;
@@ -99,15 +101,16 @@ static void pluginLoad(void) {
   if ((t = dlsym(h, "ncclProfiler_v6"))) pluginVersion = 6, pluginV6 = t;
   else if ((t = dlsym(h, "ncclProfiler_v5"))) pluginVersion = 5, pluginV6 = t;
   else if ((t = dlsym(h, "ncclProfiler_v4"))) pluginVersion = 4, pluginV4 = t;
+  else if ((t = dlsym(h, "ncclProfiler_v3"))) pluginVersion = 3, pluginV3 = t;
   if (!pluginVersion) {
-    WARN("PROFILER/Plugin: %s exports no ncclProfiler_v6, _v5 or _v4: continuing without a profiler", used);
+    WARN("PROFILER/Plugin: %s exports no ncclProfiler_v6, _v5, _v4 or _v3: continuing without a profiler", used);
     dlclose(h);
     return;
   }
   pluginLib = h;
   loadPid = getpid();
   __atomic_add_fetch(&loadGen, 1, __ATOMIC_RELAXED);
-  const char *pname = pluginVersion >= 5 ? pluginV6->name : pluginV4->name;
+  const char *pname = pluginVersion >= 5 ? pluginV6->name : pluginVersion == 4 ? pluginV4->name : pluginV3->name;
   INFO(subsysInit, "PROFILER/Plugin: Loaded %s (v%d) from %s", pname ? pname : "(unnamed)", pluginVersion, used);
   __atomic_store_n(&profPluginLoaded, 1, __ATOMIC_RELEASE);
 }
@@ -118,6 +121,7 @@ static void pluginUnload(void) {
   pluginLib = NULL;
   pluginV6 = NULL;
   pluginV4 = NULL;
+  pluginV3 = NULL;
   pluginVersion = 0;
 }
 
@@ -127,9 +131,10 @@ void profCommInit(struct profComm *p, uint64_t commHash, const char *commName, i
   if (loadRefs == 0) pluginLoad();
   if (pluginVersion) {
     loadRefs++;
-    ncclResult_t res = pluginVersion >= 5
-                           ? pluginV6->init(&p->ctx, commHash, &activationMask, commName, nNodes, nranks, rank, pluginLog)
-                           : pluginV4->init(&p->ctx, &activationMask, commName, commHash, nNodes, nranks, rank, pluginLog);
+    ncclResult_t res =
+        pluginVersion >= 5   ? pluginV6->init(&p->ctx, commHash, &activationMask, commName, nNodes, nranks, rank, pluginLog)
+        : pluginVersion == 4 ? pluginV4->init(&p->ctx, &activationMask, commName, commHash, nNodes, nranks, rank, pluginLog)
+                             : pluginV3->init(&p->ctx, &activationMask);
     if (res != ncclSuccess) {
       INFO(subsysInit, "PROFILER/Plugin: init failed with error %d: rank %d continues without a profiler", (int)res, rank);
       p->ctx = NULL;
@@ -145,7 +150,8 @@ void profCommFinalize(struct profComm *p) {
   pthread_mutex_lock(&loadLock);
   if (p->ctx && pluginVersion) {
     if (pluginVersion >= 5) pluginV6->finalize(p->ctx);
-    else pluginV4->finalize(p->ctx);
+    else if (pluginVersion == 4) pluginV4->finalize(p->ctx);
+    else pluginV3->finalize(p->ctx);
     p->ctx = NULL;
     if (--loadRefs == 0) pluginUnload();
   }
@@ -154,6 +160,54 @@ void profCommFinalize(struct profComm *p) {
 
 static int maskNow(void) {
   return __atomic_load_n(&profPluginLoaded, __ATOMIC_ACQUIRE) ? __atomic_load_n(&activationMask, __ATOMIC_RELAXED) : 0;
+}
+
+/* Version 3's descriptor of an event in version 6's terms. */
+static void *startEventV3(void *ctx, const struct profDescrV6 *d) {
+  struct profDescrV3 o;
+  memset(&o, 0, sizeof o);
+  o.type = (uint8_t)d->type;
+  o.parentObj = d->parentObj;
+  o.rank = d->rank;
+  switch (d->type) {
+    case profGroup: break;
+    case profColl:
+      o.coll.seqNumber = d->coll.seqNumber;
+      o.coll.func = d->coll.func;
+      o.coll.sendBuff = d->coll.sendBuff;
+      o.coll.recvBuff = d->coll.recvBuff;
+      o.coll.count = d->coll.count;
+      o.coll.root = d->coll.root;
+      o.coll.datatype = d->coll.datatype;
+      o.coll.nMaxChannels = d->coll.nChannels;
+      o.coll.nWarps = d->coll.nWarps;
+      o.coll.algo = d->coll.algo;
+      o.coll.proto = d->coll.proto;
+      o.parentObj = d->coll.parentGroup;
+      break;
+    case profP2p:
+      o.p2p.func = d->p2p.func;
+      o.p2p.buff = d->p2p.buff;
+      o.p2p.datatype = d->p2p.datatype;
+      o.p2p.count = d->p2p.count;
+      o.p2p.peer = d->p2p.peer;
+      o.parentObj = d->p2p.parentGroup;
+      break;
+    case profProxyOp:
+      o.proxyOp.pid = d->proxyOp.pid;
+      o.proxyOp.channelId = d->proxyOp.channelId;
+      o.proxyOp.peer = d->proxyOp.peer;
+      o.proxyOp.nSteps = d->proxyOp.nSteps;
+      o.proxyOp.chunkSize = d->proxyOp.chunkSize;
+      o.proxyOp.isSend = d->proxyOp.isSend;
+      break;
+    case profProxyStep: o.proxyStep.step = d->proxyStep.step; break;
+    case profKernelCh: o.kernelCh.channelId = d->kernelCh.channelId; break;
+    default: return NULL;
+  }
+  void *h = NULL;
+  pluginV3->startEvent(ctx, &h, &o);
+  return h;
 }
 
 /* Starts an event described in version 6's terms, translated for older
@@ -165,6 +219,7 @@ static void *startEvent(void *ctx, struct profDescrV6 *d) {
     pluginV6->startEvent(ctx, &h, d);
     return h;
   }
+  if (pluginVersion == 3) return startEventV3(ctx, d);
   struct profDescrV4 o;
   memset(&o, 0, sizeof o);
   o.type = (uint8_t)d->type;
@@ -214,19 +269,36 @@ static void *startEvent(void *ctx, struct profDescrV6 *d) {
   return h;
 }
 
-static void recordState(void *h, int state, size_t transSize) {
+/* Version 3 knows the step wait states only (and takes no arguments with
+ * them), as NCCL's adapter forwards. */
+static int knownToV3(int state) {
+  return state == profStateStepSendGpuWait || state == profStateStepSendWait || state == profStateStepRecvWait ||
+         state == profStateStepRecvFlushWait || state == profStateStepRecvGpuWait;
+}
+
+static void recordStateArgs(void *h, int state, union profStateArgs *a) {
   if (!h || !__atomic_load_n(&profPluginLoaded, __ATOMIC_ACQUIRE)) return;
+  if (pluginVersion >= 5) pluginV6->recordEventState(h, state, a);
+  else if (pluginVersion == 4) pluginV4->recordEventState(h, state, a);
+  else if (knownToV3(state)) {
+    union profStateArgsV3 v3;
+    memset(&v3, 0, sizeof v3);
+    pluginV3->recordEventState(h, state, &v3);
+  }
+}
+
+static void recordState(void *h, int state, size_t transSize) {
   union profStateArgs a;
   memset(&a, 0, sizeof a);
   a.proxyStep.transSize = transSize;
-  if (pluginVersion >= 5) pluginV6->recordEventState(h, state, &a);
-  else pluginV4->recordEventState(h, state, &a);
+  recordStateArgs(h, state, &a);
 }
 
 void profStop(void *h) {
   if (!h || !__atomic_load_n(&profPluginLoaded, __ATOMIC_ACQUIRE)) return;
   if (pluginVersion >= 5) pluginV6->stopEvent(h);
-  else pluginV4->stopEvent(h);
+  else if (pluginVersion == 4) pluginV4->stopEvent(h);
+  else pluginV3->stopEvent(h);
 }
 
 /* NCCL's names for what events carry. */
@@ -444,10 +516,7 @@ void profTaskEnd(struct profTask *t) {
   union profStateArgs a;
   memset(&a, 0, sizeof a);
   a.kernelCh.pTimer = clockNs();
-  if (__atomic_load_n(&profPluginLoaded, __ATOMIC_ACQUIRE)) {
-    if (pluginVersion >= 5) pluginV6->recordEventState(k->handle, profStateKernelChStop, &a);
-    else pluginV4->recordEventState(k->handle, profStateKernelChStop, &a);
-  }
+  recordStateArgs(k->handle, profStateKernelChStop, &a);
   profStop(k->handle);
   k->handle = NULL;
 }
