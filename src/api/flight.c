@@ -13,6 +13,7 @@
 #include "core/clock.h"
 #include "core/log.h"
 #include "core/param.h"
+#include "core/pathfmt.h"
 #include "core/spin.h"
 
 /* Communicators with a recorder, for SIGUSR1's dump. */
@@ -208,26 +209,6 @@ void flightEnded(const struct groupItem *items, int n, void *stream, ncclResult_
   }
 }
 
-/* CHORUS_FLIGHT_RECORDER_FILE's name for this rank: %h host, %p pid, %r rank. */
-static void filePath(const struct ncclComm *comm, const char *pattern, char *out, size_t len) {
-  size_t o = 0;
-  for (const char *p = pattern; *p && o + 1 < len; p++) {
-    if (p[0] == '%' && (p[1] == 'h' || p[1] == 'p' || p[1] == 'r')) {
-      char host[256] = "";
-      if (p[1] == 'h') gethostname(host, sizeof host - 1);
-      int w = p[1] == 'h' ? snprintf(out + o, len - o, "%s", host)
-              : p[1] == 'p' ? snprintf(out + o, len - o, "%d", (int)getpid())
-                            : snprintf(out + o, len - o, "%d", comm->rank);
-      o += w > 0 ? (size_t)w : 0;
-      if (o >= len) o = len - 1;
-      p++;
-    } else {
-      out[o++] = *p;
-    }
-  }
-  out[o] = 0;
-}
-
 static const char *stateName(int s) {
   static const char *names[] = {"queued", "running", "done", "failed", "skipped"};
   return s >= 0 && s <= flightStateSkipped ? names[s] : "?";
@@ -264,7 +245,7 @@ void flightDump(struct ncclComm *comm, const char *why) {
   FILE *out = NULL;
   if (pattern[0]) {
     char path[4096];
-    filePath(comm, pattern, path, sizeof path);
+    pathExpand(pattern, comm->rank, path, sizeof path);
     out = fopen(path, "a");
     if (!out) REPORT("Flight recorder: cannot open %s: %s", path, strerror(errno));
   }

@@ -14,6 +14,7 @@
 #include "chorus.h"
 #include "core/clock.h"
 #include "core/param.h"
+#include "core/pathfmt.h"
 
 int logLevelCached = -1;
 static unsigned logSubsysMask;
@@ -52,19 +53,7 @@ static unsigned parseSubsys(const char *s) {
 /* NCCL_DEBUG_FILE: %h is the host name, %p the pid. */
 static FILE *openLogFile(const char *pattern) {
   char path[4096];
-  size_t o = 0;
-  for (const char *p = pattern; *p && o + 64 < sizeof path; p++) {
-    if (p[0] == '%' && p[1] == 'h') {
-      o += snprintf(path + o, sizeof path - o, "%s", logHost);
-      p++;
-    } else if (p[0] == '%' && p[1] == 'p') {
-      o += snprintf(path + o, sizeof path - o, "%d", (int)getpid());
-      p++;
-    } else {
-      path[o++] = *p;
-    }
-  }
-  path[o] = 0;
+  pathExpand(pattern, -1, path, sizeof path);
   FILE *f = fopen(path, "w");
   if (f) setvbuf(f, NULL, _IOLBF, 0);
   return f;

@@ -11,6 +11,7 @@
 
 #include "core/log.h"
 #include "core/param.h"
+#include "core/pathfmt.h"
 
 struct traceFile {
   FILE *f;
@@ -27,25 +28,6 @@ int traceOpen; /* the file is open (traceActive) */
 
 int traceWanted(void) { return paramStr(paramTrace)[0] != 0; }
 
-static void expand(const char *pattern, int rank, char *out, size_t len) {
-  size_t o = 0;
-  for (const char *p = pattern; *p && o + 1 < len; p++) {
-    if (p[0] == '%' && (p[1] == 'h' || p[1] == 'p' || p[1] == 'r')) {
-      char host[256] = "";
-      if (p[1] == 'h') gethostname(host, sizeof host - 1);
-      int w = p[1] == 'h' ? snprintf(out + o, len - o, "%s", host)
-              : p[1] == 'p' ? snprintf(out + o, len - o, "%d", (int)getpid())
-                            : snprintf(out + o, len - o, "%d", rank);
-      o += w > 0 ? (size_t)w : 0;
-      if (o >= len) o = len - 1;
-      p++;
-    } else {
-      out[o++] = *p;
-    }
-  }
-  out[o] = 0;
-}
-
 void traceCommOpen(struct traceComm *t, int rank, int nranks, uint64_t commHash, int64_t offsetNs, uint64_t errorNs) {
   memset(t, 0, sizeof *t);
   if (!traceWanted()) return;
@@ -53,7 +35,7 @@ void traceCommOpen(struct traceComm *t, int rank, int nranks, uint64_t commHash,
   if (!theFile) {
     static int written; /* a later communicator adds to this process's file, not over it */
     char path[4096];
-    expand(paramStr(paramTrace), rank, path, sizeof path);
+    pathExpand(paramStr(paramTrace), rank, path, sizeof path);
     FILE *f = fopen(path, written ? "ae" : "we");
     written = 1;
     struct traceFile *tf = f ? calloc(1, sizeof *tf) : NULL;
