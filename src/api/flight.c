@@ -100,6 +100,8 @@ static void sigSetup(void) {
   sigaction(SIGUSR1, &sa, NULL);
 }
 
+int flightCommsOn; /* communicators recording (flightActive) */
+
 void flightInit(struct ncclComm *comm) {
   struct flightRecorder *f = &comm->flight;
   memset(f, 0, sizeof *f);
@@ -113,6 +115,7 @@ void flightInit(struct ncclComm *comm) {
   if (!f->ring) return;
   f->cap = (uint32_t)cap;
   f->mask = slots - 1;
+  __atomic_add_fetch(&flightCommsOn, 1, __ATOMIC_RELAXED);
   pthread_mutex_lock(&liveLock);
   sigSetup();
   if (nlive == liveCap) {
@@ -130,6 +133,7 @@ void flightFree(struct ncclComm *comm) {
   for (int i = 0; i < nlive; i++)
     if (live[i] == comm) live[i] = live[--nlive];
   pthread_mutex_unlock(&liveLock);
+  if (f->ring) __atomic_sub_fetch(&flightCommsOn, 1, __ATOMIC_RELAXED);
   free(f->ring);
   f->ring = NULL;
 }
@@ -194,7 +198,9 @@ void flightEnded(const struct groupItem *items, int n, void *stream, ncclResult_
     if (e) {
       e->state = skipped ? flightStateSkipped : res == ncclSuccess ? flightStateDone : flightStateFailed;
       e->result = res;
-      e->endedNs = now;
+      /* The caller reads no clock at the end of an operation that nothing
+       * times (now 0): a failure's end is read here. */
+      e->endedNs = now ? now : res != ncclSuccess ? clockCoarseNs() : 0;
     }
     int dump = res != ncclSuccess && !skipped && !f->dumped;
     if (dump) f->dumped = 1;
@@ -234,7 +240,7 @@ static void entryLine(const struct ncclComm *comm, const struct flightEntry *e, 
   else if (e->state == flightStateRunning)
     snprintf(out + n, len - (size_t)n, ", running for %.6f s",
              (double)(now > e->startedNs ? now - e->startedNs : 0) / 1e9);
-  else if (e->startedNs)
+  else if (e->startedNs && e->endedNs >= e->startedNs)
     snprintf(out + n, len - (size_t)n, ", ran %.6f s", (double)(e->endedNs - e->startedNs) / 1e9);
 }
 

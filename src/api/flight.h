@@ -37,6 +37,10 @@ struct flightRecorder {
   int dumped;     /* a failure has been dumped already */
 };
 
+/* 1 while any communicator records: launches read no clock otherwise. */
+extern int flightCommsOn;
+static inline int flightActive(void) { return __atomic_load_n(&flightCommsOn, __ATOMIC_RELAXED) != 0; }
+
 /* At a communicator's creation (CHORUS_FLIGHT_RECORDER entries; 0: off) and
  * its destroy. */
 void flightInit(struct ncclComm *comm);

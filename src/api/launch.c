@@ -204,10 +204,15 @@ static void traceWire(struct schedule *s, const struct groupItem *items, int n, 
   }
 }
 
-/* The clock of a launch's events: the fine one when the stats or the trace
- * time it, else the coarse one (the flight recorder's ms are enough, and
- * the fine clock costs 25 ns a reading here, twice a call). */
-static uint64_t launchClock(void) { return statsActive() || traceActive() ? clockNs() : clockCoarseNs(); }
+/* The clock of a launch's start and end: the fine one when the stats or
+ * the trace time it; else, at the start, the coarse one for the flight
+ * recorder (its ms are enough: the fine clock costs 25 ns a reading here),
+ * and nothing at the end (the recorder reads the clock itself when an
+ * operation fails; a done one shows no duration). 0: not read. */
+static uint64_t launchClock(int start) {
+  if (statsActive() || traceActive()) return clockNs();
+  return start && flightActive() ? clockCoarseNs() : 0;
+}
 
 /* Everything that watches a launch end: the flight recorder, the stats, the trace. */
 static void launchEnded(const struct groupItem *items, int n, cudaStream_t stream, ncclResult_t res, int skipped,
@@ -329,7 +334,7 @@ static ncclResult_t streamJobRun(struct streamWork *w, ncclResult_t status) {
   struct streamJob *job = (struct streamJob *)w;
   logStartThreadErrors();
   if (status != ncclSuccess) return status;
-  job->startedNs = launchClock();
+  job->startedNs = launchClock(1);
   flightRunning(job->items, job->n, job->items[0].stream, job->startedNs);
   return engineRun(&job->sched);
 }
@@ -337,7 +342,7 @@ static ncclResult_t streamJobRun(struct streamWork *w, ncclResult_t status) {
 static void streamJobDone(struct streamWork *w, ncclResult_t res) {
   struct streamJob *job = (struct streamJob *)w;
   watchEnd(job->items, job->n, job->items[0].stream, res, !w->skipped);
-  launchEnded(job->items, job->n, job->items[0].stream, res, w->skipped, job->startedNs, launchClock());
+  launchEnded(job->items, job->n, job->items[0].stream, res, w->skipped, job->startedNs, launchClock(0));
   markFailed(job->items, job->n, job->items[0].stream, res);
   busyAdd(job->items, job->n, job->items[0].stream, -1);
   jobPut(job);
@@ -381,7 +386,7 @@ static int firstOfItsStream(const struct groupItem *items, int i, int byDevice) 
 /* A launch failed before the parts on the streams from item `from` on (and
  * the NULL stream's) were handed over: their records end, skipped. */
 static void launchDropped(const struct groupItem *items, int n, int from, ncclResult_t res) {
-  uint64_t now = launchClock();
+  uint64_t now = launchClock(0);
   for (int i = 0; i < n; i++)
     if (firstOfItsStream(items, i, 0) && (items[i].stream == NULL || i >= from))
       flightEnded(items, n, items[i].stream, res, 1, now);
@@ -400,7 +405,7 @@ ncclResult_t launchItems(struct groupItem *items, int n) {
     lanes += firstOfItsStream(items, i, 0);
     if (items[i].stream == NULL && firstOfItsStream(items, i, 1)) streamLegacyWait(items[i].comm->cudaDev);
   }
-  uint64_t queuedNs = launchClock(); /* when the NULL stream's part starts, too (after that wait) */
+  uint64_t queuedNs = launchClock(1); /* when the NULL stream's part starts, too (after that wait) */
   flightQueued(items, n, queuedNs);
   for (int i = 0; i < n; i++)
     if (items[i].stream != NULL && firstOfItsStream(items, i, 0)) {
@@ -427,7 +432,7 @@ ncclResult_t launchItems(struct groupItem *items, int n) {
   logStartThreadErrors();
   ncclResult_t res = engineRun(s);
   watchEnd(items, n, NULL, res, 1);
-  launchEnded(items, n, NULL, res, 0, queuedNs, launchClock());
+  launchEnded(items, n, NULL, res, 0, queuedNs, launchClock(0));
   markFailed(items, n, NULL, res);
   busyAdd(items, n, NULL, -1);
   return res;
