@@ -138,9 +138,6 @@ void flightFree(struct ncclComm *comm) {
   f->ring = NULL;
 }
 
-/* The recorder's lock: held for a few stores (a dump copies the ring out). */
-static void recLock(struct flightRecorder *f) { spinLock(&f->lock); }
-static void recUnlock(struct flightRecorder *f) { spinUnlock(&f->lock); }
 
 /* The entry of item (NULL when it was overwritten since, or never kept). */
 static struct flightEntry *entryOf(struct flightRecorder *f, uint64_t id) {
@@ -153,7 +150,7 @@ void flightQueued(struct groupItem *items, int n, uint64_t now) {
   for (int i = 0; i < n; i++) {
     struct flightRecorder *f = &items[i].comm->flight;
     if (!f->ring) continue;
-    recLock(f);
+    spinLock(&f->lock);
     uint64_t id = ++f->next;
     struct flightEntry *e = &f->ring[(id - 1) & f->mask];
     e->id = id;
@@ -168,7 +165,7 @@ void flightQueued(struct groupItem *items, int n, uint64_t now) {
     e->queuedNs = e->startedNs = now;
     e->endedNs = 0;
     items[i].flightId = id;
-    recUnlock(f);
+    spinUnlock(&f->lock);
   }
 }
 
@@ -177,13 +174,13 @@ void flightRunning(const struct groupItem *items, int n, void *stream, uint64_t 
     if (items[i].stream != stream) continue;
     struct flightRecorder *f = &items[i].comm->flight;
     if (!f->ring) continue;
-    recLock(f);
+    spinLock(&f->lock);
     struct flightEntry *e = entryOf(f, items[i].flightId);
     if (e) {
       e->state = flightStateRunning;
       e->startedNs = now;
     }
-    recUnlock(f);
+    spinUnlock(&f->lock);
   }
 }
 
@@ -193,7 +190,7 @@ void flightEnded(const struct groupItem *items, int n, void *stream, ncclResult_
     struct ncclComm *comm = items[i].comm;
     struct flightRecorder *f = &comm->flight;
     if (!f->ring) continue;
-    recLock(f);
+    spinLock(&f->lock);
     struct flightEntry *e = entryOf(f, items[i].flightId);
     if (e) {
       e->state = skipped ? flightStateSkipped : res == ncclSuccess ? flightStateDone : flightStateFailed;
@@ -204,10 +201,8 @@ void flightEnded(const struct groupItem *items, int n, void *stream, ncclResult_
     }
     int dump = res != ncclSuccess && !skipped && !f->dumped;
     if (dump) f->dumped = 1;
-    recUnlock(f);
-    int firstOfComm = 1; /* one dump per communicator of the launch */
-    for (int j = 0; j < i; j++) firstOfComm &= !(items[j].stream == stream && items[j].comm == comm);
-    if (dump && firstOfComm) {
+    spinUnlock(&f->lock);
+    if (dump && groupCommLeader(items, i) == i) { /* one dump per communicator of the launch */
       char why[96];
       snprintf(why, sizeof why, "a failed operation (%s)", ncclGetErrorString(res));
       flightDump(comm, why);
@@ -262,10 +257,10 @@ void flightDump(struct ncclComm *comm, const char *why) {
     if (out) fclose(out);
     return;
   }
-  recLock(f);
+  spinLock(&f->lock);
   uint64_t next = f->next, first = next > f->cap ? next - f->cap + 1 : 1; /* the last cap */
   memcpy(copy, f->ring, sizeof *copy * ((size_t)f->mask + 1));
-  recUnlock(f);
+  spinUnlock(&f->lock);
   uint64_t now = clockCoarseNs();
   char head[400], host[256] = "";
   gethostname(host, sizeof host - 1); /* the bootstrap's view may not exist yet (a dump during init) */

@@ -29,7 +29,7 @@ struct flightEntry {
 };
 
 struct flightRecorder {
-  int lock; /* a spinlock: uncontended it costs a fifth of a mutex, on every call */
+  int lock; /* a spinlock (core/spin.h), held for a few stores: a dump copies the ring out */
   struct flightEntry *ring; /* NULL: off */
   uint32_t cap;  /* entries dumped: CHORUS_FLIGHT_RECORDER */
   uint32_t mask; /* the ring holds mask + 1 >= cap entries */

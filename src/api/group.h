@@ -19,6 +19,15 @@ struct groupItem {
   uint64_t flightId;      /* its flight recorder entry (api/flight.h; 0: none) */
 };
 
+/* The first item on items[i]'s stream that has items[i]'s communicator: i
+ * itself when it is the first (what watch, flight and profiler events do
+ * once per communicator of a launch). */
+static inline int groupCommLeader(const struct groupItem *items, int i) {
+  for (int j = 0; j < i; j++)
+    if (items[j].stream == items[i].stream && items[j].comm == items[i].comm) return j;
+  return i;
+}
+
 /* Records (in a group) or runs (outside one) a checked init. */
 ncclResult_t groupInit(const struct initJob *job);
 

@@ -115,9 +115,8 @@ static const struct profCall *profLaunch(struct schedule *s, const struct groupI
   for (int i = 0; i < n; i++) {
     const struct groupItem *it = &items[i];
     if (it->stream != stream || !it->prof.ctx) continue;
-    int j = 0;
-    while (j < i && !(items[j].stream == stream && items[j].comm == it->comm && items[j].prof.ctx)) j++;
-    void *group = groups[i] = j < i ? groups[j] : profGroupStart(&it->prof);
+    int j = groupCommLeader(items, i);
+    void *group = groups[i] = j < i && groups[j] ? groups[j] : profGroupStart(&it->prof);
     const struct collDesc *d = &it->desc;
     /* The channels its tasks use, numbered 0..nChannels-1 in the events
      * (a plugin looks each channel's KernelCh event up by that number, and

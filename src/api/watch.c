@@ -50,10 +50,7 @@ void watchNoop(const struct groupItem *item) {
 
 /* 1 when items[i] is the first of its communicator among those on stream. */
 static int firstOfComm(const struct groupItem *items, int i, cudaStream_t stream) {
-  if (items[i].stream != stream) return 0;
-  for (int j = 0; j < i; j++)
-    if (items[j].stream == stream && items[j].comm == items[i].comm) return 0;
-  return 1;
+  return items[i].stream == stream && groupCommLeader(items, i) == i;
 }
 
 void watchBegin(const struct groupItem *items, int n, cudaStream_t stream) {

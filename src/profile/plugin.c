@@ -162,53 +162,55 @@ static int maskNow(void) {
   return __atomic_load_n(&profPluginLoaded, __ATOMIC_ACQUIRE) ? __atomic_load_n(&activationMask, __ATOMIC_RELAXED) : 0;
 }
 
-/* Version 3's descriptor of an event in version 6's terms. */
-static void *startEventV3(void *ctx, const struct profDescrV6 *d) {
-  struct profDescrV3 o;
-  memset(&o, 0, sizeof o);
-  o.type = (uint8_t)d->type;
-  o.parentObj = d->parentObj;
-  o.rank = d->rank;
-  switch (d->type) {
-    case profGroup: break;
-    case profColl:
-      o.coll.seqNumber = d->coll.seqNumber;
-      o.coll.func = d->coll.func;
-      o.coll.sendBuff = d->coll.sendBuff;
-      o.coll.recvBuff = d->coll.recvBuff;
-      o.coll.count = d->coll.count;
-      o.coll.root = d->coll.root;
-      o.coll.datatype = d->coll.datatype;
-      o.coll.nMaxChannels = d->coll.nChannels;
-      o.coll.nWarps = d->coll.nWarps;
-      o.coll.algo = d->coll.algo;
-      o.coll.proto = d->coll.proto;
-      o.parentObj = d->coll.parentGroup;
-      break;
-    case profP2p:
-      o.p2p.func = d->p2p.func;
-      o.p2p.buff = d->p2p.buff;
-      o.p2p.datatype = d->p2p.datatype;
-      o.p2p.count = d->p2p.count;
-      o.p2p.peer = d->p2p.peer;
-      o.parentObj = d->p2p.parentGroup;
-      break;
-    case profProxyOp:
-      o.proxyOp.pid = d->proxyOp.pid;
-      o.proxyOp.channelId = d->proxyOp.channelId;
-      o.proxyOp.peer = d->proxyOp.peer;
-      o.proxyOp.nSteps = d->proxyOp.nSteps;
-      o.proxyOp.chunkSize = d->proxyOp.chunkSize;
-      o.proxyOp.isSend = d->proxyOp.isSend;
-      break;
-    case profProxyStep: o.proxyStep.step = d->proxyStep.step; break;
-    case profKernelCh: o.kernelCh.channelId = d->kernelCh.channelId; break;
-    default: return NULL;
+/* Versions 4 and 3 share most of their descriptor: a filler per version
+ * copies what both have from version 6's (NCH: the collective's channel
+ * field, nChannels in 4, nMaxChannels in 3; Coll and P2p hang off the
+ * Group, as before version 5). 0 for an event the version does not know. */
+#define OLD_DESCR_FILLER(NAME, T, NCH)                            \
+  static int NAME(T *o, const struct profDescrV6 *d) {           \
+    memset(o, 0, sizeof *o);                                      \
+    o->type = (uint8_t)d->type;                                   \
+    o->parentObj = d->parentObj;                                  \
+    o->rank = d->rank;                                            \
+    switch (d->type) {                                            \
+      case profGroup: return 1;                                   \
+      case profColl:                                              \
+        o->coll.seqNumber = d->coll.seqNumber;                    \
+        o->coll.func = d->coll.func;                              \
+        o->coll.sendBuff = d->coll.sendBuff;                      \
+        o->coll.recvBuff = d->coll.recvBuff;                      \
+        o->coll.count = d->coll.count;                            \
+        o->coll.root = d->coll.root;                              \
+        o->coll.datatype = d->coll.datatype;                      \
+        o->coll.NCH = d->coll.nChannels;                          \
+        o->coll.nWarps = d->coll.nWarps;                          \
+        o->coll.algo = d->coll.algo;                              \
+        o->coll.proto = d->coll.proto;                            \
+        o->parentObj = d->coll.parentGroup;                       \
+        return 1;                                                 \
+      case profP2p:                                               \
+        o->p2p.func = d->p2p.func;                                \
+        o->p2p.buff = d->p2p.buff;                                \
+        o->p2p.datatype = d->p2p.datatype;                        \
+        o->p2p.count = d->p2p.count;                              \
+        o->p2p.peer = d->p2p.peer;                                \
+        o->parentObj = d->p2p.parentGroup;                        \
+        return 1;                                                 \
+      case profProxyOp:                                           \
+        o->proxyOp.pid = d->proxyOp.pid;                          \
+        o->proxyOp.channelId = d->proxyOp.channelId;              \
+        o->proxyOp.peer = d->proxyOp.peer;                        \
+        o->proxyOp.nSteps = d->proxyOp.nSteps;                    \
+        o->proxyOp.chunkSize = d->proxyOp.chunkSize;              \
+        o->proxyOp.isSend = d->proxyOp.isSend;                    \
+        return 1;                                                 \
+      case profProxyStep: o->proxyStep.step = d->proxyStep.step; return 1; \
+      case profKernelCh: o->kernelCh.channelId = d->kernelCh.channelId; return 1; \
+      default: return 0;                                          \
+    }                                                             \
   }
-  void *h = NULL;
-  pluginV3->startEvent(ctx, &h, &o);
-  return h;
-}
+OLD_DESCR_FILLER(fillV4, struct profDescrV4, nChannels)
+OLD_DESCR_FILLER(fillV3, struct profDescrV3, nMaxChannels)
 
 /* Starts an event described in version 6's terms, translated for older
  * plugins (which know no API events: those are not sent to them). */
@@ -217,55 +219,17 @@ static void *startEvent(void *ctx, struct profDescrV6 *d) {
   if (!ctx) return NULL;
   if (pluginVersion >= 5) {
     pluginV6->startEvent(ctx, &h, d);
-    return h;
+  } else if (pluginVersion == 4) {
+    struct profDescrV4 o;
+    if (!fillV4(&o, d)) return NULL;
+    if (d->type == profP2p) o.p2p.nChannels = d->p2p.nChannels; /* what version 3 lacks */
+    if (d->type == profKernelCh) o.kernelCh.pTimer = d->kernelCh.pTimer;
+    pluginV4->startEvent(ctx, &h, &o);
+  } else {
+    struct profDescrV3 o;
+    if (!fillV3(&o, d)) return NULL;
+    pluginV3->startEvent(ctx, &h, &o);
   }
-  if (pluginVersion == 3) return startEventV3(ctx, d);
-  struct profDescrV4 o;
-  memset(&o, 0, sizeof o);
-  o.type = (uint8_t)d->type;
-  o.parentObj = d->parentObj;
-  o.rank = d->rank;
-  switch (d->type) {
-    case profGroup: break;
-    case profColl:
-      o.coll.seqNumber = d->coll.seqNumber;
-      o.coll.func = d->coll.func;
-      o.coll.sendBuff = d->coll.sendBuff;
-      o.coll.recvBuff = d->coll.recvBuff;
-      o.coll.count = d->coll.count;
-      o.coll.root = d->coll.root;
-      o.coll.datatype = d->coll.datatype;
-      o.coll.nChannels = d->coll.nChannels;
-      o.coll.nWarps = d->coll.nWarps;
-      o.coll.algo = d->coll.algo;
-      o.coll.proto = d->coll.proto;
-      o.parentObj = d->coll.parentGroup; /* version 4's Coll hangs off the Group */
-      break;
-    case profP2p:
-      o.p2p.func = d->p2p.func;
-      o.p2p.buff = d->p2p.buff;
-      o.p2p.datatype = d->p2p.datatype;
-      o.p2p.count = d->p2p.count;
-      o.p2p.peer = d->p2p.peer;
-      o.p2p.nChannels = d->p2p.nChannels;
-      o.parentObj = d->p2p.parentGroup;
-      break;
-    case profProxyOp:
-      o.proxyOp.pid = d->proxyOp.pid;
-      o.proxyOp.channelId = d->proxyOp.channelId;
-      o.proxyOp.peer = d->proxyOp.peer;
-      o.proxyOp.nSteps = d->proxyOp.nSteps;
-      o.proxyOp.chunkSize = d->proxyOp.chunkSize;
-      o.proxyOp.isSend = d->proxyOp.isSend;
-      break;
-    case profProxyStep: o.proxyStep.step = d->proxyStep.step; break;
-    case profKernelCh:
-      o.kernelCh.channelId = d->kernelCh.channelId;
-      o.kernelCh.pTimer = d->kernelCh.pTimer;
-      break;
-    default: return NULL;
-  }
-  pluginV4->startEvent(ctx, &h, &o);
   return h;
 }
 
