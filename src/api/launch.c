@@ -198,7 +198,6 @@ static void traceWire(struct schedule *s, const struct groupItem *items, int n, 
       if (t->opId != it->opId || t->boot != &it->comm->boot) continue;
       t->prof->trace = &it->comm->trace;
       t->prof->traceSeq = it->desc.check.seq;
-      t->prof->traceOp = collName(it->desc.coll);
     }
   }
 }

@@ -97,7 +97,6 @@ struct profTask {
   /* CHORUS_TRACE_LEVEL=steps (profile/trace.h; NULL trace: not traced). */
   const struct traceComm *trace;
   uint32_t traceSeq;
-  const char *traceOp;
   uint64_t stepStartNs, blockedNs, waitNs;
 };
 /* Whether launches should wire tasks to their Coll / P2p events (a plugin

@@ -157,24 +157,17 @@ void topoDiscover(struct topoRank *me, int full) {
   me->cpus[0] = 0;
   if (sched_getaffinity(0, sizeof set, &set) != 0) return;
   size_t o = 0;
-  int numa = -2;
-  for (int c = 0; c < CPU_SETSIZE; c++) {
+  for (int c = 0; c < CPU_SETSIZE; c++) { /* the CPUs as ranges: "0-3,8" */
     if (!CPU_ISSET(c, &set)) continue;
-    me->ncpus++;
-    int n = numaOfCpu(c);
-    numa = numa == -2 ? n : numa == n ? numa : -1;
     int end = c;
     while (end + 1 < CPU_SETSIZE && CPU_ISSET(end + 1, &set)) end++;
+    me->ncpus += (int16_t)(end - c + 1);
     if (o + 16 < sizeof me->cpus)
       o += (size_t)snprintf(me->cpus + o, sizeof me->cpus - o, end > c ? "%s%d-%d" : "%s%d", o ? "," : "", c, end);
-    for (int k = c + 1; k <= end; k++) {
-      me->ncpus++;
-      int nk = numaOfCpu(k);
-      numa = numa == nk ? numa : -1;
-    }
     c = end;
   }
-  me->numa = (int16_t)(numa < 0 ? (me->numaNodes == 1 ? 0 : -1) : numa);
+  int numa = topoThreadNuma();
+  me->numa = (int16_t)(numa >= 0 ? numa : me->numaNodes == 1 ? 0 : -1);
 }
 
 int topoNicNuma(const char *ifname) {
