@@ -1,14 +1,15 @@
 /* A profiler plugin for the tests (NCCL's plugin interface, version
- * PLUGIN_VERSION: 6, 5, 4 or 3): it writes every call it gets to
+ * PLUGIN_VERSION: 6 to 1): it writes every call it gets to
  * $CHORUS_TEST_PROFILE_DIR/prof.<pid>.<n>.log, one file per communicator,
  * one line per call, for test_profiler to check:
- *   init RANK NRANKS NNODES HASH          (version 3 is told none of them: -1 -1 -1 0)
+ *   init RANK NRANKS NNODES HASH          (versions 3 to 1 are told none of them: -1 -1 -1 0)
  *   start ID TYPE PARENT RANK fields...   (PARENT: the parent's ID, 0: none, -1: not ours)
  *   state ID STATE TRANSSIZE
  *   stop ID
  *   finalize
  * The activation mask comes from CHORUS_TEST_PROFILE_MASK (default: every
- * event chorus can send). */
+ * event chorus can send). Version 1's numbers are written as the names
+ * later versions carry, from NCCL's enums as written here. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +23,8 @@
 #endif
 
 #define EVENT_MAGIC 0x50524f46u
+#define TABLE_NAME_(v) ncclProfiler_v##v
+#define TABLE_NAME(v) TABLE_NAME_(v)
 
 struct context {
   FILE *out;
@@ -82,11 +85,37 @@ static struct event *newEvent(struct context *c, uint64_t type) {
 typedef struct profDescrV6 descr_t;
 #elif PLUGIN_VERSION == 4
 typedef struct profDescrV4 descr_t;
-#else
+#elif PLUGIN_VERSION == 3
 typedef struct profDescrV3 descr_t;
+#elif PLUGIN_VERSION == 2
+typedef struct profDescrV2 descr_t;
+#else
+typedef struct profDescrV1 descr_t;
 #endif
 
-static const char *str(const char *s) { return s ? s : "-"; }
+static inline const char *str(const char *s) { return s ? s : "-"; }
+
+#if PLUGIN_VERSION == 1
+/* NCCL's ncclFunc_t, ncclDataType_t, NCCL_ALGO_* and NCCL_PROTO_* values
+ * (nccl_common.h, nccl.h, nccl_tuner.h), back to names. */
+static const char *v1Name(unsigned v, const char *const *names, unsigned n) { return v < n ? names[v] : "-"; }
+static const char *const funcs[] = {"Broadcast", "Reduce",   "AllGather", "ReduceScatter", "AllReduce", "SendRecv",
+                                    "Send",      "Recv",     "AlltoAll",  "Scatter",       "Gather"};
+static const char *const dtypes[] = {"ncclInt8",    "ncclUint8",   "ncclInt32",  "ncclUint32",
+                                     "ncclInt64",   "ncclUint64",  "ncclFloat16", "ncclFloat32",
+                                     "ncclFloat64", "ncclBfloat16"};
+static const char *const algos[] = {"TREE", "RING", "COLLNET_DIRECT", "COLLNET_CHAIN", "NVLS", "NVLS_TREE", "PAT"};
+static const char *const protos[] = {"LL", "LL128", "SIMPLE"};
+#define FUNC(x) v1Name((x), funcs, sizeof funcs / sizeof *funcs)
+#define DTYPE(x) v1Name((x), dtypes, sizeof dtypes / sizeof *dtypes)
+#define ALGO(x) v1Name((x), algos, sizeof algos / sizeof *algos)
+#define PROTO(x) v1Name((x), protos, sizeof protos / sizeof *protos)
+#else
+#define FUNC(x) str(x)
+#define DTYPE(x) str(x)
+#define ALGO(x) str(x)
+#define PROTO(x) str(x)
+#endif
 
 static ncclResult_t startEvent(void *context, void **handle, descr_t *d) {
   struct context *c = context;
@@ -109,14 +138,14 @@ static ncclResult_t startEvent(void *context, void **handle, descr_t *d) {
     case profGroup: LINE(c, "start %ld Group %ld %d\n", e->id, p, d->rank); break;
     case profColl:
       LINE(c, "start %ld Coll %ld %d seq=%llu func=%s count=%zu dtype=%s root=%d nch=%d algo=%s proto=%s group=%ld\n",
-           e->id, p, d->rank, (unsigned long long)d->coll.seqNumber, str(d->coll.func), d->coll.count,
-           str(d->coll.datatype), d->coll.root,
+           e->id, p, d->rank, (unsigned long long)d->coll.seqNumber, FUNC(d->coll.func), d->coll.count,
+           DTYPE(d->coll.datatype), d->coll.root,
 #if PLUGIN_VERSION >= 4
            d->coll.nChannels,
 #else
            d->coll.nMaxChannels,
 #endif
-           str(d->coll.algo), str(d->coll.proto),
+           ALGO(d->coll.algo), PROTO(d->coll.proto),
 #if PLUGIN_VERSION >= 5
            parentId(d->coll.parentGroup)
 #else
@@ -125,12 +154,12 @@ static ncclResult_t startEvent(void *context, void **handle, descr_t *d) {
       );
       break;
     case profP2p:
-      LINE(c, "start %ld P2p %ld %d func=%s count=%zu dtype=%s peer=%d nch=%d\n", e->id, p, d->rank, str(d->p2p.func),
-           d->p2p.count, str(d->p2p.datatype), d->p2p.peer,
+      LINE(c, "start %ld P2p %ld %d func=%s count=%zu dtype=%s peer=%d nch=%d\n", e->id, p, d->rank, FUNC(d->p2p.func),
+           d->p2p.count, DTYPE(d->p2p.datatype), d->p2p.peer,
 #if PLUGIN_VERSION >= 4
            d->p2p.nChannels
 #else
-           1 /* version 3 does not say */
+           1 /* versions 3 to 1 do not say */
 #endif
       );
       break;
@@ -140,6 +169,7 @@ static ncclResult_t startEvent(void *context, void **handle, descr_t *d) {
            d->proxyOp.isSend);
       break;
     case profProxyStep: LINE(c, "start %ld ProxyStep %ld %d step=%d\n", e->id, p, d->rank, d->proxyStep.step); break;
+#if PLUGIN_VERSION >= 3
     case profKernelCh:
       LINE(c, "start %ld KernelCh %ld %d ch=%d timer=%llu\n", e->id, p, d->rank, d->kernelCh.channelId,
 #if PLUGIN_VERSION >= 4
@@ -149,6 +179,7 @@ static ncclResult_t startEvent(void *context, void **handle, descr_t *d) {
 #endif
       );
       break;
+#endif
     default: LINE(c, "start %ld Unknown%llu %ld %d\n", e->id, (unsigned long long)d->type, p, d->rank); break;
   }
   return ncclSuccess;
@@ -190,8 +221,6 @@ static ncclResult_t init(void **context, uint64_t commId, int *mask, const char 
   logfn(3, 1, "test-plugin", __LINE__, "test profiler plugin v%d: init rank %d", PLUGIN_VERSION, rank);
   return openContext(context, mask, commId, nNodes, nranks, rank);
 }
-#define TABLE_NAME_(v) ncclProfiler_v##v
-#define TABLE_NAME(v) TABLE_NAME_(v)
 __attribute__((visibility("default"))) const struct profPluginV6 TABLE_NAME(PLUGIN_VERSION) = {
     "chorus-test", init, startEvent, stopEvent, recordEventState, finalize};
 #elif PLUGIN_VERSION == 4
@@ -205,6 +234,8 @@ __attribute__((visibility("default"))) const struct profPluginV4 ncclProfiler_v4
     "chorus-test", init, startEvent, stopEvent, recordEventState, finalize};
 #else
 static ncclResult_t init(void **context, int *mask) { return openContext(context, mask, 0, -1, -1, -1); }
-__attribute__((visibility("default"))) const struct profPluginV3 ncclProfiler_v3 = {
+#define OLD_TABLE_(v) profPluginV##v
+#define OLD_TABLE(v) OLD_TABLE_(v)
+__attribute__((visibility("default"))) const struct OLD_TABLE(PLUGIN_VERSION) TABLE_NAME(PLUGIN_VERSION) = {
     "chorus-test", init, startEvent, stopEvent, recordEventState, finalize};
 #endif

@@ -7,11 +7,12 @@
  * CollApi > Coll > ProxyOp > ProxyStep, P2pApi > P2p), the Coll fields
  * (per-function sequence numbers, count, datatype, root, algorithm,
  * protocol, channels), each ProxyOp's step count, and each step's states.
- *   test_profiler NRANKS PLUGIN [v4|v3|absent]
+ *   test_profiler NRANKS PLUGIN [v4|v3|v2|v1|absent]
  * PLUGIN is what NCCL_PROFILER_PLUGIN is set to: a path, or NCCL's short
  * name (found through LD_LIBRARY_PATH as libnccl-profiler-NAME.so); v4: a
- * version 4 plugin (no API events); v3: version 3; absent: no such plugin, and the ranks
- * run without one. */
+ * version 4 plugin (no API events); v3, v2, v1: those versions (v1's
+ * numbers are turned back into names by the plugin); absent: no such
+ * plugin, and the ranks run without one. */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <stdio.h>
@@ -103,10 +104,11 @@ static long ifield(const struct ev *e, const char *name) {
   } while (0)
 
 /* Checks one communicator's log; *rank and *hash say whose it is. */
-/* v4: a version 4 or 3 plugin (no API events; Coll hangs off Group); v3:
- * version 3 (told nothing at init, no channel counts for P2p, no
- * KernelCh timer or KernelChStop). */
-static int checkLog(const char *file, int n, int v4, int v3, int *rankOut, unsigned long long *hashOut) {
+/* version: the plugin's. Below 5: no API events, Coll hangs off Group;
+ * below 4: told nothing at init, no channel counts for P2p, no KernelCh
+ * timer or KernelChStop; below 3: no KernelCh events at all. */
+static int checkLog(const char *file, int n, int version, int *rankOut, unsigned long long *hashOut) {
+  int v4 = version <= 4, v3 = version <= 3, kch = version >= 3;
   FILE *f = fopen(file, "r");
   CHECKF(f != NULL, "cannot open");
   char line[512];
@@ -206,7 +208,7 @@ static int checkLog(const char *file, int n, int v4, int v3, int *rankOut, unsig
         CHECKF(ifield(p, "count") == counts[ncoll], "CollApi count");
       }
       if (n > 1) CHECKF(e->children >= 1, "Coll %d has no ProxyOp events", ncoll);
-      CHECKF(e->kernelChs == ifield(e, "nch"), "Coll %d: %d KernelCh events, nChannels %ld", ncoll, e->kernelChs,
+      CHECKF(e->kernelChs == (kch ? ifield(e, "nch") : 0), "Coll %d: %d KernelCh events, nChannels %ld", ncoll, e->kernelChs,
              ifield(e, "nch"));
       ncoll++;
     } else if (!strcmp(e->type, "P2p")) {
@@ -215,7 +217,7 @@ static int checkLog(const char *file, int n, int v4, int v3, int *rankOut, unsig
       CHECKF(ifield(e, "peer") == (send ? (rank + 1) % n : (rank + n - 1) % n), "%s peer %ld", b, ifield(e, "peer"));
       CHECKF(ifield(e, "count") == 300 && !strcmp(field(e, "dtype", b, sizeof b), "ncclInt32"), "P2p count/dtype");
       if (!v4) CHECKF(p && !strcmp(p->type, "P2pApi"), "P2p hangs off %s", p ? p->type : "nothing");
-      CHECKF(e->kernelChs == ifield(e, "nch") && e->kernelChs == 1, "%s: %d KernelCh events, nChannels %ld", b,
+      CHECKF(ifield(e, "nch") == 1 && e->kernelChs == kch, "%s: %d KernelCh events, nChannels %ld", b,
              e->kernelChs, ifield(e, "nch"));
       nsend += send;
       nrecv += !send;
@@ -248,11 +250,16 @@ static int checkLog(const char *file, int n, int v4, int v3, int *rankOut, unsig
 
 int main(int argc, char **argv) {
   if (argc < 3) {
-    fprintf(stderr, "usage: %s NRANKS PLUGIN.so [v4]\n", argv[0]);
+    fprintf(stderr, "usage: %s NRANKS PLUGIN.so [v4|v3|v2|v1|absent]\n", argv[0]);
     return 2;
   }
-  int n = atoi(argv[1]), v3 = argc > 3 && !strcmp(argv[3], "v3");
-  int v4 = v3 || (argc > 3 && !strcmp(argv[3], "v4")), absent = argc > 3 && !strcmp(argv[3], "absent");
+  const char *mode = argc > 3 ? argv[3] : "";
+  int n = atoi(argv[1]), absent = !strcmp(mode, "absent");
+  int version = mode[0] == 'v' && mode[1] >= '1' && mode[1] <= '4' && !mode[2] ? mode[1] - '0' : 6;
+  if (mode[0] && !absent && version == 6) {
+    fprintf(stderr, "unknown mode %s\n", mode);
+    return 2;
+  }
   char dir[] = "/tmp/chorus-prof-XXXXXX";
   if (!mkdtemp(dir)) return 1;
   setenv("CHORUS_TEST_PROFILE_DIR", dir, 1);
@@ -273,7 +280,7 @@ int main(int argc, char **argv) {
     snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
     int rank;
     unsigned long long hash;
-    if (checkLog(path, n, v4, v3, &rank, &hash)) bad = 1;
+    if (checkLog(path, n, version, &rank, &hash)) bad = 1;
     else {
       if (logs == 0) hash0 = hash;
       if (hash != hash0 || seen[rank]++) bad = 1, fprintf(stderr, "%s: rank %d, hash %llu\n", path, rank, hash);
@@ -294,7 +301,7 @@ int main(int argc, char **argv) {
     return 1;
   }
   if (bad) return 1;
-  printf("profiler plugin (%s): %d ranks, every event balanced and in NCCL's hierarchy\n", v3 ? "v3" : v4 ? "v4" : "v6+",
-         n);
+  printf("profiler plugin (v%d%s): %d ranks, every event balanced and in NCCL's hierarchy\n", version,
+         version == 6 ? "+" : "", n);
   return 0;
 }

@@ -1,5 +1,5 @@
 /* NCCL's profiler plugin ABI (its plugins/profiler README and headers,
- * versions 4 to 6), written out here so that a plugin built against NCCL's
+ * versions 1 to 6), written out here so that a plugin built against NCCL's
  * own headers loads into chorus unchanged. Only the layout matters: field
  * order, types and sizes are NCCL's; the comments are ours. Nothing outside
  * src/profile/ includes this file. */
@@ -229,6 +229,123 @@ struct profDescrV3 {
   };
 };
 
+/* Version 2: as version 3, with the bytes a collective moves
+ * (trafficBytes, never filled: NCCL's adapter sends 0 too) and no KernelCh
+ * or NetPlugin events. */
+struct profDescrV2 {
+  uint8_t type;
+  void *parentObj;
+  int rank;
+  union {
+    struct {
+      const char *name;
+      uint64_t commHash;
+      uint64_t seqNumber;
+      const char *func;
+      void const *sendBuff;
+      void *recvBuff;
+      size_t count;
+      int root;
+      const char *datatype;
+      size_t trafficBytes;
+      uint8_t nMaxChannels;
+      uint8_t nWarps;
+      const char *algo;
+      const char *proto;
+    } coll;
+    struct {
+      const char *name;
+      uint64_t commHash;
+      const char *func;
+      void *buff;
+      const char *datatype;
+      size_t count;
+      int peer;
+    } p2p;
+    struct {
+      pid_t pid;
+      uint8_t channelId;
+      int peer;
+      int nSteps;
+      int chunkSize;
+      int isSend;
+    } proxyOp;
+    struct {
+      int step;
+    } proxyStep;
+  };
+};
+
+/* Version 1: as version 2, with numbers where later versions have names:
+ * func an ncclFunc_t, datatype an ncclDataType_t, algo an NCCL_ALGO_* and
+ * proto an NCCL_PROTO_* (profV1Func and the others below); op, isCollnet
+ * and isNvls as NCCL's adapter fills them (0). */
+struct profDescrV1 {
+  uint8_t type;
+  void *parentObj;
+  int rank;
+  union {
+    struct {
+      const char *name;
+      uint64_t commHash;
+      uint64_t seqNumber;
+      uint8_t func;
+      void const *sendBuff;
+      void *recvBuff;
+      size_t count;
+      int root;
+      uint8_t datatype;
+      uint32_t op;
+      size_t trafficBytes;
+      uint8_t nMaxChannels;
+      uint8_t nWarps;
+      uint8_t algo;
+      uint8_t proto;
+      int isCollnet;
+      int isNvls;
+    } coll;
+    struct {
+      const char *name;
+      uint64_t commHash;
+      uint8_t func;
+      void *buff;
+      uint8_t datatype;
+      size_t count;
+      int peer;
+    } p2p;
+    struct {
+      pid_t pid;
+      uint8_t channelId;
+      int peer;
+      int nSteps;
+      int chunkSize;
+      int isSend;
+    } proxyOp;
+    struct {
+      int step;
+    } proxyStep;
+  };
+};
+
+/* NCCL's numbers for version 1's fields (its ncclFunc_t, NCCL_ALGO_* and
+ * NCCL_PROTO_*; datatypes are ncclDataType_t). */
+enum {
+  profV1FuncBroadcast = 0,
+  profV1FuncReduce = 1,
+  profV1FuncAllGather = 2,
+  profV1FuncReduceScatter = 3,
+  profV1FuncAllReduce = 4,
+  profV1FuncSendRecv = 5,
+  profV1FuncSend = 6,
+  profV1FuncRecv = 7,
+  profV1FuncAlltoAll = 8,
+  profV1FuncScatter = 9,
+  profV1FuncGather = 10,
+};
+enum { profV1AlgoTree = 0, profV1AlgoRing = 1, profV1AlgoPat = 6 };
+enum { profV1ProtoLL = 0, profV1ProtoLL128 = 1, profV1ProtoSimple = 2 };
+
+/* State arguments of versions 1 to 3. */
 union profStateArgsV3 {
   struct {
     size_t transSize;
@@ -257,8 +374,8 @@ union profStateArgs {
 
 /* The exported tables: "ncclProfiler_v6" and "ncclProfiler_v5" share this
  * shape (their descriptors differ as above); "ncclProfiler_v4" takes the
- * comm hash after the name in init; "ncclProfiler_v3"'s init takes only the
- * mask. */
+ * comm hash after the name in init; "ncclProfiler_v3"'s init (and v2's and
+ * v1's) takes only the mask. */
 struct profPluginV6 {
   const char *name;
   ncclResult_t (*init)(void **context, uint64_t commId, int *eActivationMask, const char *commName, int nNodes,
@@ -273,6 +390,25 @@ struct profPluginV3 {
   const char *name;
   ncclResult_t (*init)(void **context, int *eActivationMask);
   ncclResult_t (*startEvent)(void *context, void **eHandle, struct profDescrV3 *eDescr);
+  ncclResult_t (*stopEvent)(void *eHandle);
+  ncclResult_t (*recordEventState)(void *eHandle, int eState, union profStateArgsV3 *eStateArgs);
+  ncclResult_t (*finalize)(void *context);
+};
+
+/* Versions 2 and 1: version 3's table with their own descriptors. */
+struct profPluginV2 {
+  const char *name;
+  ncclResult_t (*init)(void **context, int *eActivationMask);
+  ncclResult_t (*startEvent)(void *context, void **eHandle, struct profDescrV2 *eDescr);
+  ncclResult_t (*stopEvent)(void *eHandle);
+  ncclResult_t (*recordEventState)(void *eHandle, int eState, union profStateArgsV3 *eStateArgs);
+  ncclResult_t (*finalize)(void *context);
+};
+
+struct profPluginV1 {
+  const char *name;
+  ncclResult_t (*init)(void **context, int *eActivationMask);
+  ncclResult_t (*startEvent)(void *context, void **eHandle, struct profDescrV1 *eDescr);
   ncclResult_t (*stopEvent)(void *eHandle);
   ncclResult_t (*recordEventState)(void *eHandle, int eState, union profStateArgsV3 *eStateArgs);
   ncclResult_t (*finalize)(void *context);

@@ -3,8 +3,8 @@
  * or a library name), then as libnccl-profiler-<name>.so; unset, as
  * libnccl-profiler.so; "none" loads nothing; STATIC_PLUGIN looks in the
  * program itself. The newest table it exports is used: ncclProfiler_v6,
- * then v5, v4, v3 (whose descriptors are translated, as NCCL's adapters
- * do). */
+ * then v5, v4, v3, v2, v1 (whose descriptors are translated, as NCCL's
+ * adapters do). */
 #define _GNU_SOURCE
 #include "profile/profile.h"
 
@@ -24,10 +24,15 @@
 static pthread_mutex_t loadLock = PTHREAD_MUTEX_INITIALIZER;
 static int loadRefs;          /* communicators holding the plugin */
 static void *pluginLib;
-static int pluginVersion;     /* 6, 5, 4; 0: none loaded */
+static int pluginVersion;     /* 6 to 1; 0: none loaded */
 static const struct profPluginV6 *pluginV6; /* v6 and v5 */
 static const struct profPluginV4 *pluginV4;
 static const struct profPluginV3 *pluginV3;
+static const struct profPluginV2 *pluginV2;
+static const struct profPluginV1 *pluginV1;
+/* Versions 3, 2 and 1 differ in their descriptors only: the other members
+ * of the table, one expression whichever is loaded. */
+#define OLD_TABLE(member) (pluginVersion == 3 ? pluginV3->member : pluginVersion == 2 ? pluginV2->member : pluginV1->member)
 int profPluginLoaded;         /* read without the lock on every hook (profActive) */
 static int activationMask;    /* the plugin sets and may change it (NCCL's eActivationMask) */
 static pid_t loadPid;
@@ -102,15 +107,17 @@ static void pluginLoad(void) {
   else if ((t = dlsym(h, "ncclProfiler_v5"))) pluginVersion = 5, pluginV6 = t;
   else if ((t = dlsym(h, "ncclProfiler_v4"))) pluginVersion = 4, pluginV4 = t;
   else if ((t = dlsym(h, "ncclProfiler_v3"))) pluginVersion = 3, pluginV3 = t;
+  else if ((t = dlsym(h, "ncclProfiler_v2"))) pluginVersion = 2, pluginV2 = t;
+  else if ((t = dlsym(h, "ncclProfiler_v1"))) pluginVersion = 1, pluginV1 = t;
   if (!pluginVersion) {
-    WARN("PROFILER/Plugin: %s exports no ncclProfiler_v6, _v5, _v4 or _v3: continuing without a profiler", used);
+    WARN("PROFILER/Plugin: %s exports no ncclProfiler_v6 .. _v1: continuing without a profiler", used);
     dlclose(h);
     return;
   }
   pluginLib = h;
   loadPid = getpid();
   __atomic_add_fetch(&loadGen, 1, __ATOMIC_RELAXED);
-  const char *pname = pluginVersion >= 5 ? pluginV6->name : pluginVersion == 4 ? pluginV4->name : pluginV3->name;
+  const char *pname = pluginVersion >= 5 ? pluginV6->name : pluginVersion == 4 ? pluginV4->name : OLD_TABLE(name);
   INFO(subsysInit, "PROFILER/Plugin: Loaded %s (v%d) from %s", pname ? pname : "(unnamed)", pluginVersion, used);
   __atomic_store_n(&profPluginLoaded, 1, __ATOMIC_RELEASE);
 }
@@ -122,6 +129,8 @@ static void pluginUnload(void) {
   pluginV6 = NULL;
   pluginV4 = NULL;
   pluginV3 = NULL;
+  pluginV2 = NULL;
+  pluginV1 = NULL;
   pluginVersion = 0;
 }
 
@@ -134,7 +143,7 @@ void profCommInit(struct profComm *p, uint64_t commHash, const char *commName, i
     ncclResult_t res =
         pluginVersion >= 5   ? pluginV6->init(&p->ctx, commHash, &activationMask, commName, nNodes, nranks, rank, pluginLog)
         : pluginVersion == 4 ? pluginV4->init(&p->ctx, &activationMask, commName, commHash, nNodes, nranks, rank, pluginLog)
-                             : pluginV3->init(&p->ctx, &activationMask);
+                             : OLD_TABLE(init)(&p->ctx, &activationMask);
     if (res != ncclSuccess) {
       INFO(subsysInit, "PROFILER/Plugin: init failed with error %d: rank %d continues without a profiler", (int)res, rank);
       p->ctx = NULL;
@@ -151,7 +160,7 @@ void profCommFinalize(struct profComm *p) {
   if (p->ctx && pluginVersion) {
     if (pluginVersion >= 5) pluginV6->finalize(p->ctx);
     else if (pluginVersion == 4) pluginV4->finalize(p->ctx);
-    else pluginV3->finalize(p->ctx);
+    else OLD_TABLE(finalize)(p->ctx);
     p->ctx = NULL;
     if (--loadRefs == 0) pluginUnload();
   }
@@ -162,11 +171,12 @@ static int maskNow(void) {
   return __atomic_load_n(&profPluginLoaded, __ATOMIC_ACQUIRE) ? __atomic_load_n(&activationMask, __ATOMIC_RELAXED) : 0;
 }
 
-/* Versions 4 and 3 share most of their descriptor: a filler per version
- * copies what both have from version 6's (NCH: the collective's channel
- * field, nChannels in 4, nMaxChannels in 3; Coll and P2p hang off the
+/* Versions 4, 3 and 2 share most of their descriptor: a filler per version
+ * copies what they have from version 6's (NCH: the collective's channel
+ * field, nChannels in 4, nMaxChannels before; KERNELCH: what a KernelCh
+ * event gets, which version 2 does not know; Coll and P2p hang off the
  * Group, as before version 5). 0 for an event the version does not know. */
-#define OLD_DESCR_FILLER(NAME, T, NCH)                            \
+#define OLD_DESCR_FILLER(NAME, T, NCH, KERNELCH)                  \
   static int NAME(T *o, const struct profDescrV6 *d) {           \
     memset(o, 0, sizeof *o);                                      \
     o->type = (uint8_t)d->type;                                   \
@@ -205,12 +215,97 @@ static int maskNow(void) {
         o->proxyOp.isSend = d->proxyOp.isSend;                    \
         return 1;                                                 \
       case profProxyStep: o->proxyStep.step = d->proxyStep.step; return 1; \
-      case profKernelCh: o->kernelCh.channelId = d->kernelCh.channelId; return 1; \
+      case profKernelCh: KERNELCH;                                \
       default: return 0;                                          \
     }                                                             \
   }
-OLD_DESCR_FILLER(fillV4, struct profDescrV4, nChannels)
-OLD_DESCR_FILLER(fillV3, struct profDescrV3, nMaxChannels)
+#define KERNELCH_CHANNEL(o, d) \
+  o->kernelCh.channelId = d->kernelCh.channelId; \
+  return 1
+OLD_DESCR_FILLER(fillV4, struct profDescrV4, nChannels, KERNELCH_CHANNEL(o, d))
+OLD_DESCR_FILLER(fillV3, struct profDescrV3, nMaxChannels, KERNELCH_CHANNEL(o, d))
+OLD_DESCR_FILLER(fillV2, struct profDescrV2, nMaxChannels, return 0)
+
+/* Version 1's numbers for the names later versions carry (NCCL's
+ * ncclFunc_t and NCCL_ALGO_* / NCCL_PROTO_* values). chorus's algorithms
+ * that NCCL does not have get PAT, as NCCL's own adapter gives any name it
+ * does not know; version 2 and later carry the real name. */
+static uint8_t v1Number(const char *name, const char *const *names, const uint8_t *numbers, int n, uint8_t other) {
+  for (int i = 0; name && i < n; i++)
+    if (strcmp(name, names[i]) == 0) return numbers[i];
+  return other;
+}
+
+static uint8_t v1Func(const char *f) {
+  static const char *const names[] = {"Broadcast", "Reduce", "AllGather", "ReduceScatter", "AllReduce", "Send",
+                                      "Recv",      "AlltoAll", "Scatter", "Gather"};
+  static const uint8_t numbers[] = {profV1FuncBroadcast, profV1FuncReduce,   profV1FuncAllGather, profV1FuncReduceScatter,
+                                    profV1FuncAllReduce, profV1FuncSend,     profV1FuncRecv,      profV1FuncAlltoAll,
+                                    profV1FuncScatter,   profV1FuncGather};
+  return v1Number(f, names, numbers, (int)(sizeof numbers), profV1FuncSendRecv);
+}
+
+static uint8_t v1Algo(const char *a) {
+  static const char *const names[] = {"TREE", "RING"};
+  static const uint8_t numbers[] = {profV1AlgoTree, profV1AlgoRing};
+  return v1Number(a, names, numbers, (int)(sizeof numbers), profV1AlgoPat);
+}
+
+static uint8_t v1Proto(const char *p) {
+  static const char *const names[] = {"LL", "LL128"};
+  static const uint8_t numbers[] = {profV1ProtoLL, profV1ProtoLL128};
+  return v1Number(p, names, numbers, (int)(sizeof numbers), profV1ProtoSimple);
+}
+
+static const char *dtypeNcclName(int dtype);
+static uint8_t v1Datatype(const char *dt) {
+  for (int i = 0; dt && i < ncclNumTypes; i++)
+    if (strcmp(dt, dtypeNcclName(i)) == 0) return (uint8_t)i;
+  return ncclFloat64; /* what NCCL's adapter gives a name it does not know */
+}
+
+/* Version 1: version 2's descriptor with numbers for names. */
+static int fillV1(struct profDescrV1 *o, const struct profDescrV6 *d) {
+  struct profDescrV2 v2;
+  if (!fillV2(&v2, d)) return 0;
+  memset(o, 0, sizeof *o);
+  o->type = v2.type;
+  o->parentObj = v2.parentObj;
+  o->rank = v2.rank;
+  switch (d->type) {
+    case profColl:
+      o->coll.seqNumber = v2.coll.seqNumber;
+      o->coll.func = v1Func(v2.coll.func);
+      o->coll.sendBuff = v2.coll.sendBuff;
+      o->coll.recvBuff = v2.coll.recvBuff;
+      o->coll.count = v2.coll.count;
+      o->coll.root = v2.coll.root;
+      o->coll.datatype = v1Datatype(v2.coll.datatype);
+      o->coll.nMaxChannels = v2.coll.nMaxChannels;
+      o->coll.nWarps = v2.coll.nWarps;
+      o->coll.algo = v1Algo(v2.coll.algo);
+      o->coll.proto = v1Proto(v2.coll.proto);
+      break;
+    case profP2p:
+      o->p2p.func = v1Func(v2.p2p.func);
+      o->p2p.buff = v2.p2p.buff;
+      o->p2p.datatype = v1Datatype(v2.p2p.datatype);
+      o->p2p.count = v2.p2p.count;
+      o->p2p.peer = v2.p2p.peer;
+      break;
+    case profProxyOp:
+      o->proxyOp.pid = v2.proxyOp.pid;
+      o->proxyOp.channelId = v2.proxyOp.channelId;
+      o->proxyOp.peer = v2.proxyOp.peer;
+      o->proxyOp.nSteps = v2.proxyOp.nSteps;
+      o->proxyOp.chunkSize = v2.proxyOp.chunkSize;
+      o->proxyOp.isSend = v2.proxyOp.isSend;
+      break;
+    case profProxyStep: o->proxyStep.step = v2.proxyStep.step; break;
+    default: break; /* Group: the type and parent only */
+  }
+  return 1;
+}
 
 /* Starts an event described in version 6's terms, translated for older
  * plugins (which know no API events: those are not sent to them). */
@@ -225,16 +320,24 @@ static void *startEvent(void *ctx, struct profDescrV6 *d) {
     if (d->type == profP2p) o.p2p.nChannels = d->p2p.nChannels; /* what version 3 lacks */
     if (d->type == profKernelCh) o.kernelCh.pTimer = d->kernelCh.pTimer;
     pluginV4->startEvent(ctx, &h, &o);
-  } else {
+  } else if (pluginVersion == 3) {
     struct profDescrV3 o;
     if (!fillV3(&o, d)) return NULL;
     pluginV3->startEvent(ctx, &h, &o);
+  } else if (pluginVersion == 2) {
+    struct profDescrV2 o;
+    if (!fillV2(&o, d)) return NULL;
+    pluginV2->startEvent(ctx, &h, &o);
+  } else {
+    struct profDescrV1 o;
+    if (!fillV1(&o, d)) return NULL;
+    pluginV1->startEvent(ctx, &h, &o);
   }
   return h;
 }
 
-/* Version 3 knows the step wait states only (and takes no arguments with
- * them), as NCCL's adapter forwards. */
+/* Versions 3 to 1 know the step wait states only (and take no arguments
+ * with them), as NCCL's adapters forward. */
 static int knownToV3(int state) {
   return state == profStateStepSendGpuWait || state == profStateStepSendWait || state == profStateStepRecvWait ||
          state == profStateStepRecvFlushWait || state == profStateStepRecvGpuWait;
@@ -247,7 +350,7 @@ static void recordStateArgs(void *h, int state, union profStateArgs *a) {
   else if (knownToV3(state)) {
     union profStateArgsV3 v3;
     memset(&v3, 0, sizeof v3);
-    pluginV3->recordEventState(h, state, &v3);
+    OLD_TABLE(recordEventState)(h, state, &v3);
   }
 }
 
@@ -262,7 +365,7 @@ void profStop(void *h) {
   if (!h || !__atomic_load_n(&profPluginLoaded, __ATOMIC_ACQUIRE)) return;
   if (pluginVersion >= 5) pluginV6->stopEvent(h);
   else if (pluginVersion == 4) pluginV4->stopEvent(h);
-  else pluginV3->stopEvent(h);
+  else OLD_TABLE(stopEvent)(h);
 }
 
 /* NCCL's names for what events carry. */
