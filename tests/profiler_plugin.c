@@ -4,8 +4,8 @@
  * one line per call, for test_profiler to check:
  *   init RANK NRANKS NNODES HASH          (versions 3 to 1 are told none of them: -1 -1 -1 0)
  *   start ID TYPE PARENT RANK fields...   (PARENT: the parent's ID, 0: none, -1: not ours)
- *   state ID STATE TRANSSIZE
- *   stop ID
+ *   state ID STATE TRANSSIZE t=NS          (NS: CLOCK_MONOTONIC nanoseconds)
+ *   stop ID t=NS
  *   finalize
  * The activation mask comes from CHORUS_TEST_PROFILE_MASK (default: every
  * event chorus can send). Version 1's numbers are written as the names
@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "profile/abi.h"
@@ -92,6 +93,12 @@ typedef struct profDescrV2 descr_t;
 #else
 typedef struct profDescrV1 descr_t;
 #endif
+
+static unsigned long long nowNs(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec;
+}
 
 static inline const char *str(const char *s) { return s ? s : "-"; }
 
@@ -188,7 +195,7 @@ static ncclResult_t startEvent(void *context, void **handle, descr_t *d) {
 static ncclResult_t stopEvent(void *handle) {
   struct event *e = handle;
   if (!e) return ncclSuccess;
-  LINE(e->ctx, "stop %ld\n", e->magic == EVENT_MAGIC ? e->id : -1);
+  LINE(e->ctx, "stop %ld t=%llu\n", e->magic == EVENT_MAGIC ? e->id : -1, nowNs());
   return ncclSuccess;
 }
 
@@ -203,7 +210,7 @@ typedef union profStateArgsV3 args_t;
 static ncclResult_t recordEventState(void *handle, int state, args_t *args) {
   struct event *e = handle;
   if (!e) return ncclSuccess;
-  LINE(e->ctx, "state %ld %d %zu\n", e->id, state, args ? TRANS(args) : 0);
+  LINE(e->ctx, "state %ld %d %zu t=%llu\n", e->id, state, args ? TRANS(args) : 0, nowNs());
   return ncclSuccess;
 }
 

@@ -7,12 +7,15 @@
  * CollApi > Coll > ProxyOp > ProxyStep, P2pApi > P2p), the Coll fields
  * (per-function sequence numbers, count, datatype, root, algorithm,
  * protocol, channels), each ProxyOp's step count, and each step's states.
- *   test_profiler NRANKS PLUGIN [v4|v3|v2|v1|absent]
+ *   test_profiler NRANKS PLUGIN [v4|v3|v2|v1|absent|sockets]
  * PLUGIN is what NCCL_PROFILER_PLUGIN is set to: a path, or NCCL's short
  * name (found through LD_LIBRARY_PATH as libnccl-profiler-NAME.so); v4: a
  * version 4 plugin (no API events); v3, v2, v1: those versions (v1's
  * numbers are turned back into names by the plugin); absent: no such
- * plugin, and the ranks run without one. */
+ * plugin, and the ranks run without one; sockets: over TCP
+ * (NCCL_SHM_DISABLE=1), with, last, a large send from rank 0 to rank 1
+ * that rank 1 receives LATE_MS late: send steps end when their slot has
+ * left, so some must last about that long after SendWait. */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <stdio.h>
@@ -25,9 +28,11 @@
 #include "harness.h"
 
 #define BIG (300 * 1000) /* floats: many slots per step */
+#define LATE (16 << 20)   /* floats: more than the FIFO and the sockets' buffers hold */
+#define LATE_MS 400
 
 static int rankMain(int rank, int n, ncclUniqueId id, void *arg) {
-  (void)arg;
+  int late = arg != NULL && n >= 2;
   ncclComm_t comm;
   NCCLCHECK(ncclCommInitRank(&comm, n, id, rank));
   float *a = guardAlloc(sizeof(float) * BIG), *b = guardAlloc(sizeof(float) * BIG);
@@ -49,6 +54,15 @@ static int rankMain(int rank, int n, ncclUniqueId id, void *arg) {
   NCCLCHECK(ncclAllReduce(a, b, BIG, ncclFloat32, ncclSum, comm, NULL));
   for (int i = 0; i < BIG; i += 997)
     EXPECT(b[i] == (float)(n * (i % 7) + n * (n - 1) / 2), "b[%d] = %g", i, (double)b[i]);
+  if (late && rank < 2) {
+    float *big = malloc(sizeof(float) * LATE);
+    EXPECT(big != NULL, "out of memory");
+    for (int i = 0; i < LATE; i++) big[i] = rank ? -1.0f : (float)(i % 1000);
+    if (rank == 1) usleep(LATE_MS * 1000);
+    NCCLCHECK(rank ? ncclRecv(big, LATE, ncclFloat32, 0, comm, NULL) : ncclSend(big, LATE, ncclFloat32, 1, comm, NULL));
+    for (int i = 0; i < LATE; i += 4099) EXPECT(big[i] == (float)(i % 1000), "late[%d] = %g", i, (double)big[i]);
+    free(big);
+  }
   EXPECT(guardCheck(a) == 0 && guardCheck(b) == 0 && guardCheck(s) == 0 && guardCheck(r) == 0, "guards");
   NCCLCHECK(ncclCommDestroy(comm));
   guardFree(a);
@@ -65,6 +79,7 @@ struct ev {
   char type[16];
   char fields[256];
   int started, stopped, states, lastState, children, kernelChs;
+  unsigned long long sendWaitNs, stopNs;
   unsigned long long kchMask;
 };
 static struct ev *evs;
@@ -107,7 +122,7 @@ static long ifield(const struct ev *e, const char *name) {
 /* version: the plugin's. Below 5: no API events, Coll hangs off Group;
  * below 4: told nothing at init, no channel counts for P2p, no KernelCh
  * timer or KernelChStop; below 3: no KernelCh events at all. */
-static int checkLog(const char *file, int n, int version, int *rankOut, unsigned long long *hashOut) {
+static int checkLog(const char *file, int n, int version, int late, int *rankOut, unsigned long long *hashOut) {
   int v4 = version <= 4, v3 = version <= 3, kch = version >= 3;
   FILE *f = fopen(file, "r");
   CHECKF(f != NULL, "cannot open");
@@ -153,11 +168,15 @@ static int checkLog(const char *file, int n, int version, int *rankOut, unsigned
       CHECKF(e && !e->stopped, "state of an event not open: %s", line);
       e->states++;
       e->lastState = state;
+      const char *t = strstr(line, " t=");
+      if (state == 9 && t) e->sendWaitNs = strtoull(t + 3, NULL, 10);
     } else if (sscanf(line, "stop %ld", &id) == 1) {
       struct ev *e = find(id);
       CHECKF(e != NULL, "stop of an event never started: %s", line);
       CHECKF(!e->stopped, "event %ld stopped twice", id);
       e->stopped = 1;
+      const char *t = strstr(line, " t=");
+      e->stopNs = t ? strtoull(t + 3, NULL, 10) : 0;
     } else {
       CHECKF(0, "unexpected line %s", line);
     }
@@ -176,7 +195,8 @@ static int checkLog(const char *file, int n, int version, int *rankOut, unsigned
   /* What each rank called, in order (Coll events), and the point-to-point. */
   const char *funcs[] = {"AllReduce", "Broadcast", "AllReduce", "AllReduce"};
   const long counts[] = {1000, 77, 1000, BIG};
-  int ncoll = 0, nsend = 0, nrecv = 0, ngroupApi = 0, nproxyOp = 0, nstep = 0;
+  int ncoll = 0, nsend = 0, nrecv = 0, ngroupApi = 0, nproxyOp = 0, nstep = 0, nlate = 0;
+  unsigned long long longestSend = 0; /* the longest a send step lasted after SendWait */
   for (int i = 0; i < nev; i++) {
     struct ev *e = &evs[i];
     char b[64];
@@ -211,6 +231,8 @@ static int checkLog(const char *file, int n, int version, int *rankOut, unsigned
       CHECKF(e->kernelChs == (kch ? ifield(e, "nch") : 0), "Coll %d: %d KernelCh events, nChannels %ld", ncoll, e->kernelChs,
              ifield(e, "nch"));
       ncoll++;
+    } else if (!strcmp(e->type, "P2p") && late && ifield(e, "count") == LATE) {
+      nlate++; /* the late send or receive */
     } else if (!strcmp(e->type, "P2p")) {
       int send = !strcmp(field(e, "func", b, sizeof b), "Send");
       CHECKF(send || !strcmp(b, "Recv"), "P2p func %s", b);
@@ -239,12 +261,22 @@ static int checkLog(const char *file, int n, int version, int *rankOut, unsigned
       int send = ifield(p, "send");
       CHECKF(e->states >= 1 && e->lastState == (send ? 9 : 12), "a %s step's last state is %d", send ? "send" : "recv",
              e->lastState);
+      if (send) CHECKF(e->stopNs >= e->sendWaitNs, "a send step stopped before its SendWait");
+      if (send && e->stopNs - e->sendWaitNs > longestSend) longestSend = e->stopNs - e->sendWaitNs;
     }
   }
   CHECKF(ncoll == 4, "%d Coll events, 4 collectives called", ncoll);
   CHECKF((nsend == 1 && nrecv == 1) || n == 1, "%d Send and %d Recv events", nsend, nrecv);
-  if (!v4) CHECKF(ngroupApi == 5, "%d GroupApi events: 4 bare calls and one group", ngroupApi);
+  int bare = 4 + (late && rank < 2); /* the late send or receive is a bare call too */
+  if (!v4) CHECKF(ngroupApi == bare + 1, "%d GroupApi events: %d bare calls and one group", ngroupApi, bare);
   if (n > 1) CHECKF(nproxyOp >= 2 && nstep > nproxyOp, "%d ProxyOp and %d ProxyStep events", nproxyOp, nstep);
+  if (late) CHECKF(nlate == (rank < 2), "%d late P2p events on rank %d", nlate, rank);
+  /* Rank 0's last slots wait in its FIFO until rank 1 reads: a step that
+   * ended at the hand-off to the socket would last no time at all. */
+  if (late && rank == 0)
+    CHECKF(longestSend >= LATE_MS * 1000000ull / 2, "the longest send step lasted %.1f ms after SendWait; rank 1 "
+           "received %d ms late", (double)longestSend / 1e6, LATE_MS);
+  if (late && rank == 0) printf("rank 0: the longest send step lasted %.0f ms after SendWait\n", (double)longestSend / 1e6);
   return 0;
 }
 
@@ -256,7 +288,9 @@ int main(int argc, char **argv) {
   const char *mode = argc > 3 ? argv[3] : "";
   int n = atoi(argv[1]), absent = !strcmp(mode, "absent");
   int version = mode[0] == 'v' && mode[1] >= '1' && mode[1] <= '4' && !mode[2] ? mode[1] - '0' : 6;
-  if (mode[0] && !absent && version == 6) {
+  int late = !strcmp(mode, "sockets");
+  if (late) setenv("NCCL_SHM_DISABLE", "1", 1);
+  if (mode[0] && !absent && !late && version == 6) {
     fprintf(stderr, "unknown mode %s\n", mode);
     return 2;
   }
@@ -265,7 +299,7 @@ int main(int argc, char **argv) {
   setenv("CHORUS_TEST_PROFILE_DIR", dir, 1);
   setenv("NCCL_PROFILER_PLUGIN", argv[2], 1);
   evs = calloc(MAX_EVENTS, sizeof *evs);
-  int failed = runRanks(n, rankMain, NULL, 60);
+  int failed = runRanks(n, rankMain, late ? (void *)&late : NULL, 60);
   if (failed) {
     fprintf(stderr, "%d rank(s) failed\n", failed);
     return 1;
@@ -280,7 +314,7 @@ int main(int argc, char **argv) {
     snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
     int rank;
     unsigned long long hash;
-    if (checkLog(path, n, version, &rank, &hash)) bad = 1;
+    if (checkLog(path, n, version, late, &rank, &hash)) bad = 1;
     else {
       if (logs == 0) hash0 = hash;
       if (hash != hash0 || seen[rank]++) bad = 1, fprintf(stderr, "%s: rank %d, hash %llu\n", path, rank, hash);

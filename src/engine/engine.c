@@ -190,10 +190,26 @@ static int stepAdvance(struct task *t, struct step *st) {
   if (!posted) st->sp->sendPost(st->send, nb);
   t->off = off + nb;
   if (t->prof && t->prof->ctx) {
-    if (st->send) profStepEnd(t->prof, 0, nb);
+    if (st->send && st->send->tp->sent) profStepPosted(t->prof, nb, st->send, st->send->step);
+    else if (st->send) profStepEnd(t->prof, 0, nb);
     if (st->recv) profStepEnd(t->prof, 1, nb);
   }
   return 1;
+}
+
+/* Profiler: the posted send steps whose slots have left (the transport
+ * sent them) end, in every task of a profiled run. */
+static void profPollSent(struct schedule *s) {
+  for (int i = 0; i < s->ntasks; i++) {
+    struct profTask *p = s->tasks[i].prof;
+    const void *key;
+    uint64_t slot;
+    while (p && profFlyingHead(p, &key, &slot)) {
+      const struct conn *c = key;
+      if (c->tp->sent(c) < slot) break;
+      profFlyingDone(p);
+    }
+  }
 }
 
 /* Runs a task as far as the FIFOs allow. Returns 1 if anything moved, -1
@@ -219,7 +235,7 @@ static int taskProgress(struct schedule *s, struct task *t) {
   }
   if (t->cur == t->nsteps) {
     t->done = 1;
-    if (t->prof && t->prof->ctx) profTaskEnd(t->prof);
+    if (t->prof && t->prof->ctx) profTaskEnd(t->prof, 0);
   }
   return moved;
 }
@@ -399,7 +415,7 @@ static ncclResult_t engineRunTasks(struct schedule *s);
 ncclResult_t engineRun(struct schedule *s) {
   ncclResult_t res = engineRunTasks(s);
   for (int i = 0; s->ntasks && s->tasks[0].prof && i < s->ntasks; i++) /* a failed run leaves events open */
-    if (s->tasks[i].prof->ctx) profTaskEnd(s->tasks[i].prof);
+    if (s->tasks[i].prof->ctx) profTaskEnd(s->tasks[i].prof, 1);
   return res;
 }
 
@@ -439,6 +455,7 @@ static ncclResult_t engineRunTasks(struct schedule *s) {
       if (res != ncclSuccess) return drivenBroken(s, res);
       w.blockNow = !moved && drivenOnlyWait(s);
     }
+    if (s->profs && ed.n) profPollSent(s);
     if (moved) {
       waitProgress(&w);
     } else {
@@ -457,6 +474,7 @@ static ncclResult_t engineRunTasks(struct schedule *s) {
     int busy = 0, moved = 0;
     ncclResult_t res = ed.n ? drivenPump(&ed, &busy, &moved) : ncclSuccess;
     if (res != ncclSuccess) return drivenBroken(s, res);
+    if (s->profs && ed.n) profPollSent(s);
     if (!busy) return ncclSuccess;
     w.blockNow = !ed.quiet;
     if (moved) waitProgress(&w);

@@ -516,14 +516,33 @@ void profTaskBegin(struct profTask *t) {
   k->handle = startEvent(t->ctx, &d);
 }
 
+/* dir's ProxyOp is over: it ends now, or after the last of its posted
+ * steps when some are still being sent. */
+static void opFinish(struct profTask *t, int dir) {
+  profStop(t->step[dir]);
+  t->step[dir] = NULL;
+  if (!t->op[dir]) return;
+  int last = (t->flyHead + t->flyCount + PROF_FLYING - 1) % PROF_FLYING;
+  if (dir == 0 && t->flyCount && !t->fly[last].opEnd) t->fly[last].opEnd = t->op[dir];
+  else profStop(t->op[dir]);
+  t->op[dir] = NULL;
+}
+
+void profFlyingDone(struct profTask *t) {
+  if (!t->flyCount) return;
+  int i = t->flyHead;
+  /* The slot has left this rank: NCCL's send step ends when the network
+   * says so, after SendWait. */
+  profStop(t->fly[i].step);
+  profStop(t->fly[i].opEnd);
+  memset(&t->fly[i], 0, sizeof t->fly[i]);
+  t->flyHead = (uint8_t)((i + 1) % PROF_FLYING);
+  t->flyCount--;
+}
+
 void profStepBegin(struct profTask *t, int dir, int rank, int channel, int peer, int nSteps, int chunk) {
   int mask = maskNow();
-  if (t->op[dir] && t->opPeer[dir] != peer) {
-    profStop(t->step[dir]);
-    t->step[dir] = NULL;
-    profStop(t->op[dir]);
-    t->op[dir] = NULL;
-  }
+  if (t->op[dir] && t->opPeer[dir] != peer) opFinish(t, dir);
   if (!t->op[dir]) {
     struct profDescrV6 d;
     memset(&d, 0, sizeof d);
@@ -571,12 +590,26 @@ void profStepEnd(struct profTask *t, int dir, size_t bytes) {
   t->stepNo[dir]++;
 }
 
-void profTaskEnd(struct profTask *t) {
-  for (int dir = 0; dir < 2; dir++) {
-    profStop(t->step[dir]);
-    profStop(t->op[dir]);
-    t->step[dir] = t->op[dir] = NULL;
+void profStepPosted(struct profTask *t, size_t bytes, const void *key, uint64_t slot) {
+  if (!t->step[0]) {
+    t->stepNo[0]++;
+    return;
   }
+  recordState(t->step[0], profStateStepSendWait, bytes);
+  if (t->flyCount == PROF_FLYING) profFlyingDone(t); /* the oldest ends early rather than never */
+  int i = (t->flyHead + t->flyCount) % PROF_FLYING;
+  t->fly[i].step = t->step[0];
+  t->fly[i].opEnd = NULL;
+  t->fly[i].key = key;
+  t->fly[i].slot = slot;
+  t->flyCount++;
+  t->step[0] = NULL;
+  t->stepNo[0]++;
+}
+
+void profTaskEnd(struct profTask *t, int flush) {
+  for (int dir = 0; dir < 2; dir++) opFinish(t, dir);
+  while (flush && t->flyCount) profFlyingDone(t);
   struct profKernelCh *k = t->kch;
   t->kch = NULL; /* counted once, however often the task is ended */
   if (!k || --k->tasks > 0 || !k->handle) return;

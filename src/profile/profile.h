@@ -82,6 +82,10 @@ struct profKernelCh {
   int started; /* the event was started (or was not wanted) */
 };
 
+/* Send steps handed to a transport that sends them later (sockets), at
+ * most this many per task: each ends when its slot has left. */
+#define PROF_FLYING 16
+
 /* Step-level events of one task of the engine (struct task points to one
  * of its schedule's; engine/schedule.h): dir 0 sends, 1 receives. */
 struct profTask {
@@ -92,6 +96,14 @@ struct profTask {
   int stepNo[2];
   uint8_t waited[2];  /* the open step's wait state was recorded */
   uint8_t begun;
+  /* Posted send steps not yet sent, oldest first: key and slot say when
+   * (profFlyingHead); opEnd, a ProxyOp that ends with that step. */
+  struct {
+    void *step, *opEnd;
+    const void *key;
+    uint64_t slot;
+  } fly[PROF_FLYING];
+  uint8_t flyHead, flyCount;
   int channel;                /* 0..nChannels-1 of its operation */
   struct profKernelCh *kch;   /* its channel's KernelCh event (NULL: none, or this task is done) */
   /* CHORUS_TRACE_LEVEL=steps (profile/trace.h; NULL trace: not traced). */
@@ -112,8 +124,24 @@ void profStepBegin(struct profTask *t, int dir, int rank, int channel, int peer,
 void profStepWait(struct profTask *t, int dir);
 /* The open step of dir moved bytes: it ends. */
 void profStepEnd(struct profTask *t, int dir, size_t bytes);
-/* The task is done (or abandoned): its open events end, and its KernelCh
- * event passes to the channel's next task or ends. */
-void profTaskEnd(struct profTask *t);
+/* The open send step handed bytes to a transport that sends them later:
+ * it ends once its slot has left, when the caller says so (profFlyingDone)
+ * after the transport's count of sent slots on the connection key reached
+ * slot. */
+void profStepPosted(struct profTask *t, size_t bytes, const void *key, uint64_t slot);
+/* The oldest posted step not yet sent: 1 and its key and slot, or 0. */
+static inline int profFlyingHead(const struct profTask *t, const void **key, uint64_t *slot) {
+  if (!t->flyCount) return 0;
+  *key = t->fly[t->flyHead].key;
+  *slot = t->fly[t->flyHead].slot;
+  return 1;
+}
+/* That step's slot has left: it ends (and its ProxyOp, if it was the last). */
+void profFlyingDone(struct profTask *t);
+/* The task is done: its open events end, except posted send steps not yet
+ * sent (and their ProxyOp), which end with profFlyingDone; its KernelCh
+ * event passes to the channel's next task or ends. flush (the run is over,
+ * or failed): those end too. */
+void profTaskEnd(struct profTask *t, int flush);
 
 #endif

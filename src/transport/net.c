@@ -701,6 +701,9 @@ static void netPosted(struct conn *c, size_t bytes) {
 
 static int netPending(const struct conn *c) { return NET(c)->isSend && NET(c)->done < c->step; }
 
+/* Slots whose every byte the kernel has taken: the sender's done count. */
+static uint64_t netSent(const struct conn *c) { return NET(c)->done; }
+
 static uint64_t netMoved(const struct conn *c) { return __atomic_load_n(&NET(c)->bytes, __ATOMIC_RELAXED); }
 
 static int netPollWakes(const struct conn *c) { return !NET(c)->helped; }
@@ -721,6 +724,7 @@ const struct transport netTransport = {
     .posted = netPosted,
     .postFrom = netPostFrom,
     .pending = netPending,
+    .sent = netSent,
     .moved = netMoved,
     .stalled = netCheckNeeded,
     .pollFds = netPollFds,

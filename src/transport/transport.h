@@ -41,6 +41,9 @@ struct transport {
   void (*postFrom)(struct conn *c, const void *data, size_t bytes);
   /* 1 while a sender holds published slots the transport has not sent. */
   int (*pending)(const struct conn *c);
+  /* A sender's slots sent so far (they have left this rank); NULL where a
+   * published slot is at once the peer's (c->step). For the profiler. */
+  uint64_t (*sent)(const struct conn *c);
   /* Bytes moved so far (progress for the one wait; helper threads add to it). */
   uint64_t (*moved)(const struct conn *c);
   /* A step waits on c for data: an error when none can come (the peer
