@@ -92,7 +92,7 @@ int main(int argc, char **argv) {
       if (r == 0) {
         double alg = b / 1e9 / t, bus = alg * 2.0 * (n - 1) / n;
         times[k] = bus;
-        printf(" %12zu %12zu %8s %6s %10.2f %8.2f %8.2f\n", b, count, "float", "sum", t * 1e6, alg, bus);
+        printf(" %12zu %12zu %8s %6s %10.3f %8.2f %8.2f\n", b, count, "float", "sum", t * 1e6, alg, bus);
         fflush(stdout);
       }
     }

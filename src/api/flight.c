@@ -14,7 +14,6 @@
 #include "core/log.h"
 #include "core/param.h"
 #include "core/pathfmt.h"
-#include "core/spin.h"
 
 /* Communicators with a recorder, for SIGUSR1's dump. */
 static pthread_mutex_t liveLock = PTHREAD_MUTEX_INITIALIZER;
@@ -105,7 +104,6 @@ int flightCommsOn; /* communicators recording (flightActive) */
 void flightInit(struct ncclComm *comm) {
   struct flightRecorder *f = &comm->flight;
   memset(f, 0, sizeof *f);
-  f->lock = 0;
   int64_t cap = paramInt(paramFlightRecorder);
   if (cap <= 0) return;
   if (cap > 1 << 20) cap = 1 << 20;
@@ -116,6 +114,7 @@ void flightInit(struct ncclComm *comm) {
   f->cap = (uint32_t)cap;
   f->mask = slots - 1;
   __atomic_add_fetch(&flightCommsOn, 1, __ATOMIC_RELAXED);
+  observeBegin();
   pthread_mutex_lock(&liveLock);
   sigSetup();
   if (nlive == liveCap) {
@@ -133,7 +132,10 @@ void flightFree(struct ncclComm *comm) {
   for (int i = 0; i < nlive; i++)
     if (live[i] == comm) live[i] = live[--nlive];
   pthread_mutex_unlock(&liveLock);
-  if (f->ring) __atomic_sub_fetch(&flightCommsOn, 1, __ATOMIC_RELAXED);
+  if (f->ring) {
+    __atomic_sub_fetch(&flightCommsOn, 1, __ATOMIC_RELAXED);
+    observeEnd();
+  }
   free(f->ring);
   f->ring = NULL;
 }
@@ -143,44 +145,63 @@ void flightFree(struct ncclComm *comm) {
 static struct flightEntry *entryOf(struct flightRecorder *f, uint64_t id) {
   if (!f->ring || id == 0) return NULL;
   struct flightEntry *e = &f->ring[(id - 1) & f->mask];
-  return e->id == id ? e : NULL;
+  return __atomic_load_n(&e->id, __ATOMIC_ACQUIRE) == id ? e : NULL;
+}
+
+static uint64_t statusOf(int state, ncclResult_t res) { return (uint64_t)state | (uint64_t)(uint32_t)res << 32; }
+
+#define ENTRY_WORDS (sizeof(struct flightEntry) / sizeof(uint64_t))
+
+/* A new entry is written a word at a time: id 0 first, its id last, each
+ * store a release, so a dump that read a word of the new entry reads a
+ * changed id after it (and drops its copy). On x86 these are plain stores. */
+static void wordsPut(void *at, const void *from, size_t bytes) {
+  uint64_t w[4];
+  memcpy(w, from, bytes);
+  for (size_t i = 0; i < bytes / sizeof w[0]; i++) __atomic_store_n((uint64_t *)at + i, w[i], __ATOMIC_RELEASE);
+}
+
+/* A dump's copy of e: 1 when it is whole (the same entry throughout), 0
+ * when it was empty or written meanwhile. */
+static int entryRead(const struct flightEntry *e, struct flightEntry *copy) {
+  uint64_t words[ENTRY_WORDS];
+  const uint64_t *in = (const uint64_t *)e;
+  for (size_t i = 0; i < ENTRY_WORDS; i++) words[i] = __atomic_load_n(&in[i], __ATOMIC_ACQUIRE);
+  if (!words[0] || __atomic_load_n(&in[0], __ATOMIC_ACQUIRE) != words[0]) return 0;
+  memcpy(copy, words, sizeof words);
+  return 1;
 }
 
 void flightQueued(struct groupItem *items, int n, uint64_t now) {
   for (int i = 0; i < n; i++) {
     struct flightRecorder *f = &items[i].comm->flight;
     if (!f->ring) continue;
-    spinLock(&f->lock);
-    uint64_t id = ++f->next;
+    uint64_t id = __atomic_load_n(&f->next, __ATOMIC_RELAXED) + 1;
+    __atomic_store_n(&f->next, id, __ATOMIC_RELEASE);
     struct flightEntry *e = &f->ring[(id - 1) & f->mask];
-    e->id = id;
-    e->desc = items[i].desc.check;
-    e->algo = (uint8_t)items[i].plan.algo;
-    e->proto = (uint8_t)items[i].plan.proto;
-    e->nch = (uint8_t)items[i].plan.nch;
-    e->result = ncclSuccess;
+    __atomic_store_n(&e->id, 0, __ATOMIC_RELEASE);
     /* The caller runs the NULL stream's part at once: it is running already
-     * (one lock and one clock reading less on the latency path). */
-    e->state = items[i].stream == NULL ? flightStateRunning : flightStateQueued;
-    e->queuedNs = e->startedNs = now;
-    e->endedNs = 0;
+     * (one update and one clock reading less on the latency path). */
+    int state = items[i].stream == NULL ? flightStateRunning : flightStateQueued;
+    __atomic_store_n(&e->status, statusOf(state, ncclSuccess), __ATOMIC_RELEASE);
+    __atomic_store_n(&e->queuedNs, now, __ATOMIC_RELEASE);
+    __atomic_store_n(&e->startedNs, now, __ATOMIC_RELEASE);
+    __atomic_store_n(&e->endedNs, 0, __ATOMIC_RELEASE);
+    wordsPut(&e->desc, &items[i].desc.check, sizeof e->desc);
+    uint8_t plan[8] = {(uint8_t)items[i].plan.algo, (uint8_t)items[i].plan.proto, (uint8_t)items[i].plan.nch};
+    wordsPut(&e->algo, plan, sizeof plan);
+    __atomic_store_n(&e->id, id, __ATOMIC_RELEASE);
     items[i].flightId = id;
-    spinUnlock(&f->lock);
   }
 }
 
 void flightRunning(const struct groupItem *items, int n, void *stream, uint64_t now) {
   for (int i = 0; i < n; i++) {
     if (items[i].stream != stream) continue;
-    struct flightRecorder *f = &items[i].comm->flight;
-    if (!f->ring) continue;
-    spinLock(&f->lock);
-    struct flightEntry *e = entryOf(f, items[i].flightId);
-    if (e) {
-      e->state = flightStateRunning;
-      e->startedNs = now;
-    }
-    spinUnlock(&f->lock);
+    struct flightEntry *e = entryOf(&items[i].comm->flight, items[i].flightId);
+    if (!e) continue;
+    __atomic_store_n(&e->startedNs, now, __ATOMIC_RELEASE);
+    __atomic_store_n(&e->status, statusOf(flightStateRunning, ncclSuccess), __ATOMIC_RELEASE);
   }
 }
 
@@ -190,18 +211,15 @@ void flightEnded(const struct groupItem *items, int n, void *stream, ncclResult_
     struct ncclComm *comm = items[i].comm;
     struct flightRecorder *f = &comm->flight;
     if (!f->ring) continue;
-    spinLock(&f->lock);
     struct flightEntry *e = entryOf(f, items[i].flightId);
     if (e) {
-      e->state = skipped ? flightStateSkipped : res == ncclSuccess ? flightStateDone : flightStateFailed;
-      e->result = res;
       /* The caller reads no clock at the end of an operation that nothing
        * times (now 0): a failure's end is read here. */
-      e->endedNs = now ? now : res != ncclSuccess ? clockCoarseNs() : 0;
+      __atomic_store_n(&e->endedNs, now ? now : res != ncclSuccess ? clockCoarseNs() : 0, __ATOMIC_RELEASE);
+      int state = skipped ? flightStateSkipped : res == ncclSuccess ? flightStateDone : flightStateFailed;
+      __atomic_store_n(&e->status, statusOf(state, res), __ATOMIC_RELEASE);
     }
-    int dump = res != ncclSuccess && !skipped && !f->dumped;
-    if (dump) f->dumped = 1;
-    spinUnlock(&f->lock);
+    int dump = res != ncclSuccess && !skipped && !__atomic_exchange_n(&f->dumped, 1, __ATOMIC_ACQ_REL);
     if (dump && groupCommLeader(items, i) == i) { /* one dump per communicator of the launch */
       char why[96];
       snprintf(why, sizeof why, "a failed operation (%s)", ncclGetErrorString(res));
@@ -217,22 +235,23 @@ static const char *stateName(int s) {
 
 /* One entry as a line: "#7 AllReduce #3 (count=..): Ring/Simple x2: done, queued at 1.234567 s, ran 12 us". */
 static void entryLine(const struct ncclComm *comm, const struct flightEntry *e, uint64_t now, char *out, size_t len) {
+  int state = (int)(uint32_t)e->status;
+  ncclResult_t result = (ncclResult_t)(e->status >> 32);
   char d[160];
   descStr(&e->desc, d, sizeof d);
   int p2p = e->desc.coll == collSend || e->desc.coll == collRecv;
   double at = (double)(e->queuedNs - comm->createdNs) / 1e9;
-  int n = p2p ? snprintf(out, len, "%s: %s", d, stateName(e->state))
+  int n = p2p ? snprintf(out, len, "%s: %s", d, stateName(state))
               : snprintf(out, len, "%s via %s/%s on %u channel(s): %s", d, algoName(e->algo), protoName(e->proto),
-                         e->nch, stateName(e->state));
+                         e->nch, stateName(state));
   if (n < 0 || (size_t)n >= len) return;
-  if (e->state == flightStateFailed)
-    n += snprintf(out + n, len - (size_t)n, " (%s)", ncclGetErrorString((ncclResult_t)e->result));
+  if (state == flightStateFailed) n += snprintf(out + n, len - (size_t)n, " (%s)", ncclGetErrorString(result));
   if ((size_t)n >= len) return;
   n += snprintf(out + n, len - (size_t)n, ", queued at %.6f s", at);
   if ((size_t)n >= len) return;
-  if (e->state == flightStateQueued)
+  if (state == flightStateQueued)
     snprintf(out + n, len - (size_t)n, ", waiting %.6f s", (double)(now > e->queuedNs ? now - e->queuedNs : 0) / 1e9);
-  else if (e->state == flightStateRunning)
+  else if (state == flightStateRunning)
     snprintf(out + n, len - (size_t)n, ", running for %.6f s",
              (double)(now > e->startedNs ? now - e->startedNs : 0) / 1e9);
   else if (e->startedNs && e->endedNs >= e->startedNs)
@@ -250,17 +269,16 @@ void flightDump(struct ncclComm *comm, const char *why) {
     out = fopen(path, "a");
     if (!out) REPORT("Flight recorder: cannot open %s: %s", path, strerror(errno));
   }
-  /* A copy taken under the lock, written without it: calls on the
-   * communicator do not wait for the log's I/O. */
+  /* A copy first, written after: calls on the communicator go on meanwhile
+   * (and do not wait for the log's I/O). */
   struct flightEntry *copy = malloc(sizeof *copy * ((size_t)f->mask + 1));
   if (!copy) {
     if (out) fclose(out);
     return;
   }
-  spinLock(&f->lock);
-  uint64_t next = f->next, first = next > f->cap ? next - f->cap + 1 : 1; /* the last cap */
-  memcpy(copy, f->ring, sizeof *copy * ((size_t)f->mask + 1));
-  spinUnlock(&f->lock);
+  uint64_t next = __atomic_load_n(&f->next, __ATOMIC_ACQUIRE), first = next > f->cap ? next - f->cap + 1 : 1;
+  for (uint32_t k = 0; k <= f->mask; k++)
+    if (!entryRead(&f->ring[k], &copy[k])) copy[k].id = 0;
   uint64_t now = clockCoarseNs();
   char head[400], host[256] = "";
   gethostname(host, sizeof host - 1); /* the bootstrap's view may not exist yet (a dump during init) */

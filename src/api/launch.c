@@ -13,6 +13,7 @@
 #include "core/clock.h"
 #include "core/err.h"
 #include "core/log.h"
+#include "core/observe.h"
 #include "core/param.h"
 #include "engine/engine.h"
 #include "engine/stream.h"
@@ -212,10 +213,12 @@ static uint64_t launchClock(int start) {
   return start && flightActive() ? clockCoarseNs() : 0;
 }
 
-/* Everything that watches a launch end: the flight recorder, the stats, the trace. */
+/* Everything that watches a launch end: the flight recorder, the stats, the
+ * trace. Callers call it (and launchClock) only when observeAny(): with
+ * nothing on, a launch reads one word for all of them. */
 static void launchEnded(const struct groupItem *items, int n, cudaStream_t stream, ncclResult_t res, int skipped,
                         uint64_t startNs, uint64_t endNs) {
-  flightEnded(items, n, stream, res, skipped, endNs);
+  if (flightActive()) flightEnded(items, n, stream, res, skipped, endNs);
   if (skipped) return;
   if (statsActive()) statsEnded(items, n, stream, res, endNs - startNs);
   if (traceActive()) traceEnded(items, n, stream, res, startNs, endNs);
@@ -332,15 +335,18 @@ static ncclResult_t streamJobRun(struct streamWork *w, ncclResult_t status) {
   struct streamJob *job = (struct streamJob *)w;
   logStartThreadErrors();
   if (status != ncclSuccess) return status;
-  job->startedNs = launchClock(1);
-  flightRunning(job->items, job->n, job->items[0].stream, job->startedNs);
+  job->startedNs = 0;
+  if (observeAny()) {
+    job->startedNs = launchClock(1);
+    if (flightActive()) flightRunning(job->items, job->n, job->items[0].stream, job->startedNs);
+  }
   return engineRun(&job->sched);
 }
 
 static void streamJobDone(struct streamWork *w, ncclResult_t res) {
   struct streamJob *job = (struct streamJob *)w;
   watchEnd(job->items, job->n, job->items[0].stream, res, !w->skipped);
-  launchEnded(job->items, job->n, job->items[0].stream, res, w->skipped, job->startedNs, launchClock(0));
+  if (observeAny()) launchEnded(job->items, job->n, job->items[0].stream, res, w->skipped, job->startedNs, launchClock(0));
   markFailed(job->items, job->n, job->items[0].stream, res);
   busyAdd(job->items, job->n, job->items[0].stream, -1);
   jobPut(job);
@@ -359,8 +365,9 @@ static ncclResult_t launchStream(const struct groupItem *items, int n, cudaStrea
     return res;
   }
   if (dumpSchedules()) schedulePrint(&job->sched, stdout);
-  const struct profCall *prof = profActive() ? profLaunch(&job->sched, job->items, job->n, stream) : NULL;
-  if (traceActive()) traceWire(&job->sched, job->items, job->n, stream);
+  int obs = observeAny();
+  const struct profCall *prof = obs && profActive() ? profLaunch(&job->sched, job->items, job->n, stream) : NULL;
+  if (obs && traceActive()) traceWire(&job->sched, job->items, job->n, stream);
   void *launchEvent = prof ? profKernelLaunchStart(prof, (void *)stream) : NULL;
   job->work.run = streamJobRun;
   job->work.done = streamJobDone;
@@ -368,7 +375,7 @@ static ncclResult_t launchStream(const struct groupItem *items, int n, cudaStrea
   busyAdd(job->items, job->n, stream, 1);
   watchBegin(job->items, job->n, stream);
   streamEnqueue(stream, &job->work);
-  profStop(launchEvent);
+  if (launchEvent) profStop(launchEvent);
   return ncclSuccess;
 }
 
@@ -384,6 +391,7 @@ static int firstOfItsStream(const struct groupItem *items, int i, int byDevice) 
 /* A launch failed before the parts on the streams from item `from` on (and
  * the NULL stream's) were handed over: their records end, skipped. */
 static void launchDropped(const struct groupItem *items, int n, int from, ncclResult_t res) {
+  if (!flightActive()) return;
   uint64_t now = launchClock(0);
   for (int i = 0; i < n; i++)
     if (firstOfItsStream(items, i, 0) && (items[i].stream == NULL || i >= from))
@@ -403,8 +411,9 @@ ncclResult_t launchItems(struct groupItem *items, int n) {
     lanes += firstOfItsStream(items, i, 0);
     if (items[i].stream == NULL && firstOfItsStream(items, i, 1)) streamLegacyWait(items[i].comm->cudaDev);
   }
-  uint64_t queuedNs = launchClock(1); /* when the NULL stream's part starts, too (after that wait) */
-  flightQueued(items, n, queuedNs);
+  int obs = observeAny();
+  uint64_t queuedNs = obs ? launchClock(1) : 0; /* when the NULL stream's part starts, too (after that wait) */
+  if (obs && flightActive()) flightQueued(items, n, queuedNs);
   for (int i = 0; i < n; i++)
     if (items[i].stream != NULL && firstOfItsStream(items, i, 0)) {
       ncclResult_t res = launchStream(items, n, items[i].stream, lanes > 1);
@@ -417,20 +426,26 @@ ncclResult_t launchItems(struct groupItem *items, int n) {
   if (s->taskCap == 0) inlineSchedInUse();
   scheduleReset(s);
   ncclResult_t built = buildItems(s, items, n, NULL);
-  if (built != ncclSuccess || s->ntasks == 0) { /* nothing of the NULL stream's runs */
+  if (built != ncclSuccess) { /* nothing of the NULL stream's runs */
     launchDropped(items, n, n, built);
     return built;
   }
+  if (s->ntasks == 0) { /* the NULL stream's part has nothing to move (count 0, in place on one rank): done */
+    int any = 0;
+    for (int i = 0; i < n && !any; i++) any = items[i].stream == NULL;
+    if (any && obs) launchEnded(items, n, NULL, ncclSuccess, 0, queuedNs, launchClock(0));
+    return ncclSuccess;
+  }
   if (dumpSchedules()) schedulePrint(s, stdout);
-  const struct profCall *prof = profActive() ? profLaunch(s, items, n, NULL) : NULL;
-  if (traceActive()) traceWire(s, items, n, NULL);
+  const struct profCall *prof = obs && profActive() ? profLaunch(s, items, n, NULL) : NULL;
+  if (obs && traceActive()) traceWire(s, items, n, NULL);
   if (prof) profStop(profKernelLaunchStart(prof, NULL)); /* the caller runs it: launched at once */
   busyAdd(items, n, NULL, 1);
   watchBegin(items, n, NULL);
   logStartThreadErrors();
   ncclResult_t res = engineRun(s);
   watchEnd(items, n, NULL, res, 1);
-  launchEnded(items, n, NULL, res, 0, queuedNs, launchClock(0));
+  if (obs) launchEnded(items, n, NULL, res, 0, queuedNs, launchClock(0));
   markFailed(items, n, NULL, res);
   busyAdd(items, n, NULL, -1);
   return res;

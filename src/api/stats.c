@@ -12,7 +12,9 @@ int statsCommsOn; /* communicators counting (statsActive) */
 
 void statsInit(struct ncclComm *comm) {
   comm->stats.b = paramInt(paramStats) > 0 ? calloc(collTypeCount * STATS_SIZES, sizeof *comm->stats.b) : NULL;
-  if (comm->stats.b) __atomic_add_fetch(&statsCommsOn, 1, __ATOMIC_RELAXED);
+  if (!comm->stats.b) return;
+  __atomic_add_fetch(&statsCommsOn, 1, __ATOMIC_RELAXED);
+  observeBegin();
 }
 
 /* The size class of bytes: 0 for 0, else 1 + its highest bit. */
@@ -120,4 +122,5 @@ void statsReport(struct ncclComm *comm) {
   free(s->b);
   s->b = NULL;
   __atomic_sub_fetch(&statsCommsOn, 1, __ATOMIC_RELAXED);
+  observeEnd();
 }

@@ -7,6 +7,7 @@
 #define CHORUS_API_STATS_H
 #include <stdint.h>
 
+#include "core/observe.h"
 #include "engine/desc.h"
 #include "nccl.h"
 
@@ -32,7 +33,7 @@ uint64_t statsOpBytes(const struct collDesc *d, int nranks);
 
 /* 1 while any communicator counts: launches skip statsEnded otherwise. */
 extern int statsCommsOn;
-static inline int statsActive(void) { return __atomic_load_n(&statsCommsOn, __ATOMIC_RELAXED) != 0; }
+static inline int statsActive(void) { return OBSERVED(__atomic_load_n(&statsCommsOn, __ATOMIC_RELAXED) != 0); }
 
 void statsInit(struct ncclComm *comm);
 /* Prints (when on) and frees. */

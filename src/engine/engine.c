@@ -204,7 +204,7 @@ static void profPollSent(struct schedule *s) {
     struct profTask *p = s->tasks[i].prof;
     const void *key;
     uint64_t slot;
-    while (p && profFlyingHead(p, &key, &slot)) {
+    while (profFlyingHead(p, &key, &slot)) {
       const struct conn *c = key;
       if (c->tp->sent(c) < slot) break;
       profFlyingDone(p);
@@ -414,8 +414,9 @@ static ncclResult_t engineRunTasks(struct schedule *s);
 
 ncclResult_t engineRun(struct schedule *s) {
   ncclResult_t res = engineRunTasks(s);
-  for (int i = 0; s->ntasks && s->tasks[0].prof && i < s->ntasks; i++) /* a failed run leaves events open */
-    if (s->tasks[i].prof->ctx) profTaskEnd(s->tasks[i].prof, 1);
+  if (s->ntasks && s->tasks[0].prof) /* this build is profiled (scheduleProfiled); a failed run leaves events open */
+    for (int i = 0; i < s->ntasks; i++)
+      if (s->tasks[i].prof->ctx) profTaskEnd(s->tasks[i].prof, 1);
   return res;
 }
 
@@ -455,7 +456,7 @@ static ncclResult_t engineRunTasks(struct schedule *s) {
       if (res != ncclSuccess) return drivenBroken(s, res);
       w.blockNow = !moved && drivenOnlyWait(s);
     }
-    if (s->profs && ed.n) profPollSent(s);
+    if (ed.n && s->tasks[0].prof) profPollSent(s);
     if (moved) {
       waitProgress(&w);
     } else {
@@ -474,7 +475,7 @@ static ncclResult_t engineRunTasks(struct schedule *s) {
     int busy = 0, moved = 0;
     ncclResult_t res = ed.n ? drivenPump(&ed, &busy, &moved) : ncclSuccess;
     if (res != ncclSuccess) return drivenBroken(s, res);
-    if (s->profs && ed.n) profPollSent(s);
+    if (ed.n && s->tasks[0].prof) profPollSent(s);
     if (!busy) return ncclSuccess;
     w.blockNow = !ed.quiet;
     if (moved) waitProgress(&w);

@@ -120,9 +120,11 @@ static void pluginLoad(void) {
   const char *pname = pluginVersion >= 5 ? pluginV6->name : pluginVersion == 4 ? pluginV4->name : OLD_TABLE(name);
   INFO(subsysInit, "PROFILER/Plugin: Loaded %s (v%d) from %s", pname ? pname : "(unnamed)", pluginVersion, used);
   __atomic_store_n(&profPluginLoaded, 1, __ATOMIC_RELEASE);
+  observeBegin();
 }
 
 static void pluginUnload(void) {
+  if (profPluginLoaded) observeEnd();
   __atomic_store_n(&profPluginLoaded, 0, __ATOMIC_RELEASE);
   if (pluginLib) dlclose(pluginLib);
   pluginLib = NULL;
@@ -432,14 +434,14 @@ void profApiCall(const struct profComm *p, struct profCall *out, int depth, int 
 
 void profApiCallEnd(const struct profCall *call) { profStop(call->callApi); }
 
-void profApiGroupEndBegin(void) {
-  if (profActive() && api.groupApi) recordState(api.groupApi, profStateGroupEndApiStart, 0);
+void profApiGroupEndBeginLoaded(void) {
+  if (api.groupApi) recordState(api.groupApi, profStateGroupEndApiStart, 0);
 }
 
-void profApiGroupEndDone(void) {
-  /* No thread-local read (a call, in a shared library) on every launch; a
-   * handle left by an unloaded plugin is dropped at the next call (loadGen). */
-  if (!profActive()) return;
+void profApiGroupEndDoneLoaded(void) {
+  /* Called only with a plugin loaded: no thread-local read (a call, in a
+   * shared library) on every launch; a handle left by an unloaded plugin is
+   * dropped at the next call (loadGen). */
   if (api.groupApi) profStop(api.groupApi);
   api.groupApi = NULL;
   api.ctx = NULL;

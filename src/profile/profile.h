@@ -15,6 +15,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/observe.h"
+
 struct traceComm;
 
 /* A communicator's view of the plugin. */
@@ -25,7 +27,7 @@ struct profComm {
 
 /* 1 while a plugin is loaded: the hooks' callers skip them otherwise. */
 extern int profPluginLoaded;
-static inline int profActive(void) { return __atomic_load_n(&profPluginLoaded, __ATOMIC_ACQUIRE) != 0; }
+static inline int profActive(void) { return OBSERVED(__atomic_load_n(&profPluginLoaded, __ATOMIC_ACQUIRE) != 0); }
 
 /* At a communicator's init (it loads the plugin the first time) and at its
  * destroy or abort (the last one unloads it). */
@@ -47,9 +49,16 @@ void profApiCall(const struct profComm *p, struct profCall *out, int depth, int 
                  int dtype, int root, void *stream);
 void profApiCallEnd(const struct profCall *call);
 /* The outermost ncclGroupEnd (or a call outside a group) starts launching,
- * and has returned: the thread's GroupApi event ends. */
-void profApiGroupEndBegin(void);
-void profApiGroupEndDone(void);
+ * and has returned: the thread's GroupApi event ends. Inline: with no
+ * plugin, a load and a branch. */
+void profApiGroupEndBeginLoaded(void);
+void profApiGroupEndDoneLoaded(void);
+static inline void profApiGroupEndBegin(void) {
+  if (profActive()) profApiGroupEndBeginLoaded();
+}
+static inline void profApiGroupEndDone(void) {
+  if (profActive()) profApiGroupEndDoneLoaded();
+}
 
 /* One launch: its Group event (NULL when nothing wants it), one Coll or P2p
  * event per operation (seq from the communicator's count per function),

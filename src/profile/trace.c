@@ -62,6 +62,7 @@ void traceCommOpen(struct traceComm *t, int rank, int nranks, uint64_t commHash,
          (long long)offsetNs, (unsigned long long)errorNs);
     theFile = tf;
     __atomic_store_n(&traceOpen, 1, __ATOMIC_RELAXED);
+    observeBegin();
   }
   theFile->refs++;
   struct traceFile *tf = theFile;
@@ -94,6 +95,7 @@ void traceCommClose(struct traceComm *t) {
     free(tf);
     theFile = NULL;
     __atomic_store_n(&traceOpen, 0, __ATOMIC_RELAXED);
+    observeEnd();
   }
   pthread_mutex_unlock(&fileLock);
 }

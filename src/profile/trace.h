@@ -12,6 +12,8 @@
 #define CHORUS_PROFILE_TRACE_H
 #include <stdint.h>
 
+#include "core/observe.h"
+
 /* What one process traces: one file, whatever its communicators. */
 struct traceFile;
 
@@ -25,7 +27,7 @@ struct traceComm {
 /* 1 while this process writes a timeline: launches skip the trace's
  * work otherwise. */
 extern int traceOpen;
-static inline int traceActive(void) { return __atomic_load_n(&traceOpen, __ATOMIC_RELAXED) != 0; }
+static inline int traceActive(void) { return OBSERVED(__atomic_load_n(&traceOpen, __ATOMIC_RELAXED) != 0); }
 /* 1 when this process wants a timeline (CHORUS_TRACE is set). */
 int traceWanted(void);
 /* After the communicator's clock offset to its rank 0 was measured: opens

@@ -1,0 +1,3 @@
+#include "core/observe.h"
+
+int observeUsers; /* observeAny */
