@@ -305,7 +305,30 @@ CHECK_INT(uint64_t, ncclUint64, uint64_t)
 CHECK_FLOAT(float, ncclFloat32, double)
 CHECK_FLOAT(double, ncclFloat64, double)
 
+/* copyStreaming is memcpy: every length up to a few lines and beyond, at
+ * every alignment of source and destination, nothing written outside. */
+static void checkCopyStreaming(void) {
+  enum { MAXLEN = 600, GUARD = 64 };
+  unsigned char src[MAXLEN + 64], dst[MAXLEN + 64 + 2 * GUARD];
+  for (size_t i = 0; i < sizeof src; i++) src[i] = (unsigned char)(i * 7 + 3);
+  for (size_t len = 0; len <= MAXLEN; len += len < 200 ? 1 : 37)
+    for (size_t so = 0; so < 20; so++)
+      for (size_t dof = 0; dof < 20; dof++) {
+        memset(dst, 0xa5, sizeof dst);
+        copyStreaming(dst + GUARD + dof, src + so, len);
+        for (size_t i = 0; i < sizeof dst; i++) {
+          size_t at = GUARD + dof;
+          unsigned char want = i >= at && i < at + len ? src[so + i - at] : 0xa5;
+          if (dst[i] != want) {
+            FAIL("copyStreaming len %zu src+%zu dst+%zu: byte %zu is %u, want %u", len, so, dof, i, dst[i], want);
+            return;
+          }
+        }
+      }
+}
+
 int main(void) {
+  checkCopyStreaming();
   const struct fmt *fmts[] = {&half, &bf16, &e4m3, &e5m2};
   for (int i = 0; i < 4; i++) {
     checkDecode(fmts[i]);

@@ -155,6 +155,26 @@ static void logTopology(struct ncclComm *comm) {
   INFO(subsysInit, "chorus : %zu-byte FIFO slots per connection and channel", comm->slotBytes);
 }
 
+/* CHORUS_NT_STORES: from what size an operation's output goes past the
+ * cache. Auto: when the outputs of the host's ranks together would fill
+ * the L3 twice over, keeping them cached only evicts the FIFOs and the
+ * inputs still to be read, and every line written costs a read first.
+ * The L3 counts at most 32 MiB: what a VM or a many-chiplet CPU reports is
+ * often the whole package's, of which a process sees one slice (this
+ * machine says 480 MiB, and behaves as 32: 2 ranks, AllReduce 32 MiB +8%,
+ * 64 MiB +27%, 256 MiB +22%, 16 MiB -9% with them; 4 ranks, 16 MiB +17%,
+ * 8 MiB even). A local choice: ranks need not agree. */
+#define NT_L3_MAX (32ull << 20)
+static uint64_t commNtStoreBytes(const struct ncclComm *comm) {
+  int64_t v = paramInt(paramNtStores);
+  if (v >= 0) return (uint64_t)v;
+  uint64_t l3 = (uint64_t)comm->topo[comm->rank].l3KiB * 1024;
+  if (l3 == 0 || l3 > NT_L3_MAX) l3 = NT_L3_MAX;
+  int local = 0;
+  for (int i = 0; i < comm->nranks; i++) local += comm->hostOf[i] == comm->hostOf[comm->rank];
+  return 2 * l3 / (uint64_t)(local ? local : 1);
+}
+
 /* Every rank's view of its host and CPUs (exchanged with the agreement):
  * kept, logged ("Topology:") and, on rank NCCL_TOPO_DUMP_FILE_RANK,
  * written to NCCL_TOPO_DUMP_FILE. */
@@ -303,6 +323,7 @@ static ncclResult_t commSetup(struct ncclComm *comm) {
     comm->hostOf[i] = j < i ? comm->hostOf[j] : comm->nhosts++;
   }
   CHECKGOTO(commTopology(comm), res, fail);
+  comm->ntStoreBytes = commNtStoreBytes(comm);
   if (a0.ringByHost && comm->nhosts > 1) { /* rank 0's choice holds: every rank builds the same rings */
     comm->ringOrder = malloc(sizeof(int) * nranks);
     comm->ringPos = malloc(sizeof(int) * nranks);

@@ -68,6 +68,7 @@ struct ncclComm {
   int *hostOf;     /* each rank's host, numbered in order of their first rank */
   int nhosts;
   int *ringOrder, *ringPos; /* the rings' order (algoRingOrder) and each rank's place; NULL: rank order */
+  uint64_t ntStoreBytes; /* operations this large (bytes, as nccl-tests counts) write their output past the cache; 0: none */
   struct topoRank *topo;    /* [nranks]: what each rank sees of its host (topo/topo.h) */
   uint64_t laneGen; /* schedule build that laneLast belongs to */
   char *scratch;

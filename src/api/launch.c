@@ -67,6 +67,8 @@ static ncclResult_t buildItem(struct schedule *s, const struct groupItem *it, ui
   s->proto = c.proto; /* the tasks and steps added from here on carry these */
   s->opId = it->opId;
   ncclResult_t res = algoBuild(s, &ctx, &it->desc, c.algo, c.nch);
+  if (res == ncclSuccess && comm->ntStoreBytes && statsOpBytes(&it->desc, comm->nranks) >= comm->ntStoreBytes)
+    for (int k = firstTask; k < s->ntasks; k++) s->tasks[k].streamOut = 1;
   if (res == ncclSuccess && comm->check) {
     struct opDesc check = it->desc.check;
     if (check.coll != collSend && check.coll != collRecv) {

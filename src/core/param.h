@@ -33,6 +33,8 @@
   X(SecretFile, "CHORUS_SECRET_FILE", 1, "", "file whose first line is the secret, when CHORUS_SECRET is unset") \
   X(SocketBufSize, "CHORUS_SOCKET_BUFSIZE", 0, "0",                                               \
     "SO_SNDBUF/SO_RCVBUF of the socket transport's sockets (0: the kernel's); small ones force short writes and reads (tests)") \
+  X(NtStores, "CHORUS_NT_STORES", 0, "-1",                                                       \
+    "output bytes of an operation from which its output is written past the cache (-1: twice the L3 over the host's ranks; 0: never)") \
   X(Check, "CHORUS_CHECK", 0, "1", "1 checks that every rank called the same operation (count, type, op, root)") \
   X(DumpSchedule, "CHORUS_DUMP_SCHEDULE", 0, "0", "1 prints every schedule built")                \
   X(LLThreshold, "CHORUS_SMALL_THRESHOLD", 0, "16384",                                            \

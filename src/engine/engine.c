@@ -107,6 +107,14 @@ static void traceMoved(struct task *t, const struct step *st) {
   t->prof->waitNs = 0;
 }
 
+/* A plain copy into the operation's output: past the cache for a large
+ * operation (its output is not read again soon), else memcpy. */
+static void copyOut(const struct task *t, void *dst, const void *src, size_t nb) {
+  if (dst == src) return;
+  if (t->streamOut) copyStreaming(dst, src, nb);
+  else memcpy(dst, src, nb);
+}
+
 /* Moves one slot's worth of a step if the FIFOs allow it.
  * Returns 1 when it moved data, 0 when blocked, -1 when the slot belongs
  * to another operation (CHORUS_CHECK). */
@@ -154,11 +162,17 @@ static int stepAdvance(struct task *t, struct step *st) {
         st->sp->sendPostFrom(st->send, src, nb);
       }
       break;
-    case stepRecv: reduceCopy(op, dst, slotIn, n, st->flags); break;
-    case stepCopy: reduceCopy(op, dst, src, n, st->flags); break;
+    case stepRecv:
+      if (st->flags) reduceCopy(op, dst, slotIn, n, st->flags);
+      else copyOut(t, dst, slotIn, nb);
+      break;
+    case stepCopy:
+      if (st->flags) reduceCopy(op, dst, src, n, st->flags);
+      else copyOut(t, dst, src, nb);
+      break;
     case stepCopySend:
       st->sp->sendPostFrom(st->send, src, nb);
-      if (dst != src) memcpy(dst, src, nb);
+      copyOut(t, dst, src, nb);
       break;
     case stepRecvCopySend:
       if (st->sp->sendReadsSource(st->send)) { /* one copy: the transport reads dst */
@@ -167,7 +181,7 @@ static int stepAdvance(struct task *t, struct step *st) {
       } else {
         memcpy(slotOut, slotIn, nb);
         st->sp->sendPost(st->send, nb);
-        memcpy(dst, slotIn, nb);
+        copyOut(t, dst, slotIn, nb);
       }
       break;
     case stepRecvReduceSend: reduceTwo(op, slotOut, slotIn, src, n, st->flags); posted = 0; break;
@@ -180,7 +194,7 @@ static int stepAdvance(struct task *t, struct step *st) {
         /* The receiver only reads the slot, so it may be read back after posting. */
         reduceTwo(op, slotOut, slotIn, src, n, st->flags);
         st->sp->sendPost(st->send, nb);
-        memcpy(dst, slotOut, nb);
+        copyOut(t, dst, slotOut, nb);
       }
       break;
     case stepRecvAcc: reduceTwo(op, dst, dst, slotIn, n, st->flags); break;

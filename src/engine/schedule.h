@@ -59,6 +59,7 @@ struct task {
   int check;          /* compare descriptors (CHORUS_CHECK) */
   struct opDesc desc; /* this rank's call */
   int channel;        /* its channel (collective lanes), or the point-to-point lane's number */
+  int streamOut;      /* the operation is large: plain copies into its output go past the cache (copyStreaming) */
   struct profTask *prof; /* profiler and timeline events (scheduleProfiled; NULL: none) */
 };
 

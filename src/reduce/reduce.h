@@ -38,5 +38,10 @@ void reduceCopy(const struct redOp *op, void *dst, const void *in, size_t n, int
 /* dst = acc OP in, with the flags applied (PRE to in only). dst may alias
  * acc or in. */
 void reduceTwo(const struct redOp *op, void *dst, const void *acc, const void *in, size_t n, int flags);
+/* memcpy with stores that go past the cache (non-temporal), for output
+ * nothing reads again soon: a large operation's result would otherwise
+ * evict the FIFOs and inputs, and cost a read of every line it writes.
+ * memcpy where the CPU has no such stores. */
+void copyStreaming(void *dst, const void *src, size_t bytes);
 
 #endif
