@@ -156,9 +156,11 @@ static uint64_t statusOf(int state, ncclResult_t res) { return (uint64_t)state |
  * store a release, so a dump that read a word of the new entry reads a
  * changed id after it (and drops its copy). On x86 these are plain stores. */
 static void wordsPut(void *at, const void *from, size_t bytes) {
-  uint64_t w[4];
-  memcpy(w, from, bytes);
-  for (size_t i = 0; i < bytes / sizeof w[0]; i++) __atomic_store_n((uint64_t *)at + i, w[i], __ATOMIC_RELEASE);
+  for (size_t i = 0; i < bytes / sizeof(uint64_t); i++) {
+    uint64_t w;
+    memcpy(&w, (const char *)from + i * sizeof w, sizeof w);
+    __atomic_store_n((uint64_t *)at + i, w, __ATOMIC_RELEASE);
+  }
 }
 
 /* A dump's copy of e: 1 when it is whole (the same entry throughout), 0

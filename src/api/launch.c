@@ -432,10 +432,8 @@ ncclResult_t launchItems(struct groupItem *items, int n) {
     launchDropped(items, n, n, built);
     return built;
   }
-  if (s->ntasks == 0) { /* the NULL stream's part has nothing to move (count 0, in place on one rank): done */
-    int any = 0;
-    for (int i = 0; i < n && !any; i++) any = items[i].stream == NULL;
-    if (any && obs) launchEnded(items, n, NULL, ncclSuccess, 0, queuedNs, launchClock(0));
+  if (s->ntasks == 0) { /* the NULL stream's part (if any) has nothing to move (count 0, in place on one rank): done */
+    if (obs) launchEnded(items, n, NULL, ncclSuccess, 0, queuedNs, launchClock(0));
     return ncclSuccess;
   }
   if (dumpSchedules()) schedulePrint(s, stdout);

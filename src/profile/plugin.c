@@ -228,6 +228,14 @@ OLD_DESCR_FILLER(fillV4, struct profDescrV4, nChannels, KERNELCH_CHANNEL(o, d))
 OLD_DESCR_FILLER(fillV3, struct profDescrV3, nMaxChannels, KERNELCH_CHANNEL(o, d))
 OLD_DESCR_FILLER(fillV2, struct profDescrV2, nMaxChannels, return 0)
 
+/* NCCL's names for what events carry. */
+static const char *dtypeNcclName(int dtype) {
+  static const char *names[] = {"ncclInt8",    "ncclUint8",   "ncclInt32",  "ncclUint32",
+                                "ncclInt64",   "ncclUint64",  "ncclFloat16", "ncclFloat32",
+                                "ncclFloat64", "ncclBfloat16", "ncclFloat8e4m3", "ncclFloat8e5m2"};
+  return dtype >= 0 && dtype < (int)(sizeof names / sizeof names[0]) ? names[dtype] : "Unknown";
+}
+
 /* Version 1's numbers for the names later versions carry (NCCL's
  * ncclFunc_t and NCCL_ALGO_* / NCCL_PROTO_* values). chorus's algorithms
  * that NCCL does not have get PAT, as NCCL's own adapter gives any name it
@@ -259,7 +267,6 @@ static uint8_t v1Proto(const char *p) {
   return v1Number(p, names, numbers, (int)(sizeof numbers), profV1ProtoSimple);
 }
 
-static const char *dtypeNcclName(int dtype);
 static uint8_t v1Datatype(const char *dt) {
   for (int i = 0; dt && i < ncclNumTypes; i++)
     if (strcmp(dt, dtypeNcclName(i)) == 0) return (uint8_t)i;
@@ -370,13 +377,6 @@ void profStop(void *h) {
   else OLD_TABLE(stopEvent)(h);
 }
 
-/* NCCL's names for what events carry. */
-static const char *dtypeNcclName(int dtype) {
-  static const char *names[] = {"ncclInt8",    "ncclUint8",   "ncclInt32",  "ncclUint32",
-                                "ncclInt64",   "ncclUint64",  "ncclFloat16", "ncclFloat32",
-                                "ncclFloat64", "ncclBfloat16", "ncclFloat8e4m3", "ncclFloat8e5m2"};
-  return dtype >= 0 && dtype < (int)(sizeof names / sizeof names[0]) ? names[dtype] : "Unknown";
-}
 
 /* The API events of this thread: the open GroupApi event, the group depth
  * it opened at, and where it is between ncclGroupStart and ncclGroupEnd. */
