@@ -418,10 +418,9 @@ ncclResult_t chorusLaunchHostFunc(cudaStream_t s, chorusHostFn_t fn, void *userD
   CHECK(checkStream(s, "chorusLaunchHostFunc"));
   struct hostFunc *h = malloc(sizeof *h);
   if (!h) return ncclSystemError;
-  h->work.run = hostFuncRun;
-  h->work.done = hostFuncDone;
-  h->fn = fn;
-  h->userData = userData;
+  /* Every field set: a stray `urgent` would wake the worker to race the
+   * caller for each host function (it did, costing torch's every call). */
+  *h = (struct hostFunc){.work = {.run = hostFuncRun, .done = hostFuncDone}, .fn = fn, .userData = userData};
   streamEnqueue(s, &h->work);
   return ncclSuccess;
 }
