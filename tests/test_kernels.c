@@ -327,8 +327,51 @@ static void checkCopyStreaming(void) {
       }
 }
 
+/* reduceTwoStreaming gives reduceTwo's bytes exactly, for every type and
+ * reduction, at lengths around its block (8 KiB), with the output at every
+ * alignment, out of place and in place (dst = acc), and writes nothing
+ * outside its output. Inputs are finite (the exponent's top bit cleared):
+ * NaN payloads are not the question here. */
+static void checkReduceTwoStreaming(void) {
+  enum { MAXB = 3 * 8192 + 256, GUARD = 64 };
+  static unsigned char acc[MAXB], in[MAXB], want[MAXB + 2 * GUARD + 64], got[MAXB + 2 * GUARD + 64];
+  const int kinds[] = {redSum, redProd, redMax, redMin, redPreMulSum, redSumPostDiv};
+  const int flagsOf[] = {0, 0, 0, 0, REDUCE_PRE, REDUCE_POST};
+  srand(7);
+  for (int dt = 0; dt < ncclNumTypes; dt++) {
+    size_t esz = dtypeSize(dt);
+    for (size_t i = 0; i < MAXB; i++) acc[i] = (unsigned char)rand(), in[i] = (unsigned char)rand();
+    if (dtypeIsFloat(dt)) /* clear the exponent's top bit: no infinities or NaNs */
+      for (size_t i = 0; i + esz <= MAXB; i += esz) acc[i + esz - 1] &= 0xbf, in[i + esz - 1] &= 0xbf;
+    for (int k = 0; k < 6; k++) {
+      if (kinds[k] == redSumPostDiv && dtypeIsFloat(dt)) continue; /* float avg is PreMulSum */
+      struct redOp op = {.dtype = dt, .kind = kinds[k], .scaleF = 0.375, .scaleI = 3, .divisor = 3};
+      const size_t lens[] = {0, 1, 7, 8192 / esz - 1, 8192 / esz, 8192 / esz + 1, 2 * 8192 / esz + 13, MAXB / esz};
+      for (int l = 0; l < 8; l++)
+        for (size_t dof = 0; dof < 64; dof += dof < 16 ? esz : 16) {
+          size_t n = lens[l], nb = n * esz, at = GUARD + dof;
+          for (int inPlace = 0; inPlace < 2; inPlace++) {
+            memset(want, 0xa5, sizeof want);
+            memset(got, 0xa5, sizeof got);
+            if (inPlace) memcpy(want + at, acc, nb), memcpy(got + at, acc, nb);
+            reduceTwo(&op, want + at, inPlace ? want + at : acc, in, n, flagsOf[k]);
+            reduceTwoStreaming(&op, got + at, inPlace ? got + at : acc, in, n, flagsOf[k]);
+            if (memcmp(want, got, sizeof got) != 0) {
+              size_t i = 0;
+              while (want[i] == got[i]) i++;
+              FAIL("reduceTwoStreaming %s kind %d n %zu dst+%zu%s: byte %zu is %u, want %u", dtypeName(dt), kinds[k],
+                   n, dof, inPlace ? " in place" : "", i, got[i], want[i]);
+              return;
+            }
+          }
+        }
+    }
+  }
+}
+
 int main(void) {
   checkCopyStreaming();
+  checkReduceTwoStreaming();
   const struct fmt *fmts[] = {&half, &bf16, &e4m3, &e5m2};
   for (int i = 0; i < 4; i++) {
     checkDecode(fmts[i]);

@@ -115,6 +115,13 @@ static void copyOut(const struct task *t, void *dst, const void *src, size_t nb)
   else memcpy(dst, src, nb);
 }
 
+/* A reduction whose result is the operation's output, past the cache when
+ * the operation is large (copyOut's rule). */
+static void reduceOut(const struct task *t, void *dst, const void *acc, const void *in, size_t n, int flags) {
+  if (t->streamOut) reduceTwoStreaming(&t->red, dst, acc, in, n, flags);
+  else reduceTwo(&t->red, dst, acc, in, n, flags);
+}
+
 /* Moves one slot's worth of a step if the FIFOs allow it.
  * Returns 1 when it moved data, 0 when blocked, -1 when the slot belongs
  * to another operation (CHORUS_CHECK). */
@@ -185,7 +192,7 @@ static int stepAdvance(struct task *t, struct step *st) {
       }
       break;
     case stepRecvReduceSend: reduceTwo(op, slotOut, slotIn, src, n, st->flags); posted = 0; break;
-    case stepRecvReduceCopy: reduceTwo(op, dst, slotIn, src, n, st->flags); break;
+    case stepRecvReduceCopy: reduceOut(t, dst, slotIn, src, n, st->flags); break;
     case stepRecvReduceCopySend:
       if (st->sp->sendReadsSource(st->send)) { /* one pass: the transport reads dst */
         reduceTwo(op, dst, slotIn, src, n, st->flags);

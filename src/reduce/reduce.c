@@ -184,7 +184,8 @@ void reduceTwo(const struct redOp *op, void *dst, const void *acc, const void *i
   dispatch(&e, dst, acc, in, n, flags & REDUCE_POST);
 }
 
-void copyStreaming(void *dst, const void *src, size_t bytes) {
+/* copyStreaming without its closing fence, for callers that store more. */
+static void streamStores(void *dst, const void *src, size_t bytes) {
 #if defined(__x86_64__)
   char *d = dst;
   const char *s = src;
@@ -202,8 +203,32 @@ void copyStreaming(void *dst, const void *src, size_t bytes) {
     _mm_stream_si128((__m128i *)(d + i + 48), e);
   }
   memcpy(d + i, s + i, bytes - i);
-  _mm_sfence(); /* ordered before whatever says the data is there (a FIFO counter, the call's return) */
 #else
   memcpy(dst, src, bytes);
 #endif
+}
+
+static void streamFence(void) {
+#if defined(__x86_64__)
+  _mm_sfence(); /* ordered before whatever says the data is there (a FIFO counter, the call's return) */
+#endif
+}
+
+void copyStreaming(void *dst, const void *src, size_t bytes) {
+  streamStores(dst, src, bytes);
+  streamFence();
+}
+
+void reduceTwoStreaming(const struct redOp *op, void *dst, const void *acc, const void *in, size_t n, int flags) {
+  /* A block at a time through a buffer that stays in L1: the kernels keep
+   * their vector loops, and each result line is stored once, past the cache. */
+  enum { blockBytes = 8192 };
+  _Alignas(64) char block[blockBytes];
+  size_t esz = dtypeSize(op->dtype), per = blockBytes / (esz ? esz : 1);
+  for (size_t i = 0; i < n; i += per) {
+    size_t m = n - i < per ? n - i : per, at = i * esz;
+    reduceTwo(op, block, (const char *)acc + at, (const char *)in + at, m, flags);
+    streamStores((char *)dst + at, block, m * esz);
+  }
+  streamFence();
 }

@@ -43,5 +43,8 @@ void reduceTwo(const struct redOp *op, void *dst, const void *acc, const void *i
  * evict the FIFOs and inputs, and cost a read of every line it writes.
  * memcpy where the CPU has no such stores. */
 void copyStreaming(void *dst, const void *src, size_t bytes);
+/* reduceTwo with the result stored past the cache (bitwise the same result);
+ * dst may alias acc or in. */
+void reduceTwoStreaming(const struct redOp *op, void *dst, const void *acc, const void *in, size_t n, int flags);
 
 #endif
