@@ -32,6 +32,13 @@ WorkChorus::~WorkChorus() {
   if (event_) chorusEventDestroy(event_);
 }
 
+void WorkChorus::release_resources() {
+  outputs_.clear();
+  keep_.clear();
+  copyBack_.clear();
+  future_.reset();
+}
+
 void WorkChorus::markEnqueued(cudaStream_t stream) {
   chorusEventRecord(event_, stream);
   enqueued_.store(true);

@@ -26,6 +26,11 @@ class WorkChorus : public c10d::Work {
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
   uint64_t getSequencenumber() const override;
   std::chrono::milliseconds getTimeout() const override;
+  // When the last reference goes. c10 destroys an object only once its weak
+  // references are gone too, and the group keeps weak ones to its works
+  // (Group::inFlight_) until a later launch: the tensors and the future are
+  // let go here, so that memory returns when the caller drops the work.
+  void release_resources() override;
 
   // Group's side. The operation and its host function are on the stream;
   // the event marks the point after them.

@@ -133,6 +133,43 @@ def temporaries(rank, size):
     del junk
 
 
+def released(rank, size):
+    # Once an operation has finished and the caller holds neither its tensors
+    # nor its Work, the memory is free at once, not at some later call
+    # (memory held back made the allocator hand memory to the system and fault
+    # it back on every DDP step), whichever way it was waited for.
+    def storage(t):
+        return t.untyped_storage()._weak_ref()
+
+    calls = {
+        "all_reduce": lambda t, a: dist.all_reduce(t, async_op=a),
+        "broadcast": lambda t, a: dist.broadcast(t, 0, async_op=a),
+        "reduce": lambda t, a: dist.reduce(t, 0, async_op=a),
+        "all_gather_into_tensor": lambda t, a: dist.all_gather_into_tensor(torch.empty(size * t.numel()), t, async_op=a),
+        "reduce_scatter_tensor": lambda t, a: dist.reduce_scatter_tensor(t[: t.numel() // size], t, async_op=a),
+        "all_to_all_single": lambda t, a: dist.all_to_all_single(torch.empty_like(t), t, async_op=a),
+    }
+    for name, call in calls.items():
+        for how in ("sync", "wait", "future", "completed"):
+            t = torch.ones(size * 1024)
+            ref = storage(t)
+            w = call(t, how != "sync")
+            if how == "wait":
+                w.wait()
+            elif how == "future":
+                w.get_future().wait()
+            elif how == "completed":
+                while not w.is_completed():
+                    time.sleep(0.001)
+            del t, w
+            # A completion thread that has just completed the future may hold the Work a moment longer.
+            deadline = time.monotonic() + 2
+            while not torch.UntypedStorage._expired(ref) and time.monotonic() < deadline:
+                time.sleep(0.001)
+            assert torch.UntypedStorage._expired(ref), f"{name} ({how}): its tensor outlived the operation and its Work"
+    dist.barrier()
+
+
 def callback_waits_on_later(rank, size):
     # Waiting for w2 runs w1 and w2 on this thread; w1's callback waits for
     # w2's future, which must not be queued behind it.
@@ -163,7 +200,7 @@ def main():
     cases = {}
     for name, f in [("many_in_flight", many_in_flight), ("futures", futures), ("background", background),
                     ("wait_timeout", wait_timeout), ("order", order), ("flood", flood), ("temporaries", temporaries),
-                    ("callback_waits_on_later", callback_waits_on_later), ("coalescing_block", coalescing_block)]:
+                    ("callback_waits_on_later", callback_waits_on_later), ("coalescing_block", coalescing_block), ("released", released)]:
         cases[name] = lambda f=f: [harness.run(n, f) for n in (1, 2, 3)]
     harness.main(cases)
 
