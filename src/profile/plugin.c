@@ -377,7 +377,6 @@ void profStop(void *h) {
   else OLD_TABLE(stopEvent)(h);
 }
 
-
 /* The API events of this thread: the open GroupApi event, the group depth
  * it opened at, and where it is between ncclGroupStart and ncclGroupEnd. */
 static _Thread_local struct {
