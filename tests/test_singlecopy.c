@@ -1,0 +1,316 @@
+/* Single copy within a host (CHORUS_SINGLE_COPY): receivers read large
+ * sends where the sender holds them (process_vm_readv between processes).
+ *   mixed    - one of 4 ranks may not use CMA (a seccomp filter makes
+ *              process_vm_readv fail, as in many containers): it reads
+ *              through the FIFOs, says so in its log, and every rank's
+ *              AllGather, Broadcast, Send/Recv and AlltoAll is right.
+ *   held     - a send returns only once its receiver has read the data:
+ *              the receiver comes 300 ms late and the sender overwrites
+ *              its buffer as soon as its call returns; and a Broadcast
+ *              grouped after another (one channel), whose root writes
+ *              over the buffer the peers read for the first, waits
+ *              until they have read it.
+ *   revoked  - the filter comes after ncclCommInitRank: the reads fail, and
+ *              every rank's AllGather fails within 2 s (not at the
+ *              timeout), with a text that says which rank could not read
+ *              whose buffer. This also proves that the reads are used.
+ *   deadreader - the receiver of a send that fits the FIFO dies before
+ *              it reads: the sender's call fails within 2 s, naming it.
+ *   off      - CHORUS_SINGLE_COPY=0 on one rank only: all still right.
+ *   auto     - CHORUS_SINGLE_COPY unset (CHORUS_NT_STORES small): with CMA
+ *              refused after init, a Send/Recv still works (auto leaves
+ *              point-to-point to the FIFOs) and an AllGather fails (it read
+ *              the peer's buffer), where the host has a core per rank.
+ *   test_singlecopy <case> */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <signal.h>
+#include <stddef.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+static char logDir[64];
+static double *shared; /* [0]: when the victim died; [1 + rank]: the rank's pid (mixed) */
+
+/* From here on process_vm_readv fails with EPERM in every thread of this
+ * process. */
+static int denyCma(void) {
+  struct sock_filter f[] = {
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_process_vm_readv, 0, 1),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+  };
+  struct sock_fprog prog = {sizeof f / sizeof f[0], f};
+  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return -1;
+  return (int)syscall(__NR_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC, &prog);
+}
+
+static float value(int rank, size_t i) { return (float)(rank * 100003 + (int)(i % 99991)); }
+
+static float *filled(int rank, size_t count) {
+  float *p = guardAlloc(count * sizeof(float));
+  for (size_t i = 0; i < count; i++) p[i] = value(rank, i);
+  return p;
+}
+
+/* 0 when p[i] == value(rank, from + i) for i < count. */
+static int checkFrom(const float *p, int rank, size_t from, size_t count, const char *what, int me) {
+  for (size_t i = 0; i < count; i++)
+    if (p[i] != value(rank, from + i)) {
+      fprintf(stderr, "rank %d: %s: element %zu is %g, expected %g (rank %d's)\n", me, what, i, p[i],
+              value(rank, from + i), rank);
+      return 1;
+    }
+  return 0;
+}
+
+/* Rank me's log (NCCL_DEBUG_FILE, one per process) contains text. */
+static int logHas(int me, const char *text) {
+  char path[128], line[512];
+  snprintf(path, sizeof path, "%s/log.%d", logDir, (int)getpid());
+  FILE *f = fopen(path, "r");
+  if (!f) return 0;
+  int found = 0;
+  while (!found && fgets(line, sizeof line, f)) found = strstr(line, text) != NULL;
+  fclose(f);
+  return found;
+}
+
+/* AllGather (out of and in place), Broadcast, a Send/Recv ring and
+ * AlltoAll, at sizes that take single copy, checked element by element. */
+static int everyKind(int rank, int n, ncclComm_t comm) {
+  size_t count = 300001; /* odd: the last slot is short */
+  float *in = filled(rank, count), *out = guardAlloc(count * n * sizeof(float));
+  NCCLCHECK(ncclAllGather(in, out, count, ncclFloat, comm, NULL));
+  for (int r = 0; r < n; r++)
+    if (checkFrom(out + (size_t)r * count, r, 0, count, "AllGather", rank)) return 1;
+  float *inPlace = guardAlloc(count * n * sizeof(float));
+  for (size_t i = 0; i < count; i++) inPlace[(size_t)rank * count + i] = value(rank, i);
+  NCCLCHECK(ncclAllGather(inPlace + (size_t)rank * count, inPlace, count, ncclFloat, comm, NULL));
+  for (int r = 0; r < n; r++)
+    if (checkFrom(inPlace + (size_t)r * count, r, 0, count, "AllGather in place", rank)) return 1;
+
+  size_t bcount = (1 << 18) + 3;
+  int root = 2 % n;
+  float *b = rank == root ? filled(root, bcount) : guardAlloc(bcount * sizeof(float));
+  NCCLCHECK(ncclBroadcast(b, b, bcount, ncclFloat, root, comm, NULL));
+  if (checkFrom(b, root, 0, bcount, "Broadcast", rank)) return 1;
+
+  size_t pcount = 180001;
+  float *s = filled(rank, pcount), *r = guardAlloc(pcount * sizeof(float));
+  NCCLCHECK(ncclGroupStart());
+  NCCLCHECK(ncclSend(s, pcount, ncclFloat, (rank + 1) % n, comm, NULL));
+  NCCLCHECK(ncclRecv(r, pcount, ncclFloat, (rank + n - 1) % n, comm, NULL));
+  NCCLCHECK(ncclGroupEnd());
+  if (checkFrom(r, (rank + n - 1) % n, 0, pcount, "Recv", rank)) return 1;
+
+  size_t acount = 100003;
+  float *a = filled(rank, acount * n), *ao = guardAlloc(acount * n * sizeof(float));
+  NCCLCHECK(ncclAlltoAll(a, ao, acount, ncclFloat, comm, NULL));
+  for (int p = 0; p < n; p++) /* block p came from rank p's block rank */
+    if (checkFrom(ao + (size_t)p * acount, p, (size_t)rank * acount, acount, "AlltoAll", rank)) return 1;
+
+  void *bufs[] = {in, out, inPlace, b, s, r, a, ao};
+  for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++) {
+    EXPECT(guardCheck(bufs[k]) == 0, "rank %d: buffer %zu's guard bytes were overwritten", rank, k);
+    guardFree(bufs[k]);
+  }
+  return 0;
+}
+
+static int mixedRank(int rank, int n, ncclUniqueId id, void *arg) {
+  shared[1 + rank] = getpid();
+  if (rank == 1) EXPECT(denyCma() == 0, "seccomp: %s", strerror(errno));
+  ncclComm_t comm;
+  NCCLCHECK(ncclCommInitRank(&comm, n, id, rank));
+  if (everyKind(rank, n, comm)) return 1;
+  NCCLCHECK(ncclCommDestroy(comm));
+  /* Rank 1 reads nobody's memory; the others read everybody's, rank 1's too. */
+  char want[96];
+  snprintf(want, sizeof want, "single copy from %d of them", rank == 1 ? 0 : n - 1);
+  EXPECT(logHas(rank, want), "rank %d's log does not say '%s'", rank, want);
+  if (rank == 1) EXPECT(logHas(rank, "with CMA: Operation not permitted"), "rank 1's log does not say why");
+  return 0;
+}
+
+static int heldRank(int rank, int n, ncclUniqueId id, void *arg) {
+  ncclComm_t comm;
+  NCCLCHECK(ncclCommInitRank(&comm, n, id, rank));
+  size_t count = 1 << 17; /* 512 KiB: its references fit the FIFO, so the sender posts them all at once */
+  float *buf = rank == 0 ? filled(0, count) : guardAlloc(count * sizeof(float));
+  if (rank == 0) {
+    NCCLCHECK(ncclSend(buf, count, ncclFloat, 1, comm, NULL));
+    memset(buf, 0xff, count * sizeof(float)); /* the caller's again */
+  } else if (rank == 1) {
+    usleep(300000);
+    NCCLCHECK(ncclRecv(buf, count, ncclFloat, 0, comm, NULL));
+    if (checkFrom(buf, 0, 0, count, "Recv after the sender returned", rank)) return 1;
+  }
+  EXPECT(guardCheck(buf) == 0, "rank %d: guard bytes", rank);
+  guardFree(buf);
+
+  /* Grouped operations on a communicator run in order on each channel (as
+   * NCCL's: not across channels, so one channel here). Two Broadcasts from
+   * rank 0: the first's data is read where it is (the peers come 50 ms
+   * late); the second, out of place, copies x over that very buffer on
+   * the root at once, needing nobody, while the peers put x elsewhere.
+   * The first's task on the root must end only once they have read it.
+   * 128 Ki floats: its references fit the FIFO, so the root posts them
+   * all and could go on. */
+  float *first = filled(0, count), *x = filled(n + 7, count), *elsewhere = guardAlloc(count * sizeof(float));
+  for (int iter = 0; iter < 3; iter++) {
+    if (rank == 0) for (size_t i = 0; i < count; i++) first[i] = value(iter, i);
+    else usleep(50000);
+    NCCLCHECK(ncclGroupStart());
+    NCCLCHECK(ncclBroadcast(first, first, count, ncclFloat, 0, comm, NULL));
+    NCCLCHECK(ncclBroadcast(x, rank == 0 ? first : elsewhere, count, ncclFloat, 0, comm, NULL));
+    NCCLCHECK(ncclGroupEnd());
+    if (checkFrom(rank == 0 ? first : elsewhere, n + 7, 0, count, "second Broadcast", rank)) return 1;
+    if (rank != 0 && checkFrom(first, iter, 0, count, "first Broadcast, overwritten on the root after", rank)) return 1;
+  }
+  EXPECT(guardCheck(first) == 0 && guardCheck(x) == 0 && guardCheck(elsewhere) == 0, "rank %d: guard bytes", rank);
+  guardFree(first);
+  guardFree(x);
+  guardFree(elsewhere);
+  NCCLCHECK(ncclCommDestroy(comm));
+  return 0;
+}
+
+static int revokedRank(int rank, int n, ncclUniqueId id, void *arg) {
+  ncclComm_t comm;
+  NCCLCHECK(ncclCommInitRank(&comm, n, id, rank));
+  size_t count = 1 << 18;
+  float *in = filled(rank, count), *out = guardAlloc(count * n * sizeof(float));
+  NCCLCHECK(ncclAllGather(in, out, count, ncclFloat, comm, NULL)); /* every rank reads: it works */
+  if (rank == n - 1) EXPECT(denyCma() == 0, "seccomp: %s", strerror(errno));
+  NCCLCHECK(ncclAllReduce(in, in, 1, ncclFloat, ncclMax, comm, NULL)); /* the filter is in place */
+  double t0 = nowSec();
+  ncclResult_t res = ncclAllGather(in, out, count, ncclFloat, comm, NULL);
+  double took = nowSec() - t0;
+  EXPECT(res != ncclSuccess, "rank %d: the AllGather succeeded though rank %d cannot read", rank, n - 1);
+  EXPECT(took < 2.0, "rank %d: the error took %.2f s", rank, took);
+  char want[64];
+  snprintf(want, sizeof want, "rank %d could not read rank", n - 1);
+  EXPECT(strstr(ncclGetLastError(comm), want), "rank %d: last error '%s' does not say '%s'", rank,
+         ncclGetLastError(comm), want);
+  fprintf(stderr, "rank %d: %s after %.0f ms: %s\n", rank, ncclGetErrorString(res), took * 1e3,
+          ncclGetLastError(comm));
+  NCCLCHECK(ncclCommAbort(comm));
+  guardFree(in);
+  guardFree(out);
+  return 0;
+}
+
+static int deadReaderRank(int rank, int n, ncclUniqueId id, void *arg) {
+  ncclComm_t comm;
+  NCCLCHECK(ncclCommInitRank(&comm, n, id, rank));
+  size_t count = 1 << 17;
+  float *buf = filled(rank, count);
+  NCCLCHECK(ncclAllReduce(buf, buf, 1, ncclFloat, ncclMax, comm, NULL));
+  if (rank == 1) {
+    usleep(300000);
+    shared[0] = nowSec();
+    raise(SIGKILL);
+  }
+  ncclResult_t res = ncclSend(buf, count, ncclFloat, 1, comm, NULL);
+  double sinceDeath = nowSec() - shared[0];
+  EXPECT(res == ncclRemoteError, "rank 0: the send to a dead rank returned %s", ncclGetErrorString(res));
+  EXPECT(shared[0] > 0 && sinceDeath < 2.0, "rank 0: the error came %.2f s after the death", sinceDeath);
+  EXPECT(strstr(ncclGetLastError(comm), "rank 1"), "rank 0: last error '%s' does not name rank 1",
+         ncclGetLastError(comm));
+  fprintf(stderr, "rank 0: %s %.0f ms after rank 1 died: %s\n", ncclGetErrorString(res), sinceDeath * 1e3,
+          ncclGetLastError(comm));
+  NCCLCHECK(ncclCommAbort(comm));
+  guardFree(buf);
+  return 0;
+}
+
+static int offRank(int rank, int n, ncclUniqueId id, void *arg) {
+  if (rank == 0) setenv("CHORUS_SINGLE_COPY", "0", 1);
+  ncclComm_t comm;
+  NCCLCHECK(ncclCommInitRank(&comm, n, id, rank));
+  if (everyKind(rank, n, comm)) return 1;
+  NCCLCHECK(ncclCommDestroy(comm));
+  return 0;
+}
+
+static int autoRank(int rank, int n, ncclUniqueId id, void *arg) {
+  ncclComm_t comm;
+  NCCLCHECK(ncclCommInitRank(&comm, n, id, rank));
+  size_t count = 1 << 17;
+  float *in = filled(rank, count), *out = guardAlloc(count * n * sizeof(float));
+  if (rank == 1) EXPECT(denyCma() == 0, "seccomp: %s", strerror(errno));
+  NCCLCHECK(ncclAllReduce(in, out, 1, ncclFloat, ncclMax, comm, NULL)); /* the filter is in place */
+  NCCLCHECK(ncclGroupStart());
+  NCCLCHECK(ncclSend(in, count, ncclFloat, 1 - rank, comm, NULL));
+  NCCLCHECK(ncclRecv(out, count, ncclFloat, 1 - rank, comm, NULL));
+  NCCLCHECK(ncclGroupEnd());
+  if (checkFrom(out, 1 - rank, 0, count, "Recv", rank)) return 1;
+  ncclResult_t res = ncclAllGather(in, out, count, ncclFloat, comm, NULL);
+  if (sysconf(_SC_NPROCESSORS_ONLN) >= n) {
+    EXPECT(res != ncclSuccess, "rank %d: the AllGather succeeded: it did not read the peer's buffer", rank);
+    NCCLCHECK(ncclCommAbort(comm));
+  } else { /* more ranks than cores: auto keeps to the FIFOs */
+    EXPECT(res == ncclSuccess, "rank %d: the AllGather failed: %s", rank, ncclGetLastError(comm));
+    NCCLCHECK(ncclCommDestroy(comm));
+  }
+  guardFree(in);
+  guardFree(out);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  const char *c = argc > 1 ? argv[1] : "";
+  /* Every size here takes single copy, unless a case says otherwise. */
+  setenv("CHORUS_SINGLE_COPY", "1", 1);
+  setenv("CHORUS_TIMEOUT", "30", 1); /* an error that comes from the timeout is too late */
+  shared = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (shared == MAP_FAILED) return 1;
+  int failed;
+  if (!strcmp(c, "mixed")) {
+    /* Logging starts with the first call (the parent's unique id): its
+     * variables are set before it, a file per process. */
+    char pattern[96];
+    snprintf(logDir, sizeof logDir, "/tmp/chorus-singlecopy-XXXXXX");
+    if (!mkdtemp(logDir)) return 1;
+    snprintf(pattern, sizeof pattern, "%s/log.%%p", logDir);
+    setenv("NCCL_DEBUG", "INFO", 1);
+    setenv("NCCL_DEBUG_SUBSYS", "SHM", 1);
+    setenv("NCCL_DEBUG_FILE", pattern, 1);
+    failed = runRanks(4, mixedRank, NULL, 60);
+    for (int r = 0; r < 4; r++) {
+      char path[128];
+      snprintf(path, sizeof path, "%s/log.%d", logDir, (int)shared[1 + r]);
+      unlink(path);
+    }
+    snprintf(pattern, sizeof pattern, "%s/log.%d", logDir, (int)getpid());
+    unlink(pattern);
+    rmdir(logDir);
+  } else if (!strcmp(c, "held")) {
+    setenv("NCCL_MAX_NCHANNELS", "1", 1);
+    failed = runRanks(3, heldRank, NULL, 60);
+  } else if (!strcmp(c, "revoked")) {
+    failed = runRanks(3, revokedRank, NULL, 60);
+  } else if (!strcmp(c, "deadreader")) {
+    failed = runRanks(2, deadReaderRank, NULL, 60) != 1; /* the victim counts as failed (killed) */
+  } else if (!strcmp(c, "auto")) {
+    unsetenv("CHORUS_SINGLE_COPY");
+    setenv("CHORUS_NT_STORES", "4096", 1);
+    failed = runRanks(2, autoRank, NULL, 60);
+  } else if (!strcmp(c, "off")) {
+    failed = runRanks(3, offRank, NULL, 60);
+  } else {
+    fprintf(stderr, "usage: test_singlecopy mixed|held|revoked|deadreader|off|auto\n");
+    return 2;
+  }
+  printf("test_singlecopy %s: %s\n", c, failed ? "FAILED" : "passed");
+  return failed != 0;
+}
