@@ -271,7 +271,7 @@ int main(int argc, char **argv) {
   const char *c = argc > 1 ? argv[1] : "";
   /* Every size here takes single copy, unless a case says otherwise. */
   setenv("CHORUS_SINGLE_COPY", "1", 1);
-  setenv("CHORUS_TIMEOUT", "30", 1); /* an error that comes from the timeout is too late */
+  setenv("CHORUS_TIMEOUT", "5", 1); /* an error that comes from the timeout is too late (each must come in 2 s) */
   shared = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (shared == MAP_FAILED) return 1;
   int failed;

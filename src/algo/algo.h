@@ -46,6 +46,11 @@ struct algoFamily {
   /* Builds d over nch channels (1 for the families that use one lane).
    * Returns ncclSystemError when out of memory. */
   ncclResult_t (*build)(struct schedule *s, struct algoCtx *c, const struct collDesc *d, int nch);
+  /* 1 when every send of coll's schedules reads memory that the operation
+   * does not write after the send (the caller's input, or output written
+   * once, before it is sent on): a receiver may then read the data where
+   * it is until the operation ends (single copy). NULL: never. */
+  int (*stableSends)(int coll);
 };
 
 /* The AllReduce tree of channel ch (tree ch % 2, rooted at rank 0) around
@@ -63,6 +68,8 @@ void algoRingOrder(const int *hostOf, int n, int *order, int *pos);
 const struct algoFamily *algoFamily(int algo);
 /* 1 when algo builds coll for nranks ranks. */
 int algoSupports(int algo, int coll, int nranks);
+/* 1 when algo's sends for coll may be read where they are (stableSends). */
+int algoStableSends(int algo, int coll);
 /* Builds the schedule of one operation with the given algorithm over nch
  * channels (with c->check, a rooted collective's agreement first). ncclInternalError when the algorithm does not support it (the
  * tuner never asks), ncclSystemError when out of memory. */

@@ -39,4 +39,7 @@ static ncclResult_t chainBuild(struct schedule *s, struct algoCtx *c, const stru
   return perChannel(d->coll == collBroadcast ? chainBroadcast : chainReduce, s, c, d, nch, 0);
 }
 
-const struct algoFamily chainAlgo = {chainSupports, chainBuild};
+/* Broadcast forwards what it wrote into the output; Reduce sends partial sums. */
+static int chainStableSends(int coll) { return coll == collBroadcast; }
+
+const struct algoFamily chainAlgo = {chainSupports, chainBuild, chainStableSends};

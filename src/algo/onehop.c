@@ -32,4 +32,4 @@ static ncclResult_t oneHopBuild(struct schedule *s, struct algoCtx *c, const str
   return ncclSuccess;
 }
 
-const struct algoFamily oneHopAlgo = {oneHopSupports, oneHopBuild};
+const struct algoFamily oneHopAlgo = {oneHopSupports, oneHopBuild, NULL};

@@ -15,4 +15,7 @@ static ncclResult_t p2pBuild(struct schedule *s, struct algoCtx *c, const struct
                              : p2pTask(s, c, d, 0, d->root, d->recvbuff, bytes);
 }
 
-const struct algoFamily p2pAlgo = {p2pSupports, p2pBuild};
+/* A send's buffer is the caller's until the operation ends. */
+static int p2pStableSends(int coll) { return coll == collSend; }
+
+const struct algoFamily p2pAlgo = {p2pSupports, p2pBuild, p2pStableSends};

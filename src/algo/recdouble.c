@@ -234,7 +234,11 @@ static ncclResult_t rdBuild(struct schedule *s, struct algoCtx *c, const struct 
   return perChannel(rdAllGather, s, c, d, nch, piece);
 }
 
-const struct algoFamily recDoublingAlgo = {rdSupports, rdBuild};
+/* AllGather sends blocks of the output written once (and its input);
+ * AllReduce sends dst and then adds into it. */
+static int rdStableSends(int coll) { return coll == collAllGather; }
+
+const struct algoFamily recDoublingAlgo = {rdSupports, rdBuild, rdStableSends};
 
 static int rabSupports(int coll, int nranks) { return nranks >= 2 && nranks < 256 && coll == collAllReduce; }
 
@@ -242,4 +246,4 @@ static ncclResult_t rabBuild(struct schedule *s, struct algoCtx *c, const struct
   return perChannel(rbAllReduce, s, c, d, nch, pieceElems(c, dtypeSize(d->dtype)));
 }
 
-const struct algoFamily rabenseifnerAlgo = {rabSupports, rabBuild};
+const struct algoFamily rabenseifnerAlgo = {rabSupports, rabBuild, NULL};

@@ -20,6 +20,11 @@ int algoSupports(int algo, int coll, int nranks) {
   return f && f->supports(coll, nranks);
 }
 
+int algoStableSends(int algo, int coll) {
+  const struct algoFamily *f = algoFamily(algo);
+  return f && f->stableSends && f->stableSends(coll);
+}
+
 ncclResult_t algoBuild(struct schedule *s, struct algoCtx *c, const struct collDesc *d, int algo, int nch) {
   if (!algoSupports(algo, d->coll, c->nranks)) {
     WARN("%s : algorithm %s cannot build it for %d ranks", collName(d->coll), algoName(algo), c->nranks);

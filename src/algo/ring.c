@@ -98,4 +98,8 @@ void algoRingOrder(const int *hostOf, int n, int *order, int *pos) {
   for (int i = 0; i < n; i++) pos[order[i]] = i;
 }
 
-const struct algoFamily ringAlgo = {ringSupports, ringBuild};
+/* AllGather sends its input and output blocks it wrote once; AllReduce and
+ * ReduceScatter send sums (and in place AllReduce overwrites a block it sent). */
+static int ringStableSends(int coll) { return coll == collAllGather; }
+
+const struct algoFamily ringAlgo = {ringSupports, ringBuild, ringStableSends};

@@ -214,4 +214,7 @@ static ncclResult_t treeBuild(struct schedule *s, struct algoCtx *c, const struc
   return ncclSuccess;
 }
 
-const struct algoFamily treeAlgo = {treeSupports, treeBuild};
+/* Broadcast sends down what it wrote into the output; the others send sums. */
+static int treeStableSends(int coll) { return coll == collBroadcast; }
+
+const struct algoFamily treeAlgo = {treeSupports, treeBuild, treeStableSends};

@@ -155,6 +155,13 @@ static void logTopology(struct ncclComm *comm) {
   INFO(subsysInit, "chorus : %zu-byte FIFO slots per connection and channel", comm->slotBytes);
 }
 
+/* Ranks of this rank's host. */
+static int commLocalRanks(const struct ncclComm *comm) {
+  int local = 0;
+  for (int i = 0; i < comm->nranks; i++) local += comm->hostOf[i] == comm->hostOf[comm->rank];
+  return local ? local : 1;
+}
+
 /* CHORUS_NT_STORES: from what size an operation's output goes past the
  * cache. Auto: when the outputs of the host's ranks together would fill
  * the L3 twice over, keeping them cached only evicts the FIFOs and the
@@ -170,9 +177,30 @@ static uint64_t commNtStoreBytes(const struct ncclComm *comm) {
   if (v >= 0) return (uint64_t)v;
   uint64_t l3 = (uint64_t)comm->topo[comm->rank].l3KiB * 1024;
   if (l3 == 0 || l3 > NT_L3_MAX) l3 = NT_L3_MAX;
-  int local = 0;
-  for (int i = 0; i < comm->nranks; i++) local += comm->hostOf[i] == comm->hostOf[comm->rank];
-  return 2 * l3 / (uint64_t)(local ? local : 1);
+  return 2 * l3 / (uint64_t)commLocalRanks(comm);
+}
+
+/* CHORUS_SINGLE_COPY: from what size an operation's sends (where its
+ * algorithm allows, algoStableSends) are read by local receivers in the
+ * sender's buffer (one copy, with CMA) instead of through the FIFOs (two).
+ * Set, it holds for every operation; auto (-1), for collectives only
+ * (AllGather, Broadcast), from where the NT stores start, and only while
+ * each of the host's ranks has a core to itself. The kernel's copy runs at
+ * half memcpy's rate here (4-5 GB/s against 9-10, bench/membw's host), so
+ * one copy wins only where the FIFO's two would leave the cache and no rank
+ * waits for a core: 2 ranks on 2 cores, AllGather 256 MiB 2.6 -> 4.1 GB/s
+ * busbw, Broadcast 3.1 -> 4.6; Send/Recv lost (5.9 -> 2.2) and so did 4
+ * ranks on 2 cores (Broadcast 4.5 -> 3.0). A local choice: a receiver
+ * reads what it is given. */
+static void commSingleCopy(struct ncclComm *comm) {
+  int64_t v = paramInt(paramSingleCopy);
+  if (v >= 0) {
+    comm->singleCopyBytes = comm->singleCopyP2pBytes = (uint64_t)v;
+    return;
+  }
+  int pus = comm->topo[comm->rank].pus;
+  comm->singleCopyBytes = pus > 0 && commLocalRanks(comm) <= pus ? comm->ntStoreBytes : 0;
+  comm->singleCopyP2pBytes = 0;
 }
 
 /* Every rank's view of its host and CPUs (exchanged with the agreement):
@@ -324,6 +352,7 @@ static ncclResult_t commSetup(struct ncclComm *comm) {
   }
   CHECKGOTO(commTopology(comm), res, fail);
   comm->ntStoreBytes = commNtStoreBytes(comm);
+  commSingleCopy(comm);
   if (a0.ringByHost && comm->nhosts > 1) { /* rank 0's choice holds: every rank builds the same rings */
     comm->ringOrder = malloc(sizeof(int) * nranks);
     comm->ringPos = malloc(sizeof(int) * nranks);

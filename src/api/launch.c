@@ -67,8 +67,12 @@ static ncclResult_t buildItem(struct schedule *s, const struct groupItem *it, ui
   s->proto = c.proto; /* the tasks and steps added from here on carry these */
   s->opId = it->opId;
   ncclResult_t res = algoBuild(s, &ctx, &it->desc, c.algo, c.nch);
-  if (res == ncclSuccess && comm->ntStoreBytes && statsOpBytes(&it->desc, comm->nranks) >= comm->ntStoreBytes)
+  uint64_t opBytes = statsOpBytes(&it->desc, comm->nranks);
+  if (res == ncclSuccess && comm->ntStoreBytes && opBytes >= comm->ntStoreBytes)
     for (int k = firstTask; k < s->ntasks; k++) s->tasks[k].streamOut = 1;
+  uint64_t singleCopy = c.algo == algoP2p || c.algo == algoPairwise ? comm->singleCopyP2pBytes : comm->singleCopyBytes;
+  if (res == ncclSuccess && singleCopy && opBytes >= singleCopy && algoStableSends(c.algo, it->desc.coll))
+    for (int k = firstTask; k < s->ntasks; k++) s->tasks[k].sendRefs = 1;
   if (res == ncclSuccess && comm->check) {
     struct opDesc check = it->desc.check;
     if (check.coll != collSend && check.coll != collRecv) {
@@ -89,6 +93,7 @@ static ncclResult_t buildItems(struct schedule *s, const struct groupItem *items
   for (int pass = 0; pass < 2; pass++)
     for (int i = 0; i < n; i++)
       if (items[i].stream == stream && buildPass(&items[i]) == pass) CHECK(buildItem(s, &items[i], gen));
+  scheduleHoldRefs(s);
   return ncclSuccess;
 }
 

@@ -49,7 +49,7 @@ static int stepMismatch(struct task *t, struct step *st, const struct opDesc *d)
     snprintf(relayed, sizeof relayed, "Mismatched operation: %s", text);
     oobBroadcastFault(t->boot, ncclInvalidUsage, relayed);
   }
-  return -1;
+  return -(int)ncclInvalidUsage;
 }
 
 /* Profiler: the slots of t's steps from st on that go to (dir 0) or come
@@ -122,9 +122,63 @@ static void reduceOut(const struct task *t, void *dst, const void *acc, const vo
   else reduceTwo(&t->red, dst, acc, in, n, flags);
 }
 
+/* Single copy: the smallest slot worth a reference (below it, copying is
+ * cheaper than the receiver's system call). */
+#define ENGINE_REF_MIN 4096
+
+/* Posts nb bytes at data on st's send connection: as a reference when the
+ * task's sends may be (t->sendRefs) and the receiver can read this rank's
+ * memory, else as a copy. */
+static void postData(struct task *t, struct step *st, const char *data, size_t nb) {
+  if (t->sendRefs && nb >= ENGINE_REF_MIN && st->sp->sendPostRef && st->sp->sendPostRef(st->send, data, nb)) {
+    t->refsPosted = 1;
+    return;
+  }
+  st->sp->sendPostFrom(st->send, data, nb);
+}
+
+/* A step that cannot go on: says why, and tells the other ranks (those
+ * that wait on this one learn it from the relay instead of a timeout).
+ * Returns minus code, as stepAdvance does. */
+static int stepFault(struct task *t, ncclResult_t code, const char *text) {
+  WARN("%s", text);
+  if (t->boot && t->boot->oob) oobBroadcastFault(t->boot, code, text);
+  return -(int)code;
+}
+
+/* A reference slot where this rank's step expects something else: the
+ * peer called another operation (or a larger count) without CHORUS_CHECK. */
+static int stepRefMismatch(struct task *t, struct step *st, size_t ref, size_t nb) {
+  char text[320];
+  snprintf(text, sizeof text, "Mismatched operation: rank %d expected %zu bytes for %s (step %d) but rank %d sent "
+           "a reference to %zu bytes of another operation's data", t->rank, nb, t->what, t->cur, st->recv->peer, ref);
+  return stepFault(t, ncclInvalidUsage, text);
+}
+
+/* Reads the reference slot's nb bytes into dst. A peer that is gone is
+ * named by the caller (ncclRemoteError: drivenBroken); any other failure
+ * (its memory, or the kernel's permission, went away after setup) fails
+ * every rank. */
+static int stepReadRef(struct task *t, struct step *st, void *dst, size_t nb) {
+  ncclResult_t r = st->rp->recvRead(st->recv, dst, nb);
+  if (r == ncclSuccess || r == ncclRemoteError) return -(int)r;
+  char text[320];
+  snprintf(text, sizeof text, "%s: rank %d could not read rank %d's buffer (single copy; CHORUS_SINGLE_COPY=0 "
+           "turns it off)", t->what, t->rank, st->recv->peer);
+  return stepFault(t, r, text);
+}
+
+/* In stepAdvance: a failed read of the peer's memory fails the step. */
+#define CHECK_STEP(call)         \
+  do {                           \
+    int stepRes_ = (call);       \
+    if (stepRes_) return stepRes_; \
+  } while (0)
+
 /* Moves one slot's worth of a step if the FIFOs allow it.
- * Returns 1 when it moved data, 0 when blocked, -1 when the slot belongs
- * to another operation (CHORUS_CHECK). */
+ * Returns 1 when it moved data, 0 when blocked, or minus an error:
+ * ncclInvalidUsage when the slot belongs to another operation
+ * (CHORUS_CHECK), the transport's when reading the peer's memory failed. */
 static int stepAdvance(struct task *t, struct step *st) {
   size_t off = t->off, esz = dtypeSize(t->red.dtype);
   const char *slotIn = NULL;
@@ -153,6 +207,9 @@ static int stepAdvance(struct task *t, struct step *st) {
     }
     if ((st->check & CHECK_SEND_DESC) && off == 0) st->sp->descPut(st->send, &t->desc);
   }
+  size_t ref = st->recv && st->rp->recvRef ? st->rp->recvRef(st->recv) : 0; /* the slot refers to the sender's data */
+  if (ref && (ref != nb || st->flags || (st->type != stepRecv && st->type != stepRecvCopySend)))
+    return stepRefMismatch(t, st, ref, nb);
   size_t n = nb / esz;
   const char *src = st->src ? st->src + off : NULL;
   char *dst = st->dst ? st->dst + off : NULL;
@@ -166,11 +223,12 @@ static int stepAdvance(struct task *t, struct step *st) {
         reduceCopy(op, slotOut, src, n, st->flags);
         posted = 0;
       } else {
-        st->sp->sendPostFrom(st->send, src, nb);
+        postData(t, st, src, nb);
       }
       break;
     case stepRecv:
-      if (st->flags) reduceCopy(op, dst, slotIn, n, st->flags);
+      if (ref) CHECK_STEP(stepReadRef(t, st, dst, nb));
+      else if (st->flags) reduceCopy(op, dst, slotIn, n, st->flags);
       else copyOut(t, dst, slotIn, nb);
       break;
     case stepCopy:
@@ -178,11 +236,14 @@ static int stepAdvance(struct task *t, struct step *st) {
       else copyOut(t, dst, src, nb);
       break;
     case stepCopySend:
-      st->sp->sendPostFrom(st->send, src, nb);
+      postData(t, st, src, nb);
       copyOut(t, dst, src, nb);
       break;
     case stepRecvCopySend:
-      if (st->sp->sendReadsSource(st->send)) { /* one copy: the transport reads dst */
+      if (ref) { /* read where the sender has it, then pass on from here */
+        CHECK_STEP(stepReadRef(t, st, dst, nb));
+        postData(t, st, dst, nb);
+      } else if (st->sp->sendReadsSource(st->send)) { /* one copy: the transport reads dst */
         memcpy(dst, slotIn, nb);
         st->sp->sendPostFrom(st->send, dst, nb);
       } else {
@@ -233,8 +294,19 @@ static void profPollSent(struct schedule *s) {
   }
 }
 
-/* Runs a task as far as the FIFOs allow. Returns 1 if anything moved, -1
- * on a mismatched operation. */
+/* A send connection of t whose receiver still reads data t's reference
+ * slots point to, or NULL. */
+static const struct conn *taskRefsHeld(const struct schedule *s, const struct task *t) {
+  if (!t->refsPosted) return NULL;
+  for (int k = 0; k < t->nsteps; k++) {
+    const struct step *st = &s->steps[t->firstStep + k];
+    if (st->send && st->sp->refsHeld && st->sp->refsHeld(st->send)) return st->send;
+  }
+  return NULL;
+}
+
+/* Runs a task as far as the FIFOs allow. Returns 1 if anything moved, or
+ * minus the error of a step that failed (stepAdvance). */
 static int taskProgress(struct schedule *s, struct task *t) {
   int moved = 0;
   if (t->prof && t->prof->ctx && !t->prof->begun) profTaskBegin(t->prof);
@@ -242,7 +314,7 @@ static int taskProgress(struct schedule *s, struct task *t) {
     struct step *st = &s->steps[t->firstStep + t->cur];
     if (t->prof && t->prof->trace && !t->prof->stepStartNs) t->prof->stepStartNs = clockNs();
     int r = stepAdvance(t, st);
-    if (r < 0) return -1;
+    if (r < 0) return r;
     if (!r) {
       if (t->prof && t->prof->trace) traceBlocked(t);
       break;
@@ -255,6 +327,7 @@ static int taskProgress(struct schedule *s, struct task *t) {
     }
   }
   if (t->cur == t->nsteps) {
+    if (t->refsBeforeDone && taskRefsHeld(s, t)) return moved; /* a later operation may write what they point to */
     t->done = 1;
     if (t->prof && t->prof->ctx) profTaskEnd(t->prof, 0);
   }
@@ -304,7 +377,8 @@ static ncclResult_t scheduleLiveness(void *arg) {
   struct bootstrap *last = NULL;
   for (int i = 0; i < s->ntasks; i++) {
     struct task *t = &s->tasks[i];
-    if (t->done || t->boot == last) continue;
+    /* A done task that posted references waits on its readers too. */
+    if ((t->done && !t->refsPosted) || t->boot == last) continue;
     last = t->boot;
     if (t->abortFlag && __atomic_load_n(t->abortFlag, __ATOMIC_ACQUIRE)) {
       INFO(subsysColl, "%s on rank %d: communicator aborted", t->what, t->rank);
@@ -433,6 +507,16 @@ static void drivenBlock(void *arg, uint64_t ns) {
 
 static ncclResult_t engineRunTasks(struct schedule *s);
 
+/* A send connection of the run whose receiver still reads data this rank's
+ * reference slots point to (the operation cannot end before), or NULL. */
+static const struct conn *refsHeldBy(const struct schedule *s) {
+  for (int i = 0; i < s->ntasks; i++) {
+    const struct conn *c = taskRefsHeld(s, &s->tasks[i]);
+    if (c) return c;
+  }
+  return NULL;
+}
+
 ncclResult_t engineRun(struct schedule *s) {
   ncclResult_t res = engineRunTasks(s);
   if (s->ntasks && s->tasks[0].prof) /* this build is profiled (scheduleProfiled); a failed run leaves events open */
@@ -450,6 +534,7 @@ static ncclResult_t engineRunTasks(struct schedule *s) {
   int remaining = 0;
   for (int i = 0; i < s->ntasks; i++) {
     s->tasks[i].done = s->tasks[i].nsteps == 0;
+    s->tasks[i].refsPosted = 0;
     remaining += !s->tasks[i].done;
   }
   struct waitState w;
@@ -466,7 +551,8 @@ static ncclResult_t engineRunTasks(struct schedule *s) {
       struct task *t = &s->tasks[i];
       if (t->done || (t->dep >= 0 && !s->tasks[t->dep].done) || (t->dep2 >= 0 && !s->tasks[t->dep2].done)) continue;
       int r = taskProgress(s, t);
-      if (r < 0) return ncclInvalidUsage;
+      if (r == -(int)ncclRemoteError) return drivenBroken(s, ncclRemoteError); /* name who is gone */
+      if (r < 0) return (ncclResult_t)-r;
       moved |= r;
       if (t->done) remaining--;
     }
@@ -497,9 +583,16 @@ static ncclResult_t engineRunTasks(struct schedule *s) {
     ncclResult_t res = ed.n ? drivenPump(&ed, &busy, &moved) : ncclSuccess;
     if (res != ncclSuccess) return drivenBroken(s, res);
     if (ed.n && s->tasks[0].prof) profPollSent(s);
-    if (!busy) return ncclSuccess;
-    w.blockNow = !ed.quiet;
-    if (moved) waitProgress(&w);
-    else CHECK(waitPause(&w));
+    const struct conn *held = refsHeldBy(s);
+    if (!busy && !held) return ncclSuccess;
+    w.blockNow = !ed.quiet && !held; /* a reader's release wakes no descriptor */
+    if (moved) {
+      waitProgress(&w);
+    } else if ((res = waitPause(&w)) != ncclSuccess) {
+      if (res == ncclTimeout && held)
+        WARN("%s on rank %d: rank %d has not read the data it was pointed to", s->tasks[0].what, s->tasks[0].rank,
+             held->peer);
+      return res;
+    }
   }
 }

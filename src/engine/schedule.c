@@ -215,6 +215,16 @@ int scheduleAddStep(struct schedule *s, int type, int flags, struct conn *recv, 
   return 0;
 }
 
+void scheduleHoldRefs(struct schedule *s) {
+  for (int i = 0; i < s->ntasks; i++) {
+    const struct task *t = &s->tasks[i];
+    int deps[2] = {t->dep, t->dep2};
+    for (int k = 0; k < 2; k++)
+      if (deps[k] >= 0 && s->tasks[deps[k]].sendRefs && s->tasks[deps[k]].opId != t->opId)
+        s->tasks[deps[k]].refsBeforeDone = 1;
+  }
+}
+
 /* An operation's first step on each connection, in the order its tasks were
  * added (a builder chains tasks that share a connection in that order),
  * sends and checks the descriptor. */

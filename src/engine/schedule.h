@@ -60,6 +60,12 @@ struct task {
   struct opDesc desc; /* this rank's call */
   int channel;        /* its channel (collective lanes), or the point-to-point lane's number */
   int streamOut;      /* the operation is large: plain copies into its output go past the cache (copyStreaming) */
+  /* Its sends read memory the operation does not write again, and it is
+   * large: they may refer to the data instead of copying it, where the
+   * receiver can read this rank's memory (single copy, proto.h). */
+  int sendRefs;
+  int refsPosted; /* during a run: some send did */
+  int refsBeforeDone; /* it is done only once they are released (scheduleHoldRefs) */
   struct profTask *prof; /* profiler and timeline events (scheduleProfiled; NULL: none) */
 };
 
@@ -106,6 +112,12 @@ int scheduleAddStep(struct schedule *s, int type, int flags, struct conn *recv, 
  * operation's): each carries desc, and each connection's first step in
  * them sends or expects it. */
 void scheduleMarkOp(struct schedule *s, int firstTask, const struct opDesc *desc);
+/* After the build: a task whose sends may be references (sendRefs) and on
+ * which a task of another operation waits ends only once its references
+ * are released, since that operation may write what they point to (within
+ * one operation tasks write disjoint memory, and the run ends only once
+ * every reference is released). */
+void scheduleHoldRefs(struct schedule *s);
 void schedulePrint(const struct schedule *s, FILE *out);
 /* Gives every task of the schedule its (zeroed) profiler state, kept out
  * of struct task so that runs nobody profiles do not carry it; after the

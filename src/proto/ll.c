@@ -55,7 +55,7 @@ static int llDescGet(const struct conn *c, void *body) {
 
 static int llForeign(const struct conn *c, void *body) {
   const struct connDesc *d = protoHeader(c);
-  if (__atomic_load_n(&d->mark, __ATOMIC_ACQUIRE) != c->step + 1) return 0;
+  if (!protoSimpleHasDesc(__atomic_load_n(&d->mark, __ATOMIC_ACQUIRE), c->step)) return 0;
   memcpy(body, d->body, sizeof d->body);
   return 1;
 }

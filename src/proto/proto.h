@@ -15,12 +15,18 @@
  * same size and keep the descriptor at the same place, so operations of
  * either protocol follow each other on one connection, and a receiver that
  * waits at an operation's start recognizes the other protocol's descriptor
- * (a mismatch to report, not to wait on). */
+ * (a mismatch to report, not to wait on).
+ * Simple also has reference slots, for single copy within a host: the slot
+ * holds where the data lies in the sender's memory, and the receiver reads
+ * it there through the transport (readPeer). The sender's data must stay
+ * as it is until the receiver releases the slot, so an operation that
+ * posted references ends only once they are all released (refsHeld). */
 #ifndef CHORUS_PROTO_PROTO_H
 #define CHORUS_PROTO_PROTO_H
 #include <stddef.h>
 #include <stdint.h>
 
+#include "nccl.h"
 #include "transport/conn.h"
 
 struct proto {
@@ -51,6 +57,20 @@ struct proto {
   int (*foreign)(const struct conn *c, void *body);
   /* Releases the slot recvSlot gave. */
   void (*recvDone)(struct conn *c);
+
+  /* Single copy; NULL where the protocol has none. Sender: publishes the
+   * next slot as a reference to bytes at data, which stay unchanged until
+   * the operation ends. 0 (nothing posted) when the connection's receiver
+   * cannot read this rank's memory: then post a copy. */
+  int (*sendPostRef)(struct conn *c, const void *data, size_t bytes);
+  /* Sender: 1 while the receiver has not released every reference slot. */
+  int (*refsHeld)(const struct conn *c);
+  /* Receiver, after recvSlot: the bytes a reference slot refers to; 0 when
+   * the slot holds its data. */
+  size_t (*recvRef)(const struct conn *c);
+  /* Receiver: copies bytes (what recvRef said) of the reference slot's data
+   * into dst; an error is the transport's (readPeer). */
+  ncclResult_t (*recvRead)(struct conn *c, void *dst, size_t bytes);
 };
 
 extern const struct proto simpleProto, llProto;
@@ -78,6 +98,15 @@ static inline void protoRelease(struct conn *c) { __atomic_store_n(&c->ctrl->hea
  * the low bit says whether a descriptor is there. */
 static inline uint64_t protoLLFlag(uint64_t step, int withDesc) {
   return (1ull << 63) | ((step + 1) << 1) | (uint64_t)(withDesc != 0);
+}
+
+/* Simple's header mark for step: step + 1 when a descriptor is there; a
+ * reference slot has PROTO_REF set, and PROTO_REF_DESC too when it has a
+ * descriptor. Neither bit is LL's (the top one). */
+#define PROTO_REF (1ull << 62)
+#define PROTO_REF_DESC (1ull << 61)
+static inline int protoSimpleHasDesc(uint64_t mark, uint64_t step) {
+  return mark == step + 1 || mark == (PROTO_REF | PROTO_REF_DESC | (step + 1));
 }
 
 #endif

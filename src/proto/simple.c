@@ -54,7 +54,7 @@ static const char *simpleRecvSlot(struct conn *c) {
 
 static int simpleDescGet(const struct conn *c, void *body) {
   const struct connDesc *d = protoHeader(c);
-  if (d->mark != c->step + 1) return 0;
+  if (!protoSimpleHasDesc(d->mark, c->step)) return 0;
   memcpy(body, d->body, sizeof d->body);
   return 1;
 }
@@ -64,6 +64,43 @@ static int simpleForeign(const struct conn *c, void *body) {
   if (__atomic_load_n(&d->mark, __ATOMIC_ACQUIRE) != protoLLFlag(c->step, 1)) return 0;
   memcpy(body, d->body, sizeof d->body);
   return 1;
+}
+
+/* A reference slot's data: where the bytes lie in the sender's memory. */
+struct simpleRef {
+  uint64_t addr;
+  uint64_t bytes;
+};
+
+static int simpleSendPostRef(struct conn *c, const void *data, size_t bytes) {
+  if (!c->tp->peerReads || !c->tp->peerReads(c)) return 0;
+  struct connDesc *d = protoHeader(c);
+  struct simpleRef *r = (struct simpleRef *)connSlotData(c, (uint32_t)(c->step % c->nslots));
+  r->addr = (uintptr_t)data;
+  r->bytes = bytes;
+  /* descPut wrote step + 1 if this slot starts an operation. */
+  uint64_t mark = PROTO_REF | (c->step + 1) | (d->mark == c->step + 1 ? PROTO_REF_DESC : 0);
+  __atomic_store_n(&d->mark, mark, __ATOMIC_RELEASE);
+  __atomic_store_n(&c->ctrl->tail, ++c->step, __ATOMIC_RELEASE);
+  c->refUntil = c->step;
+  return 1;
+}
+
+static int simpleRefsHeld(const struct conn *c) {
+  return c->refUntil > __atomic_load_n(&c->ctrl->head, __ATOMIC_ACQUIRE);
+}
+
+static const struct simpleRef *simpleRefAt(const struct conn *c) {
+  return (const struct simpleRef *)connSlotData(c, (uint32_t)(c->step % c->nslots));
+}
+
+static size_t simpleRecvRef(const struct conn *c) {
+  if ((protoHeader(c)->mark & ~PROTO_REF_DESC) != (PROTO_REF | (c->step + 1))) return 0;
+  return (size_t)simpleRefAt(c)->bytes;
+}
+
+static ncclResult_t simpleRecvRead(struct conn *c, void *dst, size_t bytes) {
+  return c->tp->readPeer(c, dst, simpleRefAt(c)->addr, bytes);
 }
 
 const struct proto simpleProto = {
@@ -77,6 +114,10 @@ const struct proto simpleProto = {
     .descGet = simpleDescGet,
     .foreign = simpleForeign,
     .recvDone = protoRelease,
+    .sendPostRef = simpleSendPostRef,
+    .refsHeld = simpleRefsHeld,
+    .recvRef = simpleRecvRef,
+    .recvRead = simpleRecvRead,
 };
 
 const struct proto *protoFor(int id, const struct conn *c) {

@@ -12,6 +12,7 @@ void connLayout(struct conn *c, char *base, size_t buffSize, int peer) {
   c->step = 0;
   c->headCache = 0;
   c->descNext = 0;
+  c->refUntil = 0;
   c->peer = peer;
   c->tp = 0;
   c->tpConn = 0;

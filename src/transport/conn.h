@@ -34,6 +34,18 @@ struct connCtrl {
   char pad0[56];
   _Alignas(64) uint64_t head; /* slots released by the receiver */
   char pad1[56];
+  /* Written once by the receiver's transport at setup (before the barrier
+   * that ends it), read by both: how the receiver can read the sender's
+   * own memory (enum connReadMode), for slots that refer to data where the
+   * sender holds it instead of carrying it (one copy instead of two). */
+  _Alignas(64) uint32_t readMode;
+  int32_t readPid; /* the sender's process, for CMA */
+};
+
+enum connReadMode {
+  connReadNone,   /* slots carry the data */
+  connReadCma,    /* process_vm_readv from the sender's process */
+  connReadDirect, /* the same address space (ranks that are threads of one process) */
 };
 
 struct conn {
@@ -45,6 +57,7 @@ struct conn {
   uint64_t step;      /* slots this side has posted (sender) or released (receiver) */
   uint64_t headCache; /* sender: last head seen */
   int descNext;       /* sender: the next slot posted starts an operation (LL's flag says so) */
+  uint64_t refUntil;  /* sender: step after its last slot that refers to its memory (proto's sendPostRef) */
   int peer;
   uint64_t descStamp;  /* schedule building: the operation that last marked a step on it */
   const struct transport *tp; /* the transport that connected it */

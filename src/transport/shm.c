@@ -3,14 +3,18 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "core/clock.h"
 #include "core/err.h"
 #include "core/log.h"
 #include "core/param.h"
@@ -18,6 +22,77 @@
 static int shmCanConnect(const struct bootstrap *b, int peer) {
   const struct bootstrapPeerInfo *me = &b->peers[b->rank], *them = &b->peers[peer];
   return !me->shmDisable && !them->shmDisable && them->hostHash == me->hostHash;
+}
+
+/* The first page of each rank's segment says how a local peer can read
+ * this rank's memory: its process and the address and value of a cookie
+ * there. A peer that reads the cookie back with process_vm_readv (or finds
+ * the same cookie as its own: a thread of the same process) may read this
+ * rank's buffers where they are. */
+#define SHM_INFO_BYTES 4096
+struct shmRankInfo {
+  int64_t pid;
+  uint64_t cookieAddr;
+  uint64_t cookie;
+};
+
+/* The cookie of this process, made again after a fork (a child is another
+ * process with the same memory, so it must not pass for its parent). */
+static uint64_t shmCookie;
+static pid_t shmCookiePid;
+static pthread_mutex_t shmCookieLock = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t shmProcessCookie(void) {
+  pthread_mutex_lock(&shmCookieLock);
+  if (shmCookiePid != getpid()) {
+    uint64_t v = 0;
+    if (getrandom(&v, sizeof v, 0) != (ssize_t)sizeof v) v = 0;
+    v ^= (uint64_t)clockNs() * 0x9e3779b97f4a7c15ull ^ (uint64_t)getpid();
+    shmCookie = v | 1; /* never 0, which a fresh segment holds */
+    shmCookiePid = getpid();
+  }
+  uint64_t v = shmCookie;
+  pthread_mutex_unlock(&shmCookieLock);
+  return v;
+}
+
+/* How this rank can read the memory of the peer whose segment starts with
+ * info: directly (one process), with CMA, or not at all (CHORUS_SINGLE_COPY=0,
+ * or the kernel or a seccomp filter refuses, as containers often do). */
+static int shmReadMode(const struct shmRankInfo *info, int peer) {
+  if (paramInt(paramSingleCopy) == 0) return connReadNone;
+  uint64_t mine = shmProcessCookie();
+  if (info->pid == getpid() && info->cookie == mine) return connReadDirect;
+  uint64_t got = 0;
+  struct iovec local = {&got, sizeof got}, remote = {(void *)(uintptr_t)info->cookieAddr, sizeof got};
+  ssize_t n = process_vm_readv((pid_t)info->pid, &local, 1, &remote, 1, 0);
+  if (n == (ssize_t)sizeof got && got == info->cookie) return connReadCma;
+  INFO(subsysShm, "SHM : cannot read local rank %d's memory (pid %lld) with CMA: %s; its data comes through the FIFOs",
+       peer, (long long)info->pid, n < 0 ? strerror(errno) : "it reads back something else");
+  return connReadNone;
+}
+
+static int shmPeerReads(const struct conn *c) {
+  return __atomic_load_n(&c->ctrl->readMode, __ATOMIC_RELAXED) != connReadNone;
+}
+
+static ncclResult_t shmReadPeer(struct conn *c, void *dst, uint64_t addr, size_t bytes) {
+  if (c->ctrl->readMode == connReadDirect) {
+    memcpy(dst, (const void *)(uintptr_t)addr, bytes);
+    return ncclSuccess;
+  }
+  size_t done = 0;
+  while (done < bytes) { /* the kernel may stop short (at a page it cannot reach yet) */
+    struct iovec local = {(char *)dst + done, bytes - done}, remote = {(void *)(uintptr_t)(addr + done), bytes - done};
+    ssize_t n = process_vm_readv(c->ctrl->readPid, &local, 1, &remote, 1, 0);
+    if (n <= 0) {
+      int err = n < 0 ? errno : EFAULT;
+      WARN("SHM : reading %zu bytes of rank %d's buffer (pid %d) failed: %s", bytes, c->peer, c->ctrl->readPid,
+           strerror(err));
+      return err == ESRCH ? ncclRemoteError : ncclSystemError;
+    }
+    done += (size_t)n;
+  }
+  return ncclSuccess;
 }
 
 static socklen_t udsName(struct sockaddr_un *a, uint64_t nonce, int rank) {
@@ -83,7 +158,7 @@ static ncclResult_t shmSetup(void **state, struct bootstrap *b, struct connTable
   *state = s;
   s->nranks = n;
   s->connBytes = CONN_CTRL_BYTES + ((buffSize + 4095) & ~(size_t)4095);
-  s->segBytes = s->connBytes * lanes * n;
+  s->segBytes = SHM_INFO_BYTES + s->connBytes * lanes * n;
   s->segs = calloc(n, sizeof(void *));
   if (!s->segs) return ncclSystemError;
   int nlocal = 1; /* me and the peers it connects */
@@ -105,6 +180,12 @@ static ncclResult_t shmSetup(void **state, struct bootstrap *b, struct connTable
     res = ncclSystemError;
     goto out;
   }
+  static const struct shmRankInfo none;
+  struct shmRankInfo *info = s->segs[me];
+  *info = none;
+  info->pid = getpid();
+  info->cookieAddr = (uintptr_t)&shmCookie;
+  info->cookie = shmProcessCookie();
   peerSock = malloc(sizeof(int) * n);
   if (!peerSock) {
     res = ncclSystemError;
@@ -181,10 +262,11 @@ static ncclResult_t shmSetup(void **state, struct bootstrap *b, struct connTable
   }
   for (int p = 0; p < n; p++) {
     if (!mine[p]) continue;
+    char *conns[2] = {(char *)s->segs[p] + SHM_INFO_BYTES, (char *)s->segs[me] + SHM_INFO_BYTES};
     for (int l = 0; l < lanes; l++) {
       /* I send into the peer's segment at my index; I receive in mine at theirs. */
-      connLayout(connSend(t, p, l), (char *)s->segs[p] + s->connBytes * (size_t)(me * lanes + l), buffSize, p);
-      connLayout(connRecv(t, p, l), (char *)s->segs[me] + s->connBytes * (size_t)(p * lanes + l), buffSize, p);
+      connLayout(connSend(t, p, l), conns[0] + s->connBytes * (size_t)(me * lanes + l), buffSize, p);
+      connLayout(connRecv(t, p, l), conns[1] + s->connBytes * (size_t)(p * lanes + l), buffSize, p);
       connSend(t, p, l)->tp = connRecv(t, p, l)->tp = &shmTransport;
     }
   }
@@ -197,7 +279,22 @@ static ncclResult_t shmSetup(void **state, struct bootstrap *b, struct connTable
       connPrefault(connSend(t, p, l));
       connPrefault(connRecv(t, p, l));
     }
-  INFO(subsysShm, "SHM : segment of %zu bytes per rank, %d local ranks", s->segBytes, nlocal);
+  /* How I read each peer's memory, on my receiving ends (in my segment):
+   * the senders read it there once the barrier after setup has passed. */
+  int singleCopy = 0;
+  for (int p = 0; p < n; p++) {
+    if (!mine[p]) continue;
+    const struct shmRankInfo *theirs = s->segs[p];
+    int mode = shmReadMode(theirs, p);
+    singleCopy += mode != connReadNone;
+    for (int l = 0; l < lanes; l++) {
+      struct connCtrl *ctrl = connRecv(t, p, l)->ctrl;
+      ctrl->readPid = (int32_t)theirs->pid;
+      __atomic_store_n(&ctrl->readMode, (uint32_t)mode, __ATOMIC_RELEASE);
+    }
+  }
+  INFO(subsysShm, "SHM : segment of %zu bytes per rank, %d local ranks, single copy from %d of them", s->segBytes,
+       nlocal, singleCopy);
 out:
   if (peerSock)
     for (int p = 0; p < n; p++)
@@ -223,4 +320,6 @@ const struct transport shmTransport = {
     .canConnect = shmCanConnect,
     .setup = shmSetup,
     .close = shmClose,
+    .peerReads = shmPeerReads,
+    .readPeer = shmReadPeer,
 };

@@ -56,6 +56,15 @@ struct transport {
    * the transport's own move bytes without waking it (then the wait keeps
    * yielding). */
   int (*pollWakes)(const struct conn *c);
+
+  /* Single copy: the receiver reads data where the sender holds it. NULL
+   * where it cannot (then slots always carry the data). */
+  /* Sender: 1 when the receiver can read this rank's memory (it found out
+   * at setup). */
+  int (*peerReads)(const struct conn *c);
+  /* Receiver: copies bytes at addr in the sender's memory into dst. An
+   * error (the sender is gone, or its memory is) says so in a WARN. */
+  ncclResult_t (*readPeer)(struct conn *c, void *dst, uint64_t addr, size_t bytes);
 };
 
 extern const struct transport selfTransport, shmTransport, netTransport;
