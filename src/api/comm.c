@@ -68,7 +68,6 @@ void commFree(struct ncclComm *comm, int graceful) {
   free(comm->scratch);
   free(comm->userOps);
   free(comm->p2pSeq);
-  pthread_mutex_destroy(&comm->statusLock);
   comm->startMagic = comm->endMagic = 0;
   free(comm);
 }
@@ -261,7 +260,6 @@ static struct ncclComm *commAlloc(int nranks, const ncclUniqueId *id, int rank, 
   uint64_t h = 0xcbf29ce484222325ull;
   for (size_t i = 0; i < sizeof id->internal; i++) h = (h ^ (unsigned char)id->internal[i]) * 0x100000001b3ull;
   comm->commHash = h;
-  pthread_mutex_init(&comm->statusLock, NULL);
   flightInit(comm);
   statsInit(comm);
   return comm;

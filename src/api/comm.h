@@ -59,7 +59,7 @@ struct ncclComm {
   struct tuneTable tune; /* the tuning variables as rank 0 has them, and the topology */
   uint32_t collSeq;   /* collective calls made; the next is collSeq + 1 */
   uint32_t *p2pSeq;   /* [2 * nranks]: sends to, then receives from, each peer */
-  pthread_mutex_t statusLock;
+  int statusLock;     /* a spinlock (core/spin.h): taken twice on every call, held for a few stores */
   uint32_t doneSeq;   /* last collective completed */
   int inCall;         /* launches running */
   struct opDesc current; /* the operation last started */

@@ -7,6 +7,7 @@
 #include "bootstrap/oob.h"
 #include "core/log.h"
 #include "core/param.h"
+#include "core/spin.h"
 #include "core/wait.h"
 
 /* One rank's answer to a status query. */
@@ -22,11 +23,11 @@ void watchStatus(void *arg, void *out, size_t size) {
   struct ncclComm *comm = arg;
   struct watchReply r;
   memset(&r, 0, sizeof r);
-  pthread_mutex_lock(&comm->statusLock);
+  spinLock(&comm->statusLock);
   r.doneSeq = comm->doneSeq;
   r.inCall = comm->inCall || comm->timedOut;
   r.current = comm->current;
-  pthread_mutex_unlock(&comm->statusLock);
+  spinUnlock(&comm->statusLock);
   memcpy(out, &r, size < sizeof r ? size : sizeof r);
 }
 
@@ -43,9 +44,9 @@ void watchNoop(const struct groupItem *item) {
   struct ncclComm *comm = item->comm;
   const struct opDesc *c = &item->desc.check;
   if (c->coll == collSend || c->coll == collRecv || c->seq <= comm->doneSeq) return;
-  pthread_mutex_lock(&comm->statusLock);
+  spinLock(&comm->statusLock);
   comm->doneSeq = c->seq;
-  pthread_mutex_unlock(&comm->statusLock);
+  spinUnlock(&comm->statusLock);
 }
 
 /* 1 when items[i] is the first of its communicator among those on stream. */
@@ -57,11 +58,11 @@ void watchBegin(const struct groupItem *items, int n, cudaStream_t stream) {
   for (int i = 0; i < n; i++) {
     if (!firstOfComm(items, i, stream)) continue;
     struct ncclComm *comm = items[i].comm;
-    pthread_mutex_lock(&comm->statusLock);
+    spinLock(&comm->statusLock);
     comm->inCall++;
     comm->timedOut = 0;
     comm->current = items[i].desc.check;
-    pthread_mutex_unlock(&comm->statusLock);
+    spinUnlock(&comm->statusLock);
   }
 }
 
@@ -173,11 +174,11 @@ void watchEnd(const struct groupItem *items, int n, cudaStream_t stream, ncclRes
       if (items[j].stream == stream && items[j].comm == comm && items[j].desc.coll != collSend &&
           items[j].desc.coll != collRecv && items[j].desc.check.seq > done)
         done = items[j].desc.check.seq;
-    pthread_mutex_lock(&comm->statusLock);
+    spinLock(&comm->statusLock);
     comm->inCall--;
     comm->timedOut = res == ncclTimeout;
     if (res == ncclSuccess && done > comm->doneSeq) comm->doneSeq = done;
-    pthread_mutex_unlock(&comm->statusLock);
+    spinUnlock(&comm->statusLock);
   }
 }
 
