@@ -250,6 +250,8 @@ static struct ncclComm *commAlloc(int nranks, const ncclUniqueId *id, int rank, 
   struct ncclComm *comm = calloc(1, sizeof *comm);
   if (!comm) return NULL;
   comm->startMagic = comm->endMagic = COMM_MAGIC;
+  static uint64_t serials;
+  comm->serial = __atomic_add_fetch(&serials, 1, __ATOMIC_RELAXED);
   comm->rank = rank;
   comm->nranks = nranks;
   comm->cudaDev = cudaDev;

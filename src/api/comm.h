@@ -39,6 +39,7 @@ struct commOrigin {
 
 struct ncclComm {
   uint64_t startMagic;
+  uint64_t serial; /* unique in the process, never reused (a freed communicator's address may be) */
   int rank, nranks, cudaDev;
   int nch; /* collective channels */
   int blocking;
