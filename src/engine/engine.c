@@ -423,13 +423,16 @@ static void drivenCollect(const struct schedule *s, struct engineDriven *ed) {
   }
 }
 
-/* Progress on every driven connection; *busy says whether a sender still
- * holds slots its transport has not sent, *moved whether any bytes moved (a
- * slow link is no stall). */
-static ncclResult_t drivenPump(struct engineDriven *ed, int *busy, int *moved) {
+/* Progress on every driven connection (with sendersOnly, on those that
+ * still hold slots to send: once every task is done, nothing of this run is
+ * left to receive, and a receive that finds nothing is a system call);
+ * *busy says whether a sender still holds slots its transport has not sent,
+ * *moved whether any bytes moved (a slow link is no stall). */
+static ncclResult_t drivenPump(struct engineDriven *ed, int sendersOnly, int *busy, int *moved) {
   *busy = 0;
   for (int i = 0; i < ed->n; i++) {
     struct conn *c = ed->c[i];
+    if (sendersOnly && !c->tp->pending(c)) continue;
     uint64_t before = c->tp->moved(c);
     CHECK(c->tp->progress(c));
     if (c->tp->moved(c) != before) *moved = 1;
@@ -558,7 +561,7 @@ static ncclResult_t engineRunTasks(struct schedule *s) {
     }
     int busy;
     if (!moved && ed.n) {
-      ncclResult_t res = drivenPump(&ed, &busy, &moved);
+      ncclResult_t res = drivenPump(&ed, 0, &busy, &moved);
       if (res == ncclSuccess && !moved) res = drivenCheckStalled(s);
       if (res != ncclSuccess) return drivenBroken(s, res);
       w.blockNow = !moved && drivenOnlyWait(s);
@@ -580,7 +583,7 @@ static ncclResult_t engineRunTasks(struct schedule *s) {
   }
   for (;;) {
     int busy = 0, moved = 0;
-    ncclResult_t res = ed.n ? drivenPump(&ed, &busy, &moved) : ncclSuccess;
+    ncclResult_t res = ed.n ? drivenPump(&ed, 1, &busy, &moved) : ncclSuccess;
     if (res != ncclSuccess) return drivenBroken(s, res);
     if (ed.n && s->tasks[0].prof) profPollSent(s);
     const struct conn *held = refsHeldBy(s);

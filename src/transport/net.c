@@ -210,9 +210,12 @@ static int readHeader(struct conn *c, uint32_t *size, struct connDesc *desc, ncc
       n->stageTail -= n->stageHead;
       n->stageHead = 0;
     }
-    ssize_t r = recv(n->socks[0].fd, n->stage + n->stageTail, sizeof n->stage - n->stageTail, MSG_DONTWAIT);
+    if (n->stageDry) return 0; /* it had no more a moment ago: another system call would find nothing */
+    size_t room = sizeof n->stage - n->stageTail;
+    ssize_t r = recv(n->socks[0].fd, n->stage + n->stageTail, room, MSG_DONTWAIT);
     if (r > 0) {
       n->stageTail += (uint32_t)r;
+      n->stageDry = (size_t)r < room;
       __atomic_fetch_add(&n->bytes, (size_t)r, __ATOMIC_RELAXED);
       continue;
     }
@@ -275,6 +278,7 @@ static ncclResult_t recvProgress(struct conn *c) {
   struct netConn *n = NET(c);
   uint64_t head = __atomic_load_n(&c->ctrl->head, __ATOMIC_ACQUIRE);
   ncclResult_t res = ncclSuccess;
+  n->stageDry = 0;
   for (;;) {
     /* The control socket carries headers and inline data in order: finish
      * what is queued on it before reading the next header. */
