@@ -83,7 +83,8 @@ struct netConn {
   /* Receiver: bytes read off the control socket ahead of need, so that a
    * small message and its header arrive in one system call. */
   uint32_t stageHead, stageTail;
-  int stageDry; /* within one progress call: the last read came short, the socket has no more yet */
+  int stageDry;
+  uint32_t headerReads; /* reads of the control socket (delayed ACKs are set again every 64) */ /* within one progress call: the last read came short, the socket has no more yet */
   char stage[512];
   uint64_t bytes;   /* moved so far: progress for the one wait */
   int eof;          /* receiver: the peer closed between messages */
