@@ -20,6 +20,19 @@ static struct {
 static int poolCount;
 static size_t poolBytes;
 
+/* New staging memory. One larger than the pool keeps is faulted in anew
+ * on every call that needs it, so it asks for transparent huge pages: a
+ * fault per 2 MiB instead of per 4 KiB (in-place AlltoAll of 64 MiB, 2
+ * ranks: 50 ms with 4 KiB faults, against 7 ms out of place). */
+#define POOL_HUGE (2u << 20)
+static void *poolFresh(size_t bytes) {
+  if (bytes <= POOL_KEEP_ONE) return malloc(bytes);
+  size_t rounded = (bytes + POOL_HUGE - 1) & ~(size_t)(POOL_HUGE - 1);
+  void *mem = aligned_alloc(POOL_HUGE, rounded);
+  if (mem) madvise(mem, rounded, MADV_HUGEPAGE);
+  return mem;
+}
+
 /* A buffer of at least bytes; *got says how large it is. */
 static void *poolGet(size_t bytes, size_t *got) {
   pthread_mutex_lock(&poolLock);
@@ -35,7 +48,7 @@ static void *poolGet(size_t bytes, size_t *got) {
     pool[best] = pool[--poolCount];
   }
   pthread_mutex_unlock(&poolLock);
-  return mem ? mem : malloc(bytes);
+  return mem ? mem : poolFresh(bytes);
 }
 
 static void poolPut(void *mem, size_t bytes) {
