@@ -353,6 +353,11 @@ static ncclResult_t commSetup(struct ncclComm *comm) {
   CHECKGOTO(commTopology(comm), res, fail);
   comm->ntStoreBytes = commNtStoreBytes(comm);
   commSingleCopy(comm);
+  if (comm->topo[rank].pus > 0 && commLocalRanks(comm) > comm->topo[rank].pus) {
+    waitSharedCores();
+    INFO(subsysInit, "chorus : %d ranks on this host's %d CPUs: waits yield after a few spins", commLocalRanks(comm),
+         comm->topo[rank].pus);
+  }
   if (a0.ringByHost && comm->nhosts > 1) { /* rank 0's choice holds: every rank builds the same rings */
     comm->ringOrder = malloc(sizeof(int) * nranks);
     comm->ringPos = malloc(sizeof(int) * nranks);
