@@ -151,18 +151,51 @@ static void syncAll(struct threadState *ts) {
   for (int g = 0; g < opt.nGpus; g++) CK(chorusStreamSynchronize(ts->streams[g]));
 }
 
-/* A value combined over all ranks through the library itself. */
-static double combine(struct threadState *ts, double v, ncclRedOp_t op) {
-  double *in = malloc(sizeof(double) * opt.nGpus), *out = malloc(sizeof(double) * opt.nGpus);
+/* What the tools exchange among themselves (times, error counts, who runs
+ * where) goes over Send/Recv through rank 0, which NCCL_ALGO and
+ * NCCL_PROTO do not restrict: a run with NCCL_ALGO=Tree, or one naming a
+ * Broadcast-only algorithm, must still time its collective (nccl-tests
+ * does this over MPI). Every rank's `bytes` at `mine[g]` reach rank 0's
+ * `all` (rank r's at all + r * bytes) when gather; with scatter, rank 0's
+ * all[0] goes back to everyone's `mine[g]`. */
+static void exchangeAtRoot(struct threadState *ts, void *mine, void *all, size_t bytes, int scatter) {
   CK(ncclGroupStart());
   for (int g = 0; g < opt.nGpus; g++) {
-    in[g] = v;
-    CK(ncclAllReduce(&in[g], &out[g], 1, ncclDouble, op, ts->comms[g], NULL));
+    int rank = ts->firstRank + g;
+    char *m = (char *)mine + (size_t)g * bytes;
+    if (rank != 0) {
+      CK(scatter ? ncclRecv(m, bytes, ncclChar, 0, ts->comms[g], NULL) : ncclSend(m, bytes, ncclChar, 0, ts->comms[g], NULL));
+      continue;
+    }
+    if (!scatter) memcpy(all, m, bytes);
+    else memcpy(m, all, bytes);
+    for (int r = 1; r < totalRanks; r++) {
+      char *a = (char *)all + (scatter ? 0 : (size_t)r * bytes);
+      CK(scatter ? ncclSend(a, bytes, ncclChar, r, ts->comms[g], NULL) : ncclRecv(a, bytes, ncclChar, r, ts->comms[g], NULL));
+    }
   }
   CK(ncclGroupEnd());
-  double r = out[0];
-  free(in);
-  free(out);
+}
+
+/* A value combined over all ranks (Sum, Min or Max). */
+static double combine(struct threadState *ts, double v, ncclRedOp_t op) {
+  double *mine = malloc(sizeof(double) * opt.nGpus), *all = malloc(sizeof(double) * totalRanks);
+  if (!mine || !all) {
+    fprintf(stderr, "%s: out of memory\n", coll->name);
+    exit(2);
+  }
+  for (int g = 0; g < opt.nGpus; g++) mine[g] = v;
+  exchangeAtRoot(ts, mine, all, sizeof(double), 0);
+  if (ts->firstRank == 0) { /* rank 0 is this thread's first */
+    double r = all[0];
+    for (int i = 1; i < totalRanks; i++)
+      r = op == ncclMin ? (all[i] < r ? all[i] : r) : op == ncclMax ? (all[i] > r ? all[i] : r) : r + all[i];
+    all[0] = r;
+  }
+  exchangeAtRoot(ts, mine, all, sizeof(double), 1);
+  double r = mine[0];
+  free(mine);
+  free(all);
   return r;
 }
 
@@ -385,7 +418,7 @@ static char *allocBuffer(size_t bytes, const char *what, int rank) {
   return p;
 }
 
-/* Every rank's device, gathered over the communicators; process 0 prints. */
+/* Every rank's device, gathered at rank 0; process 0 prints. */
 static void gatherDevices(struct threadState *ts) {
   int G = opt.nGpus;
   struct deviceInfo *mine = calloc(G, sizeof *mine);
@@ -398,11 +431,7 @@ static void gatherDevices(struct threadState *ts) {
     mine[g] = (struct deviceInfo){ts->firstRank + g, 0, (int)getpid(), rankDevice(ts->thread, g), ""};
     snprintf(mine[g].host, sizeof mine[g].host, "%s", hostName);
   }
-  CK(ncclGroupStart());
-  for (int g = 0; g < G; g++)
-    CK(ncclAllGather(&mine[g], all + (size_t)g * totalRanks, sizeof *mine, ncclChar, ts->comms[g], ts->streams[g]));
-  CK(ncclGroupEnd());
-  syncAll(ts);
+  exchangeAtRoot(ts, mine, all, sizeof *mine, 0);
   if (isMain && ts->thread == 0) printDevices(all);
   free(mine);
   free(all);
