@@ -27,6 +27,12 @@ for t in all_reduce all_gather broadcast reduce reduce_scatter sendrecv; do
   run "$bin/${t}_perf" -t 2 -g 2 -b 1K -e 256K -f 16 -n 2 -w 1
 done
 run "$bin/chorusrun" -n 4 "$bin/hypercube_perf" -b 64 -e 64K -f 32 -n 2
+# A forced algorithm that runs only AllReduce (and Broadcast/Reduce): the
+# tools' own exchanges must not need another collective.
+for a in Tree OneHop Rabenseifner; do
+  run env NCCL_ALGO=$a "$bin/chorusrun" -n 3 "$bin/all_reduce_perf" -b 8 -e 8K -f 32 -n 2 -w 1
+done
+run env NCCL_ALGO=Tree "$bin/broadcast_perf" -t 2 -g 2 -b 8 -e 4K -f 64 -n 2 -w 1
 for t in alltoall gather scatter; do
   run "$bin/chorusrun" -n 3 "$bin/${t}_perf" -b 8 -e 256K -f 8 -n 2 -r -1 -d all
   run "$bin/${t}_perf" -t 2 -g 2 -b 1K -e 256K -f 16 -n 2 -w 1
