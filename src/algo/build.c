@@ -5,6 +5,7 @@ ncclResult_t laneTask(struct schedule *s, struct algoCtx *c, const struct collDe
   if (t < 0) return ncclSystemError;
   c->laneLast[lane] = t;
   s->tasks[t].channel = lane < c->conns->nch ? lane : c->conns->nch;
+  s->tasks[t].lane = lane;
   return ncclSuccess;
 }
 

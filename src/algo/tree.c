@@ -177,7 +177,7 @@ static ncclResult_t treeDown(struct schedule *s, struct algoCtx *c, const struct
  * becoming the lane's last: an operation's up and down tasks run at once. */
 static int treeTask(struct schedule *s, struct algoCtx *c, const struct collDesc *d, int ch, int after) {
   int t = scheduleAddTask(s, &d->red, after, c->boot, c->abortFlag, c->rank, collName(d->coll));
-  if (t >= 0) s->tasks[t].channel = ch;
+  if (t >= 0) s->tasks[t].channel = s->tasks[t].lane = ch;
   return t;
 }
 

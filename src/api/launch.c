@@ -197,7 +197,7 @@ static void traceEnded(const struct groupItem *items, int n, cudaStream_t stream
                              d->count,
                              statsOpBytes(d, it->comm->nranks),
                              dtypeName(d->dtype),
-                             d->check.op == OPDESC_NO_OP ? NULL : descOpName(d->check.op),
+                             p2p || d->check.op == OPDESC_NO_OP ? NULL : descOpName(d->check.op),
                              p2p || collRooted(d->coll) ? d->root : -1,
                              p2p,
                              algoName(it->plan.algo),

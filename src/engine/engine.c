@@ -101,7 +101,7 @@ static void traceMoved(struct task *t, const struct step *st) {
   t->prof->blockedNs = 0;
   if (t->off != st->bytes) return;
   const struct conn *c = st->send ? st->send : st->recv;
-  traceStep(t->prof->trace, t->prof->traceSeq, t->what, t->channel, traceKind(st->type), c ? c->peer : -1,
+  traceStep(t->prof->trace, t->prof->traceSeq, t->what, t->lane, traceKind(st->type), c ? c->peer : -1,
             st->bytes, t->prof->stepStartNs, now, t->prof->waitNs);
   t->prof->stepStartNs = 0;
   t->prof->waitNs = 0;

@@ -59,6 +59,7 @@ struct task {
   int check;          /* compare descriptors (CHORUS_CHECK) */
   struct opDesc desc; /* this rank's call */
   int channel;        /* its channel (collective lanes), or the point-to-point lane's number */
+  int lane;           /* its lane (algo.h: the channels, then each peer's send and receive lanes), for the timeline */
   int streamOut;      /* the operation is large: plain copies into its output go past the cache (copyStreaming) */
   /* Its sends read memory the operation does not write again, and it is
    * large: they may refer to the data instead of copying it, where the

@@ -13,13 +13,17 @@
 #include "core/param.h"
 #include "core/pathfmt.h"
 
+/* Lanes with a track of their own (the channels, then each peer's send and
+ * receive lanes: algo.h); the rest share the last. */
+#define TRACE_MAX_LANES 256
+
 struct traceFile {
   FILE *f;
   int refs;
   int pidRank;      /* the track: the rank of the first communicator traced */
   int64_t offsetNs; /* that communicator's offset to its rank 0 */
   pthread_mutex_t lock;
-  int lanesNamed[65];
+  int lanesNamed[TRACE_MAX_LANES + 1];
 };
 
 static pthread_mutex_t fileLock = PTHREAD_MUTEX_INITIALIZER;
@@ -128,7 +132,7 @@ void traceStep(const struct traceComm *t, uint32_t seq, const char *opName, int 
                uint64_t bytes, uint64_t startNs, uint64_t endNs, uint64_t waitNs) {
   struct traceFile *tf = t->file;
   if (!tf) return;
-  int tid = 1 + (lane < 64 ? lane : 64);
+  int tid = 1 + (lane < TRACE_MAX_LANES ? lane : TRACE_MAX_LANES); /* the rest share the last track */
   pthread_mutex_lock(&tf->lock);
   if (!tf->lanesNamed[tid - 1]) {
     tf->lanesNamed[tid - 1] = 1;
