@@ -161,6 +161,12 @@ static int commLocalRanks(const struct ncclComm *comm) {
   return local ? local : 1;
 }
 
+/* 1 when this rank's host runs more of its ranks than it has CPUs. */
+static int commSharesCores(const struct ncclComm *comm) {
+  int pus = comm->topo[comm->rank].pus;
+  return pus > 0 && commLocalRanks(comm) > pus;
+}
+
 /* CHORUS_NT_STORES: from what size an operation's output goes past the
  * cache. Auto: when the outputs of the host's ranks together would fill
  * the L3 twice over, keeping them cached only evicts the FIFOs and the
@@ -197,8 +203,7 @@ static void commSingleCopy(struct ncclComm *comm) {
     comm->singleCopyBytes = comm->singleCopyP2pBytes = (uint64_t)v;
     return;
   }
-  int pus = comm->topo[comm->rank].pus;
-  comm->singleCopyBytes = pus > 0 && commLocalRanks(comm) <= pus ? comm->ntStoreBytes : 0;
+  comm->singleCopyBytes = comm->topo[comm->rank].pus > 0 && !commSharesCores(comm) ? comm->ntStoreBytes : 0;
   comm->singleCopyP2pBytes = 0;
 }
 
@@ -353,7 +358,7 @@ static ncclResult_t commSetup(struct ncclComm *comm) {
   CHECKGOTO(commTopology(comm), res, fail);
   comm->ntStoreBytes = commNtStoreBytes(comm);
   commSingleCopy(comm);
-  if (comm->topo[rank].pus > 0 && commLocalRanks(comm) > comm->topo[rank].pus) {
+  if (commSharesCores(comm)) {
     waitSharedCores();
     INFO(subsysInit, "chorus : %d ranks on this host's %d CPUs: waits yield after a few spins", commLocalRanks(comm),
          comm->topo[rank].pus);

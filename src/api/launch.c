@@ -428,16 +428,20 @@ static int sameCall(const struct collDesc *a, const struct collDesc *b) {
          ca->tag == cb->tag && ca->root == cb->root && ca->rank == cb->rank;
 }
 
-/* The NULL stream's part is the single call it last built for, and that
- * build can run again: its tasks take this call's number and id. With
- * profiling, tracing or CHORUS_DUMP_SCHEDULE on, every call is built. */
+/* A launch whose NULL-stream schedule may be kept for the next call and
+ * reused by it: a single call on the NULL stream, which nobody profiles,
+ * traces or prints (those build every call). */
+static int inlineReusable(const struct groupItem *items, int n, int obs) {
+  return n == 1 && items[0].stream == NULL && !(obs && (profActive() || traceActive())) && !dumpSchedules();
+}
+
+/* The NULL stream's part is the call the schedule was last built for: its
+ * tasks take this call's number, id and timeout, and it runs again. */
 static int inlineReuse(struct schedule *s, const struct groupItem *items, int n, int obs) {
   const struct inlineKey *k = &inlineKey;
-  if (n != 1 || items[0].stream != NULL || k->comm != items[0].comm->serial ||
-      !sameCall(&k->desc, &items[0].desc) || k->plan.algo != items[0].plan.algo ||
-      k->plan.proto != items[0].plan.proto || k->plan.nch != items[0].plan.nch)
+  if (!inlineReusable(items, n, obs) || k->comm != items[0].comm->serial || !sameCall(&k->desc, &items[0].desc) ||
+      k->plan.algo != items[0].plan.algo || k->plan.proto != items[0].plan.proto || k->plan.nch != items[0].plan.nch)
     return 0;
-  if ((obs && (profActive() || traceActive())) || dumpSchedules()) return 0;
   uint32_t seq = items[0].desc.check.seq;
   for (int i = 0; i < s->ntasks; i++) {
     struct task *t = &s->tasks[i];
@@ -450,13 +454,10 @@ static int inlineReuse(struct schedule *s, const struct groupItem *items, int n,
   return 1;
 }
 
-/* After a build of the NULL stream's part: remember it when it can run
- * again as it is (one call, no staging memory, nobody profiling it). */
+/* After a build of the NULL stream's part: remember what it was built for
+ * when it can run again as it is (no staging memory, bound per run). */
 static void inlineRemember(const struct schedule *s, const struct groupItem *items, int n, int obs) {
-  inlineKey.comm = 0;
-  if (n != 1 || items[0].stream != NULL || s->ntemps || (s->ntasks && s->tasks[0].prof) ||
-      (obs && (profActive() || traceActive())))
-    return;
+  if (!inlineReusable(items, n, obs) || s->ntemps) return;
   inlineKey.comm = items[0].comm->serial;
   inlineKey.desc = items[0].desc;
   inlineKey.plan = items[0].plan;
@@ -488,7 +489,7 @@ ncclResult_t launchItems(struct groupItem *items, int n) {
     }
   struct schedule *s = &inlineSched;
   if (!inlineReuse(s, items, n, obs)) {
-    inlineKey.comm = 0;
+    inlineKey.comm = 0; /* the schedule is about to hold something else */
     if (s->taskCap == 0) inlineSchedInUse();
     scheduleReset(s);
     ncclResult_t built = buildItems(s, items, n, NULL);
