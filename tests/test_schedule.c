@@ -433,6 +433,46 @@ static void checkDescPlan(void) {
   if (descMatch(&a, &b)) FAIL("descriptors with different protocols match");
 }
 
+/* A one-hop Broadcast under CHORUS_CHECK is the agreement alone, the
+ * root's data in its tokens: every rank sends n-1 messages and receives n-1
+ * (the root's out-of-place copy aside), 2 to 8 ranks; without the check the
+ * root sends n-1 and every other rank receives 1. */
+static void checkOneHopBroadcastAlone(void) {
+  for (int n = 2; n <= 8; n++)
+    for (int check = 0; check < 2; check++) {
+      struct world w;
+      worldInit(&w, n, 1);
+      struct schedule s = {0};
+      int32_t in[8], out[8];
+      for (int r = 0; r < n; r++) {
+        struct algoCtx ctx = {r, n, &w.t[r], NULL, NULL, w.scratch[r], w.laneLast[r], check, NULL, 1, NULL, NULL};
+        struct collDesc d = {0};
+        d.coll = collBroadcast;
+        d.sendbuff = in;
+        d.recvbuff = out;
+        d.count = 8;
+        d.dtype = d.red.dtype = ncclInt32;
+        d.root = 1;
+        int first = s.nsteps;
+        if (algoBuild(&s, &ctx, &d, algoOneHop, 1) != ncclSuccess) {
+          FAIL("OneHop Broadcast, %d ranks: rank %d: the build failed", n, r);
+          break;
+        }
+        int sends = 0, recvs = 0;
+        for (int i = first; i < s.nsteps; i++) {
+          sends += s.steps[i].send != NULL;
+          recvs += s.steps[i].recv != NULL;
+        }
+        int wantSends = check ? n - 1 : r == 1 ? n - 1 : 0, wantRecvs = check ? n - 1 : r == 1 ? 0 : 1;
+        if (sends != wantSends || recvs != wantRecvs)
+          FAIL("OneHop Broadcast, %d ranks%s: rank %d sends %d and receives %d messages, not %d and %d", n,
+               check ? " (checked)" : "", r, sends, recvs, wantSends, wantRecvs);
+      }
+      scheduleFree(&s);
+      worldFree(&w);
+    }
+}
+
 /* Ranks whose protocols differ (a sender posting LL, its receiver expecting
  * Simple, and the other way round) fail at once with ncclInvalidUsage: a
  * receiver waiting at an operation's start recognizes the other protocol's
@@ -565,6 +605,7 @@ int main(int argc, char **argv) {
     return 2;
   }
   checkDescPlan();
+  checkOneHopBroadcastAlone();
   checkProtoMismatch();
   if (checkRingOrder()) return 1;
   int cases = 0;

@@ -13,21 +13,29 @@
  * that sees the mismatch tells the others). Up to AGREE_RADIX ranks that is
  * one round with no waiting between sends and receives, which matters when
  * ranks share cores. The data moves on the channel lanes meanwhile; on a
- * lane both use (Gather, Scatter) it follows the tokens. */
+ * lane both use (Gather, Scatter) it follows the tokens. With one round
+ * (n <= AGREE_RADIX) one rank's tokens can carry the data itself (a
+ * one-hop Broadcast's: agreeData), so that the operation is the agreement
+ * and nothing more. */
 #include "algo/build.h"
-
-#define AGREE_RADIX 8
 
 static const uint64_t token; /* what a token carries: nothing but its slot's descriptor */
 
-ncclResult_t agreeBuild(struct schedule *s, struct algoCtx *c, const struct collDesc *d) {
+ncclResult_t agreeBuild(struct schedule *s, struct algoCtx *c, const struct collDesc *d,
+                        const struct agreeData *data) {
   int n = c->nranks, r = c->rank, lastRecv = -1;
+  int carry = data != NULL; /* a count of 0 is never built (coll.c), so a carrying token has bytes */
+  if (carry && n > AGREE_RADIX) return ncclInternalError; /* a second round would pass it on: not built */
   char *sink = scheduleTemp(s, sizeof token);
   if (!sink) return ncclSystemError;
   for (long unit = 1; unit < n; unit *= AGREE_RADIX) {
     int roundAfter = lastRecv; /* this round's sends wait for all of the last round's receives */
     for (int m = 1; m < AGREE_RADIX && m * unit < n; m++) {
-      CHECK(p2pTask(s, c, d, 1, mod(r + (int)(m * unit), n), &token, sizeof token));
+      int to = mod(r + (int)(m * unit), n);
+      if (carry && r == data->from)
+        CHECK(p2pTask(s, c, d, 1, to, data->src, data->bytes));
+      else
+        CHECK(p2pTask(s, c, d, 1, to, &token, sizeof token));
       s->tasks[s->ntasks - 1].dep2 = roundAfter;
     }
     /* Before a further round, receives one after another, so that the
@@ -35,7 +43,11 @@ ncclResult_t agreeBuild(struct schedule *s, struct algoCtx *c, const struct coll
      * operation ends when all are done). */
     int more = unit * AGREE_RADIX < n;
     for (int m = 1; m < AGREE_RADIX && m * unit < n; m++) {
-      CHECK(p2pTask(s, c, d, 0, mod(r - (int)(m * unit), n), sink, sizeof token));
+      int from = mod(r - (int)(m * unit), n);
+      if (carry && from == data->from)
+        CHECK(p2pTask(s, c, d, 0, from, data->dst, data->bytes));
+      else
+        CHECK(p2pTask(s, c, d, 0, from, sink, sizeof token));
       if (more) s->tasks[s->ntasks - 1].dep2 = lastRecv;
       lastRecv = s->ntasks - 1;
     }

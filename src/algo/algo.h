@@ -51,6 +51,10 @@ struct algoFamily {
    * once, before it is sent on): a receiver may then read the data where
    * it is until the operation ends (single copy). NULL: never. */
   int (*stableSends)(int coll);
+  /* 1 when its build of coll for nranks ranks is the CHORUS_CHECK agreement
+   * itself, its data in the tokens (algoCtx.check says whether to build
+   * one), so none is built before it. NULL: never. */
+  int (*agrees)(int coll, int nranks);
 };
 
 /* The AllReduce tree of channel ch (tree ch % 2, rooted at rank 0) around

@@ -43,8 +43,24 @@ typedef ncclResult_t (*pieceFn)(struct schedule *, struct algoCtx *, const struc
 ncclResult_t perChannel(pieceFn fn, struct schedule *s, struct algoCtx *c, const struct collDesc *d, int nch,
                         size_t loop);
 
+/* Up to this many ranks the agreement is one round: every rank sends a
+ * token to every other and receives one from each. */
+#define AGREE_RADIX 8
+
+/* What one rank's tokens carry instead of nothing (one round only): its
+ * bytes at src, which every other rank receives at dst. */
+struct agreeData {
+  int from;
+  const void *src;
+  void *dst;
+  size_t bytes;
+};
+
 /* The agreement every rank of a rooted collective takes part in under
- * CHORUS_CHECK (agree.c), built before the operation's own tasks. */
-ncclResult_t agreeBuild(struct schedule *s, struct algoCtx *c, const struct collDesc *d);
+ * CHORUS_CHECK (agree.c), built before the operation's own tasks, or by a
+ * family that folds its data into it (algoFamily.agrees; data non-NULL).
+ * ncclInternalError for data with more than AGREE_RADIX ranks. */
+ncclResult_t agreeBuild(struct schedule *s, struct algoCtx *c, const struct collDesc *d,
+                        const struct agreeData *data);
 
 #endif

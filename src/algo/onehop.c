@@ -1,13 +1,46 @@
-/* Small AllReduce in one hop: every rank sends its pre-multiplied input to
- * every peer (each rank scales by its own scalar, as PreMulSum allows ranks
- * to differ) and adds all inputs in rank order, so all ranks get the same
- * bits. The tuner keeps it to messages that fit a slot and the scratch. */
+/* Small messages in one hop.
+ * AllReduce: every rank sends its pre-multiplied input to every peer (each
+ * rank scales by its own scalar, as PreMulSum allows ranks to differ) and
+ * adds all inputs in rank order, so all ranks get the same bits.
+ * Broadcast: the root sends its input to every peer. Under CHORUS_CHECK,
+ * whose agreement already has every rank send a token to every other (one
+ * round up to AGREE_RADIX ranks), the root's tokens carry the data: the
+ * Broadcast costs the agreement alone, not the agreement and then a chain.
+ * The tuner keeps it to messages that fit a slot and the scratch. */
 #include "algo/build.h"
 
-static int oneHopSupports(int coll, int nranks) { return nranks >= 2 && coll == collAllReduce; }
+static int oneHopSupports(int coll, int nranks) {
+  return nranks >= 2 && (coll == collAllReduce || coll == collBroadcast);
+}
+
+static int oneHopAgrees(int coll, int nranks) { return coll == collBroadcast && nranks <= AGREE_RADIX; }
+
+static ncclResult_t oneHopBroadcast(struct schedule *s, struct algoCtx *c, const struct collDesc *d) {
+  int n = c->nranks, r = c->rank, root = d->root;
+  size_t bytes = d->count * dtypeSize(d->dtype);
+  int copy = r == root && d->sendbuff != d->recvbuff;
+  if (c->check && oneHopAgrees(d->coll, n)) {
+    if (copy) {
+      CHECK(laneTask(s, c, d, 0));
+      ADD(s, stepCopy, 0, NULL, NULL, d->sendbuff, d->recvbuff, bytes);
+    }
+    struct agreeData data = {root, d->sendbuff, d->recvbuff, bytes};
+    return agreeBuild(s, c, d, &data);
+  }
+  CHECK(laneTask(s, c, d, 0));
+  if (r != root) {
+    ADD(s, stepRecv, 0, connRecv(c->conns, root, 0), NULL, NULL, d->recvbuff, bytes);
+    return ncclSuccess;
+  }
+  for (int j = 1; j < n; j++)
+    ADD(s, stepSend, 0, NULL, connSend(c->conns, mod(r + j, n), 0), d->sendbuff, NULL, bytes);
+  if (copy) ADD(s, stepCopy, 0, NULL, NULL, d->sendbuff, d->recvbuff, bytes);
+  return ncclSuccess;
+}
 
 static ncclResult_t oneHopBuild(struct schedule *s, struct algoCtx *c, const struct collDesc *d, int nch) {
   (void)nch;
+  if (d->coll == collBroadcast) return oneHopBroadcast(s, c, d);
   int n = c->nranks, r = c->rank;
   size_t bytes = d->count * dtypeSize(d->dtype);
   const char *own = d->sendbuff;
@@ -32,4 +65,4 @@ static ncclResult_t oneHopBuild(struct schedule *s, struct algoCtx *c, const str
   return ncclSuccess;
 }
 
-const struct algoFamily oneHopAlgo = {oneHopSupports, oneHopBuild, NULL};
+const struct algoFamily oneHopAlgo = {oneHopSupports, oneHopBuild, NULL, oneHopAgrees};

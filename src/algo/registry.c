@@ -30,6 +30,8 @@ ncclResult_t algoBuild(struct schedule *s, struct algoCtx *c, const struct collD
     WARN("%s : algorithm %s cannot build it for %d ranks", collName(d->coll), algoName(algo), c->nranks);
     return ncclInternalError;
   }
-  if (c->check && collRooted(d->coll) && c->nranks > 1) CHECK(agreeBuild(s, c, d));
-  return families[algo]->build(s, c, d, nch);
+  const struct algoFamily *f = families[algo];
+  int agreesItself = f->agrees && f->agrees(d->coll, c->nranks);
+  if (c->check && collRooted(d->coll) && c->nranks > 1 && !agreesItself) CHECK(agreeBuild(s, c, d, NULL));
+  return f->build(s, c, d, nch);
 }

@@ -102,4 +102,4 @@ void algoRingOrder(const int *hostOf, int n, int *order, int *pos) {
  * ReduceScatter send sums (and in place AllReduce overwrites a block it sent). */
 static int ringStableSends(int coll) { return coll == collAllGather; }
 
-const struct algoFamily ringAlgo = {ringSupports, ringBuild, ringStableSends};
+const struct algoFamily ringAlgo = {ringSupports, ringBuild, ringStableSends, NULL};

@@ -73,7 +73,10 @@ double tuneModelUs(const struct tuneTopo *topo, int coll, int algo, int proto, i
   switch (algo) {
     case algoLocal: return b / SHM_COPY_BPUS;
     case algoOneHop: /* one hop; each rank posts its input n-1 times and reduces n inputs, and when
-                      * ranks share cores all those copies queue for them */
+                      * ranks share cores all those copies queue for them; a Broadcast's root
+                      * alone posts (under CHORUS_CHECK in the agreement's tokens, which the
+                      * other algorithms send as well) */
+      if (coll == collBroadcast) return l.hop + l.share * (n - 1) * b / l.copy + (topo->net ? (n - 2) * NET_MSG_US : 0);
       return l.hop + l.share * ((n - 1) * b / l.copy + (n - 1) * b / l.reduce) +
              (topo->net ? 2 * (n - 2) * NET_MSG_US : 0);
     case algoRing:
