@@ -75,8 +75,10 @@ int algoSupports(int algo, int coll, int nranks);
 /* 1 when algo's sends for coll may be read where they are (stableSends). */
 int algoStableSends(int algo, int coll);
 /* Builds the schedule of one operation with the given algorithm over nch
- * channels (with c->check, a rooted collective's agreement first). ncclInternalError when the algorithm does not support it (the
- * tuner never asks), ncclSystemError when out of memory. */
+ * channels (with c->check, a rooted collective's agreement first, unless
+ * the family folds it into its own build: algoFamily.agrees).
+ * ncclInternalError when the algorithm does not support it (the tuner
+ * never asks), ncclSystemError when out of memory. */
 ncclResult_t algoBuild(struct schedule *s, struct algoCtx *ctx, const struct collDesc *d, int algo, int nch);
 
 #endif
