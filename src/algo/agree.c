@@ -26,8 +26,6 @@ ncclResult_t agreeBuild(struct schedule *s, struct algoCtx *c, const struct coll
   int n = c->nranks, r = c->rank, lastRecv = -1;
   int carry = data != NULL; /* a count of 0 is never built (coll.c), so a carrying token has bytes */
   if (carry && n > AGREE_RADIX) return ncclInternalError; /* a second round would pass it on: not built */
-  char *sink = scheduleTemp(s, sizeof token);
-  if (!sink) return ncclSystemError;
   for (long unit = 1; unit < n; unit *= AGREE_RADIX) {
     int roundAfter = lastRecv; /* this round's sends wait for all of the last round's receives */
     for (int m = 1; m < AGREE_RADIX && m * unit < n; m++) {
@@ -47,7 +45,7 @@ ncclResult_t agreeBuild(struct schedule *s, struct algoCtx *c, const struct coll
       if (carry && from == data->from)
         CHECK(p2pTask(s, c, d, 0, from, data->dst, data->bytes));
       else
-        CHECK(p2pTask(s, c, d, 0, from, sink, sizeof token));
+        CHECK(p2pTask(s, c, d, 0, from, NULL, sizeof token)); /* no destination: only its descriptor counts */
       if (more) s->tasks[s->ntasks - 1].dep2 = lastRecv;
       lastRecv = s->ntasks - 1;
     }

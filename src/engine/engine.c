@@ -227,6 +227,7 @@ static int stepAdvance(struct task *t, struct step *st) {
       }
       break;
     case stepRecv:
+      if (!dst) break; /* a token (the agreement's): its descriptor, checked above, is all it carries */
       if (ref) CHECK_STEP(stepReadRef(t, st, dst, nb));
       else if (st->flags) reduceCopy(op, dst, slotIn, n, st->flags);
       else copyOut(t, dst, slotIn, nb);

@@ -20,7 +20,7 @@
  * apply to the operand marked g(). */
 enum stepType {
   stepSend,               /* send <- g(src) */
-  stepRecv,               /* dst <- g(slot) */
+  stepRecv,               /* dst <- g(slot); no dst: the slot is only read (a token) */
   stepCopy,               /* dst <- g(src) */
   stepCopySend,           /* dst <- src; send <- src */
   stepRecvCopySend,       /* dst <- slot; send <- slot */
