@@ -56,10 +56,10 @@ static int dumpSchedules(void) {
 
 /* Builds are in two passes, the collectives first, then Send/Recv: a rooted
  * collective's agreement (and Gather's, Scatter's and a one-hop
- * Broadcast's data) use the point-to-point connections, in order with the group's sends and receives,
- * and NCCL lets ranks place their Send/Recv anywhere around the collectives
- * of a group (only the order of the collectives, and of the sends to one
- * peer, must agree). */
+ * Broadcast's data) use the point-to-point connections, in order with the
+ * group's sends and receives, and NCCL lets ranks place their Send/Recv
+ * anywhere around the collectives of a group (only the order of the
+ * collectives, and of the sends to one peer, must agree). */
 static int buildPass(const struct groupItem *it) {
   return it->desc.coll == collSend || it->desc.coll == collRecv;
 }
