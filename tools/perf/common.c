@@ -164,14 +164,16 @@ static void exchangeAtRoot(struct threadState *ts, void *mine, void *all, size_t
     int rank = ts->firstRank + g;
     char *m = (char *)mine + (size_t)g * bytes;
     if (rank != 0) {
-      CK(scatter ? ncclRecv(m, bytes, ncclChar, 0, ts->comms[g], NULL) : ncclSend(m, bytes, ncclChar, 0, ts->comms[g], NULL));
+      CK(scatter ? ncclRecv(m, bytes, ncclChar, 0, ts->comms[g], NULL)
+                 : ncclSend(m, bytes, ncclChar, 0, ts->comms[g], NULL));
       continue;
     }
     if (!scatter) memcpy(all, m, bytes);
     else memcpy(m, all, bytes);
     for (int r = 1; r < totalRanks; r++) {
       char *a = (char *)all + (scatter ? 0 : (size_t)r * bytes);
-      CK(scatter ? ncclSend(a, bytes, ncclChar, r, ts->comms[g], NULL) : ncclRecv(a, bytes, ncclChar, r, ts->comms[g], NULL));
+      CK(scatter ? ncclSend(a, bytes, ncclChar, r, ts->comms[g], NULL)
+                 : ncclRecv(a, bytes, ncclChar, r, ts->comms[g], NULL));
     }
   }
   CK(ncclGroupEnd());
