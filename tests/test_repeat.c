@@ -7,6 +7,8 @@
  *              reused schedule moves the new data, whole, every time, and
  *              only the same call reuses one; and the calls keep their
  *              numbers (CHORUS_CHECK compares them on every call).
+ *   calls5   - the same on 5 ranks (run with algorithms that stage partial
+ *              sums, whose staging memory a reused schedule keeps bound).
  *   newcomm  - the same call on a communicator created after the first was
  *              destroyed (its memory may come back at the same address).
  *   timeout  - a call repeated after chorusCommSetTimeout gets the new
@@ -197,6 +199,7 @@ int main(int argc, char **argv) {
   setenv("CHORUS_TIMEOUT", "10", 1);
   int failed;
   if (!strcmp(c, "calls")) failed = runRanks(3, callsRank, NULL, 120) + runRanks(2, callsRank, NULL, 120);
+  else if (!strcmp(c, "calls5")) failed = runRanks(5, callsRank, NULL, 120);
   else if (!strcmp(c, "newcomm")) {
     second = mmap(NULL, sizeof *second, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (second == MAP_FAILED) return 1;
@@ -205,7 +208,7 @@ int main(int argc, char **argv) {
   else if (!strcmp(c, "timeout")) failed = runRanks(2, timeoutRank, NULL, 60);
   else if (!strcmp(c, "mismatch")) failed = runRanks(3, mismatchRank, NULL, 60);
   else {
-    fprintf(stderr, "usage: test_repeat calls|newcomm|timeout|mismatch\n");
+    fprintf(stderr, "usage: test_repeat calls|calls5|newcomm|timeout|mismatch\n");
     return 2;
   }
   printf("test_repeat %s: %s\n", c, failed ? "FAILED" : "passed");

@@ -455,9 +455,11 @@ static int inlineReuse(struct schedule *s, const struct groupItem *items, int n,
 }
 
 /* After a build of the NULL stream's part: remember what it was built for
- * when it can run again as it is (no staging memory, bound per run). */
+ * when it can run again as it is. Its staging memory stays bound until the
+ * next build, so only as much as the pool would keep anyway (recursive
+ * halving's partial sums, a tree Reduce's, a small in-place AlltoAll's). */
 static void inlineRemember(const struct schedule *s, const struct groupItem *items, int n, int obs) {
-  if (!inlineReusable(items, n, obs) || s->ntemps) return;
+  if (!inlineReusable(items, n, obs) || !scheduleTempsKept(s)) return;
   inlineKey.comm = items[0].comm->serial;
   inlineKey.desc = items[0].desc;
   inlineKey.plan = items[0].plan;

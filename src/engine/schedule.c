@@ -89,6 +89,7 @@ void scheduleReset(struct schedule *s) {
   s->ntemps = 0;
   s->tempSpan = 0;
   s->tempDirect = 0;
+  s->tempsBound = 0;
 }
 
 void scheduleFree(struct schedule *s) {
@@ -169,14 +170,21 @@ static char *tempRebase(const struct schedule *s, const char *p) {
   return (char *)s->temps[lo].mem + (p - s->temps[lo].at);
 }
 
+int scheduleTempsKept(const struct schedule *s) {
+  size_t total = 0;
+  for (int i = 0; i < s->ntemps; i++) total += s->temps[i].bytes;
+  return total <= POOL_KEEP_ONE;
+}
+
 ncclResult_t scheduleBindTemps(struct schedule *s) {
-  if (s->ntemps == 0) return ncclSuccess;
+  if (s->ntemps == 0 || s->tempsBound) return ncclSuccess; /* none, or bound by an earlier run */
   for (int i = 0; i < s->ntemps; i++)
     if (!s->temps[i].mem && !(s->temps[i].mem = poolGet(s->temps[i].bytes, &s->temps[i].memBytes))) return ncclSystemError;
   for (int i = 0; i < s->nsteps; i++) {
     s->steps[i].src = tempRebase(s, s->steps[i].src);
     s->steps[i].dst = tempRebase(s, s->steps[i].dst);
   }
+  s->tempsBound = 1;
   return ncclSuccess;
 }
 

@@ -91,6 +91,7 @@ struct schedule {
   int ntemps, tempCap;
   size_t tempSpan; /* bytes of the reserved range handed out */
   int tempDirect;  /* some are memory at once (the range is full or missing) */
+  int tempsBound;  /* a run has bound them (a schedule run again keeps them) */
   uint64_t timeoutNs; /* the shortest timeout of its communicators (0: CHORUS_TIMEOUT) */
   struct profTask *profs; /* each task's, when a run is profiled or traced (scheduleProfiled) */
   struct profKernelCh *kchs; /* KernelCh events, at most one per task (scheduleKernelCh) */
@@ -134,5 +135,10 @@ void *scheduleTemp(struct schedule *s, size_t bytes);
  * points the steps at it; the engine calls it before a run.
  * ncclSystemError when out of memory. */
 ncclResult_t scheduleBindTemps(struct schedule *s);
+/* 1 when the schedule's staging memory is no more than the pool would
+ * keep: a schedule run again as it is (launch.c, the NULL stream's) may
+ * then hold it bound between runs (the steps point at it; a second bind
+ * changes nothing) instead of building anew. */
+int scheduleTempsKept(const struct schedule *s);
 
 #endif
