@@ -36,6 +36,16 @@ static struct rdShape rdShapeOf(int rank, int n) {
 static int rdRank(const struct rdShape *sh, int i) { return i < sh->extra ? 2 * i + 1 : i + sh->extra; }
 static int rdLo(const struct rdShape *sh, int i) { return i < sh->extra ? 2 * i : i + sh->extra; }
 
+/* How many blocks one step may carry: when a piece is a whole block,
+ * neighbouring blocks lie back to back (in the input, the output and a
+ * staging buffer alike), and a step may carry as many as half a FIFO holds
+ * (the bound a single piece keeps); else one. */
+static int rdRun(const struct algoCtx *c, size_t bytes, size_t blk) {
+  if (bytes != blk || bytes == 0) return 1;
+  size_t most = pieceElems(c, 1) / bytes; /* pieceElems with esz 1: bytes */
+  return most < 1 ? 1 : most > (size_t)c->nranks ? c->nranks : (int)most;
+}
+
 /* An AllReduce piece's folding: a folded-out rank hands its input (scaled)
  * to its partner and gets the result back, and is done (*out = 1); its
  * partner adds the input into dst first. rdUnfold: the partner hands the
@@ -98,15 +108,25 @@ static ncclResult_t rdAllGather(struct schedule *s, struct algoCtx *c, const str
   }
   ADD(s, stepCopy, 0, NULL, NULL, src, out + (size_t)r * blk, bytes);
   if (r < 2 * sh.extra) ADD(s, stepRecv, 0, connRecv(c->conns, r - 1, ch), NULL, NULL, out + (size_t)(r - 1) * blk, bytes);
+  int run = rdRun(c, bytes, blk);
   for (int bit = 1; bit < sh.pow2; bit <<= 1) {
     int mine = sh.index & ~(bit - 1), theirs = (sh.index ^ bit) & ~(bit - 1), peer = rdRank(&sh, sh.index ^ bit);
     /* A step per block (a block's piece is not contiguous with the next
-     * block's), sends and receives alternating: neither partner is ever
-     * more than one block ahead, whatever the FIFO holds. */
+     * block's) or per run of whole blocks, sends and receives alternating:
+     * neither partner is ever more than one step ahead, whatever the FIFO
+     * holds. */
     int sb = rdLo(&sh, mine), se = rdLo(&sh, mine + bit), rb = rdLo(&sh, theirs), re = rdLo(&sh, theirs + bit);
     while (sb < se || rb < re) {
-      if (sb < se) ADD(s, stepSend, 0, NULL, connSend(c->conns, peer, ch), out + (size_t)sb++ * blk, NULL, bytes);
-      if (rb < re) ADD(s, stepRecv, 0, connRecv(c->conns, peer, ch), NULL, NULL, out + (size_t)rb++ * blk, bytes);
+      if (sb < se) {
+        int k = se - sb < run ? se - sb : run;
+        ADD(s, stepSend, 0, NULL, connSend(c->conns, peer, ch), out + (size_t)sb * blk, NULL, k * bytes);
+        sb += k;
+      }
+      if (rb < re) {
+        int k = re - rb < run ? re - rb : run;
+        ADD(s, stepRecv, 0, connRecv(c->conns, peer, ch), NULL, NULL, out + (size_t)rb * blk, k * bytes);
+        rb += k;
+      }
     }
   }
   if (r < 2 * sh.extra)
@@ -145,27 +165,36 @@ static ncclResult_t rhReduceScatter(struct schedule *s, struct algoCtx *c, const
     for (int b = 0; b < n; b++)
       ADD(s, stepRecvReduceCopy, REDUCE_PRE, connRecv(c->conns, r - 1, ch), NULL, src + (size_t)b * blk,
           acc + (size_t)b * bytes, bytes);
+  int run = rdRun(c, bytes, blk);
   int lo = 0;
   for (int bit = sh.pow2 / 2; bit >= 1; bit /= 2) {
     int peer = rdRank(&sh, sh.index ^ bit), first = bit == sh.pow2 / 2 && !paired;
     int mine = (sh.index & bit) ? lo + bit : lo, theirs = (sh.index & bit) ? lo : lo + bit;
     int sb = rdLo(&sh, theirs), se = rdLo(&sh, theirs + bit), rb = rdLo(&sh, mine), re = rdLo(&sh, mine + bit);
     while (sb < se || rb < re) {
+      /* Blocks per step: partners cut a range alike; the last round's
+       * range (one block, two for a folded pair) goes one by one, so that
+       * my own block's sum goes into the output on its own. */
+      int most = bit == 1 ? 1 : run;
       if (sb < se) {
-        if (first) ADD(s, stepSend, REDUCE_PRE, NULL, connSend(c->conns, peer, ch), src + (size_t)sb * blk, NULL, bytes);
-        else ADD(s, stepSend, 0, NULL, connSend(c->conns, peer, ch), acc + (size_t)sb * bytes, NULL, bytes);
-        sb++;
+        int k = se - sb < most ? se - sb : most;
+        if (first)
+          ADD(s, stepSend, REDUCE_PRE, NULL, connSend(c->conns, peer, ch), src + (size_t)sb * blk, NULL, k * bytes);
+        else ADD(s, stepSend, 0, NULL, connSend(c->conns, peer, ch), acc + (size_t)sb * bytes, NULL, k * bytes);
+        sb += k;
       }
       if (rb < re) {
         int last = bit == 1 && rb == r; /* my own block's sum: into the output */
+        int k = re - rb < most ? re - rb : most;
         char *to = last ? out : acc + (size_t)rb * bytes;
         int post = last ? REDUCE_POST : 0;
         if (first)
           ADD(s, stepRecvReduceCopy, REDUCE_PRE | post, connRecv(c->conns, peer, ch), NULL, src + (size_t)rb * blk,
-              to, bytes);
+              to, k * bytes);
         else
-          ADD(s, stepRecvReduceCopy, post, connRecv(c->conns, peer, ch), NULL, acc + (size_t)rb * bytes, to, bytes);
-        rb++;
+          ADD(s, stepRecvReduceCopy, post, connRecv(c->conns, peer, ch), NULL, acc + (size_t)rb * bytes, to,
+              k * bytes);
+        rb += k;
       }
     }
     lo = mine;
