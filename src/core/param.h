@@ -40,7 +40,7 @@
   X(Check, "CHORUS_CHECK", 0, "1", "1 checks that every rank called the same operation (count, type, op, root)") \
   X(DumpSchedule, "CHORUS_DUMP_SCHEDULE", 0, "0", "1 prints every schedule built")                \
   X(LLThreshold, "CHORUS_SMALL_THRESHOLD", 0, "16384",                                            \
-    "largest AllReduce or Broadcast in bytes that may use the one-hop algorithm")                  \
+    "largest AllReduce or Broadcast, or AllGather/ReduceScatter block, in bytes for one hop")     \
   X(FlightRecorder, "CHORUS_FLIGHT_RECORDER", 0, "32",                                             \
     "operations each communicator's flight recorder keeps, dumped on a failure or SIGUSR1 (0: off)") \
   X(FlightRecorderFile, "CHORUS_FLIGHT_RECORDER_FILE", 1, "",                                       \

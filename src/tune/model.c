@@ -72,12 +72,12 @@ double tuneModelUs(const struct tuneTopo *topo, int coll, int algo, int proto, i
   double n = topo->nranks, b = (double)bytes;
   switch (algo) {
     case algoLocal: return b / SHM_COPY_BPUS;
-    case algoOneHop: /* one hop; each rank posts its input n-1 times and reduces n inputs, and when
-                      * ranks share cores all those copies queue for them; a Broadcast's root
-                      * alone posts (under CHORUS_CHECK in the agreement's tokens, which the
-                      * other algorithms send as well) */
+    case algoOneHop: /* one hop; each rank posts its input (a block) n-1 times and reduces (or,
+                      * AllGather, copies out) n-1, and when ranks share cores all those copies
+                      * queue for them; a Broadcast's root alone posts (under CHORUS_CHECK in
+                      * the agreement's tokens, which the other algorithms send as well) */
       if (coll == collBroadcast) return l.hop + l.share * (n - 1) * b / l.copy + (topo->net ? (n - 2) * NET_MSG_US : 0);
-      return l.hop + l.share * ((n - 1) * b / l.copy + (n - 1) * b / l.reduce) +
+      return l.hop + l.share * ((n - 1) * b / l.copy + (n - 1) * b / (coll == collAllGather ? l.copy : l.reduce)) +
              (topo->net ? 2 * (n - 2) * NET_MSG_US : 0);
     case algoRing:
       if (coll == collAllReduce) return 2 * (n - 1) * (l.hop + RING_STEP_US) + 2 * (n - 1) / n * b / l.reduce;
