@@ -18,9 +18,11 @@ typedef struct CUstream_st *cudaStream_t;
 
 /* Types, enum values and struct layouts are NCCL 2.30's. The version is the
  * newest NCCL API level whose functions chorus implements in full: 2.19
- * (ncclGroupSimulateEnd and ncclCommInitRankScalable of later releases are
- * not there yet), so code that tests NCCL_VERSION_CODE before calling newer
- * functions keeps compiling. */
+ * (of later releases' functions some are here: ncclCommShrink,
+ * ncclGroupSimulateEnd, ncclCommInitRankScalable, ncclAlltoAll, ncclGather,
+ * ncclScatter; others, such as windows and one-sided calls, are not), so
+ * code that tests NCCL_VERSION_CODE before calling newer functions keeps
+ * compiling. */
 #define NCCL_MAJOR 2
 #define NCCL_MINOR 19
 #define NCCL_PATCH 3
@@ -154,6 +156,8 @@ CHORUS_DECL(ncclResult_t, ncclCommInitRankConfig,
             (ncclComm_t * comm, int nranks, ncclUniqueId commId, int rank, ncclConfig_t *config));
 CHORUS_DECL(ncclResult_t, ncclCommInitRank, (ncclComm_t * comm, int nranks, ncclUniqueId commId, int rank));
 CHORUS_DECL(ncclResult_t, ncclCommInitAll, (ncclComm_t * comm, int ndev, const int *devlist));
+CHORUS_DECL(ncclResult_t, ncclCommInitRankScalable,
+            (ncclComm_t * newcomm, int nranks, int myrank, int nId, ncclUniqueId *commIds, ncclConfig_t *config));
 CHORUS_DECL(ncclResult_t, ncclCommFinalize, (ncclComm_t comm));
 CHORUS_DECL(ncclResult_t, ncclCommDestroy, (ncclComm_t comm));
 CHORUS_DECL(ncclResult_t, ncclCommAbort, (ncclComm_t comm));

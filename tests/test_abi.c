@@ -94,6 +94,28 @@ static int abiChecks(void) {
   NCCLCHECK(ncclCommDestroy(sub[0]));
   NCCLCHECK(ncclCommDestroy(sub[2]));
 
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 23, 0)
+  /* ncclCommInitRankScalable with two ids, all ranks from one thread in a group. */
+  ncclUniqueId ids[2];
+  NCCLCHECK(ncclGetUniqueId(&ids[0]));
+  NCCLCHECK(ncclGetUniqueId(&ids[1]));
+  ncclComm_t scal[NR];
+  NCCLCHECK(ncclGroupStart());
+  for (int r = 0; r < NR; r++) NCCLCHECK(ncclCommInitRankScalable(&scal[r], NR, r, 2, ids, NULL));
+  NCCLCHECK(ncclGroupEnd());
+  int sv[NR], sr[NR];
+  NCCLCHECK(ncclGroupStart());
+  for (int r = 0; r < NR; r++) {
+    sv[r] = 10 * (r + 1);
+    NCCLCHECK(ncclAllReduce(&sv[r], &sr[r], 1, ncclInt32, ncclSum, scal[r], NULL));
+  }
+  NCCLCHECK(ncclGroupEnd());
+  for (int r = 0; r < NR; r++) {
+    EXPECT(sr[r] == 60, "AllReduce over the scalable communicator, rank %d: %d", r, sr[r]);
+    NCCLCHECK(ncclCommDestroy(scal[r]));
+  }
+#endif
+
   /* A bad argument is ncclInvalidArgument, with a reason. */
   ncclResult_t bad = ncclAllReduce(send[0], recv[0], COUNT, (ncclDataType_t)99, ncclSum, comms[0], NULL);
   EXPECT(bad == ncclInvalidArgument, "bad datatype gave %s", ncclGetErrorString(bad));

@@ -92,6 +92,7 @@ struct commAgreement {
   int ringByHost; /* CHORUS_RING_ORDER=host: rings visit a host's ranks together */
   struct topoRank topo; /* what the rank sees of its host (one exchange with the rest) */
   struct tuneConfig tune;
+  uint64_t ids; /* commOrigin.ids */
 };
 
 /* The topology the tuner's model reads, the same on every rank. */
@@ -300,6 +301,7 @@ static ncclResult_t commSetup(struct ncclComm *comm) {
     goto fail;
   }
   agree[rank].version = NCCL_VERSION_CODE;
+  agree[rank].ids = comm->origin.ids;
   agree[rank].nch = channelCount();
   agree[rank].check = paramInt(paramCheck) != 0;
   agree[rank].buffSize = paramInt(paramBuffSize);
@@ -321,6 +323,10 @@ static ncclResult_t commSetup(struct ncclComm *comm) {
   for (int i = 0; res == ncclSuccess && i < nranks; i++)
     if (agree[i].version != a0.version) {
       WARN("Mismatched NCCL version detected : rank %d has %d, rank 0 has %d", i, agree[i].version, a0.version);
+      res = ncclInvalidUsage;
+    } else if (agree[i].ids != a0.ids) {
+      WARN("%s : rank %d passed other unique ids than rank 0 (every rank must pass the same nId ids in the same "
+           "order)", comm->origin.func, i);
       res = ncclInvalidUsage;
     }
   comm->topo = res == ncclSuccess ? calloc((size_t)nranks, sizeof *comm->topo) : NULL;

@@ -35,6 +35,7 @@ struct commOrigin {
   const char *func; /* "ncclCommInitRank", "ncclCommInitAll", "ncclCommSplit", ... */
   struct ncclComm *parent;
   int color, key;
+  uint64_t ids; /* a hash of ncclCommInitRankScalable's nId ids, which every rank must pass alike; 0: one id */
 };
 
 struct ncclComm {

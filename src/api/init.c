@@ -58,41 +58,89 @@ static ncclResult_t checkInitArgs(ncclComm_t *comm, int nranks, int rank, const 
 NCCL_API(ncclResult_t, ncclCommInitRank, ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank) {
   CHECK(checkInitArgs(comm, nranks, rank, &commId, "ncclCommInitRank"));
   *comm = NULL;
-  struct initJob job = {comm, nranks, rank, 0, 1, commId, ncclSuccess, NULL, 0, 0, NULL, 0, "ncclCommInitRank"};
+  struct initJob job = {comm, nranks, rank, 0, 1, commId, ncclSuccess, NULL, 0, 0, NULL, 0, "ncclCommInitRank", 0};
   chorusGetDevice(&job.cudaDev); /* the caller's, as NCCL's cudaGetDevice */
   return groupInit(&job);
+}
+
+/* config's blocking flag (1 without a config), after checking what NCCL
+ * checks of it. */
+static ncclResult_t initConfig(const ncclConfig_t *config, const char *call, int *blocking) {
+  *blocking = 1;
+  if (!config) return ncclSuccess;
+  if (config->magic != NCCL_API_MAGIC) {
+    WARN("ncclConfig_t argument not initialized via NCCL_CONFIG_INITIALIZER");
+    return ncclInvalidArgument;
+  }
+  ncclConfig_t c = NCCL_CONFIG_INITIALIZER;
+  memcpy(&c, config, config->size < sizeof c ? config->size : sizeof c);
+  if (c.blocking != NCCL_CONFIG_UNDEF_INT) {
+    if (c.blocking != 0 && c.blocking != 1) {
+      WARN("%s : config.blocking must be 0 or 1, got %d", call, c.blocking);
+      return ncclInvalidArgument;
+    }
+    *blocking = c.blocking;
+  }
+  if ((c.minCTAs != NCCL_CONFIG_UNDEF_INT && c.minCTAs <= 0) ||
+      (c.maxCTAs != NCCL_CONFIG_UNDEF_INT && c.maxCTAs <= 0) ||
+      (c.minCTAs != NCCL_CONFIG_UNDEF_INT && c.maxCTAs != NCCL_CONFIG_UNDEF_INT && c.minCTAs > c.maxCTAs)) {
+    WARN("%s : invalid config.minCTAs %d / maxCTAs %d", call, c.minCTAs, c.maxCTAs);
+    return ncclInvalidArgument;
+  }
+  return ncclSuccess;
 }
 
 NCCL_API(ncclResult_t, ncclCommInitRankConfig, ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank,
          ncclConfig_t *config) {
   CHECK(checkInitArgs(comm, nranks, rank, &commId, "ncclCommInitRankConfig"));
-  int blocking = 1;
-  if (config) {
-    if (config->magic != NCCL_API_MAGIC) {
-      WARN("ncclConfig_t argument not initialized via NCCL_CONFIG_INITIALIZER");
-      return ncclInvalidArgument;
-    }
-    ncclConfig_t c = NCCL_CONFIG_INITIALIZER;
-    memcpy(&c, config, config->size < sizeof c ? config->size : sizeof c);
-    if (c.blocking != NCCL_CONFIG_UNDEF_INT) {
-      if (c.blocking != 0 && c.blocking != 1) {
-        WARN("ncclCommInitRankConfig : config.blocking must be 0 or 1, got %d", c.blocking);
-        return ncclInvalidArgument;
-      }
-      blocking = c.blocking;
-    }
-    if ((c.minCTAs != NCCL_CONFIG_UNDEF_INT && c.minCTAs <= 0) ||
-        (c.maxCTAs != NCCL_CONFIG_UNDEF_INT && c.maxCTAs <= 0) ||
-        (c.minCTAs != NCCL_CONFIG_UNDEF_INT && c.maxCTAs != NCCL_CONFIG_UNDEF_INT && c.minCTAs > c.maxCTAs)) {
-      WARN("ncclCommInitRankConfig : invalid config.minCTAs %d / maxCTAs %d", c.minCTAs, c.maxCTAs);
-      return ncclInvalidArgument;
-    }
-  }
+  int blocking;
+  CHECK(initConfig(config, "ncclCommInitRankConfig", &blocking));
   *comm = NULL;
   /* Init completes before returning (or before ncclGroupEnd returns), so
    * nonblocking callers see success. */
   struct initJob job = {comm, nranks, rank, 0, blocking, commId, ncclSuccess, NULL, 0, 0, NULL, 0,
-                        "ncclCommInitRankConfig"};
+                        "ncclCommInitRankConfig", 0};
+  chorusGetDevice(&job.cudaDev);
+  return groupInit(&job);
+}
+
+/* NCCL splits the ranks into nId blocks, each meeting at its own id's root
+ * (which then link up), so that no root serves thousands of ranks. chorus
+ * communicators are smaller (OPDESC_MAX_RANKS): every rank meets at the
+ * first id's root, this process ends the roots it runs for the others,
+ * and the ranks check at init that they all passed the same ids in the
+ * same order (commSetup: a rank that did not fails every rank's init). */
+NCCL_API(ncclResult_t, ncclCommInitRankScalable, ncclComm_t *newcomm, int nranks, int myrank, int nId,
+         ncclUniqueId *commIds, ncclConfig_t *config) {
+  static const char call[] = "ncclCommInitRankScalable";
+  if (commIds == NULL) {
+    WARN("%s : commIds argument is NULL", call);
+    return ncclInvalidArgument;
+  }
+  if (nId < 1 || nId > nranks) {
+    WARN("%s : improper usage: nId %d must be between 1 and nranks %d", call, nId, nranks);
+    return ncclInvalidArgument;
+  }
+  CHECK(checkInitArgs(newcomm, nranks, myrank, &commIds[0], call));
+  int blocking;
+  CHECK(initConfig(config, call, &blocking));
+  uint64_t ids = 0;
+  if (nId > 1) {
+    ids = 0xcbf29ce484222325ull ^ (uint64_t)nId;
+    for (int k = 0; k < nId; k++)
+      for (size_t i = 0; i < sizeof commIds[k].internal; i++)
+        ids = (ids ^ (unsigned char)commIds[k].internal[i]) * 0x100000001b3ull;
+    ids |= 1; /* never 0, which means one id */
+  }
+  for (int k = 1; k < nId; k++) {
+    if (memcmp(&commIds[k], &commIds[0], sizeof commIds[0]) == 0) continue;
+    struct bootstrapHandle h;
+    memcpy(&h, commIds[k].internal, sizeof h);
+    bootstrapRetireRoot(&h);
+  }
+  *newcomm = NULL;
+  struct initJob job = {newcomm, nranks, myrank, 0, blocking, commIds[0], ncclSuccess, NULL, 0, 0, NULL, 0, call,
+                        ids};
   chorusGetDevice(&job.cudaDev);
   return groupInit(&job);
 }
@@ -117,7 +165,7 @@ NCCL_API(ncclResult_t, ncclCommInitAll, ncclComm_t *comms, int ndev, const int *
   if (!jobs) return ncclSystemError;
   for (int i = 0; i < ndev; i++)
     jobs[i] = (struct initJob){&comms[i], ndev, i, devlist ? devlist[i] : i, 1, id, ncclSuccess, NULL, 0, 0, NULL, 0,
-                               "ncclCommInitAll"};
+                               "ncclCommInitAll", 0};
   ncclResult_t res = initJobsRun(jobs, ndev);
   free(jobs);
   return res;
@@ -148,7 +196,7 @@ NCCL_API(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key, ncclC
     blocking = config->blocking != 0;
   *newcomm = NULL;
   struct initJob job = {newcomm, 0, 0, comm->cudaDev, blocking, {{0}}, ncclSuccess, comm, color, key, NULL, 0,
-                        "ncclCommSplit"};
+                        "ncclCommSplit", 0};
   return groupInit(&job);
 }
 
@@ -205,7 +253,7 @@ NCCL_API(ncclResult_t, ncclCommShrink, ncclComm_t comm, int *excludeRanksList, i
     blocking = config->blocking != 0;
   *newcomm = NULL;
   struct initJob job = {newcomm, 0, 0, comm->cudaDev, blocking, {{0}}, ncclSuccess, comm, 0, 0, excluded, shrinkFlags,
-                        "ncclCommShrink"};
+                        "ncclCommShrink", 0};
   return groupInit(&job);
 }
 

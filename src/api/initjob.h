@@ -20,6 +20,7 @@ struct initJob {
   char *excluded;
   int shrinkFlags;
   const char *func; /* the call, for the logs (commOrigin) */
+  uint64_t ids;     /* ncclCommInitRankScalable's ids, hashed (commOrigin); 0: one id */
 };
 /* The shrink itself, on the init thread (shrink.c). */
 ncclResult_t commShrinkRun(struct initJob *job);

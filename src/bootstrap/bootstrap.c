@@ -52,7 +52,49 @@ struct rootArgs {
   int nranks;   /* 0: learned from the first hello */
   int *started; /* set once the thread runs; spawnRoot's, touched once */
   struct acceptor *acc; /* allocated by spawnRoot, not by the new thread */
+  int slot;             /* its entry in rootsRunning, -1: none */
 };
+
+/* The roots this process runs, by secret, so that one whose id nobody will
+ * use (ncclCommInitRankScalable's ids after the first) can be told to end
+ * quietly instead of waiting out the timeout (bootstrapRetireRoot). Static
+ * memory: a root thread touches no allocator before a rank calls in. */
+#define ROOTS_TRACKED 64
+static struct {
+  uint64_t secret; /* 0: free */
+  int retire;
+} rootsRunning[ROOTS_TRACKED];
+static pthread_mutex_t rootsLock = PTHREAD_MUTEX_INITIALIZER;
+
+static int rootTrack(uint64_t secret) {
+  pthread_mutex_lock(&rootsLock);
+  int slot = -1;
+  for (int i = 0; i < ROOTS_TRACKED && slot < 0; i++)
+    if (rootsRunning[i].secret == 0) {
+      rootsRunning[i].secret = secret;
+      rootsRunning[i].retire = 0;
+      slot = i;
+    }
+  pthread_mutex_unlock(&rootsLock);
+  return slot;
+}
+
+static void rootUntrack(int slot) {
+  if (slot < 0) return;
+  pthread_mutex_lock(&rootsLock);
+  rootsRunning[slot].secret = 0;
+  pthread_mutex_unlock(&rootsLock);
+}
+
+static int rootRetired(int slot) { return slot >= 0 && __atomic_load_n(&rootsRunning[slot].retire, __ATOMIC_ACQUIRE); }
+
+void bootstrapRetireRoot(const struct bootstrapHandle *h) {
+  if (!(h->flags & BOOTSTRAP_ROOT_UP)) return; /* NCCL_COMM_ID's: rank 0 starts it, for the one id used */
+  pthread_mutex_lock(&rootsLock);
+  for (int i = 0; i < ROOTS_TRACKED; i++)
+    if (rootsRunning[i].secret == h->secret) __atomic_store_n(&rootsRunning[i].retire, 1, __ATOMIC_RELEASE);
+  pthread_mutex_unlock(&rootsLock);
+}
 
 /* The root's sends other than the table: a rank that does not read within
  * a second is given up on (its own wait ends it). */
@@ -163,11 +205,16 @@ static void *rootThread(void *argp) {
   acceptorInit(acc, a.listenFd, sizeof(struct rootHello));
   char refusal[400] = ""; /* set once ranks disagreed: every rank is refused */
   uint64_t refusingUntil = 0, nextProgressNs = 0;
+  int retired = 0;
   while (refusal[0] ? clockNs() < refusingUntil : nranks == 0 || got < nranks) {
     int fd, progressed;
     struct rootHello hello;
     if (acceptorPoll(acc, &fd, &hello, &progressed) != ncclSuccess) break;
     if (fd < 0) {
+      if (got == 0 && rootRetired(a.slot)) { /* its id is not used: nobody comes */
+        retired = 1;
+        break;
+      }
       if (progressed) waitProgress(&w);
       else if (waitPause(&w) != ncclSuccess) break;
       if (fds && !refusal[0] && clockNs() >= nextProgressNs) {
@@ -231,6 +278,8 @@ static void *rootThread(void *argp) {
   close(a.listenFd);
   if (refusal[0]) {
     /* every rank that called in was told */
+  } else if (retired) {
+    INFO(subsysBootstrap, "Bootstrap : root of an unused unique id ends (ncclCommInitRankScalable)");
   } else if (nranks > 0 && got == nranks) {
     for (int i = 0; i < nranks; i++) {
       struct waitState ws;
@@ -248,6 +297,7 @@ static void *rootThread(void *argp) {
   free(fds);
   free(infos);
   free(argp);
+  rootUntrack(a.slot);
   return NULL;
 }
 
@@ -266,6 +316,7 @@ static ncclResult_t spawnRoot(int listenFd, uint64_t secret, int nranks) {
   a->nranks = nranks;
   a->started = &started;
   a->acc = acc;
+  a->slot = rootTrack(secret);
   pthread_t t;
   pthread_attr_t attr;
   pthread_attr_init(&attr);
@@ -273,6 +324,7 @@ static ncclResult_t spawnRoot(int listenFd, uint64_t secret, int nranks) {
   int err = pthread_create(&t, &attr, rootThread, a);
   pthread_attr_destroy(&attr);
   if (err) {
+    rootUntrack(a->slot);
     free(a);
     free(acc);
     close(listenFd);

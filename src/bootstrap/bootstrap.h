@@ -58,6 +58,10 @@ ncclResult_t bootstrapNewRoot(struct bootstrapHandle *h);
  * well-known BOOTSTRAP_COMM_ID_SECRET, said once at INFO: anyone who
  * reaches the port can join then). */
 ncclResult_t bootstrapEnvHandle(const char *addr, struct bootstrapHandle *h);
+/* The root of h, when this process runs it and no rank has called in yet,
+ * ends quietly: nobody will use its id (ncclCommInitRankScalable meets at
+ * its first id's root; the others' roots would wait out the timeout). */
+void bootstrapRetireRoot(const struct bootstrapHandle *h);
 /* With NCCL_COMM_ID, rank 0 hosts the root. */
 ncclResult_t bootstrapStartRoot(const struct bootstrapHandle *h, int nranks);
 ncclResult_t bootstrapInit(struct bootstrap *b, const struct bootstrapHandle *h, int rank, int nranks,
