@@ -66,6 +66,8 @@ typedef enum {
 #define NCCL_CTA_POLICY_ZERO 0x02
 #define NCCL_SHRINK_DEFAULT 0x00
 #define NCCL_SHRINK_ABORT 0x01
+/* ncclCommRevoke flags */
+#define NCCL_REVOKE_DEFAULT 0x00
 
 typedef struct ncclConfig_v23000 {
   size_t size;
@@ -161,6 +163,7 @@ CHORUS_DECL(ncclResult_t, ncclCommInitRankScalable,
 CHORUS_DECL(ncclResult_t, ncclCommFinalize, (ncclComm_t comm));
 CHORUS_DECL(ncclResult_t, ncclCommDestroy, (ncclComm_t comm));
 CHORUS_DECL(ncclResult_t, ncclCommAbort, (ncclComm_t comm));
+CHORUS_DECL(ncclResult_t, ncclCommRevoke, (ncclComm_t comm, int revokeFlags));
 CHORUS_DECL(ncclResult_t, ncclCommSplit,
             (ncclComm_t comm, int color, int key, ncclComm_t *newcomm, ncclConfig_t *config));
 CHORUS_DECL(ncclResult_t, ncclCommShrink,
@@ -170,6 +173,8 @@ CHORUS_DECL(ncclResult_t, ncclCommRegister, (const ncclComm_t comm, void *buff, 
 CHORUS_DECL(ncclResult_t, ncclCommDeregister, (const ncclComm_t comm, void *handle));
 CHORUS_DECL(const char *, ncclGetErrorString, (ncclResult_t result));
 CHORUS_DECL(const char *, ncclGetLastError, (ncclComm_t comm));
+/* Deprecated in NCCL: logging restarts from NCCL_DEBUG* as they are now. */
+CHORUS_DECL(void, ncclResetDebugInit, (void));
 CHORUS_DECL(ncclResult_t, ncclCommGetAsyncError, (ncclComm_t comm, ncclResult_t *asyncError));
 CHORUS_DECL(ncclResult_t, ncclCommCount, (const ncclComm_t comm, int *count));
 CHORUS_DECL(ncclResult_t, ncclCommCuDevice, (const ncclComm_t comm, int *device));

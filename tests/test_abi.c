@@ -121,6 +121,13 @@ static int abiChecks(void) {
   EXPECT(bad == ncclInvalidArgument, "bad datatype gave %s", ncclGetErrorString(bad));
   EXPECT(strlen(ncclGetLastError(comms[0])) > 0, "no last error after a bad datatype");
 
+#ifdef NCCL_REVOKE_DEFAULT
+  /* Revoked: quiescent, refusing operations, still destroyable. */
+  for (int r = 0; r < NR; r++) NCCLCHECK(ncclCommRevoke(comms[r], NCCL_REVOKE_DEFAULT));
+  bad = ncclAllReduce(send[0], recv[0], COUNT, ncclFloat, ncclSum, comms[0], NULL);
+  EXPECT(bad == ncclInvalidUsage, "AllReduce on a revoked communicator gave %s", ncclGetErrorString(bad));
+#endif
+
   for (int r = 0; r < NR; r++) {
     NCCLCHECK(ncclCommDestroy(comms[r]));
     free(send[r]);

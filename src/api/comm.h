@@ -52,6 +52,7 @@ struct ncclComm {
   ncclResult_t asyncError; /* sticky once a collective failed */
   char failText[512];      /* the WARN that explained it */
   int finalized;
+  int revoked; /* ncclCommRevoke: only destroy, split and shrink from now on */
   int64_t timeoutMs; /* chorusCommSetTimeout; 0: CHORUS_TIMEOUT */
   int busy;     /* calls in flight, so abort waits before freeing */
   uint64_t opCount;

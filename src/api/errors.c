@@ -5,6 +5,7 @@
 #include "api/comm.h"
 #include "chorus.h"
 #include "core/log.h"
+#include "core/param.h"
 
 ncclResult_t commCheck(const struct ncclComm *comm, const char *call) {
   if (comm == NULL) {
@@ -60,4 +61,12 @@ NCCL_API(const char *, ncclGetLastError, ncclComm_t comm) {
       __atomic_load_n(&comm->asyncError, __ATOMIC_ACQUIRE) != ncclSuccess && comm->failText[0])
     return comm->failText;
   return logLastError();
+}
+
+/* NCCL's deprecated (and Linux-only) reset of its logging: the next line
+ * reads NCCL_DEBUG, NCCL_DEBUG_SUBSYS and NCCL_DEBUG_FILE from the
+ * environment as it is then. */
+NCCL_API(void, ncclResetDebugInit, void) {
+  paramReload();
+  logResetInit();
 }

@@ -257,8 +257,38 @@ NCCL_API(ncclResult_t, ncclCommShrink, ncclComm_t comm, int *excludeRanksList, i
   return groupInit(&job);
 }
 
+/* Ends what runs on the communicator (as ncclCommAbort would, but the
+ * communicator stays, quiescent, for ncclCommDestroy, ncclCommSplit and
+ * ncclCommShrink); every later operation on it is ncclInvalidUsage. A
+ * failure the aborted calls recorded is cleared (NCCL's state goes back to
+ * ncclSuccess), so that a split may follow; a dead peer still shows in
+ * ncclCommGetAsyncError. It runs to the end before returning, nonblocking
+ * communicators too. */
+NCCL_API(ncclResult_t, ncclCommRevoke, ncclComm_t comm, int revokeFlags) {
+  CHECK(commCheck(comm, "ncclCommRevoke"));
+  if (revokeFlags != NCCL_REVOKE_DEFAULT) {
+    WARN("ncclCommRevoke : invalid revokeFlags %d (must be NCCL_REVOKE_DEFAULT)", revokeFlags);
+    return ncclInvalidArgument;
+  }
+  if (__atomic_load_n(&comm->asyncError, __ATOMIC_ACQUIRE) == ncclInProgress) {
+    WARN("ncclCommRevoke : rank %d: the communicator is still initializing (ncclCommAbort ends that)", comm->rank);
+    return ncclInvalidArgument;
+  }
+  __atomic_store_n(&comm->abortFlag, 1, __ATOMIC_RELEASE);
+  commWaitIdle(comm);
+  __atomic_store_n(&comm->revoked, 1, __ATOMIC_RELEASE);
+  __atomic_store_n(&comm->asyncError, ncclSuccess, __ATOMIC_RELEASE);
+  __atomic_store_n(&comm->abortFlag, 0, __ATOMIC_RELEASE);
+  INFO(subsysInit, "comm %p rank %d nranks %d - Revoke COMPLETE", (void *)comm, comm->rank, comm->nranks);
+  return ncclSuccess;
+}
+
 NCCL_API(ncclResult_t, ncclCommFinalize, ncclComm_t comm) {
   CHECK(commCheck(comm, "ncclCommFinalize"));
+  if (__atomic_load_n(&comm->revoked, __ATOMIC_ACQUIRE)) {
+    WARN("ncclCommFinalize : comm %p was revoked (ncclCommRevoke): destroy it", (void *)comm);
+    return ncclInvalidUsage;
+  }
   if (comm->finalized) {
     WARN("ncclCommFinalize : comm %p is already finalized", (void *)comm);
     return ncclInvalidArgument;

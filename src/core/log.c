@@ -21,7 +21,7 @@ static unsigned logSubsysMask;
 static FILE *logFile;
 static int logFilePid; /* the process that opened logFile: a forked child opens its own */
 static char logHost[64];
-static pthread_once_t logOnce = PTHREAD_ONCE_INIT;
+static pthread_mutex_t logInitLock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_mutex_t logLock = PTHREAD_MUTEX_INITIALIZER;
 static char lastError[1024];
 static _Thread_local int logRank = -1;
@@ -87,10 +87,30 @@ static void logInit(void) {
   __atomic_store_n(&logLevelCached, level, __ATOMIC_RELEASE);
 }
 
+/* Starts logging from NCCL_DEBUG* unless it has started (and not been
+ * reset since: logResetInit). */
+static void logEnsureInit(void) {
+  if (__atomic_load_n(&logLevelCached, __ATOMIC_ACQUIRE) >= 0) return;
+  pthread_mutex_lock(&logInitLock);
+  if (__atomic_load_n(&logLevelCached, __ATOMIC_ACQUIRE) < 0) logInit();
+  pthread_mutex_unlock(&logInitLock);
+}
+
+void logResetInit(void) {
+  pthread_mutex_lock(&logInitLock);
+  pthread_mutex_lock(&logLock); /* no line is being written to the file closed here */
+  if (logFile && logFile != stdout && logFilePid == getpid()) fclose(logFile);
+  logFile = stdout;
+  debugUnknown = 0;
+  __atomic_store_n(&logLevelCached, -1, __ATOMIC_RELEASE);
+  pthread_mutex_unlock(&logLock);
+  pthread_mutex_unlock(&logInitLock);
+}
+
 void logSetRank(int rank) { logRank = rank; }
 
 int logLevelNow(void) {
-  pthread_once(&logOnce, logInit);
+  logEnsureInit();
   return logLevelCached;
 }
 
@@ -112,7 +132,7 @@ static void logParamsOnce(void) {
 
 void logParams(void) {
   static pthread_once_t once = PTHREAD_ONCE_INIT;
-  pthread_once(&logOnce, logInit);
+  logEnsureInit();
   pthread_once(&once, logParamsOnce);
 }
 
@@ -153,7 +173,7 @@ static void logEmit(int level, unsigned subsys, const char *file, const char *fu
 /* record: a WARN becomes the last error (ncclGetLastError). */
 static void logVEmit(int level, unsigned subsys, const char *file, const char *func, int line, int record,
                      const char *fmt, va_list ap) {
-  pthread_once(&logOnce, logInit);
+  logEnsureInit();
   char msg[1024];
   vsnprintf(msg, sizeof msg, fmt, ap);
   logEmit(level, subsys, file, func, line, msg, record);

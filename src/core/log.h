@@ -37,6 +37,9 @@ void logParams(void);
  * follows the WARN that explains a failure). */
 void logReport(const char *file, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 #define REPORT(...) logReport(__FILE__, __LINE__, __VA_ARGS__)
+/* ncclResetDebugInit: the next line reads NCCL_DEBUG, NCCL_DEBUG_SUBSYS and
+ * NCCL_DEBUG_FILE again (as the parameters hold them: paramReload first). */
+void logResetInit(void);
 /* NCCL_DEBUG's level (logging started if it was not). */
 int logLevelNow(void);
 /* The rank shown in brackets on this thread's log lines (-1: none). */

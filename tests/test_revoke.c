@@ -1,0 +1,139 @@
+/* ncclCommRevoke ends what runs on a communicator and leaves it for
+ * destroy, split and shrink only:
+ *   stuck  - 3 ranks; 0 and 1 start an AllReduce (on a thread of their
+ *            own) that rank 2 never joins; each revokes: the AllReduce
+ *            returns an error within 2 s and the revoke succeeds; then a
+ *            collective, a send and ncclCommFinalize on the revoked
+ *            communicator are ncclInvalidUsage saying "revoked",
+ *            ncclCommGetAsyncError says ncclSuccess, a second revoke is
+ *            fine, and all 3 split it into a working communicator.
+ *   shrink - the same, but rank 2 exits at once (dead): 0 and 1 revoke
+ *            and shrink it away, and the 2-rank result works.
+ *   args   - bad flags are ncclInvalidArgument and change nothing.
+ *   test_revoke <case> */
+#include <pthread.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+struct inFlight {
+  ncclComm_t comm;
+  float x[64], y[64];
+  ncclResult_t res;
+  double ended;
+};
+
+static void *allReduceThread(void *p) {
+  struct inFlight *f = p;
+  f->res = ncclAllReduce(f->x, f->y, 64, ncclFloat, ncclSum, f->comm, NULL);
+  f->ended = nowSec();
+  return NULL;
+}
+
+/* A working communicator of n ranks where this one is rank `rank`. */
+static int works(ncclComm_t c, int rank, int n) {
+  int count = -1, me = -1;
+  NCCLCHECK(ncclCommCount(c, &count));
+  NCCLCHECK(ncclCommUserRank(c, &me));
+  EXPECT(count == n && me == rank, "new communicator: count %d rank %d, expected %d %d", count, me, n, rank);
+  double x = rank + 1, sum = 0;
+  NCCLCHECK(ncclAllReduce(&x, &sum, 1, ncclDouble, ncclSum, c, NULL));
+  EXPECT(sum == n * (n + 1) / 2.0, "new communicator's AllReduce gave %g", sum);
+  return 0;
+}
+
+/* Starts an AllReduce nobody completes, revokes, checks the aftermath. */
+static int revokeStuck(ncclComm_t comm, int rank) {
+  struct inFlight f = {.comm = comm, .res = ncclSuccess};
+  pthread_t t;
+  if (pthread_create(&t, NULL, allReduceThread, &f) != 0) return 1;
+  usleep(200000); /* it is waiting for rank 2 by now */
+  double t0 = nowSec();
+  ncclResult_t r = ncclCommRevoke(comm, NCCL_REVOKE_DEFAULT);
+  pthread_join(t, NULL);
+  EXPECT(r == ncclSuccess, "rank %d: revoke gave %s", rank, ncclGetErrorString(r));
+  EXPECT(f.res != ncclSuccess, "rank %d: the AllReduce in flight succeeded", rank);
+  EXPECT(f.ended - t0 < 2.0 && nowSec() - t0 < 2.0, "rank %d: revoke took %.2f s", rank, nowSec() - t0);
+  return 0;
+}
+
+/* What a revoked communicator still says and refuses. */
+static int revokedRules(ncclComm_t comm, int rank) {
+  ncclResult_t r = ncclCommFinalize(comm);
+  EXPECT(r == ncclInvalidUsage, "rank %d: finalize after revoke gave %s", rank, ncclGetErrorString(r));
+  float a = 1, b = 0;
+  r = ncclAllReduce(&a, &b, 1, ncclFloat, ncclSum, comm, NULL);
+  EXPECT(r == ncclInvalidUsage, "rank %d: AllReduce on a revoked communicator gave %s", rank, ncclGetErrorString(r));
+  EXPECT(strstr(ncclGetLastError(comm), "revoked"), "rank %d: last error '%s'", rank, ncclGetLastError(comm));
+  r = ncclSend(&a, 1, ncclFloat, (rank + 1) % 2, comm, NULL);
+  EXPECT(r == ncclInvalidUsage, "rank %d: Send on a revoked communicator gave %s", rank, ncclGetErrorString(r));
+  ncclResult_t async = ncclInProgress;
+  NCCLCHECK(ncclCommGetAsyncError(comm, &async));
+  EXPECT(async == ncclSuccess, "rank %d: async error after revoke: %s", rank, ncclGetErrorString(async));
+  NCCLCHECK(ncclCommRevoke(comm, NCCL_REVOKE_DEFAULT)); /* again: nothing to end */
+  EXPECT(b == 0, "rank %d: a refused call wrote its output", rank);
+  return 0;
+}
+
+static int stuckRank(int rank, int n, ncclUniqueId id, void *arg) {
+  (void)arg;
+  ncclComm_t comm;
+  NCCLCHECK(ncclCommInitRank(&comm, n, id, rank));
+  if (rank < 2) {
+    if (revokeStuck(comm, rank) || revokedRules(comm, rank)) return 1;
+  } else {
+    usleep(400000); /* the others revoke meanwhile */
+    NCCLCHECK(ncclCommRevoke(comm, NCCL_REVOKE_DEFAULT));
+  }
+  ncclComm_t child;
+  NCCLCHECK(ncclCommSplit(comm, 0, n - 1 - rank, &child, NULL)); /* reversed order */
+  if (works(child, n - 1 - rank, n)) return 1;
+  NCCLCHECK(ncclCommDestroy(child));
+  NCCLCHECK(ncclCommDestroy(comm));
+  return 0;
+}
+
+static int shrinkRank(int rank, int n, ncclUniqueId id, void *arg) {
+  (void)arg;
+  ncclComm_t comm;
+  NCCLCHECK(ncclCommInitRank(&comm, n, id, rank));
+  if (rank == 2) _exit(0); /* dies without a word */
+  if (revokeStuck(comm, rank)) return 1;
+  int dead = 2;
+  ncclComm_t child;
+  NCCLCHECK(ncclCommShrink(comm, &dead, 1, &child, NULL, NCCL_SHRINK_DEFAULT));
+  if (works(child, rank, 2)) return 1;
+  NCCLCHECK(ncclCommDestroy(child));
+  NCCLCHECK(ncclCommDestroy(comm));
+  return 0;
+}
+
+static int argsRank(int rank, int n, ncclUniqueId id, void *arg) {
+  (void)arg;
+  ncclComm_t comm;
+  NCCLCHECK(ncclCommInitRank(&comm, n, id, rank));
+  ncclResult_t r = ncclCommRevoke(comm, 1);
+  EXPECT(r == ncclInvalidArgument, "revoke with flags 1 gave %s", ncclGetErrorString(r));
+  EXPECT(strstr(ncclGetLastError(comm), "revokeFlags"), "last error '%s'", ncclGetLastError(comm));
+  r = ncclCommRevoke(NULL, 0);
+  EXPECT(r == ncclInvalidArgument, "revoke of NULL gave %s", ncclGetErrorString(r));
+  if (works(comm, rank, n)) return 1; /* unchanged */
+  NCCLCHECK(ncclCommDestroy(comm));
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  const char *c = argc > 1 ? argv[1] : "";
+  setenv("CHORUS_TIMEOUT", "5", 1); /* past the 2 s a revoke may take: it, not a timeout, must end the wait */
+  int failed;
+  if (!strcmp(c, "stuck")) failed = runRanks(3, stuckRank, NULL, 30);
+  else if (!strcmp(c, "shrink")) failed = runRanks(3, shrinkRank, NULL, 30);
+  else if (!strcmp(c, "args")) failed = runRanks(2, argsRank, NULL, 30);
+  else {
+    fprintf(stderr, "usage: test_revoke stuck|shrink|args\n");
+    return 2;
+  }
+  printf("test_revoke %s: %s\n", c, failed ? "FAILED" : "passed");
+  return failed != 0;
+}
