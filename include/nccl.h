@@ -19,8 +19,9 @@ typedef struct CUstream_st *cudaStream_t;
 /* Types, enum values and struct layouts are NCCL 2.30's. The version is the
  * newest NCCL API level whose functions chorus implements in full: 2.19
  * (of later releases' functions some are here: ncclCommShrink,
- * ncclGroupSimulateEnd, ncclCommInitRankScalable, ncclAlltoAll, ncclGather,
- * ncclScatter; others, such as windows and one-sided calls, are not), so
+ * ncclGroupSimulateEnd, ncclCommInitRankScalable, ncclCommRevoke, windows,
+ * ncclAlltoAll, ncclGather, ncclScatter; others, such as the one-sided
+ * calls, are not), so
  * code that tests NCCL_VERSION_CODE before calling newer functions keeps
  * compiling. */
 #define NCCL_MAJOR 2
@@ -36,6 +37,7 @@ extern "C" {
 #endif
 
 typedef struct ncclComm *ncclComm_t;
+typedef struct ncclWindow_vidmem *ncclWindow_t;
 #define NCCL_COMM_NULL NULL
 
 #define NCCL_UNIQUE_ID_BYTES 128
@@ -66,6 +68,11 @@ typedef enum {
 #define NCCL_CTA_POLICY_ZERO 0x02
 #define NCCL_SHRINK_DEFAULT 0x00
 #define NCCL_SHRINK_ABORT 0x01
+/* Window registration flags (ncclCommWindowRegister) */
+#define NCCL_WIN_DEFAULT 0x00
+#define NCCL_WIN_COLL_SYMMETRIC 0x01
+#define NCCL_WIN_STRICT_ORDERING 0x02
+#define NCCL_WIN_REQUIRED_ALIGNMENT 4096
 /* ncclCommRevoke flags */
 #define NCCL_REVOKE_DEFAULT 0x00
 
@@ -171,6 +178,11 @@ CHORUS_DECL(ncclResult_t, ncclCommShrink,
              ncclConfig_t *config, int shrinkFlags));
 CHORUS_DECL(ncclResult_t, ncclCommRegister, (const ncclComm_t comm, void *buff, size_t size, void **handle));
 CHORUS_DECL(ncclResult_t, ncclCommDeregister, (const ncclComm_t comm, void *handle));
+/* Windows: recorded and checked (chorus's data path needs no registration). */
+CHORUS_DECL(ncclResult_t, ncclCommWindowRegister,
+            (ncclComm_t comm, void *buff, size_t size, ncclWindow_t *win, int winFlags));
+CHORUS_DECL(ncclResult_t, ncclCommWindowDeregister, (ncclComm_t comm, ncclWindow_t win));
+CHORUS_DECL(ncclResult_t, ncclWinGetUserPtr, (ncclComm_t comm, ncclWindow_t win, void **outUserPtr));
 CHORUS_DECL(const char *, ncclGetErrorString, (ncclResult_t result));
 CHORUS_DECL(const char *, ncclGetLastError, (ncclComm_t comm));
 /* Deprecated in NCCL: logging restarts from NCCL_DEBUG* as they are now. */

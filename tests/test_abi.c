@@ -121,6 +121,15 @@ static int abiChecks(void) {
   EXPECT(bad == ncclInvalidArgument, "bad datatype gave %s", ncclGetErrorString(bad));
   EXPECT(strlen(ncclGetLastError(comms[0])) > 0, "no last error after a bad datatype");
 
+#ifdef NCCL_WIN_COLL_SYMMETRIC
+  /* A window: registered and deregistered on every rank. */
+  for (int r = 0; r < NR; r++) {
+    ncclWindow_t win = NULL;
+    NCCLCHECK(ncclCommWindowRegister(comms[r], send[r], COUNT * sizeof(float), &win, NCCL_WIN_COLL_SYMMETRIC));
+    NCCLCHECK(ncclCommWindowDeregister(comms[r], win));
+  }
+#endif
+
 #ifdef NCCL_REVOKE_DEFAULT
   /* Revoked: quiescent, refusing operations, still destroyable. */
   for (int r = 0; r < NR; r++) NCCLCHECK(ncclCommRevoke(comms[r], NCCL_REVOKE_DEFAULT));

@@ -230,6 +230,19 @@ static int rankMain(int rank, int n, ncclUniqueId id, void *arg) {
   NCCLCHECK(ncclCommDeregister(comm, h));
   BAD(ncclCommDeregister(comm, recv), ncclInvalidUsage, "Could not find handle");
   BAD(ncclCommRegister(comm, send, 16, NULL), ncclInvalidArgument, "handle");
+  /* Windows: recorded, given back, checked. */
+  ncclWindow_t win = NULL;
+  void *user = NULL;
+  NCCLCHECK(ncclCommWindowRegister(comm, send, sizeof send, &win, NCCL_WIN_COLL_SYMMETRIC));
+  NCCLCHECK(ncclWinGetUserPtr(comm, win, &user));
+  EXPECT(user == (void *)send, "ncclWinGetUserPtr gave %p, registered %p", user, (void *)send);
+  BAD(ncclWinGetUserPtr(comm, win, NULL), ncclInvalidArgument, "outUserPtr");
+  NCCLCHECK(ncclCommWindowDeregister(comm, win));
+  BAD(ncclCommWindowDeregister(comm, (ncclWindow_t)(void *)recv), ncclInvalidArgument, "not registered");
+  BAD(ncclWinGetUserPtr(comm, NULL, &user), ncclInvalidArgument, "not registered");
+  BAD(ncclCommWindowRegister(comm, send, sizeof send, NULL, 0), ncclInvalidArgument, "win");
+  BAD(ncclCommWindowRegister(comm, send, sizeof send, &win, 0x40), ncclInvalidArgument, "winFlags");
+  BAD(ncclCommWindowRegister(comm, NULL, 64, &win, 0), ncclInvalidArgument, "buff");
   /* Queries. */
   int v;
   BAD(ncclCommCount(NULL, &v), ncclInvalidArgument, "comm");
