@@ -25,23 +25,9 @@ static void dropPending(struct acceptor *a, int i, const char *why) {
   a->pending[i] = a->pending[--a->npending];
 }
 
-ncclResult_t acceptorPoll(struct acceptor *a, int *fd, void *hello, int *progressed) {
-  *fd = -1;
-  *progressed = 0;
-  for (;;) { /* accept everything that is waiting */
-    int c;
-    ncclResult_t res = sockTryAccept(a->listenFd, &c);
-    if (res != ncclSuccess) return res;
-    if (c < 0) break;
-    *progressed = 1;
-    if (a->npending == ACCEPTOR_MAX_PENDING) { /* make room: the one accepted first goes */
-      int oldest = 0;
-      for (int i = 1; i < a->npending; i++)
-        if (a->pending[i].deadlineNs < a->pending[oldest].deadlineNs) oldest = i;
-      dropPending(a, oldest, "was the oldest of too many pending ones");
-    }
-    a->pending[a->npending++] = (struct acceptorConn){c, 0, clockNs() + HELLO_DEADLINE_NS, {0}};
-  }
+/* Reads what the pending connections sent; drops those that hung up or
+ * ran out of time. 1 when one's hello is complete (*fd, hello). */
+static int readPending(struct acceptor *a, int *fd, void *hello, int *progressed) {
   uint64_t now = 0;
   for (int i = 0; i < a->npending; i++) {
     struct acceptorConn *p = &a->pending[i];
@@ -53,7 +39,7 @@ ncclResult_t acceptorPoll(struct acceptor *a, int *fd, void *hello, int *progres
         *fd = p->fd;
         memcpy(hello, p->buf, a->helloBytes);
         a->pending[i] = a->pending[--a->npending];
-        return ncclSuccess;
+        return 1;
       }
       continue;
     }
@@ -68,6 +54,37 @@ ncclResult_t acceptorPoll(struct acceptor *a, int *fd, void *hello, int *progres
       dropPending(a, i--, "sent no complete hello in time");
     }
   }
+  return 0;
+}
+
+ncclResult_t acceptorPoll(struct acceptor *a, int *fd, void *hello, int *progressed) {
+  *fd = -1;
+  *progressed = 0;
+  for (;;) { /* accept everything that is waiting */
+    if (a->npending == ACCEPTOR_MAX_PENDING) {
+      /* Full (a flood of strangers): first read what the pending ones
+       * sent, so that a rank whose hello has arrived is not dropped for a
+       * stranger that came after it; then, if still full, drop the oldest
+       * of those that sent nothing (of all, if every one sent some). */
+      if (readPending(a, fd, hello, progressed)) return ncclSuccess;
+      if (a->npending == ACCEPTOR_MAX_PENDING) {
+        int oldest = -1;
+        for (int pass = 0; pass < 2 && oldest < 0; pass++)
+          for (int i = 0; i < a->npending; i++)
+            if ((pass || a->pending[i].got == 0) &&
+                (oldest < 0 || a->pending[i].deadlineNs < a->pending[oldest].deadlineNs))
+              oldest = i;
+        dropPending(a, oldest, "was the oldest of too many pending ones");
+      }
+    }
+    int c;
+    ncclResult_t res = sockTryAccept(a->listenFd, &c);
+    if (res != ncclSuccess) return res;
+    if (c < 0) break;
+    *progressed = 1;
+    a->pending[a->npending++] = (struct acceptorConn){c, 0, clockNs() + HELLO_DEADLINE_NS, {0}};
+  }
+  readPending(a, fd, hello, progressed);
   return ncclSuccess;
 }
 
