@@ -192,6 +192,23 @@ CHORUS_DECL(ncclResult_t, ncclCommCount, (const ncclComm_t comm, int *count));
 CHORUS_DECL(ncclResult_t, ncclCommCuDevice, (const ncclComm_t comm, int *device));
 CHORUS_DECL(ncclResult_t, ncclCommUserRank, (const ncclComm_t comm, int *rank));
 
+/* NCCL 2.30's parameter API: every NCCL_* and CHORUS_* variable chorus reads. */
+typedef struct ncclParamHandle *ncclParamHandle_t;
+CHORUS_DECL(ncclResult_t, ncclParamBind, (ncclParamHandle_t * out, const char *key));
+CHORUS_DECL(ncclResult_t, ncclParamGetI8, (ncclParamHandle_t h, int8_t *out));
+CHORUS_DECL(ncclResult_t, ncclParamGetI16, (ncclParamHandle_t h, int16_t *out));
+CHORUS_DECL(ncclResult_t, ncclParamGetI32, (ncclParamHandle_t h, int32_t *out));
+CHORUS_DECL(ncclResult_t, ncclParamGetI64, (ncclParamHandle_t h, int64_t *out));
+CHORUS_DECL(ncclResult_t, ncclParamGetU8, (ncclParamHandle_t h, uint8_t *out));
+CHORUS_DECL(ncclResult_t, ncclParamGetU16, (ncclParamHandle_t h, uint16_t *out));
+CHORUS_DECL(ncclResult_t, ncclParamGetU32, (ncclParamHandle_t h, uint32_t *out));
+CHORUS_DECL(ncclResult_t, ncclParamGetU64, (ncclParamHandle_t h, uint64_t *out));
+CHORUS_DECL(ncclResult_t, ncclParamGetStr, (ncclParamHandle_t h, const char **out));
+CHORUS_DECL(ncclResult_t, ncclParamGet, (ncclParamHandle_t h, void *out, int maxLen, int *len));
+CHORUS_DECL(ncclResult_t, ncclParamGetParameter, (const char *key, const char **value, int *valueLen));
+CHORUS_DECL(ncclResult_t, ncclParamGetAllParameterKeys, (const char ***table, int *tableLen));
+CHORUS_DECL(void, ncclParamDumpAll, (void));
+
 CHORUS_DECL(ncclResult_t, ncclRedOpCreatePreMulSum,
             (ncclRedOp_t * op, void *scalar, ncclDataType_t datatype, ncclScalarResidence_t residence,
              ncclComm_t comm));

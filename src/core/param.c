@@ -148,6 +148,8 @@ const char *paramRejected(enum paramId id) { return values()->bad[id]; }
 
 int paramHidden(enum paramId id) { return paramTable[id].isStr == 2; }
 
+int paramIsNumber(enum paramId id) { return paramTable[id].isStr == 0; }
+
 void paramPrintAll(FILE *out) {
   const struct paramValues *p = values();
   for (int i = 0; i < paramCount; i++)

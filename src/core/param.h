@@ -78,6 +78,8 @@ int paramFromEnv(enum paramId id);
 const char *paramRejected(enum paramId id);
 /* 1 for a value the log must not show (CHORUS_SECRET). */
 int paramHidden(enum paramId id);
+/* 1 for a number (paramInt holds it), 0 for text. */
+int paramIsNumber(enum paramId id);
 /* Prints the table (name, value, default, doc). */
 void paramPrintAll(FILE *out);
 
