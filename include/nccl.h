@@ -73,6 +73,15 @@ typedef enum {
 #define NCCL_WIN_COLL_SYMMETRIC 0x01
 #define NCCL_WIN_STRICT_ORDERING 0x02
 #define NCCL_WIN_REQUIRED_ALIGNMENT 4096
+/* ncclCommSuspend flags */
+#define NCCL_SUSPEND_MEM 0x01
+/* ncclCommMemStats statistics (GPU memory: chorus allocates none) */
+typedef enum {
+  ncclStatGpuMemSuspend = 0,
+  ncclStatGpuMemSuspended = 1,
+  ncclStatGpuMemPersist = 2,
+  ncclStatGpuMemTotal = 3
+} ncclCommMemStat_t;
 /* ncclCommRevoke flags */
 #define NCCL_REVOKE_DEFAULT 0x00
 
@@ -171,6 +180,9 @@ CHORUS_DECL(ncclResult_t, ncclCommFinalize, (ncclComm_t comm));
 CHORUS_DECL(ncclResult_t, ncclCommDestroy, (ncclComm_t comm));
 CHORUS_DECL(ncclResult_t, ncclCommAbort, (ncclComm_t comm));
 CHORUS_DECL(ncclResult_t, ncclCommRevoke, (ncclComm_t comm, int revokeFlags));
+CHORUS_DECL(ncclResult_t, ncclCommSuspend, (ncclComm_t comm, int flags));
+CHORUS_DECL(ncclResult_t, ncclCommResume, (ncclComm_t comm));
+CHORUS_DECL(ncclResult_t, ncclCommMemStats, (ncclComm_t comm, ncclCommMemStat_t stat, uint64_t *value));
 CHORUS_DECL(ncclResult_t, ncclCommSplit,
             (ncclComm_t comm, int color, int key, ncclComm_t *newcomm, ncclConfig_t *config));
 CHORUS_DECL(ncclResult_t, ncclCommShrink,

@@ -36,6 +36,10 @@ static ncclResult_t enqueueCheckArgs(const struct callArgs *a) {
     WARN("%s : rank %d: communicator was revoked (ncclCommRevoke): destroy, split or shrink it", name, comm->rank);
     return ncclInvalidUsage;
   }
+  if (__atomic_load_n(&comm->suspended, __ATOMIC_ACQUIRE)) {
+    WARN("%s : rank %d: communicator is suspended (ncclCommSuspend): ncclCommResume it first", name, comm->rank);
+    return ncclInvalidUsage;
+  }
   ncclResult_t async = __atomic_load_n(&comm->asyncError, __ATOMIC_ACQUIRE);
   /* A peer that died or reported a fault since the last call: its WARN is
    * the one that explains, so return without another. */

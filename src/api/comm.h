@@ -53,6 +53,7 @@ struct ncclComm {
   char failText[512];      /* the WARN that explained it */
   int finalized;
   int revoked; /* ncclCommRevoke: only destroy, split and shrink from now on */
+  int suspended; /* ncclCommSuspend until ncclCommResume: operations refused */
   int64_t timeoutMs; /* chorusCommSetTimeout; 0: CHORUS_TIMEOUT */
   int busy;     /* calls in flight, so abort waits before freeing */
   uint64_t opCount;

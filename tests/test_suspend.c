@@ -1,0 +1,53 @@
+/* ncclCommSuspend / ncclCommResume / ncclCommMemStats on 2 ranks: a
+ * suspended communicator refuses operations (ncclInvalidUsage, saying so)
+ * and works again, results checked, once resumed; the statistics say it is
+ * suspended and that chorus holds no GPU memory; misuse is refused. */
+#include <string.h>
+
+#include "harness.h"
+
+static int allReduceWorks(ncclComm_t comm, int rank, int n) {
+  double x = rank + 1, sum = 0;
+  NCCLCHECK(ncclAllReduce(&x, &sum, 1, ncclDouble, ncclSum, comm, NULL));
+  EXPECT(sum == n * (n + 1) / 2.0, "rank %d: AllReduce gave %g", rank, sum);
+  return 0;
+}
+
+static int suspendRank(int rank, int n, ncclUniqueId id, void *arg) {
+  (void)arg;
+  ncclComm_t comm;
+  NCCLCHECK(ncclCommInitRank(&comm, n, id, rank));
+  if (allReduceWorks(comm, rank, n)) return 1;
+  uint64_t v = 99;
+  NCCLCHECK(ncclCommMemStats(comm, ncclStatGpuMemTotal, &v));
+  EXPECT(v == 0, "rank %d: GPU memory total %llu", rank, (unsigned long long)v);
+  NCCLCHECK(ncclCommMemStats(comm, ncclStatGpuMemSuspended, &v));
+  EXPECT(v == 0, "rank %d: suspended before ncclCommSuspend", rank);
+
+  NCCLCHECK(ncclCommSuspend(comm, NCCL_SUSPEND_MEM));
+  NCCLCHECK(ncclCommMemStats(comm, ncclStatGpuMemSuspended, &v));
+  EXPECT(v == 1, "rank %d: not suspended after ncclCommSuspend", rank);
+  float a = 1, b = 0;
+  ncclResult_t r = ncclAllReduce(&a, &b, 1, ncclFloat, ncclSum, comm, NULL);
+  EXPECT(r == ncclInvalidUsage && b == 0, "rank %d: AllReduce while suspended gave %s", rank, ncclGetErrorString(r));
+  EXPECT(strstr(ncclGetLastError(comm), "suspended"), "rank %d: last error '%s'", rank, ncclGetLastError(comm));
+  EXPECT(ncclCommSuspend(comm, 0) == ncclInvalidUsage, "rank %d: suspended twice", rank);
+
+  NCCLCHECK(ncclCommResume(comm));
+  NCCLCHECK(ncclCommMemStats(comm, ncclStatGpuMemSuspended, &v));
+  EXPECT(v == 0, "rank %d: still suspended after ncclCommResume", rank);
+  if (allReduceWorks(comm, rank, n)) return 1;
+  EXPECT(ncclCommResume(comm) == ncclInvalidUsage, "rank %d: resumed a communicator not suspended", rank);
+  EXPECT(ncclCommSuspend(comm, 0x10) == ncclInvalidArgument, "rank %d: flags 0x10 taken", rank);
+  EXPECT(ncclCommMemStats(comm, (ncclCommMemStat_t)7, &v) == ncclInvalidArgument, "rank %d: stat 7 taken", rank);
+  EXPECT(ncclCommMemStats(comm, ncclStatGpuMemTotal, NULL) == ncclInvalidArgument, "rank %d: NULL value", rank);
+  if (allReduceWorks(comm, rank, n)) return 1; /* the refusals changed nothing */
+  NCCLCHECK(ncclCommDestroy(comm));
+  return 0;
+}
+
+int main(void) {
+  int failed = runRanks(2, suspendRank, NULL, 30);
+  printf("test_suspend: %s\n", failed ? "FAILED" : "passed");
+  return failed != 0;
+}
