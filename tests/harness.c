@@ -19,6 +19,16 @@ double nowSec(void) {
   return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+int fileLinesWith(const char *path, const char *needle) {
+  FILE *f = fopen(path, "r");
+  if (!f) return -1;
+  char line[2048];
+  int n = 0;
+  while (fgets(line, sizeof line, f)) n += strstr(line, needle) != NULL;
+  fclose(f);
+  return n;
+}
+
 void faultTime(const char *fault, ncclResult_t res, double ms) {
   static const char *names[] = {"ncclSuccess",       "ncclUnhandledCudaError", "ncclSystemError",
                                 "ncclInternalError", "ncclInvalidArgument",    "ncclInvalidUsage",

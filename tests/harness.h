@@ -47,6 +47,8 @@ int guardCheck(void *p); /* 0 when both guards are intact */
 void guardFree(void *p);
 
 double nowSec(void);
+/* How many lines of the file at path hold needle; -1 when it cannot be read. */
+int fileLinesWith(const char *path, const char *needle);
 /* A machine-readable line for bench/faults: "fault-time: FAULT | RESULT | MS". */
 void faultTime(const char *fault, ncclResult_t res, double ms);
 #endif

@@ -54,16 +54,6 @@ static int childSetsTimeout(int rank, int n, ncclUniqueId id, void *arg) {
   return 0;
 }
 
-static int fileHas(const char *path, const char *needle) {
-  FILE *f = fopen(path, "r");
-  if (!f) return 0;
-  char line[1024];
-  int found = 0;
-  while (!found && fgets(line, sizeof line, f)) found = strstr(line, needle) != NULL;
-  fclose(f);
-  return found;
-}
-
 int main(void) {
   int failed = 0;
   if (!mkdtemp(logDir)) return 1;
@@ -126,15 +116,15 @@ int main(void) {
     if (strncmp(e->d_name, prefix, strlen(prefix)) != 0) continue;
     char path[512];
     snprintf(path, sizeof path, "%s/%s", logDir, e->d_name);
-    if (!fileHas(path, "Init COMPLETE")) continue; /* the parent's own log holds only the root */
+    if (fileLinesWith(path, "Init COMPLETE") <= 0) continue; /* the parent's own log holds only the root */
     logs++;
-    ringLogs += fileHas(path, "NCCL INFO Channel 00/03 : 0 1 2"); /* rank 0's only, as NCCL */
+    ringLogs += 0 < fileLinesWith(path, "NCCL INFO Channel 00/03 : 0 1 2"); /* rank 0's only, as NCCL */
     static const char *needles[] = {"NCCL INFO Trees [0] ", "NCCL INFO comm", "nranks 3",
                                     "NCCL INFO AllReduce: opCount 0 sendbuff", "via SHM",
                                     "NCCL INFO NCCL_BUFFSIZE set by environment to 131072.",
                                     "NCCL WARN NCCL_SOCKET_INLINE=12x is not a number: using the default 128"};
     for (size_t i = 0; i < sizeof needles / sizeof *needles; i++)
-      if (!fileHas(path, needles[i])) {
+      if (fileLinesWith(path, needles[i]) <= 0) {
         fprintf(stderr, "%s lacks '%s'\n", path, needles[i]);
         failed++;
       }

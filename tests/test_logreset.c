@@ -7,17 +7,6 @@
 
 #include "harness.h"
 
-/* Lines of path holding needle; -1 when there is no such file. */
-static int linesWith(const char *path, const char *needle) {
-  FILE *f = fopen(path, "r");
-  if (!f) return -1;
-  char line[2048];
-  int n = 0;
-  while (fgets(line, sizeof line, f)) n += strstr(line, needle) != NULL;
-  fclose(f);
-  return n;
-}
-
 int main(void) {
   char dir[] = "/tmp/chorus-logreset-XXXXXX";
   if (!mkdtemp(dir)) return 1;
@@ -29,7 +18,7 @@ int main(void) {
   unsetenv("NCCL_DEBUG");
   setenv("NCCL_DEBUG_FILE", pattern, 1);
   EXPECT(ncclGetUniqueId(NULL) == ncclInvalidArgument, "ncclGetUniqueId(NULL) succeeded");
-  EXPECT(linesWith(first, warn) <= 0, "a WARN was logged with NCCL_DEBUG unset");
+  EXPECT(fileLinesWith(first, warn) <= 0, "a WARN was logged with NCCL_DEBUG unset");
 
   snprintf(pattern, sizeof pattern, "%s/second.%%p", dir);
   snprintf(second, sizeof second, "%s/second.%d", dir, (int)getpid());
@@ -37,14 +26,14 @@ int main(void) {
   setenv("NCCL_DEBUG_FILE", pattern, 1);
   ncclResetDebugInit();
   EXPECT(ncclGetUniqueId(NULL) == ncclInvalidArgument, "ncclGetUniqueId(NULL) succeeded");
-  EXPECT(linesWith(second, warn) == 1, "after NCCL_DEBUG=WARN and a reset, %s has %d WARN line(s)", second,
-         linesWith(second, warn));
+  EXPECT(fileLinesWith(second, warn) == 1, "after NCCL_DEBUG=WARN and a reset, %s has %d WARN line(s)", second,
+         fileLinesWith(second, warn));
 
   setenv("NCCL_DEBUG", "NONE", 1);
   ncclResetDebugInit();
   EXPECT(ncclGetUniqueId(NULL) == ncclInvalidArgument, "ncclGetUniqueId(NULL) succeeded");
-  EXPECT(linesWith(second, warn) == 1, "after NCCL_DEBUG=NONE and a reset, %s has %d WARN line(s)", second,
-         linesWith(second, warn));
+  EXPECT(fileLinesWith(second, warn) == 1, "after NCCL_DEBUG=NONE and a reset, %s has %d WARN line(s)", second,
+         fileLinesWith(second, warn));
   EXPECT(strstr(ncclGetLastError(NULL), warn), "the last error is still kept: '%s'", ncclGetLastError(NULL));
   printf("test_logreset: %s\n", failed ? "FAILED" : "passed");
   return failed != 0;

@@ -47,6 +47,12 @@ void commWaitIdle(struct ncclComm *comm) {
     if (waitPause(&w) != ncclSuccess) break;
 }
 
+void commEndInFlight(struct ncclComm *comm) {
+  __atomic_store_n(&comm->abortFlag, 1, __ATOMIC_RELEASE);
+  commWaitIdle(comm);
+  __atomic_store_n(&comm->abortFlag, 0, __ATOMIC_RELEASE);
+}
+
 void commFree(struct ncclComm *comm, int graceful) {
   if (comm->initThreadRunning) { /* abort has set the flag, so it ends soon */
     pthread_join(comm->initThread, NULL);

@@ -112,6 +112,10 @@ void commLogVersion(void);
 void commFree(struct ncclComm *comm, int graceful);
 /* Blocks (through the one wait) until no call is running on comm. */
 void commWaitIdle(struct ncclComm *comm);
+/* Ends the calls in flight (they see the abort flag at their next pause
+ * and fail), waits for them, and lets the communicator be used again
+ * (NCCL_SHRINK_ABORT, ncclCommRevoke). */
+void commEndInFlight(struct ncclComm *comm);
 /* ncclInvalidArgument with a WARN naming the call when comm is NULL,
  * corrupted or destroyed. */
 ncclResult_t commCheck(const struct ncclComm *comm, const char *call);

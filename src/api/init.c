@@ -242,11 +242,7 @@ NCCL_API(ncclResult_t, ncclCommShrink, ncclComm_t comm, int *excludeRanksList, i
     return ncclInvalidArgument;
   }
   if (shrinkFlags == NCCL_SHRINK_ABORT) {
-    /* End what still runs on the parent, then let it be used again (for
-     * the handoff, and for ncclCommDestroy). */
-    __atomic_store_n(&comm->abortFlag, 1, __ATOMIC_RELEASE);
-    commWaitIdle(comm);
-    __atomic_store_n(&comm->abortFlag, 0, __ATOMIC_RELEASE);
+    commEndInFlight(comm); /* the parent is used again: the handoff, ncclCommDestroy */
   }
   int blocking = comm->blocking;
   if (config && config->size >= offsetof(ncclConfig_t, cgaClusterSize) && config->blocking != NCCL_CONFIG_UNDEF_INT)
@@ -274,11 +270,9 @@ NCCL_API(ncclResult_t, ncclCommRevoke, ncclComm_t comm, int revokeFlags) {
     WARN("ncclCommRevoke : rank %d: the communicator is still initializing (ncclCommAbort ends that)", comm->rank);
     return ncclInvalidArgument;
   }
-  __atomic_store_n(&comm->abortFlag, 1, __ATOMIC_RELEASE);
-  commWaitIdle(comm);
-  __atomic_store_n(&comm->revoked, 1, __ATOMIC_RELEASE);
-  __atomic_store_n(&comm->asyncError, ncclSuccess, __ATOMIC_RELEASE);
-  __atomic_store_n(&comm->abortFlag, 0, __ATOMIC_RELEASE);
+  __atomic_store_n(&comm->revoked, 1, __ATOMIC_RELEASE); /* calls that come from now on are refused */
+  commEndInFlight(comm);
+  __atomic_store_n(&comm->asyncError, ncclSuccess, __ATOMIC_RELEASE); /* what the ended calls recorded */
   INFO(subsysInit, "comm %p rank %d nranks %d - Revoke COMPLETE", (void *)comm, comm->rank, comm->nranks);
   return ncclSuccess;
 }
