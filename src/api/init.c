@@ -58,7 +58,8 @@ static ncclResult_t checkInitArgs(ncclComm_t *comm, int nranks, int rank, const 
 NCCL_API(ncclResult_t, ncclCommInitRank, ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank) {
   CHECK(checkInitArgs(comm, nranks, rank, &commId, "ncclCommInitRank"));
   *comm = NULL;
-  struct initJob job = {comm, nranks, rank, 0, 1, commId, ncclSuccess, NULL, 0, 0, NULL, 0, "ncclCommInitRank", 0};
+  struct initJob job = {.comm = comm, .nranks = nranks, .rank = rank, .blocking = 1, .id = commId,
+                        .func = "ncclCommInitRank"};
   chorusGetDevice(&job.cudaDev); /* the caller's, as NCCL's cudaGetDevice */
   return groupInit(&job);
 }
@@ -98,8 +99,8 @@ NCCL_API(ncclResult_t, ncclCommInitRankConfig, ncclComm_t *comm, int nranks, ncc
   *comm = NULL;
   /* Init completes before returning (or before ncclGroupEnd returns), so
    * nonblocking callers see success. */
-  struct initJob job = {comm, nranks, rank, 0, blocking, commId, ncclSuccess, NULL, 0, 0, NULL, 0,
-                        "ncclCommInitRankConfig", 0};
+  struct initJob job = {.comm = comm, .nranks = nranks, .rank = rank, .blocking = blocking, .id = commId,
+                        .func = "ncclCommInitRankConfig"};
   chorusGetDevice(&job.cudaDev);
   return groupInit(&job);
 }
@@ -139,8 +140,8 @@ NCCL_API(ncclResult_t, ncclCommInitRankScalable, ncclComm_t *newcomm, int nranks
     bootstrapRetireRoot(&h);
   }
   *newcomm = NULL;
-  struct initJob job = {newcomm, nranks, myrank, 0, blocking, commIds[0], ncclSuccess, NULL, 0, 0, NULL, 0, call,
-                        ids};
+  struct initJob job = {.comm = newcomm, .nranks = nranks, .rank = myrank, .blocking = blocking, .id = commIds[0],
+                        .func = call, .ids = ids};
   chorusGetDevice(&job.cudaDev);
   return groupInit(&job);
 }
@@ -164,8 +165,8 @@ NCCL_API(ncclResult_t, ncclCommInitAll, ncclComm_t *comms, int ndev, const int *
   struct initJob *jobs = calloc(ndev, sizeof *jobs);
   if (!jobs) return ncclSystemError;
   for (int i = 0; i < ndev; i++)
-    jobs[i] = (struct initJob){&comms[i], ndev, i, devlist ? devlist[i] : i, 1, id, ncclSuccess, NULL, 0, 0, NULL, 0,
-                               "ncclCommInitAll", 0};
+    jobs[i] = (struct initJob){.comm = &comms[i], .nranks = ndev, .rank = i, .cudaDev = devlist ? devlist[i] : i,
+                               .blocking = 1, .id = id, .func = "ncclCommInitAll"};
   ncclResult_t res = initJobsRun(jobs, ndev);
   free(jobs);
   return res;
@@ -195,8 +196,8 @@ NCCL_API(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key, ncclC
   if (config && config->size >= offsetof(ncclConfig_t, cgaClusterSize) && config->blocking != NCCL_CONFIG_UNDEF_INT)
     blocking = config->blocking != 0;
   *newcomm = NULL;
-  struct initJob job = {newcomm, 0, 0, comm->cudaDev, blocking, {{0}}, ncclSuccess, comm, color, key, NULL, 0,
-                        "ncclCommSplit", 0};
+  struct initJob job = {.run = commSplitRun, .comm = newcomm, .cudaDev = comm->cudaDev, .blocking = blocking,
+                        .parent = comm, .color = color, .key = key, .func = "ncclCommSplit"};
   return groupInit(&job);
 }
 
@@ -248,8 +249,8 @@ NCCL_API(ncclResult_t, ncclCommShrink, ncclComm_t comm, int *excludeRanksList, i
   if (config && config->size >= offsetof(ncclConfig_t, cgaClusterSize) && config->blocking != NCCL_CONFIG_UNDEF_INT)
     blocking = config->blocking != 0;
   *newcomm = NULL;
-  struct initJob job = {newcomm, 0, 0, comm->cudaDev, blocking, {{0}}, ncclSuccess, comm, 0, 0, excluded, shrinkFlags,
-                        "ncclCommShrink", 0};
+  struct initJob job = {.run = commShrinkRun, .comm = newcomm, .cudaDev = comm->cudaDev, .blocking = blocking,
+                        .parent = comm, .excluded = excluded, .shrinkFlags = shrinkFlags, .func = "ncclCommShrink"};
   return groupInit(&job);
 }
 

@@ -14,9 +14,7 @@
 static void *initJobThread(void *p) {
   struct initJob *j = p;
   struct commOrigin origin = {j->func, NULL, 0, 0, j->ids};
-  j->res = j->excluded ? commShrinkRun(j)
-           : j->parent ? commSplitRun(j)
-                       : commInit(j->comm, j->nranks, &j->id, j->rank, j->cudaDev, j->blocking, &origin);
+  j->res = j->run ? j->run(j) : commInit(j->comm, j->nranks, &j->id, j->rank, j->cudaDev, j->blocking, &origin);
   return NULL;
 }
 

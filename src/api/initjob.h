@@ -7,12 +7,15 @@
  * (as NCCL does), so that one thread can create several ranks; ncclGroupEnd
  * runs all recorded inits concurrently. */
 struct initJob {
+  /* what makes the communicator from the parent (split, shrink, grow);
+   * NULL: a rendezvous at id as rank of nranks */
+  ncclResult_t (*run)(struct initJob *job);
   ncclComm_t *comm;
   int nranks, rank, cudaDev, blocking;
   ncclUniqueId id;
   ncclResult_t res;
-  /* ncclCommSplit: a split of parent (nranks, rank and id are worked out
-   * with the parent's other ranks) */
+  /* ncclCommSplit, ncclCommShrink: a communicator made from parent (nranks,
+   * rank and id are worked out with the parent's other ranks) */
   struct ncclComm *parent;
   int color, key;
   /* ncclCommShrink: the parent's ranks that stay out (nranks bytes, owned
