@@ -19,7 +19,7 @@ typedef struct CUstream_st *cudaStream_t;
 /* Types, enum values and struct layouts are NCCL 2.30's. The version is the
  * newest NCCL API level whose functions chorus implements in full: 2.19
  * (of later releases' functions some are here: ncclCommShrink,
- * ncclGroupSimulateEnd, ncclCommInitRankScalable, ncclCommRevoke, windows,
+ * ncclGroupSimulateEnd, ncclCommInitRankScalable, ncclCommRevoke, ncclCommGrow, windows,
  * ncclAlltoAll, ncclGather, ncclScatter; others, such as the one-sided
  * calls, are not), so
  * code that tests NCCL_VERSION_CODE before calling newer functions keeps
@@ -188,6 +188,10 @@ CHORUS_DECL(ncclResult_t, ncclCommSplit,
 CHORUS_DECL(ncclResult_t, ncclCommShrink,
             (ncclComm_t comm, int *excludeRanksList, int excludeRanksCount, ncclComm_t *newcomm,
              ncclConfig_t *config, int shrinkFlags));
+CHORUS_DECL(ncclResult_t, ncclCommGetUniqueId, (ncclComm_t comm, ncclUniqueId * uniqueId));
+CHORUS_DECL(ncclResult_t, ncclCommGrow,
+            (ncclComm_t comm, int nRanks, const ncclUniqueId *uniqueId, int rank, ncclComm_t *newcomm,
+             ncclConfig_t *config));
 CHORUS_DECL(ncclResult_t, ncclCommRegister, (const ncclComm_t comm, void *buff, size_t size, void **handle));
 CHORUS_DECL(ncclResult_t, ncclCommDeregister, (const ncclComm_t comm, void *handle));
 /* Windows: recorded and checked (chorus's data path needs no registration). */

@@ -58,6 +58,7 @@ void commFree(struct ncclComm *comm, int graceful) {
     pthread_join(comm->initThread, NULL);
     comm->initThreadRunning = 0;
   }
+  if (comm->growIdMade) bootstrapRetireRoot(&comm->growId); /* no grow will use it */
   profCommFinalize(&comm->prof);
   flightFree(comm);
   statsReport(comm);
@@ -425,7 +426,7 @@ fail: {
      * the address that could not be reached), not just the result's name. */
     char cause[600];
     snprintf(cause, sizeof cause, "%s", logThreadLastError()); /* not another thread's (nor the parent's) */
-    WARN("ncclCommInitRank : rank %d of %d failed to initialize: %s%s%s", rank, nranks, ncclGetErrorString(res),
+    WARN("%s : rank %d of %d failed to initialize: %s%s%s", comm->origin.func, rank, nranks, ncclGetErrorString(res),
          cause[0] ? ": " : "", cause);
   }
   return res;

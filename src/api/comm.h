@@ -84,6 +84,8 @@ struct ncclComm {
   struct commOrigin origin;
   uint64_t commHash; /* NCCL's commId in the logs: a hash of the unique id */
   int childCount;    /* communicators split off this one */
+  struct bootstrapHandle growId; /* ncclCommGetUniqueId's, while no grow has used it */
+  int growIdMade;
   uint64_t createdNs; /* when its init call began (Init timings) */
   pthread_t initThread; /* nonblocking init */
   int initThreadRunning;

@@ -1,5 +1,5 @@
 /* The communicator entry points: unique id, init (one rank, or several in
- * one process), split, shrink, finalize, destroy, abort, and the queries.
+ * one process), split, shrink, grow, finalize, destroy, abort, and the queries.
  * Each checks its arguments, then hands an init job to the group (group.c)
  * or the mechanism (comm.c, initjob.c). */
 #define _GNU_SOURCE
@@ -251,6 +251,85 @@ NCCL_API(ncclResult_t, ncclCommShrink, ncclComm_t comm, int *excludeRanksList, i
   *newcomm = NULL;
   struct initJob job = {.run = commShrinkRun, .comm = newcomm, .cudaDev = comm->cudaDev, .blocking = blocking,
                         .parent = comm, .excluded = excluded, .shrinkFlags = shrinkFlags, .func = "ncclCommShrink"};
+  return groupInit(&job);
+}
+
+/* The id new ranks join a grow with: a fresh root in this process (the
+ * coordinator's), with a random secret. A second call replaces the first
+ * id, whose root ends if nobody came to it; ncclCommDestroy ends an unused
+ * one. */
+NCCL_API(ncclResult_t, ncclCommGetUniqueId, ncclComm_t comm, ncclUniqueId *uniqueId) {
+  CHECK(commCheck(comm, "ncclCommGetUniqueId"));
+  if (uniqueId == NULL) {
+    WARN("ncclCommGetUniqueId : uniqueId argument is NULL");
+    return ncclInvalidArgument;
+  }
+  ncclResult_t async = __atomic_load_n(&comm->asyncError, __ATOMIC_ACQUIRE);
+  if (async != ncclSuccess) {
+    WARN("ncclCommGetUniqueId : rank %d: the communicator is %s", comm->rank,
+         async == ncclInProgress ? "still initializing" : "in error");
+    return async == ncclInProgress ? ncclInvalidUsage : async;
+  }
+  struct bootstrapHandle h;
+  CHECK(bootstrapNewRoot(&h));
+  if (comm->growIdMade) bootstrapRetireRoot(&comm->growId);
+  comm->growId = h;
+  comm->growIdMade = 1;
+  memset(uniqueId, 0, sizeof *uniqueId);
+  memcpy(uniqueId->internal, &h, sizeof h);
+  INFO(subsysInit, "ncclCommGetUniqueId : rank %d made the id to grow comm %p", comm->rank, (void *)comm);
+  return ncclSuccess;
+}
+
+/* The parent's ranks pass comm, rank -1 and (the coordinator only) the id;
+ * the new ranks pass no comm, their rank, and the id (grow.c). */
+NCCL_API(ncclResult_t, ncclCommGrow, ncclComm_t comm, int nRanks, const ncclUniqueId *uniqueId, int rank,
+         ncclComm_t *newcomm, ncclConfig_t *config) {
+  static const char call[] = "ncclCommGrow";
+  if (comm == NULL) { /* a new rank */
+    if (uniqueId == NULL) {
+      WARN("%s : a new rank (comm NULL) needs the uniqueId the coordinator got from ncclCommGetUniqueId", call);
+      return ncclInvalidArgument;
+    }
+    CHECK(checkInitArgs(newcomm, nRanks, rank, uniqueId, call));
+    int blocking;
+    CHECK(initConfig(config, call, &blocking));
+    *newcomm = NULL;
+    struct initJob job = {.comm = newcomm, .nranks = nRanks, .rank = rank, .blocking = blocking, .id = *uniqueId,
+                          .func = call};
+    chorusGetDevice(&job.cudaDev);
+    return groupInit(&job);
+  }
+  CHECK(commCheck(comm, call));
+  if (newcomm == NULL) {
+    WARN("%s : newcomm argument is NULL", call);
+    return ncclInvalidArgument;
+  }
+  if (rank != -1) {
+    WARN("%s : rank %d of the parent passed rank %d: the parent's ranks pass -1 (they keep their ranks)", call,
+         comm->rank, rank);
+    return ncclInvalidArgument;
+  }
+  if (nRanks <= comm->nranks || nRanks > OPDESC_MAX_RANKS) {
+    WARN("%s : nRanks %d must be more than the parent's %d ranks (and at most %d)", call, nRanks, comm->nranks,
+         OPDESC_MAX_RANKS);
+    return ncclInvalidArgument;
+  }
+  int blocking = comm->blocking;
+  if (config) {
+    CHECK(initConfig(config, call, &blocking));
+    if (config->blocking == NCCL_CONFIG_UNDEF_INT) blocking = comm->blocking;
+  }
+  ncclResult_t async = __atomic_load_n(&comm->asyncError, __ATOMIC_ACQUIRE);
+  if (async != ncclSuccess) {
+    WARN("%s : rank %d: parent communicator is %s", call, comm->rank,
+         async == ncclInProgress ? "still initializing" : "in error");
+    return async == ncclInProgress ? ncclInvalidUsage : async;
+  }
+  *newcomm = NULL;
+  struct initJob job = {.run = commGrowRun, .comm = newcomm, .nranks = nRanks, .rank = comm->rank,
+                        .cudaDev = comm->cudaDev, .blocking = blocking, .parent = comm, .func = call};
+  if (uniqueId) job.id = *uniqueId;
   return groupInit(&job);
 }
 

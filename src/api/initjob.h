@@ -14,8 +14,9 @@ struct initJob {
   int nranks, rank, cudaDev, blocking;
   ncclUniqueId id;
   ncclResult_t res;
-  /* ncclCommSplit, ncclCommShrink: a communicator made from parent (nranks,
-   * rank and id are worked out with the parent's other ranks) */
+  /* ncclCommSplit, ncclCommShrink, ncclCommGrow: a communicator made from
+   * parent (what nranks, rank and id are is worked out with the parent's
+   * other ranks) */
   struct ncclComm *parent;
   int color, key;
   /* ncclCommShrink: the parent's ranks that stay out (nranks bytes, owned
@@ -27,6 +28,8 @@ struct initJob {
 };
 /* The shrink itself, on the init thread (shrink.c). */
 ncclResult_t commShrinkRun(struct initJob *job);
+/* A grow's parent rank, on the init thread (grow.c). */
+ncclResult_t commGrowRun(struct initJob *job);
 /* The split itself, on the init thread (split.c). */
 ncclResult_t commSplitRun(struct initJob *job);
 /* Runs inits concurrently, one thread each; returns the first error, and

@@ -63,6 +63,8 @@ struct rootArgs {
 static struct {
   uint64_t secret; /* 0: free */
   int retire;
+  int refuse;        /* bootstrapRefuseRoot: why is set */
+  char why[200];
 } rootsRunning[ROOTS_TRACKED];
 static pthread_mutex_t rootsLock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -73,6 +75,7 @@ static int rootTrack(uint64_t secret) {
     if (rootsRunning[i].secret == 0) {
       rootsRunning[i].secret = secret;
       rootsRunning[i].retire = 0;
+      rootsRunning[i].refuse = 0;
       slot = i;
     }
   pthread_mutex_unlock(&rootsLock);
@@ -87,6 +90,26 @@ static void rootUntrack(int slot) {
 }
 
 static int rootRetired(int slot) { return slot >= 0 && __atomic_load_n(&rootsRunning[slot].retire, __ATOMIC_ACQUIRE); }
+
+/* 1, with why, when the process asked the root to refuse its rendezvous. */
+static int rootRefused(int slot, char *why, size_t len) {
+  if (slot < 0 || !__atomic_load_n(&rootsRunning[slot].refuse, __ATOMIC_ACQUIRE)) return 0;
+  pthread_mutex_lock(&rootsLock);
+  snprintf(why, len, "%s", rootsRunning[slot].why);
+  pthread_mutex_unlock(&rootsLock);
+  return 1;
+}
+
+void bootstrapRefuseRoot(const struct bootstrapHandle *h, const char *why) {
+  if (!(h->flags & BOOTSTRAP_ROOT_UP)) return;
+  pthread_mutex_lock(&rootsLock);
+  for (int i = 0; i < ROOTS_TRACKED; i++)
+    if (rootsRunning[i].secret == h->secret) {
+      snprintf(rootsRunning[i].why, sizeof rootsRunning[i].why, "%s", why);
+      __atomic_store_n(&rootsRunning[i].refuse, 1, __ATOMIC_RELEASE);
+    }
+  pthread_mutex_unlock(&rootsLock);
+}
 
 void bootstrapRetireRoot(const struct bootstrapHandle *h) {
   if (!(h->flags & BOOTSTRAP_ROOT_UP)) return; /* NCCL_COMM_ID's: rank 0 starts it, for the one id used */
@@ -188,6 +211,23 @@ static int rootDisagrees(const struct rootHello *h, int nranks, const int *fds, 
  * once rather than wait for a root that is gone. */
 #define ROOT_REFUSING_NS 10000000000ull
 
+/* From now on every rank is refused with why: those checked in at once,
+ * those that come for a grace period (then the port closes, and a rank
+ * that comes later finds it refused: BOOTSTRAP_ROOT_UP). */
+static void rootRefuseAll(int *fds, int nranks, const char *why, const struct waitState *w, uint64_t *refusingUntil) {
+  REPORT("Bootstrap : root: %s; refusing the rendezvous to every rank", why);
+  for (int i = 0; fds && i < nranks; i++)
+    if (fds[i] >= 0) {
+      rootSendRefusal(fds[i], nranks, why);
+      close(fds[i]);
+      fds[i] = -1;
+    }
+  uint64_t grace = w->timeoutNs && w->timeoutNs < ROOT_REFUSING_NS ? w->timeoutNs : ROOT_REFUSING_NS;
+  *refusingUntil = clockNs() + grace;
+}
+
+/* The root's WARNs are REPORTs: each rank says what came of its
+ * rendezvous, and ncclGetLastError in the root's process keeps that. */
 static void *rootThread(void *argp) {
   /* argp is freed only at the end: the thread touches no allocator until a
    * rank calls in, so a process may fork right after ncclGetUniqueId. */
@@ -209,6 +249,7 @@ static void *rootThread(void *argp) {
   while (refusal[0] ? clockNs() < refusingUntil : nranks == 0 || got < nranks) {
     int fd, progressed;
     struct rootHello hello;
+    if (!refusal[0] && rootRefused(a.slot, refusal, sizeof refusal)) rootRefuseAll(fds, nranks, refusal, &w, &refusingUntil);
     if (acceptorPoll(acc, &fd, &hello, &progressed) != ncclSuccess) break;
     if (fd < 0) {
       if (got == 0 && rootRetired(a.slot)) { /* its id is not used: nobody comes */
@@ -232,7 +273,7 @@ static void *rootThread(void *argp) {
         waiting += fds[i] >= 0 && !(recv(fds[i], &c, 1, MSG_PEEK | MSG_DONTWAIT) == 1 && c == rootLeaveNotice);
       }
       if (fds && !refusal[0] && !progressed && waiting == 0) {
-        WARN("Bootstrap : root: the %d rank(s) that checked in have all left; giving up", got);
+        REPORT("Bootstrap : root: the %d rank(s) that checked in have all left; giving up", got);
         break;
       }
       continue;
@@ -242,17 +283,8 @@ static void *rootThread(void *argp) {
       close(fd);
       continue;
     }
-    if (!refusal[0] && rootDisagrees(&hello, nranks, fds, infos, refusal, sizeof refusal)) {
-      WARN("Bootstrap : root: %s; refusing the rendezvous to every rank", refusal);
-      for (int i = 0; fds && i < nranks; i++)
-        if (fds[i] >= 0) {
-          rootSendRefusal(fds[i], nranks, refusal);
-          close(fds[i]);
-          fds[i] = -1;
-        }
-      uint64_t grace = w.timeoutNs && w.timeoutNs < ROOT_REFUSING_NS ? w.timeoutNs : ROOT_REFUSING_NS;
-      refusingUntil = clockNs() + grace;
-    }
+    if (!refusal[0] && rootDisagrees(&hello, nranks, fds, infos, refusal, sizeof refusal))
+      rootRefuseAll(fds, nranks, refusal, &w, &refusingUntil);
     if (refusal[0]) {
       rootSendRefusal(fd, hello.nranks, refusal);
       close(fd);
@@ -285,10 +317,10 @@ static void *rootThread(void *argp) {
       struct waitState ws;
       waitBegin(&ws, NULL, NULL, NULL, "bootstrap root reply");
       if (sockSendAll(fds[i], infos, sizeof *infos * nranks, &ws) != ncclSuccess)
-        WARN("Bootstrap : root could not reach rank %d", i);
+        REPORT("Bootstrap : root could not reach rank %d", i);
     }
   } else {
-    WARN("Bootstrap : root gave up with %d of %d ranks checked in", got, nranks);
+    REPORT("Bootstrap : root gave up with %d of %d ranks checked in", got, nranks);
   }
   for (int i = 0; fds && i < nranks; i++)
     if (fds[i] >= 0) close(fds[i]);

@@ -62,6 +62,11 @@ ncclResult_t bootstrapEnvHandle(const char *addr, struct bootstrapHandle *h);
  * ends quietly: nobody will use its id (ncclCommInitRankScalable meets at
  * its first id's root; the others' roots would wait out the timeout). */
 void bootstrapRetireRoot(const struct bootstrapHandle *h);
+/* The root of h, when this process runs it, refuses its rendezvous with why
+ * to every rank checked in and to come, so that they fail at once
+ * (ncclCommGrow: the parent's ranks disagreed, and the new ranks wait at
+ * the root). */
+void bootstrapRefuseRoot(const struct bootstrapHandle *h, const char *why);
 /* With NCCL_COMM_ID, rank 0 hosts the root. */
 ncclResult_t bootstrapStartRoot(const struct bootstrapHandle *h, int nranks);
 ncclResult_t bootstrapInit(struct bootstrap *b, const struct bootstrapHandle *h, int rank, int nranks,
