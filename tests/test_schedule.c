@@ -27,7 +27,7 @@
 #include "transport/transport.h"
 
 #define MAX_RANKS 64
-#define FIFO_BYTES 8192 /* 8 slots of 992 bytes */
+#define FIFO_BYTES 8192 /* 8 slots of 1056 bytes (connFifoBytes: 8 KiB and the headers) */
 #define GUARD 64
 /* One thread runs every rank: a round that moves nothing is a deadlock, and
  * this is only how long the engine waits before saying so. */
@@ -79,7 +79,7 @@ static void worldInit(struct world *w, int n, int nch) {
    * most of the run is not page faults; each case's FIFOs are cleared. */
   static char *arena;
   static size_t arenaBytes;
-  w->fifoBytes = (size_t)n * n * (nch + 1) * (CONN_CTRL_BYTES + FIFO_BYTES);
+  w->fifoBytes = (size_t)n * n * (nch + 1) * connFifoBytes(FIFO_BYTES);
   if (w->fifoBytes > arenaBytes) {
     if (arena) munmap(arena, arenaBytes);
     arena = mmap(NULL, w->fifoBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -136,7 +136,7 @@ static int worldConnect(struct world *w, struct schedule *s) {
       }
       struct conn *snd = send ? c : connSend(&w->t[p], r, l), *rcv = send ? connRecv(&w->t[p], r, l) : c;
       int from = send ? r : p, to = send ? p : r;
-      char *mem = w->fifos + (size_t)((from * w->n + to) * (w->nch + 1) + l) * (CONN_CTRL_BYTES + FIFO_BYTES);
+      char *mem = w->fifos + (size_t)((from * w->n + to) * (w->nch + 1) + l) * connFifoBytes(FIFO_BYTES);
       connLayout(snd, mem, FIFO_BYTES, to);
       connLayout(rcv, mem, FIFO_BYTES, from);
       memset(snd->ctrl, 0, sizeof *snd->ctrl); /* counters and descriptor marks of an earlier case */

@@ -64,10 +64,13 @@ struct conn {
   void *tpConn;               /* that transport's own state for it (NULL: none) */
 };
 
-/* Lays a connection's control block and slots out in buffSize bytes of FIFO
- * memory at base (CONN_CTRL_BYTES + buffSize): every transport uses the same
- * slot count and size, so both ends cut a step into the same pieces. */
+/* Lays a connection's control block and slots out at base, in the
+ * connFifoBytes(buffSize) bytes given to it (NCCL_BUFFSIZE of data, and the
+ * slots' headers): every transport uses the same slot count and size, so
+ * both ends cut a step into the same pieces. */
 void connLayout(struct conn *c, char *base, size_t buffSize, int peer);
+/* The memory one connection's FIFO takes (control block, slots), whole pages. */
+size_t connFifoBytes(size_t buffSize);
 /* Touches the control block and each slot's first page, so that small
  * messages never pay for a page fault later. */
 void connPrefault(struct conn *c);

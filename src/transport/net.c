@@ -637,7 +637,7 @@ static ncclResult_t netSetup(void **state, struct bootstrap *b, struct connTable
     }
   }
 
-  s->memBytes = CONN_CTRL_BYTES + ((buffSize + 4095) & ~(size_t)4095);
+  s->memBytes = connFifoBytes(buffSize);
   size_t maxConns = (size_t)2 * nremote * lanes;
   s->conns = calloc(maxConns, sizeof *s->conns);
   s->mem = calloc(maxConns, sizeof *s->mem);

@@ -31,7 +31,7 @@ static ncclResult_t selfSetup(void **state, struct bootstrap *b, struct connTabl
   if (!mine[me]) return ncclSuccess;
   struct selfState *s = calloc(1, sizeof *s);
   if (!s) return ncclSystemError;
-  size_t connBytes = CONN_CTRL_BYTES + ((buffSize + 4095) & ~(size_t)4095);
+  size_t connBytes = connFifoBytes(buffSize);
   s->bytes = connBytes * (size_t)lanes;
   s->mem = mmap(NULL, s->bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (s->mem == MAP_FAILED) {

@@ -157,7 +157,7 @@ static ncclResult_t shmSetup(void **state, struct bootstrap *b, struct connTable
   if (!s) return ncclSystemError;
   *state = s;
   s->nranks = n;
-  s->connBytes = CONN_CTRL_BYTES + ((buffSize + 4095) & ~(size_t)4095);
+  s->connBytes = connFifoBytes(buffSize);
   s->segBytes = SHM_INFO_BYTES + s->connBytes * lanes * n;
   s->segs = calloc(n, sizeof(void *));
   if (!s->segs) return ncclSystemError;
