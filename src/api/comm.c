@@ -53,6 +53,36 @@ void commEndInFlight(struct ncclComm *comm) {
   __atomic_store_n(&comm->abortFlag, 0, __ATOMIC_RELEASE);
 }
 
+ncclResult_t commReady(struct ncclComm *comm, const char *name) {
+  if (__atomic_load_n(&comm->revoked, __ATOMIC_ACQUIRE)) {
+    WARN("%s : rank %d: communicator was revoked (ncclCommRevoke): destroy, split or shrink it", name, comm->rank);
+    return ncclInvalidUsage;
+  }
+  if (__atomic_load_n(&comm->suspended, __ATOMIC_ACQUIRE)) {
+    WARN("%s : rank %d: communicator is suspended (ncclCommSuspend): ncclCommResume it first", name, comm->rank);
+    return ncclInvalidUsage;
+  }
+  ncclResult_t async = __atomic_load_n(&comm->asyncError, __ATOMIC_ACQUIRE);
+  /* A peer that died or reported a fault since the last call: its WARN is
+   * the one that explains, so return without another. */
+  if (async == ncclSuccess && (async = watchAsyncError(comm)) != ncclSuccess) return async;
+  if (async == ncclInProgress) {
+    WARN("%s : rank %d: Attempt to use communicator before the previous operation returned ncclSuccess", name,
+         comm->rank);
+    return ncclInvalidArgument;
+  }
+  if (async != ncclSuccess) {
+    WARN("%s : rank %d: communicator has failed earlier (%s: %s); abort and re-create it", name, comm->rank,
+         ncclGetErrorString(async), comm->failText);
+    return async;
+  }
+  if (comm->finalized) {
+    WARN("%s : rank %d: communicator was finalized", name, comm->rank);
+    return ncclInvalidUsage;
+  }
+  return ncclSuccess;
+}
+
 void commFree(struct ncclComm *comm, int graceful) {
   if (comm->initThreadRunning) { /* abort has set the flag, so it ends soon */
     pthread_join(comm->initThread, NULL);

@@ -121,6 +121,10 @@ void commEndInFlight(struct ncclComm *comm);
 /* ncclInvalidArgument with a WARN naming the call when comm is NULL,
  * corrupted or destroyed. */
 ncclResult_t commCheck(const struct ncclComm *comm, const char *call);
+/* ncclSuccess when comm takes operations; else why not, in a WARN naming
+ * the call: revoked, suspended, failed (a peer's death included), still
+ * initializing (ncclInvalidArgument, as NCCL), finalized. */
+ncclResult_t commReady(struct ncclComm *comm, const char *name);
 /* How long a call on comm may go without progress (chorusCommSetTimeout,
  * else CHORUS_TIMEOUT); 0: forever. */
 uint64_t commTimeoutNs(const struct ncclComm *comm);
