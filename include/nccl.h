@@ -20,8 +20,7 @@ typedef struct CUstream_st *cudaStream_t;
  * newest NCCL API level whose functions chorus implements in full: 2.19
  * (of later releases' functions some are here: ncclCommShrink,
  * ncclGroupSimulateEnd, ncclCommInitRankScalable, ncclCommRevoke, ncclCommGrow, windows,
- * ncclAlltoAll, ncclGather, ncclScatter; others, such as the one-sided
- * calls, are not), so
+ * ncclAlltoAll, ncclGather, ncclScatter, the one-sided calls), so
  * code that tests NCCL_VERSION_CODE before calling newer functions keeps
  * compiling. */
 #define NCCL_MAJOR 2
@@ -194,7 +193,8 @@ CHORUS_DECL(ncclResult_t, ncclCommGrow,
              ncclConfig_t *config));
 CHORUS_DECL(ncclResult_t, ncclCommRegister, (const ncclComm_t comm, void *buff, size_t size, void **handle));
 CHORUS_DECL(ncclResult_t, ncclCommDeregister, (const ncclComm_t comm, void *handle));
-/* Windows: recorded and checked (chorus's data path needs no registration). */
+/* Windows: registered by every rank in the same order (the k-th is the same
+ * window on every rank); the one-sided calls below write into them. */
 CHORUS_DECL(ncclResult_t, ncclCommWindowRegister,
             (ncclComm_t comm, void *buff, size_t size, ncclWindow_t *win, int winFlags));
 CHORUS_DECL(ncclResult_t, ncclCommWindowDeregister, (ncclComm_t comm, ncclWindow_t win));
@@ -266,6 +266,23 @@ CHORUS_DECL(ncclResult_t, ncclSend,
 CHORUS_DECL(ncclResult_t, ncclRecv,
             (void *recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
              cudaStream_t stream));
+
+/* One-sided (NCCL 2.29): a write into peer's window (registered by every
+ * rank, in the same order), then a signal there; sigIdx, ctx and flags 0. */
+CHORUS_DECL(ncclResult_t, ncclPutSignal,
+            (const void *localbuff, size_t count, ncclDataType_t datatype, int peer, ncclWindow_t peerWin,
+             size_t peerWinOffset, int sigIdx, int ctx, unsigned int flags, ncclComm_t comm, cudaStream_t stream));
+CHORUS_DECL(ncclResult_t, ncclSignal,
+            (int peer, int sigIdx, int ctx, unsigned int flags, ncclComm_t comm, cudaStream_t stream));
+/* How many signals to wait for from peer (on sigIdx and ctx). */
+typedef struct {
+  int opCnt;
+  int peer;
+  int sigIdx;
+  int ctx;
+} ncclWaitSignalDesc_t;
+CHORUS_DECL(ncclResult_t, ncclWaitSignal,
+            (int nDesc, ncclWaitSignalDesc_t *signalDescs, ncclComm_t comm, cudaStream_t stream));
 
 CHORUS_DECL(ncclResult_t, ncclGroupStart, (void));
 CHORUS_DECL(ncclResult_t, ncclGroupEnd, (void));

@@ -12,6 +12,7 @@
 #include "api/comm.h"
 
 #include "algo/algo.h"
+#include "api/rma.h"
 #include "api/watch.h"
 #include "bootstrap/oob.h"
 #include "core/clock.h"
@@ -105,6 +106,12 @@ void commFree(struct ncclComm *comm, int graceful) {
   free(comm->scratch);
   free(comm->userOps);
   free(comm->p2pSeq);
+  windowFreeAll(comm); /* the monitor, which writes into windows, has stopped */
+  rmaFreeEarly(comm);
+  free(comm->rmaEarly);
+  free(comm->sigGot);
+  free(comm->sigTaken);
+  pthread_mutex_destroy(&comm->winLock);
   comm->startMagic = comm->endMagic = 0;
   free(comm);
 }
@@ -301,6 +308,17 @@ static struct ncclComm *commAlloc(int nranks, const ncclUniqueId *id, int rank, 
   comm->blocking = blocking;
   comm->boot.listenFd = -1;
   comm->initId = *id;
+  pthread_mutex_init(&comm->winLock, NULL);
+  comm->sigGot = calloc((size_t)nranks, sizeof *comm->sigGot);
+  comm->sigTaken = calloc((size_t)nranks, sizeof *comm->sigTaken);
+  comm->rmaEarly = calloc((size_t)nranks, sizeof *comm->rmaEarly);
+  if (!comm->sigGot || !comm->sigTaken || !comm->rmaEarly) {
+    free(comm->sigGot);
+    free(comm->sigTaken);
+    free(comm->rmaEarly);
+    free(comm);
+    return NULL;
+  }
   comm->origin = *origin;
   uint64_t h = 0xcbf29ce484222325ull;
   for (size_t i = 0; i < sizeof id->internal; i++) h = (h ^ (unsigned char)id->internal[i]) * 0x100000001b3ull;
@@ -441,7 +459,7 @@ static ncclResult_t commSetup(struct ncclComm *comm) {
     traceCommOpen(&comm->trace, rank, nranks, comm->commHash, offset, error);
   }
   /* From here on the monitor owns the mesh (peer deaths, status queries, faults). */
-  CHECKGOTO(oobStart(&comm->boot, watchStatus, comm, watchStatusBytes()), res, fail);
+  CHECKGOTO(oobStart(&comm->boot, watchStatus, rmaDeliver, comm, watchStatusBytes()), res, fail);
   uint64_t tConnected = clockNs();
   logTopology(comm);
   if (comm->origin.parent)

@@ -84,6 +84,14 @@ struct ncclComm {
   struct commOrigin origin;
   uint64_t commHash; /* NCCL's commId in the logs: a hash of the unique id */
   int childCount;    /* communicators split off this one */
+  /* Windows (window.c) and one-sided signals (rma.c). */
+  pthread_mutex_t winLock;            /* the windows, against the monitor's one-sided writes */
+  struct ncclWindow_vidmem *windows; /* live, newest first */
+  uint32_t winNext;                   /* the next window's number: ranks register in the same order */
+  uint64_t *sigGot, *sigTaken;        /* [nranks] signals from each rank: arrived, waited for */
+  struct rmaEarly **rmaEarly;         /* [nranks] writes kept until their window is registered */
+  int rmaFaulted;                     /* a one-sided write could not be applied: rmaFault says why */
+  char rmaFault[256];
   struct bootstrapHandle growId; /* ncclCommGetUniqueId's, while no grow has used it */
   int growIdMade;
   uint64_t createdNs; /* when its init call began (Init timings) */

@@ -1,14 +1,18 @@
 /* Memory windows (NCCL 2.27's symmetric registration, ncclWinGetUserPtr of
- * 2.30): NCCL's symmetric kernels and one-sided calls use them; chorus's
- * data path copies through its FIFOs and needs none, so a window records
- * the range, checked on deregistration and given back by
- * ncclWinGetUserPtr. Local to the rank: NCCL's call is collective, but one
- * thread may register the windows of several ranks in a group, which an
- * exchange here would deadlock. */
+ * 2.30): NCCL's symmetric kernels and one-sided calls use them. chorus's
+ * collectives copy through their FIFOs and need none; one-sided writes
+ * (rma.c) land in them. A window records the range and a number: NCCL's
+ * registration is collective, so every rank registers its windows in the
+ * same order and the k-th window is the same on all of them, which is how
+ * a write names the peer's window. Nothing is exchanged at registration:
+ * one thread may register the windows of several ranks in a group, which
+ * an exchange here would deadlock. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "api/api.h"
 #include "api/comm.h"
+#include "api/rma.h"
 #include "core/err.h"
 #include "core/log.h"
 
@@ -21,6 +25,8 @@ struct ncclWindow_vidmem {
   void *buff;
   size_t size;
   int flags;
+  uint32_t number; /* the comm's k-th window */
+  struct ncclWindow_vidmem *next;
 };
 
 /* 1 when win is a live window of comm. */
@@ -46,7 +52,11 @@ NCCL_API(ncclResult_t, ncclCommWindowRegister, ncclComm_t comm, void *buff, size
   }
   struct ncclWindow_vidmem *w = malloc(sizeof *w);
   if (!w) return ncclSystemError;
-  *w = (struct ncclWindow_vidmem){WIN_MAGIC, comm, buff, size, winFlags};
+  pthread_mutex_lock(&comm->winLock);
+  *w = (struct ncclWindow_vidmem){WIN_MAGIC, comm, buff, size, winFlags, comm->winNext++, comm->windows};
+  comm->windows = w;
+  rmaDrainLocked(comm); /* writes that came before this rank registered it */
+  pthread_mutex_unlock(&comm->winLock);
   *win = w;
   return ncclSuccess;
 }
@@ -57,6 +67,13 @@ NCCL_API(ncclResult_t, ncclCommWindowDeregister, ncclComm_t comm, ncclWindow_t w
     WARN("ncclCommWindowDeregister : window %p is not registered with this communicator", (void *)win);
     return ncclInvalidArgument;
   }
+  pthread_mutex_lock(&comm->winLock); /* no one-sided write is copying into it */
+  for (struct ncclWindow_vidmem **p = &comm->windows; *p; p = &(*p)->next)
+    if (*p == win) {
+      *p = win->next;
+      break;
+    }
+  pthread_mutex_unlock(&comm->winLock);
   win->magic = 0;
   free(win);
   return ncclSuccess;
@@ -74,4 +91,35 @@ NCCL_API(ncclResult_t, ncclWinGetUserPtr, ncclComm_t comm, ncclWindow_t win, voi
   }
   *outUserPtr = win->buff;
   return ncclSuccess;
+}
+
+ncclResult_t windowNumber(struct ncclComm *comm, ncclWindow_t win, const char *call, uint32_t *number,
+                          size_t *size) {
+  if (!windowOf(comm, win)) {
+    WARN("%s : window %p is not registered with this communicator", call, (void *)win);
+    return ncclInvalidArgument;
+  }
+  *number = win->number;
+  *size = win->size;
+  return ncclSuccess;
+}
+
+int windowWrite(struct ncclComm *comm, uint32_t number, uint64_t off, const void *data, size_t bytes) {
+  int res = -1;
+  for (struct ncclWindow_vidmem *w = comm->windows; w; w = w->next) {
+    if (w->number != number) continue;
+    res = off > w->size || bytes > w->size - off ? -2 : 0;
+    if (res == 0 && bytes) memcpy((char *)w->buff + off, data, bytes);
+    break;
+  }
+  return res;
+}
+
+void windowFreeAll(struct ncclComm *comm) {
+  while (comm->windows) {
+    struct ncclWindow_vidmem *w = comm->windows;
+    comm->windows = w->next;
+    w->magic = 0;
+    free(w);
+  }
 }

@@ -20,7 +20,7 @@
 
 #define OOB_MAGIC 0x424f4843u /* "CHOB" */
 
-enum oobType { oobData = 1, oobGoodbye, oobQuery, oobStatus, oobFault, oobTypeEnd };
+enum oobType { oobData = 1, oobGoodbye, oobQuery, oobStatus, oobFault, oobRma, oobTypeEnd };
 
 struct oobHeader {
   uint32_t magic;
@@ -51,7 +51,8 @@ struct oob {
   pthread_t thread;
   int efd, stop;
   oobStatusFn statusFn;
-  void *statusArg;
+  oobRmaFn rmaFn;
+  void *statusArg; /* both functions' */
   size_t statusBytes;
   pthread_mutex_t lock; /* inboxes, replies, fault */
   struct oobPeer *peers;
@@ -158,6 +159,9 @@ static void frameHandle(struct oob *o, int peer) {
       }
       pthread_mutex_unlock(&o->lock);
       break;
+    case oobRma:
+      if (o->rmaFn) o->rmaFn(o->statusArg, peer, m->data, p->hdr.len);
+      break;
     case oobFault:
       pthread_mutex_lock(&o->lock);
       if (o->faultCode == ncclSuccess && p->hdr.len > sizeof(int32_t)) {
@@ -261,11 +265,12 @@ static void *monitorMain(void *arg) {
 
 /* The monitor's state for b, without its thread (fuzz/fuzz_oob.c drives
  * peerRead itself). */
-static struct oob *oobAlloc(struct bootstrap *b, oobStatusFn status, void *arg, size_t statusBytes) {
+static struct oob *oobAlloc(struct bootstrap *b, oobStatusFn status, oobRmaFn rma, void *arg, size_t statusBytes) {
   struct oob *o = calloc(1, sizeof *o);
   if (!o) return NULL;
   o->b = b;
   o->statusFn = status;
+  o->rmaFn = rma;
   o->statusArg = arg;
   o->statusBytes = statusBytes;
   o->peers = calloc((size_t)b->nranks, sizeof *o->peers);
@@ -308,9 +313,9 @@ static void oobFree(struct oob *o) {
   free(o);
 }
 
-ncclResult_t oobStart(struct bootstrap *b, oobStatusFn status, void *arg, size_t statusBytes) {
+ncclResult_t oobStart(struct bootstrap *b, oobStatusFn status, oobRmaFn rma, void *arg, size_t statusBytes) {
   if (statusBytes > OOB_MAX_STATUS) return ncclInternalError;
-  struct oob *o = oobAlloc(b, status, arg, statusBytes);
+  struct oob *o = oobAlloc(b, status, rma, arg, statusBytes);
   if (!o) return ncclSystemError;
   int err = pthread_create(&o->thread, NULL, monitorMain, o);
   if (err) {
@@ -352,6 +357,17 @@ ncclResult_t oobSendData(struct bootstrap *b, int peer, const void *data, size_t
     ncclResult_t live = w->liveness ? w->liveness(w->livenessArg) : ncclSuccess;
     if (live != ncclSuccess) return live;
     WARN("Bootstrap : rank %d could not send to rank %d", b->rank, peer);
+  }
+  return res;
+}
+
+ncclResult_t oobSendRma(struct bootstrap *b, int peer, const void *payload, size_t size, struct waitState *w) {
+  uint64_t wait = w->timeoutNs ? w->timeoutNs : UINT64_MAX / 4;
+  ncclResult_t res = frameSend(b->oob, peer, oobRma, 0, payload, size, wait, w->abortFlag);
+  if (res != ncclSuccess) {
+    if (w->abortFlag && __atomic_load_n(w->abortFlag, __ATOMIC_ACQUIRE)) return ncclInvalidUsage;
+    WARN("Bootstrap : rank %d could not write to rank %d (one-sided): %s", b->rank, peer,
+         oobPeerGone(b, peer) ? "it is gone" : "no room within the timeout");
   }
   return res;
 }

@@ -8,7 +8,9 @@
  *     elsewhere or stuck: a timeout can name the rank at fault,
  *   - takes faults other ranks report (a mismatched operation) so that the
  *     ranks still waiting fail with the same error instead of hanging,
- *   - queues data messages for bootstrapRecv (ncclCommSplit after init).
+ *   - queues data messages for bootstrapRecv (ncclCommSplit after init),
+ *   - hands one-sided writes (ncclPutSignal) to the communicator at once,
+ *     whatever its own thread is doing.
  * Every message is a frame: a 16-byte header and at most OOB_MAX_PAYLOAD
  * bytes; anything else on a mesh connection marks the peer as failed. */
 #ifndef CHORUS_BOOTSTRAP_OOB_H
@@ -28,8 +30,12 @@ struct bootstrap;
 /* Writes this rank's status (at most OOB_MAX_STATUS bytes) for a query. */
 typedef void (*oobStatusFn)(void *arg, void *out, size_t size);
 
-/* Starts the monitor on a bootstrap whose mesh is complete. */
-ncclResult_t oobStart(struct bootstrap *b, oobStatusFn status, void *arg, size_t statusBytes);
+/* Applies a one-sided write peer sent (oobSendRma), on the monitor's thread. */
+typedef void (*oobRmaFn)(void *arg, int peer, const void *payload, size_t size);
+
+/* Starts the monitor on a bootstrap whose mesh is complete; arg goes to
+ * both functions. */
+ncclResult_t oobStart(struct bootstrap *b, oobStatusFn status, oobRmaFn rma, void *arg, size_t statusBytes);
 /* Why a peer said goodbye: it will take part in nothing more. */
 enum oobDeparture { oobStaying = 0, oobDestroyed = 1, oobFinalized = 2 };
 /* Stops the monitor; graceful sends every peer a goodbye (destroyed) first. */
@@ -39,6 +45,9 @@ void oobStop(struct bootstrap *b, int graceful);
 void oobSayGoodbye(struct bootstrap *b, enum oobDeparture why);
 
 ncclResult_t oobSendData(struct bootstrap *b, int peer, const void *data, size_t size, struct waitState *w);
+/* A one-sided write (at most OOB_MAX_PAYLOAD bytes, opaque here) that
+ * peer's monitor hands to its oobRmaFn; frames to one peer arrive in order. */
+ncclResult_t oobSendRma(struct bootstrap *b, int peer, const void *payload, size_t size, struct waitState *w);
 /* The next data message from peer, which must be exactly size bytes. */
 ncclResult_t oobRecvData(struct bootstrap *b, int peer, void *data, size_t size, struct waitState *w);
 
