@@ -260,7 +260,7 @@ int main(int argc, char **argv) {
   if (!strcmp(c, "pingpong")) failed = runRanks(2, pingpong, NULL, 60);
   else if (!strcmp(c, "alltoall")) {
     failed = 0;
-    for (int n = 1; n <= 5; n++) failed += runRanks(n, alltoall, NULL, 60);
+    for (int n = 1; n <= 5 && !failed; n++) failed += runRanks(n, alltoall, NULL, 60);
   } else if (!strcmp(c, "passive")) failed = runRanks(2, passive, NULL, 60);
   else if (!strcmp(c, "dead")) failed = runRanks(2, dead, NULL, 60);
   else if (!strcmp(c, "unregistered")) failed = runRanks(2, unregistered, NULL, 60);
