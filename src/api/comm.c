@@ -329,17 +329,21 @@ static struct ncclComm *commAlloc(int nranks, const ncclUniqueId *id, int rank, 
 }
 
 /* The FIFO per connection: rank 0's NCCL_BUFFSIZE, else (unset: 0) NCCL's
- * 4 MiB on one host, and 512 KiB (8 slots of 64 KiB) when the communicator
- * spans hosts. Over sockets smaller slots pipeline a ring step (the next
- * hop starts on the first 64 KiB, not after 128), and a FIFO that stays in
- * the cache is written by recv() and read by the reduction there: 2 ranks
- * on 2 network namespaces, AllReduce medians of 5 alternated runs,
- * 4 MiB -> 512 KiB: 256 KiB 289 -> 176 us, 1 MiB 1163 -> 636 us, 4 MiB
- * 4331 -> 2689 us, 8 MiB 8471 -> 6407 us. */
+ * 4 MiB, and 512 KiB (8 slots of 64 KiB) when every rank has a host of its
+ * own, so that every connection is a socket. There smaller slots pipeline
+ * a ring step (the next hop starts on the first 64 KiB, not after 128),
+ * and a FIFO that stays in the cache is written by recv() and read by the
+ * reduction there: 2 ranks on 2 network namespaces, AllReduce medians of 5
+ * alternated runs, 4 MiB -> 512 KiB: 256 KiB 172 -> 155 us, 1 MiB 757 ->
+ * 536 us, 4 MiB 4223 -> 2513 us, 8 MiB 8936 -> 5637 us. With 2 ranks per
+ * host (4 ranks, shared memory inside each) it was 3-25% faster at
+ * 64 KiB-1 MiB but 27% slower at 16 MiB, so hosts with several ranks keep
+ * 4 MiB. */
 static size_t commBuffSize(const struct ncclComm *comm, int64_t rank0) {
   if (rank0 > 0) return rank0 < 64 * 1024 ? 64 * 1024 : (size_t)rank0;
   /* the table's default, not this rank's setting: rank 0's holds */
-  return comm->nhosts > 1 ? 512 * 1024 : (size_t)strtoll(paramDefault(paramBuffSize), NULL, 10);
+  int socketsOnly = comm->nhosts > 1 && comm->nhosts == comm->nranks;
+  return socketsOnly ? 512 * 1024 : (size_t)strtoll(paramDefault(paramBuffSize), NULL, 10);
 }
 
 /* Everything that needs the other ranks: rendezvous, agreement, shared

@@ -14,7 +14,7 @@
   X(DebugSubsys, "NCCL_DEBUG_SUBSYS", 1, "INIT,BOOTSTRAP,ENV",                                    \
     "subsystems logged at INFO: INIT,COLL,P2P,SHM,NET,BOOTSTRAP,ENV,ALLOC,TUNING,PROFILE,ALL; ^ inverts") \
   X(DebugFile, "NCCL_DEBUG_FILE", 1, "", "log file instead of stdout; %h host, %p pid")          \
-  X(BuffSize, "NCCL_BUFFSIZE", 0, "4194304", "bytes of FIFO per connection (unset: 524288 when the communicator spans hosts)")    \
+  X(BuffSize, "NCCL_BUFFSIZE", 0, "4194304", "bytes of FIFO per connection (unset: 524288 when every rank has a host of its own)")    \
   X(CommId, "NCCL_COMM_ID", 1, "", "host:port of the bootstrap root; rank 0 hosts it")            \
   X(ShmDisable, "NCCL_SHM_DISABLE", 0, "0", "1 disables the shared-memory transport")             \
   X(HostId, "NCCL_HOSTID", 1, "", "overrides the host identity (default hostname + boot id)")     \
