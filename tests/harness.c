@@ -1,6 +1,7 @@
 #define _GNU_SOURCE
 #include "harness.h"
 
+#include "bootstrap/bootstrap.h"
 #include "chorus.h"
 
 #include <signal.h>
@@ -66,6 +67,21 @@ int testCommId(ncclUniqueId *id) {
     return 1;
   }
   return 0;
+}
+
+int idRootGone(const ncclUniqueId *id, double waitSec) {
+  struct bootstrapHandle h;
+  memcpy(&h, id->internal, sizeof h);
+  double t0 = nowSec();
+  for (;;) {
+    int fd = socket(h.addr.sa.sa_family, SOCK_STREAM, 0);
+    if (fd < 0) return 0;
+    socklen_t len = h.addr.sa.sa_family == AF_INET ? sizeof h.addr.sin : sizeof h.addr.sin6;
+    int refused = connect(fd, &h.addr.sa, len) != 0;
+    close(fd);
+    if (refused || nowSec() - t0 >= waitSec) return refused;
+    usleep(10000);
+  }
 }
 
 /* A test's own deadline, cut to CHORUS_TEST_DEADLINE (tests/deadlines.cmake

@@ -19,6 +19,9 @@ int runRanks(int nranks, rankFn fn, void *arg, int deadlineSec);
 /* The id runRanks uses: ncclGetUniqueId's, or with CHORUS_TEST_COMM_ID=1
  * (make tsan) one whose root rank 0 hosts. 0 on success. */
 int testCommId(ncclUniqueId *id);
+/* 1 once nobody listens at id's rendezvous address, within waitSec
+ * (0: look once): its root has ended. */
+int idRootGone(const ncclUniqueId *id, double waitSec);
 /* The same with an id the caller made. */
 int runRanksWithId(int nranks, ncclUniqueId id, rankFn fn, void *arg, int deadlineSec);
 

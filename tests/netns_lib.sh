@@ -104,3 +104,21 @@ launch() {
   return $bad
 }
 
+
+# openmpiTcp PROGRAM ARGS...: PROGRAM under Open MPI over TCP on hosts 0 and
+# 1, one process each; mpirun starts its daemon in host 1's namespace
+# through an agent written to $logs instead of ssh (bench/compare_net,
+# bench/net_ab).
+openmpiTcp() {
+  cat >"$logs/netns-rsh" <<EOR
+#!/bin/sh
+while [ "\${1#-}" != "\$1" ]; do shift; done
+host=\$1; shift
+case \$host in 10.77.0.1) ns=${tag}h0 ;; *) ns=${tag}h1 ;; esac
+exec ip netns exec \$ns sh -c "\$*"
+EOR
+  chmod +x "$logs/netns-rsh"
+  ip netns exec ${tag}h0 mpirun.openmpi --allow-run-as-root --host 10.77.0.1,10.77.0.2 -np 2 --bind-to none \
+    --mca plm_rsh_agent "$logs/netns-rsh" --mca btl tcp,self --mca btl_tcp_if_include eth0 \
+    --mca oob_tcp_if_include eth0 "$@"
+}

@@ -22,10 +22,8 @@
  *   test_grow <case> */
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
-#include "bootstrap/bootstrap.h"
 #include "harness.h"
 
 struct shared {
@@ -41,18 +39,6 @@ struct plan {
   int parentRanks, total, coord, blocking;
   enum fault fault;
 };
-
-/* 1 when nobody listens at the address of id any more. */
-static int refuses(const ncclUniqueId *id) {
-  struct bootstrapHandle h;
-  memcpy(&h, id->internal, sizeof h);
-  int fd = socket(h.addr.sa.sa_family, SOCK_STREAM, 0);
-  if (fd < 0) return 0;
-  socklen_t len = h.addr.sa.sa_family == AF_INET ? sizeof h.addr.sin : sizeof h.addr.sin6;
-  int refused = connect(fd, &h.addr.sa, len) != 0;
-  close(fd);
-  return refused;
-}
 
 static int waitComm(ncclComm_t comm, ncclResult_t *res, double t0) {
   while (*res == ncclInProgress && nowSec() - t0 < 10) NCCLCHECK(ncclCommGetAsyncError(comm, res));
@@ -235,13 +221,10 @@ static int args(void) {
    * rather than listen until the timeout. */
   NCCLCHECK(ncclCommGetUniqueId(comm, &id));
   NCCLCHECK(ncclCommGetUniqueId(comm, &id2));
-  t0 = nowSec();
-  while (!refuses(&id) && nowSec() - t0 < 2) usleep(10000);
-  EXPECT(refuses(&id) && !refuses(&id2), "replaced id refuses %d, new id refuses %d", refuses(&id), refuses(&id2));
+  int replacedGone = idRootGone(&id, 2), newGone = idRootGone(&id2, 0);
+  EXPECT(replacedGone && !newGone, "replaced id refuses %d, new id refuses %d", replacedGone, newGone);
   NCCLCHECK(ncclCommDestroy(comm));
-  t0 = nowSec();
-  while (!refuses(&id2) && nowSec() - t0 < 2) usleep(10000);
-  EXPECT(refuses(&id2), "the root of an unused id still listens after ncclCommDestroy");
+  EXPECT(idRootGone(&id2, 2), "the root of an unused id still listens after ncclCommDestroy");
   return 0;
 }
 

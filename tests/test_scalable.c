@@ -10,13 +10,10 @@
  *   args     - nId 0 or past nranks, and NULL ids: ncclInvalidArgument at once.
  *   nonblocking - config.blocking = 0: ncclInProgress, then success.
  *   test_scalable <case> */
-#include <arpa/inet.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
-#include "bootstrap/bootstrap.h"
 #include "harness.h"
 
 #define MAX_IDS 4
@@ -38,18 +35,6 @@ struct plan {
 static int firstRankOf(int k, int nranks, int nId) {
   int base = nranks / nId, extra = nranks % nId;
   return k * base + (k < extra ? k : extra);
-}
-
-/* 1 when nobody listens at the address of id any more. */
-static int refuses(const ncclUniqueId *id) {
-  struct bootstrapHandle h;
-  memcpy(&h, id->internal, sizeof h);
-  int fd = socket(h.addr.sa.sa_family, SOCK_STREAM, 0);
-  if (fd < 0) return 0;
-  socklen_t len = h.addr.sa.sa_family == AF_INET ? sizeof h.addr.sin : sizeof h.addr.sin6;
-  int refused = connect(fd, &h.addr.sa, len) != 0;
-  close(fd);
-  return refused;
 }
 
 static int scalableRank(int rank, int n, ncclUniqueId unused, void *arg) {
@@ -111,9 +96,7 @@ static int scalableRank(int rank, int n, ncclUniqueId unused, void *arg) {
    * root would have listened until CHORUS_TIMEOUT). */
   for (int k = 1; k < p->nId; k++)
     if (rank == firstRankOf(k, n, p->nId) && memcmp(&ids[k], &ids[0], sizeof ids[0]) != 0) {
-      double t1 = nowSec();
-      while (!refuses(&ids[k]) && nowSec() - t1 < 2) usleep(10000);
-      EXPECT(refuses(&ids[k]), "rank %d: the root of id %d still listens", rank, k);
+      EXPECT(idRootGone(&ids[k], 2), "rank %d: the root of id %d still listens", rank, k);
     }
   NCCLCHECK(ncclCommDestroy(comm));
   guardFree(in);

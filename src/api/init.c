@@ -254,6 +254,15 @@ NCCL_API(ncclResult_t, ncclCommShrink, ncclComm_t comm, int *excludeRanksList, i
   return groupInit(&job);
 }
 
+/* A grow's parent has finished its init and has not failed. */
+static ncclResult_t growParentUp(const struct ncclComm *comm, const char *call) {
+  ncclResult_t async = __atomic_load_n(&comm->asyncError, __ATOMIC_ACQUIRE);
+  if (async == ncclSuccess) return ncclSuccess;
+  WARN("%s : rank %d: parent communicator is %s", call, comm->rank,
+       async == ncclInProgress ? "still initializing" : "in error");
+  return async == ncclInProgress ? ncclInvalidUsage : async;
+}
+
 /* The id new ranks join a grow with: a fresh root in this process (the
  * coordinator's), with a random secret. A second call replaces the first
  * id, whose root ends if nobody came to it; ncclCommDestroy ends an unused
@@ -264,12 +273,7 @@ NCCL_API(ncclResult_t, ncclCommGetUniqueId, ncclComm_t comm, ncclUniqueId *uniqu
     WARN("ncclCommGetUniqueId : uniqueId argument is NULL");
     return ncclInvalidArgument;
   }
-  ncclResult_t async = __atomic_load_n(&comm->asyncError, __ATOMIC_ACQUIRE);
-  if (async != ncclSuccess) {
-    WARN("ncclCommGetUniqueId : rank %d: the communicator is %s", comm->rank,
-         async == ncclInProgress ? "still initializing" : "in error");
-    return async == ncclInProgress ? ncclInvalidUsage : async;
-  }
+  CHECK(growParentUp(comm, "ncclCommGetUniqueId"));
   struct bootstrapHandle h;
   CHECK(bootstrapNewRoot(&h));
   if (comm->growIdMade) bootstrapRetireRoot(&comm->growId);
@@ -320,12 +324,7 @@ NCCL_API(ncclResult_t, ncclCommGrow, ncclComm_t comm, int nRanks, const ncclUniq
     CHECK(initConfig(config, call, &blocking));
     if (config->blocking == NCCL_CONFIG_UNDEF_INT) blocking = comm->blocking;
   }
-  ncclResult_t async = __atomic_load_n(&comm->asyncError, __ATOMIC_ACQUIRE);
-  if (async != ncclSuccess) {
-    WARN("%s : rank %d: parent communicator is %s", call, comm->rank,
-         async == ncclInProgress ? "still initializing" : "in error");
-    return async == ncclInProgress ? ncclInvalidUsage : async;
-  }
+  CHECK(growParentUp(comm, call));
   *newcomm = NULL;
   struct initJob job = {.run = commGrowRun, .comm = newcomm, .nranks = nRanks, .rank = comm->rank,
                         .cudaDev = comm->cudaDev, .blocking = blocking, .parent = comm, .func = call};

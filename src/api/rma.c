@@ -122,10 +122,10 @@ void rmaDeliver(void *arg, int peer, const void *payload, size_t size) {
   rmaReceive(comm, peer, &h, (const char *)payload + sizeof h, size - sizeof h);
 }
 
-/* The checks every one-sided call makes; then its place on stream. */
-static ncclResult_t rmaBegin(struct ncclComm *comm, const char *call, int peer, int sigIdx, int ctx,
-                             unsigned int flags, cudaStream_t stream) {
-  CHECK(commCheck(comm, call));
+/* What each one-sided call (and each descriptor of a wait) names: a peer,
+ * and sigIdx, ctx and flags, which NCCL 2.30 takes only as 0. */
+static ncclResult_t rmaCheckTarget(const struct ncclComm *comm, const char *call, int peer, int sigIdx, int ctx,
+                                   unsigned int flags) {
   logSetRank(comm->rank);
   if (peer < 0 || peer >= comm->nranks) {
     WARN("%s : invalid peer %d (nranks %d)", call, peer, comm->nranks);
@@ -135,6 +135,12 @@ static ncclResult_t rmaBegin(struct ncclComm *comm, const char *call, int peer, 
     WARN("%s : sigIdx %d, ctx %d and flags 0x%x must be 0 (NCCL 2.30 takes no others)", call, sigIdx, ctx, flags);
     return ncclInvalidArgument;
   }
+  return ncclSuccess;
+}
+
+/* The communicator takes operations; then the call's place on stream: it
+ * runs after what the stream holds. */
+static ncclResult_t rmaBegin(struct ncclComm *comm, const char *call, cudaStream_t stream) {
   CHECK(commReady(comm, call));
   stream = streamResolve(stream);
   if (stream && !streamValid(stream)) {
@@ -203,14 +209,17 @@ NCCL_API(ncclResult_t, ncclPutSignal, const void *localbuff, size_t count, ncclD
     WARN("%s : %zu bytes at offset %zu go past the end of the window (%zu bytes)", call, bytes, peerWinOffset, size);
     return ncclInvalidArgument;
   }
-  CHECK(rmaBegin(comm, call, peer, sigIdx, ctx, flags, stream));
+  CHECK(rmaCheckTarget(comm, call, peer, sigIdx, ctx, flags));
+  CHECK(rmaBegin(comm, call, stream));
   return rmaSend(comm, call, peer, window, peerWinOffset, localbuff, bytes);
 }
 
 NCCL_API(ncclResult_t, ncclSignal, int peer, int sigIdx, int ctx, unsigned int flags, ncclComm_t comm,
          cudaStream_t stream) {
   static const char call[] = "ncclSignal";
-  CHECK(rmaBegin(comm, call, peer, sigIdx, ctx, flags, stream));
+  CHECK(commCheck(comm, call));
+  CHECK(rmaCheckTarget(comm, call, peer, sigIdx, ctx, flags));
+  CHECK(rmaBegin(comm, call, stream));
   return rmaSend(comm, call, peer, 0, 0, NULL, 0);
 }
 
@@ -234,20 +243,19 @@ NCCL_API(ncclResult_t, ncclWaitSignal, int nDesc, ncclWaitSignalDesc_t *signalDe
     WARN("%s : nDesc %d with signalDescs %p", call, nDesc, (void *)signalDescs);
     return ncclInvalidArgument;
   }
-  for (int i = 0; i < nDesc; i++)
-    if (signalDescs[i].opCnt < 0) {
-      WARN("%s : signalDescs[%d].opCnt is %d", call, i, signalDescs[i].opCnt);
+  for (int i = 0; i < nDesc; i++) {
+    const ncclWaitSignalDesc_t *d = &signalDescs[i];
+    CHECK(rmaCheckTarget(comm, call, d->peer, d->sigIdx, d->ctx, 0));
+    if (d->opCnt < 0) {
+      WARN("%s : signalDescs[%d].opCnt is %d", call, i, d->opCnt);
       return ncclInvalidArgument;
     }
+  }
+  CHECK(rmaBegin(comm, call, stream));
   uint64_t *want = calloc((size_t)comm->nranks, sizeof *want);
   if (!want) return ncclSystemError;
+  for (int i = 0; i < nDesc; i++) want[signalDescs[i].peer] += (uint64_t)signalDescs[i].opCnt;
   ncclResult_t res = ncclSuccess;
-  for (int i = 0; i < nDesc && res == ncclSuccess; i++) {
-    const ncclWaitSignalDesc_t *d = &signalDescs[i];
-    res = rmaBegin(comm, call, d->peer, d->sigIdx, d->ctx, 0, i == 0 ? stream : NULL);
-    if (res == ncclSuccess) want[d->peer] += (uint64_t)d->opCnt;
-  }
-  if (nDesc == 0) res = rmaBegin(comm, call, comm->rank, 0, 0, 0, stream);
   struct waitState w;
   waitBegin(&w, &comm->abortFlag, NULL, NULL, call);
   int64_t ms = __atomic_load_n(&comm->timeoutMs, __ATOMIC_RELAXED);
