@@ -4,9 +4,15 @@
 #include "bootstrap/bootstrap.h"
 #include "chorus.h"
 
+#include <errno.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -194,23 +200,52 @@ int runRanksWithId(int nranks, ncclUniqueId id, rankFn fn, void *arg, int deadli
 #define GUARD 64
 static const unsigned char guardByte = 0xa5;
 
-void *guardAlloc(size_t bytes) {
-  unsigned char *p = malloc(bytes + 2 * GUARD + sizeof(size_t));
-  memcpy(p, &bytes, sizeof bytes);
-  memset(p + sizeof bytes, guardByte, GUARD);
-  memset(p + sizeof bytes + GUARD + bytes, guardByte, GUARD);
-  return p + sizeof bytes + GUARD;
+/* The header holds the size, with GUARD_MEMALLOC set for ncclMemAlloc's. */
+#define GUARD_MEMALLOC ((size_t)1 << 63)
+
+static void *guardLay(unsigned char *p, size_t bytes, size_t header) {
+  if (!p) return NULL;
+  memcpy(p, &header, sizeof header);
+  memset(p + sizeof header, guardByte, GUARD);
+  memset(p + sizeof header + GUARD + bytes, guardByte, GUARD);
+  return p + sizeof header + GUARD;
+}
+
+void *guardAlloc(size_t bytes) { return guardLay(malloc(bytes + 2 * GUARD + sizeof(size_t)), bytes, bytes); }
+
+void *guardMemAlloc(size_t bytes) {
+  void *p = NULL;
+  if (ncclMemAlloc(&p, bytes + 2 * GUARD + sizeof(size_t)) != ncclSuccess) return NULL;
+  return guardLay(p, bytes, bytes | GUARD_MEMALLOC);
 }
 
 int guardCheck(void *q) {
   unsigned char *p = (unsigned char *)q - GUARD - sizeof(size_t);
   size_t bytes;
   memcpy(&bytes, p, sizeof bytes);
+  bytes &= ~GUARD_MEMALLOC;
   for (int i = 0; i < GUARD; i++)
     if (p[sizeof bytes + i] != guardByte || p[sizeof bytes + GUARD + bytes + i] != guardByte) return 1;
   return 0;
 }
 
 void guardFree(void *q) {
-  if (q) free((unsigned char *)q - GUARD - sizeof(size_t));
+  if (!q) return;
+  unsigned char *p = (unsigned char *)q - GUARD - sizeof(size_t);
+  size_t header;
+  memcpy(&header, p, sizeof header);
+  if (header & GUARD_MEMALLOC) ncclMemFree(p);
+  else free(p);
+}
+
+int denyCma(void) {
+  struct sock_filter f[] = {
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_process_vm_readv, 0, 1),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+  };
+  struct sock_fprog prog = {sizeof f / sizeof f[0], f};
+  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return -1;
+  return (int)syscall(__NR_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC, &prog);
 }

@@ -44,10 +44,16 @@ int runRanksWithId(int nranks, ncclUniqueId id, rankFn fn, void *arg, int deadli
     }                                                                   \
   } while (0)
 
-/* Buffers with guard bytes on both sides. */
+/* Buffers with guard bytes on both sides: from malloc, or from
+ * ncclMemAlloc (guardMemAlloc; NULL when it fails); guardFree frees
+ * either. */
 void *guardAlloc(size_t bytes);
+void *guardMemAlloc(size_t bytes);
 int guardCheck(void *p); /* 0 when both guards are intact */
 void guardFree(void *p);
+/* From here on process_vm_readv (CMA) fails with EPERM in every thread of
+ * this process, as a container's seccomp filter makes it; 0 on success. */
+int denyCma(void);
 
 double nowSec(void);
 /* How many lines of the file at path hold needle; -1 when it cannot be read. */

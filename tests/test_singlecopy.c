@@ -24,34 +24,15 @@
  *   test_singlecopy <case> */
 #define _GNU_SOURCE
 #include <errno.h>
-#include <linux/filter.h>
-#include <linux/seccomp.h>
 #include <signal.h>
-#include <stddef.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/prctl.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "harness.h"
 
 static char logDir[64];
 static double *shared; /* [0]: when the victim died; [1 + rank]: the rank's pid (mixed) */
-
-/* From here on process_vm_readv fails with EPERM in every thread of this
- * process. */
-static int denyCma(void) {
-  struct sock_filter f[] = {
-      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
-      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_process_vm_readv, 0, 1),
-      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
-      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-  };
-  struct sock_fprog prog = {sizeof f / sizeof f[0], f};
-  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return -1;
-  return (int)syscall(__NR_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC, &prog);
-}
 
 static float value(int rank, size_t i) { return (float)(rank * 100003 + (int)(i % 99991)); }
 
