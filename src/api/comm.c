@@ -241,9 +241,13 @@ static uint64_t commNtStoreBytes(const struct ncclComm *comm) {
  * waits for a core: 2 ranks on 2 cores, AllGather 256 MiB 2.6 -> 4.1 GB/s
  * busbw, Broadcast 3.1 -> 4.6; Send/Recv lost (5.9 -> 2.2) and so did 4
  * ranks on 2 cores (Broadcast 4.5 -> 3.0). A local choice: a receiver
- * reads what it is given. */
+ * reads what it is given.
+ * Memory of ncclMemAlloc's, which local peers map, is read where it lies at
+ * any size (unless CHORUS_SINGLE_COPY=0): a plain copy at memory speed, the
+ * FIFO's two copies made one. */
 static void commSingleCopy(struct ncclComm *comm) {
   int64_t v = paramInt(paramSingleCopy);
+  comm->mappedRefs = v != 0;
   if (v >= 0) {
     comm->singleCopyBytes = comm->singleCopyP2pBytes = (uint64_t)v;
     return;

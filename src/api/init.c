@@ -3,6 +3,7 @@
  * Each checks its arguments, then hands an init job to the group (group.c)
  * or the mechanism (comm.c, initjob.c). */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,6 +17,7 @@
 #include "core/err.h"
 #include "core/log.h"
 #include "core/param.h"
+#include "transport/memshare.h"
 
 NCCL_API(ncclResult_t, ncclGetUniqueId, ncclUniqueId *uniqueId) {
   if (uniqueId == NULL) {
@@ -434,7 +436,14 @@ NCCL_API(ncclResult_t, ncclMemAlloc, void **ptr, size_t size) {
     *ptr = NULL;
     return ncclSuccess;
   }
+  /* Memory local peers can map, so that they read it where it lies (one
+   * copy, transport/memshare.h); plain memory where no memfd can be had. */
+  *ptr = shareAlloc(size);
+  if (*ptr) return ncclSuccess;
+  INFO(subsysInit, "ncclMemAlloc : no shared memory for %zu bytes (%s); plain memory, which peers read through the "
+       "FIFOs", size, strerror(errno));
   if (posix_memalign(ptr, 4096, size) != 0) {
+    *ptr = NULL;
     WARN("ncclMemAlloc : cannot allocate %zu bytes", size);
     return ncclSystemError;
   }
@@ -442,6 +451,6 @@ NCCL_API(ncclResult_t, ncclMemAlloc, void **ptr, size_t size) {
 }
 
 NCCL_API(ncclResult_t, ncclMemFree, void *ptr) {
-  free(ptr);
+  if (ptr && !shareFree(ptr)) free(ptr);
   return ncclSuccess;
 }

@@ -83,8 +83,9 @@ static ncclResult_t buildItem(struct schedule *s, const struct groupItem *it, ui
   if (res == ncclSuccess && comm->ntStoreBytes && opBytes >= comm->ntStoreBytes)
     for (int k = firstTask; k < s->ntasks; k++) s->tasks[k].streamOut = 1;
   uint64_t singleCopy = c.algo == algoP2p || c.algo == algoPairwise ? comm->singleCopyP2pBytes : comm->singleCopyBytes;
-  if (res == ncclSuccess && singleCopy && opBytes >= singleCopy && algoStableSends(c.algo, it->desc.coll))
-    for (int k = firstTask; k < s->ntasks; k++) s->tasks[k].sendRefs = 1;
+  int refs = singleCopy && opBytes >= singleCopy ? refsAny : comm->mappedRefs ? refsMapped : refsNone;
+  if (res == ncclSuccess && refs != refsNone && algoStableSends(c.algo, it->desc.coll))
+    for (int k = firstTask; k < s->ntasks; k++) s->tasks[k].sendRefs = refs;
   if (res == ncclSuccess && comm->check) {
     struct opDesc check = it->desc.check;
     if (check.coll != collSend && check.coll != collRecv) {

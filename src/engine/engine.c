@@ -127,10 +127,11 @@ static void reduceOut(const struct task *t, void *dst, const void *acc, const vo
 #define ENGINE_REF_MIN 4096
 
 /* Posts nb bytes at data on st's send connection: as a reference when the
- * task's sends may be (t->sendRefs) and the receiver can read this rank's
- * memory, else as a copy. */
+ * task's sends may be (t->sendRefs) and the receiver can read them there,
+ * else as a copy. */
 static void postData(struct task *t, struct step *st, const char *data, size_t nb) {
-  if (t->sendRefs && nb >= ENGINE_REF_MIN && st->sp->sendPostRef && st->sp->sendPostRef(st->send, data, nb)) {
+  if (t->sendRefs && nb >= ENGINE_REF_MIN && st->sp->sendPostRef &&
+      st->sp->sendPostRef(st->send, data, nb, t->sendRefs == refsAny)) {
     t->refsPosted = 1;
     return;
   }
@@ -160,6 +161,11 @@ static int stepRefMismatch(struct task *t, struct step *st, size_t ref, size_t n
  * (its memory, or the kernel's permission, went away after setup) fails
  * every rank. */
 static int stepReadRef(struct task *t, struct step *st, void *dst, size_t nb) {
+  const void *mapped = st->rp->recvMapped(st->recv, nb);
+  if (mapped) { /* in this process's memory: a plain copy */
+    copyOut(t, dst, mapped, nb);
+    return 0;
+  }
   ncclResult_t r = st->rp->recvRead(st->recv, dst, nb);
   if (r == ncclSuccess || r == ncclRemoteError) return -(int)r;
   char text[320];

@@ -43,6 +43,8 @@ struct step {
   size_t bytes;
 };
 
+enum taskRefs { refsNone, refsMapped, refsAny };
+
 struct task {
   int firstStep, nsteps; /* into the schedule's step pool */
   int dep;               /* task that must finish first (same lane), or -1 */
@@ -61,10 +63,11 @@ struct task {
   int channel;        /* its channel (collective lanes), or the point-to-point lane's number */
   int lane;           /* its lane (algo.h: the channels, then each peer's send and receive lanes), for the timeline */
   int streamOut;      /* the operation is large: plain copies into its output go past the cache (copyStreaming) */
-  /* Its sends read memory the operation does not write again, and it is
-   * large: they may refer to the data instead of copying it, where the
-   * receiver can read this rank's memory (single copy, proto.h). */
-  int sendRefs;
+  /* Its sends read memory the operation does not write again: they may
+   * refer to the data instead of copying it (single copy, proto.h), where
+   * the receiver maps that memory (refsMapped), or also where it can read
+   * it through the kernel (refsAny: the operation is large enough). */
+  int sendRefs; /* enum taskRefs */
   int refsPosted; /* during a run: some send did */
   int refsBeforeDone; /* it is done only once they are released (scheduleHoldRefs) */
   struct profTask *prof; /* profiler and timeline events (scheduleProfiled; NULL: none) */

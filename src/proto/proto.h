@@ -61,13 +61,17 @@ struct proto {
   /* Single copy; NULL where the protocol has none. Sender: publishes the
    * next slot as a reference to bytes at data, which stay unchanged until
    * the operation ends. 0 (nothing posted) when the connection's receiver
-   * cannot read this rank's memory: then post a copy. */
-  int (*sendPostRef)(struct conn *c, const void *data, size_t bytes);
+   * cannot read them there (the transport's shareRef, with anyMemory):
+   * then post a copy. */
+  int (*sendPostRef)(struct conn *c, const void *data, size_t bytes, int anyMemory);
   /* Sender: 1 while the receiver has not released every reference slot. */
   int (*refsHeld)(const struct conn *c);
   /* Receiver, after recvSlot: the bytes a reference slot refers to; 0 when
    * the slot holds its data. */
   size_t (*recvRef)(const struct conn *c);
+  /* Receiver: where the reference slot's data (bytes, what recvRef said)
+   * can be read in place in this process, or NULL: then recvRead. */
+  const void *(*recvMapped)(struct conn *c, size_t bytes);
   /* Receiver: copies bytes (what recvRef said) of the reference slot's data
    * into dst; an error is the transport's (readPeer). */
   ncclResult_t (*recvRead)(struct conn *c, void *dst, size_t bytes);

@@ -70,14 +70,17 @@ static int simpleForeign(const struct conn *c, void *body) {
 struct simpleRef {
   uint64_t addr;
   uint64_t bytes;
+  uint64_t key; /* the transport's name for the memory it lies in (shareRef) */
 };
 
-static int simpleSendPostRef(struct conn *c, const void *data, size_t bytes) {
-  if (!c->tp->peerReads || !c->tp->peerReads(c)) return 0;
+static int simpleSendPostRef(struct conn *c, const void *data, size_t bytes, int anyMemory) {
+  uint64_t key = 0;
+  if (!c->tp->shareRef || !c->tp->shareRef(c, data, bytes, anyMemory, &key)) return 0;
   struct connDesc *d = protoHeader(c);
   struct simpleRef *r = (struct simpleRef *)connSlotData(c, (uint32_t)(c->step % c->nslots));
   r->addr = (uintptr_t)data;
   r->bytes = bytes;
+  r->key = key;
   /* descPut wrote step + 1 if this slot starts an operation. */
   uint64_t mark = PROTO_REF | (c->step + 1) | (d->mark == c->step + 1 ? PROTO_REF_DESC : 0);
   __atomic_store_n(&d->mark, mark, __ATOMIC_RELEASE);
@@ -99,8 +102,14 @@ static size_t simpleRecvRef(const struct conn *c) {
   return (size_t)simpleRefAt(c)->bytes;
 }
 
+static const void *simpleRecvMapped(struct conn *c, size_t bytes) {
+  const struct simpleRef *r = simpleRefAt(c);
+  return c->tp->mapPeer ? c->tp->mapPeer(c, r->addr, r->key, bytes) : NULL;
+}
+
 static ncclResult_t simpleRecvRead(struct conn *c, void *dst, size_t bytes) {
-  return c->tp->readPeer(c, dst, simpleRefAt(c)->addr, bytes);
+  const struct simpleRef *r = simpleRefAt(c);
+  return c->tp->readPeer(c, dst, r->addr, r->key, bytes);
 }
 
 const struct proto simpleProto = {
@@ -117,6 +126,7 @@ const struct proto simpleProto = {
     .sendPostRef = simpleSendPostRef,
     .refsHeld = simpleRefsHeld,
     .recvRef = simpleRecvRef,
+    .recvMapped = simpleRecvMapped,
     .recvRead = simpleRecvRead,
 };
 

@@ -40,6 +40,10 @@ struct connCtrl {
    * sender holds it instead of carrying it (one copy instead of two). */
   _Alignas(64) uint32_t readMode;
   int32_t readPid; /* the sender's process, for CMA */
+  /* Notes the sender's transport has sent the receiver's on a side channel
+   * (shared memory: the descriptors of memory it may map), counted so that
+   * the receiver looks for them only when there are new ones. */
+  uint64_t notes;
 };
 
 enum connReadMode {

@@ -18,6 +18,7 @@
 #include "core/err.h"
 #include "core/log.h"
 #include "core/param.h"
+#include "transport/memshare.h"
 
 static int shmCanConnect(const struct bootstrap *b, int peer) {
   const struct bootstrapPeerInfo *me = &b->peers[b->rank], *them = &b->peers[peer];
@@ -71,14 +72,15 @@ static int shmReadMode(const struct shmRankInfo *info, int peer) {
   return connReadNone;
 }
 
-static int shmPeerReads(const struct conn *c) {
-  return __atomic_load_n(&c->ctrl->readMode, __ATOMIC_RELAXED) != connReadNone;
-}
-
-static ncclResult_t shmReadPeer(struct conn *c, void *dst, uint64_t addr, size_t bytes) {
+static ncclResult_t shmReadPeer(struct conn *c, void *dst, uint64_t addr, uint64_t key, size_t bytes) {
   if (c->ctrl->readMode == connReadDirect) {
     memcpy(dst, (const void *)(uintptr_t)addr, bytes);
     return ncclSuccess;
+  }
+  if (c->ctrl->readMode != connReadCma) { /* a reference to memory it handed over, which could not be mapped */
+    WARN("SHM : rank %d's memory #%llu (ncclMemAlloc) could not be mapped here, and CMA is not available",
+         c->peer, (unsigned long long)key);
+    return ncclSystemError;
   }
   size_t done = 0;
   while (done < bytes) { /* the kernel may stop short (at a page it cannot reach yet) */
@@ -150,6 +152,193 @@ static int tryRecvFd(int sock, int *fd) {
   return 1;
 }
 
+/* Memory of ncclMemAlloc's (transport/memshare.h) between local ranks.
+ * The sender hands a piece over with a note on its socket to the peer
+ * (the descriptor rides along) before the first slot that refers to it,
+ * counts the note in the peer's receiving control block, and the receiver,
+ * given a reference it does not map yet, reads the notes the count says
+ * have come (they are in its socket: sent before the slot was posted).
+ * Freed memory is taken back with another note, read with the next ones. */
+enum { shmNoteShare = 1, shmNoteForget = 2 };
+struct shmNote {
+  int32_t from, kind;
+  uint64_t id, base, bytes;
+};
+
+/* The live states, so that freed memory is taken back from every peer
+ * that was given it. */
+static pthread_mutex_t shmLiveLock = PTHREAD_MUTEX_INITIALIZER;
+static struct shmState *shmLiveStates;
+
+/* Sends note (with fd, unless -1) to q without blocking; 1 when sent. */
+static int shmSendNote(struct shmPeer *q, const struct shmNote *note, int fd) {
+  struct iovec iov = {(void *)note, sizeof *note};
+  union {
+    char buf[CMSG_SPACE(sizeof(int))];
+    struct cmsghdr align;
+  } u;
+  struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
+  if (fd >= 0) {
+    msg.msg_control = u.buf;
+    msg.msg_controllen = sizeof u.buf;
+    struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(c), &fd, sizeof(int));
+  }
+  if (q->chanOut < 0 || sendmsg(q->chanOut, &msg, MSG_DONTWAIT | MSG_NOSIGNAL) != (ssize_t)sizeof *note) return 0;
+  __atomic_add_fetch(q->sentNotes, 1, __ATOMIC_RELEASE);
+  return 1;
+}
+
+static void shmForget(uint64_t id) {
+  pthread_mutex_lock(&shmLiveLock);
+  for (struct shmState *s = shmLiveStates; s; s = s->next) {
+    pthread_mutex_lock(&s->lock);
+    for (int p = 0; p < s->nranks; p++) {
+      struct shmPeer *q = &s->peers[p];
+      for (int i = 0; i < q->ntold; i++)
+        if (q->told[i] == id) {
+          struct shmNote note = {s->me, shmNoteForget, id, 0, 0};
+          shmSendNote(q, &note, -1); /* if it cannot go, the peer keeps a mapping nobody refers to */
+          q->told[i] = q->told[--q->ntold];
+          break;
+        }
+    }
+    pthread_mutex_unlock(&s->lock);
+  }
+  pthread_mutex_unlock(&shmLiveLock);
+}
+
+static void shmLive(struct shmState *s, int live) {
+  pthread_mutex_lock(&shmLiveLock);
+  struct shmState **at = &shmLiveStates;
+  while (*at && *at != s) at = &(*at)->next;
+  if (live && !*at) {
+    s->next = shmLiveStates;
+    shmLiveStates = s;
+  } else if (!live && *at) {
+    *at = s->next;
+  }
+  pthread_mutex_unlock(&shmLiveLock);
+  if (live) shareSetForgetHook(shmForget);
+}
+
+/* Under s->lock: 1 when q has (been given) this process's memory r. */
+static int shmTold(struct shmPeer *q, const struct shareRegion *r) {
+  for (int i = 0; i < q->ntold; i++)
+    if (q->told[i] == r->id) return 1;
+  if (q->ntold == q->capTold) {
+    int cap = q->capTold ? 2 * q->capTold : 8;
+    uint64_t *grown = realloc(q->told, sizeof *grown * (size_t)cap);
+    if (!grown) return 0;
+    q->told = grown;
+    q->capTold = cap;
+  }
+  int fd = shareDupFd(r->id);
+  if (fd < 0) return 0; /* freed meanwhile */
+  struct shmNote note = {q->s->me, shmNoteShare, r->id, r->base, r->bytes};
+  int sent = shmSendNote(q, &note, fd);
+  close(fd);
+  if (sent) q->told[q->ntold++] = r->id;
+  return sent;
+}
+
+static int shmShareRef(struct conn *c, const void *data, size_t bytes, int anyMemory, uint64_t *key) {
+  uint32_t mode = __atomic_load_n(&c->ctrl->readMode, __ATOMIC_RELAXED);
+  struct shareRegion r;
+  *key = 0;
+  /* One process: every byte is the receiver's to read, at memory speed
+   * where it is ncclMemAlloc's (elsewhere only when the task says so). */
+  if (mode == connReadDirect) return anyMemory || shareFind(data, bytes, &r);
+  struct shmPeer *q = c->tpConn;
+  if (q && shareFind(data, bytes, &r)) {
+    pthread_mutex_lock(&q->s->lock);
+    int told = shmTold(q, &r);
+    pthread_mutex_unlock(&q->s->lock);
+    if (told) {
+      *key = r.id;
+      return 1;
+    }
+  }
+  return anyMemory && mode == connReadCma;
+}
+
+/* Under s->lock: drops q's mapping of id (if any). */
+static void shmUnmap(struct shmPeer *q, uint64_t id) {
+  for (int i = 0; i < q->nmaps; i++)
+    if (q->maps[i].id == id) {
+      INFO(subsysShm, "SHM : unmapped local rank %d's memory #%llu (freed)", q->rank, (unsigned long long)id);
+      munmap(q->maps[i].local, q->maps[i].bytes);
+      q->maps[i] = q->maps[--q->nmaps];
+      return;
+    }
+}
+
+/* Under s->lock: takes in one note (with its descriptor, if any). */
+static void shmTakeNote(struct shmState *s, const struct shmNote *note, int fd) {
+  if (note->from < 0 || note->from >= s->nranks || note->from == s->me) return;
+  struct shmPeer *q = &s->peers[note->from];
+  q->drained++;
+  shmUnmap(q, note->id);
+  if (note->kind != shmNoteShare || fd < 0) return;
+  if (q->nmaps == q->capMaps) {
+    int cap = q->capMaps ? 2 * q->capMaps : 8;
+    struct shmMap *grown = realloc(q->maps, sizeof *grown * (size_t)cap);
+    if (!grown) return;
+    q->maps = grown;
+    q->capMaps = cap;
+  }
+  void *local = mmap(NULL, note->bytes, PROT_READ, MAP_SHARED, fd, 0);
+  if (local == MAP_FAILED) {
+    INFO(subsysShm, "SHM : cannot map %llu bytes of local rank %d's memory: %s", (unsigned long long)note->bytes,
+         note->from, strerror(errno));
+    return;
+  }
+  q->maps[q->nmaps++] = (struct shmMap){note->id, note->base, note->bytes, local};
+  INFO(subsysShm, "SHM : mapped %llu bytes of local rank %d's memory #%llu (ncclMemAlloc): read in place",
+       (unsigned long long)note->bytes, note->from, (unsigned long long)note->id);
+}
+
+/* Under s->lock: reads every note that has come from local peers. */
+static void shmDrainNotes(struct shmState *s) {
+  for (int i = 0; i < s->nIn; i++)
+    for (;;) {
+      struct shmNote note;
+      struct iovec iov = {&note, sizeof note};
+      union {
+        char buf[CMSG_SPACE(sizeof(int))];
+        struct cmsghdr align;
+      } u;
+      struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof u.buf};
+      ssize_t n = recvmsg(s->chanIn[i], &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+      if (n <= 0) break;
+      int fd = -1;
+      struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+      if (c && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) memcpy(&fd, CMSG_DATA(c), sizeof fd);
+      if (n == (ssize_t)sizeof note) shmTakeNote(s, &note, fd);
+      if (fd >= 0) close(fd);
+    }
+}
+
+static const void *shmMapPeer(struct conn *c, uint64_t addr, uint64_t key, size_t bytes) {
+  if (key == 0)
+    return __atomic_load_n(&c->ctrl->readMode, __ATOMIC_RELAXED) == connReadDirect ? (const void *)(uintptr_t)addr
+                                                                                     : NULL;
+  struct shmPeer *q = c->tpConn;
+  const void *at = NULL;
+  pthread_mutex_lock(&q->s->lock);
+  if (__atomic_load_n(q->notes, __ATOMIC_ACQUIRE) > q->drained) shmDrainNotes(q->s);
+  for (int i = 0; i < q->nmaps && !at; i++) {
+    const struct shmMap *m = &q->maps[i];
+    if (m->id == key && addr >= m->base && addr - m->base <= m->bytes && bytes <= m->bytes - (addr - m->base))
+      at = m->local + (addr - m->base);
+  }
+  pthread_mutex_unlock(&q->s->lock);
+  return at;
+}
+
 static ncclResult_t shmSetup(void **state, struct bootstrap *b, struct connTable *t, size_t buffSize,
                              const unsigned char *mine) {
   int me = b->rank, n = b->nranks, lanes = t->nch + 1;
@@ -163,6 +352,13 @@ static ncclResult_t shmSetup(void **state, struct bootstrap *b, struct connTable
   if (!s->segs) return ncclSystemError;
   int nlocal = 1; /* me and the peers it connects */
   for (int p = 0; p < n; p++) nlocal += mine[p];
+
+  s->me = me;
+  pthread_mutex_init(&s->lock, NULL);
+  s->peers = calloc(n, sizeof *s->peers);
+  s->chanIn = calloc(n, sizeof *s->chanIn);
+  if (!s->peers || !s->chanIn) return ncclSystemError;
+  for (int p = 0; p < n; p++) s->peers[p] = (struct shmPeer){.s = s, .rank = p, .chanOut = -1};
 
   int memfd = memfd_create("chorus-fifo", MFD_CLOEXEC);
   SYSCHECK(memfd, "memfd_create");
@@ -196,7 +392,7 @@ static ncclResult_t shmSetup(void **state, struct bootstrap *b, struct connTable
   uint64_t nonce = b->peers[0].nonce;
   struct sockaddr_un addr;
   if (nlocal > 1) {
-    listenFd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    listenFd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     socklen_t len = udsName(&addr, nonce, me);
     if (listenFd < 0 || bind(listenFd, (struct sockaddr *)&addr, len) < 0 || listen(listenFd, n) < 0) {
       WARN("SHM : cannot listen on a Unix socket: %s", strerror(errno));
@@ -209,7 +405,7 @@ static ncclResult_t shmSetup(void **state, struct bootstrap *b, struct connTable
   int toReceive = 0, toServe = nlocal - 1;
   for (int p = 0; p < n; p++) {
     if (!mine[p]) continue;
-    peerSock[p] = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    peerSock[p] = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
     socklen_t len = udsName(&addr, nonce, p);
     if (peerSock[p] < 0 || connect(peerSock[p], (struct sockaddr *)&addr, len) < 0) {
       /* It listened before the barrier: now it is gone (the WARN names it). */
@@ -225,10 +421,10 @@ static ncclResult_t shmSetup(void **state, struct bootstrap *b, struct connTable
   while (toReceive > 0 || toServe > 0) {
     int progressed = 0;
     if (toServe > 0) {
-      int c = accept4(listenFd, NULL, NULL, SOCK_CLOEXEC);
+      int c = accept4(listenFd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (c >= 0) {
+        s->chanIn[s->nIn++] = c; /* kept: the peer's notes come on it */
         res = sendFd(c, memfd);
-        close(c);
         if (res != ncclSuccess) goto out;
         toServe--;
         progressed = 1;
@@ -238,7 +434,7 @@ static ncclResult_t shmSetup(void **state, struct bootstrap *b, struct connTable
       if (peerSock[p] < 0) continue;
       int fd, r = tryRecvFd(peerSock[p], &fd);
       if (r == 0) continue;
-      close(peerSock[p]);
+      s->peers[p].chanOut = peerSock[p]; /* kept: this rank's notes go to the peer on it */
       peerSock[p] = -1;
       if (r < 0) { /* it closed without handing it over: gone */
         res = bootstrapLiveness(b);
@@ -268,7 +464,10 @@ static ncclResult_t shmSetup(void **state, struct bootstrap *b, struct connTable
       connLayout(connSend(t, p, l), conns[0] + s->connBytes * (size_t)(me * lanes + l), buffSize, p);
       connLayout(connRecv(t, p, l), conns[1] + s->connBytes * (size_t)(p * lanes + l), buffSize, p);
       connSend(t, p, l)->tp = connRecv(t, p, l)->tp = &shmTransport;
+      connSend(t, p, l)->tpConn = connRecv(t, p, l)->tpConn = &s->peers[p];
     }
+    s->peers[p].sentNotes = &connSend(t, p, 0)->ctrl->notes;
+    s->peers[p].notes = &connRecv(t, p, 0)->ctrl->notes;
   }
   /* Fault in the control block and each slot's first page on both sides now
    * (each process has its own page tables), so that small messages never
@@ -295,6 +494,7 @@ static ncclResult_t shmSetup(void **state, struct bootstrap *b, struct connTable
   }
   INFO(subsysShm, "SHM : segment of %zu bytes per rank, %d local ranks, single copy from %d of them", s->segBytes,
        nlocal, singleCopy);
+  shmLive(s, 1);
 out:
   if (peerSock)
     for (int p = 0; p < n; p++)
@@ -308,8 +508,20 @@ out:
 static void shmClose(void *state) {
   struct shmState *s = state;
   if (!s) return;
+  shmLive(s, 0);
   for (int p = 0; s->segs && p < s->nranks; p++)
     if (s->segs[p]) munmap(s->segs[p], s->segBytes);
+  for (int p = 0; s->peers && p < s->nranks; p++) {
+    struct shmPeer *q = &s->peers[p];
+    if (q->chanOut >= 0) close(q->chanOut);
+    for (int i = 0; i < q->nmaps; i++) munmap(q->maps[i].local, q->maps[i].bytes);
+    free(q->maps);
+    free(q->told);
+  }
+  for (int i = 0; i < s->nIn; i++) close(s->chanIn[i]);
+  if (s->peers) pthread_mutex_destroy(&s->lock);
+  free(s->peers);
+  free(s->chanIn);
   free(s->segs);
   free(s);
 }
@@ -320,6 +532,7 @@ const struct transport shmTransport = {
     .canConnect = shmCanConnect,
     .setup = shmSetup,
     .close = shmClose,
-    .peerReads = shmPeerReads,
+    .shareRef = shmShareRef,
+    .mapPeer = shmMapPeer,
     .readPeer = shmReadPeer,
 };

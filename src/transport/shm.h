@@ -9,11 +9,41 @@
 #include "transport/conn.h"
 #include "transport/transport.h"
 
+#include <pthread.h>
+
+/* A local peer's memory of ncclMemAlloc's that this rank maps. */
+struct shmMap {
+  uint64_t id; /* the peer's name for it (transport/memshare.h) */
+  uint64_t base, bytes; /* where it lies in the peer's process */
+  char *local;          /* and here */
+};
+
+/* What this rank keeps for one local peer: c->tpConn of the connections
+ * to and from it. Memory of ncclMemAlloc's is handed over by a note on a
+ * Unix socket (the descriptor, SCM_RIGHTS) before the first slot that
+ * refers to it, and taken back by another note when it is freed. */
+struct shmPeer {
+  struct shmState *s;
+  int rank;
+  int chanOut;            /* notes to the peer (-1: none) */
+  uint64_t *sentNotes;    /* notes sent to it: its receiving control block's count */
+  const uint64_t *notes;  /* notes it has sent this rank (in this rank's segment) */
+  uint64_t drained;       /* of those, the ones this rank has read */
+  uint64_t *told;         /* ids of this process's memory handed to it */
+  int ntold, capTold;
+  struct shmMap *maps;    /* its memory this rank maps */
+  int nmaps, capMaps;
+};
+
 struct shmState {
-  int nranks;
+  int nranks, me;
   void **segs;      /* mapping of each rank's segment (NULL: not local) */
   size_t segBytes;
   size_t connBytes;
+  pthread_mutex_t lock;  /* the peers' notes, told and maps */
+  struct shmPeer *peers; /* [nranks] */
+  int *chanIn, nIn;      /* the sockets local peers send their notes on */
+  struct shmState *next; /* in the list of live states, for freed memory's notes */
 };
 
 #endif

@@ -59,12 +59,18 @@ struct transport {
 
   /* Single copy: the receiver reads data where the sender holds it. NULL
    * where it cannot (then slots always carry the data). */
-  /* Sender: 1 when the receiver can read this rank's memory (it found out
-   * at setup). */
-  int (*peerReads)(const struct conn *c);
+  /* Sender: 1 with *key set when the receiver can read the bytes at data
+   * where they lie: memory local peers map (ncclMemAlloc's, handed over
+   * once, *key naming it), or, with anyMemory, any memory where the
+   * receiver can read this process's (CMA, one process; *key 0). */
+  int (*shareRef)(struct conn *c, const void *data, size_t bytes, int anyMemory, uint64_t *key);
+  /* Receiver: where the sender's bytes at addr (with its key) lie in this
+   * process (a mapping of the sender's memory, or addr itself in one
+   * process), or NULL: then readPeer copies them. */
+  const void *(*mapPeer)(struct conn *c, uint64_t addr, uint64_t key, size_t bytes);
   /* Receiver: copies bytes at addr in the sender's memory into dst. An
    * error (the sender is gone, or its memory is) says so in a WARN. */
-  ncclResult_t (*readPeer)(struct conn *c, void *dst, uint64_t addr, size_t bytes);
+  ncclResult_t (*readPeer)(struct conn *c, void *dst, uint64_t addr, uint64_t key, size_t bytes);
 };
 
 extern const struct transport selfTransport, shmTransport, netTransport;

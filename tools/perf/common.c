@@ -33,9 +33,10 @@ struct options {
   size_t minBytes, maxBytes, stepBytes, stepFactor;
   const char *json;
   int timestamps; /* -S */
+  int localRegister; /* -R: buffers from ncclMemAlloc, registered with ncclCommRegister */
 };
 static struct options opt = {1, 1, 20, 1, 1, 1, 1, ncclSum, ncclFloat, 0, 0, 0, 0, 0, 1,
-                             32 << 20, 32 << 20, 1 << 20, 1, NULL, 0};
+                             32 << 20, 32 << 20, 1 << 20, 1, NULL, 0, 0};
 
 static const struct testColl *coll;
 static int nProcs = 1, proc = 0, totalRanks = 1;
@@ -122,6 +123,7 @@ struct threadState {
   ncclComm_t *comms;
   cudaStream_t *streams;
   char **sendBufs, **recvBufs;
+  void **sendRegs, **recvRegs; /* -R: the registration handles */
   ncclRedOp_t *ops;
   double time;
   int64_t wrong;
@@ -409,10 +411,18 @@ static void printDevices(const struct deviceInfo *all) {
 }
 
 /* A buffer of the sweep's largest size, or a clear end (never a crash on
- * a NULL pointer). */
-static char *allocBuffer(size_t bytes, const char *what, int rank) {
+ * a NULL pointer). With -R, nccl-tests' local registration: from
+ * ncclMemAlloc (memory that local peers map, so they read it in place),
+ * registered with comm (*reg the handle). */
+static char *allocBuffer(size_t bytes, const char *what, int rank, ncclComm_t comm, void **reg) {
   size_t rounded = (bytes + 4095) / 4096 * 4096;
-  char *p = rounded >= bytes ? aligned_alloc(4096, rounded) : NULL;
+  char *p = NULL;
+  if (opt.localRegister) {
+    if (ncclMemAlloc((void **)&p, bytes) != ncclSuccess) p = NULL;
+    if (p) CK(ncclCommRegister(comm, p, bytes, reg));
+  } else {
+    p = rounded >= bytes ? aligned_alloc(4096, rounded) : NULL;
+  }
   if (p == NULL) {
     fprintf(stderr, "%s: rank %d cannot allocate %zu bytes for its %s buffer (maxBytes %zu, %d ranks): %s\n",
             coll->name, rank, bytes, what, opt.maxBytes, totalRanks, strerror(ENOMEM));
@@ -448,6 +458,8 @@ static void *threadMain(void *arg) {
   ts->streams = calloc(G, sizeof *ts->streams);
   ts->sendBufs = calloc(G, sizeof(char *));
   ts->recvBufs = calloc(G, sizeof(char *));
+  ts->sendRegs = calloc(G, sizeof(void *));
+  ts->recvRegs = calloc(G, sizeof(void *));
   ts->ops = calloc(G, sizeof *ts->ops);
   CK(ncclGroupStart());
   for (int g = 0; g < G; g++) {
@@ -465,8 +477,8 @@ static void *threadMain(void *arg) {
     bufBytes = opt.maxBytes + 4096;
   for (int g = 0; g < G; g++) {
     if (!opt.streamNull) CK(chorusStreamCreate(&ts->streams[g]));
-    ts->sendBufs[g] = allocBuffer(bufBytes, "send", ts->firstRank + g);
-    ts->recvBufs[g] = allocBuffer(bufBytes, "receive", ts->firstRank + g);
+    ts->sendBufs[g] = allocBuffer(bufBytes, "send", ts->firstRank + g, ts->comms[g], &ts->sendRegs[g]);
+    ts->recvBufs[g] = allocBuffer(bufBytes, "receive", ts->firstRank + g, ts->comms[g], &ts->recvRegs[g]);
   }
   gatherDevices(ts);
   int t0 = opt.type < 0 ? 0 : opt.type, t1 = opt.type < 0 ? ncclNumTypes - 1 : opt.type;
@@ -496,14 +508,25 @@ static void *threadMain(void *arg) {
         }
   for (int g = 0; g < G; g++) {
     if (ts->streams[g]) CK(chorusStreamDestroy(ts->streams[g]));
+    if (opt.localRegister) {
+      CK(ncclCommDeregister(ts->comms[g], ts->sendRegs[g]));
+      CK(ncclCommDeregister(ts->comms[g], ts->recvRegs[g]));
+    }
     CK(ncclCommDestroy(ts->comms[g]));
-    free(ts->sendBufs[g]);
-    free(ts->recvBufs[g]);
+    if (opt.localRegister) {
+      CK(ncclMemFree(ts->sendBufs[g]));
+      CK(ncclMemFree(ts->recvBufs[g]));
+    } else {
+      free(ts->sendBufs[g]);
+      free(ts->recvBufs[g]);
+    }
   }
   free(ts->comms);
   free(ts->streams);
   free(ts->sendBufs);
   free(ts->recvBufs);
+  free(ts->sendRegs);
+  free(ts->recvRegs);
   free(ts->ops);
   return NULL;
 }
@@ -530,6 +553,7 @@ static void usage(const char *prog) {
          "\t[-d,--datatype <nccltype/all>] \n\t[-r,--root <root>] \n\t[-z,--blocking <0/1/2>] \n"
          "\t[-y,--stream_null <0/1>] \n\t[-T,--timeout <time in seconds>] \n\t[-C,--report_cputime <0/1>] \n"
          "\t[-a,--average <0/1/2/3> report average iteration time <0=RANK0/1=AVG/2=MIN/3=MAX>] \n"
+         "\t[-R,--local_register <0/1> buffers from ncclMemAlloc, registered (local peers read them in place)] \n"
          "\t[-J,--output_file <file>] \n\t[-S,--report_timestamps <0/1> report timestamps (default 0)] \n\t[-h,--help]\n",
          prog);
 }
@@ -601,7 +625,9 @@ static void parseArgs(int argc, char **argv) {
       case 'C': opt.cputime = atoi(optarg); break;
       case 'a': opt.average = atoi(optarg); break;
       case 'R':
-        if (atoi(optarg)) printf("Option -R (buffer registration) not supported, ignoring\n");
+        opt.localRegister = atoi(optarg) != 0;
+        if (atoi(optarg) > 1) printf("Option -R %d (symmetric windows) not supported, registering locally (-R 1)\n",
+                                     atoi(optarg));
         break;
       case 'J': opt.json = optarg; break;
       case 'S': opt.timestamps = atoi(optarg); break;

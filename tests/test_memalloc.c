@@ -1,0 +1,276 @@
+/* Memory from ncclMemAlloc, which local peers map and read where it lies
+ * (one copy, without the kernel's CMA):
+ *   nocma N  - N ranks whose kernel refuses CMA (a seccomp filter, as in
+ *              many containers), buffers from ncclMemAlloc, CHORUS_SINGLE_COPY
+ *              unset: AllGather (out of and in place), Broadcast, Send/Recv,
+ *              AlltoAll, Gather and Scatter are right, guard bytes intact,
+ *              and each log says it mapped its peers' memory (so the data
+ *              was read in place: the FIFOs would not need that).
+ *   reuse    - buffers freed and allocated again (often at the same
+ *              address), and plain memory put where a freed one was: every
+ *              result is right (a peer's mapping of freed memory is never
+ *              taken for what lies there now), and in the end each rank maps
+ *              its own buffer and at most one of each peer's (the one it
+ *              read), nothing freed.
+ *   fork     - memory allocated before fork: each child's is its own (the
+ *              ranks write different data into "the same" buffer and
+ *              AllGather it), and the parent's is as it left it.
+ *   threads  - one process driving 3 ranks (ncclCommInitAll).
+ *   off      - CHORUS_SINGLE_COPY=0: right, and nothing mapped.
+ *   test_memalloc <case> [ranks] */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+static char logDir[64];
+
+static float value(int rank, int salt, size_t i) { return (float)(rank * 100003 + salt * 7919 + (int)(i % 99991)); }
+
+static float *filledMem(int rank, int salt, size_t count) {
+  float *p = guardMemAlloc(count * sizeof(float));
+  for (size_t i = 0; p && i < count; i++) p[i] = value(rank, salt, i);
+  return p;
+}
+
+/* 0 when p[i] == value(rank, salt, from + i) for i < count. */
+static int checkFrom(const float *p, int rank, int salt, size_t from, size_t count, const char *what, int me) {
+  for (size_t i = 0; i < count; i++)
+    if (p[i] != value(rank, salt, from + i)) {
+      fprintf(stderr, "rank %d: %s: element %zu is %g, expected %g (rank %d's)\n", me, what, i, p[i],
+              value(rank, salt, from + i), rank);
+      return 1;
+    }
+  return 0;
+}
+
+/* How many lines of this process's log (NCCL_DEBUG_FILE) hold text. */
+static int logLines(const char *text) {
+  char path[128];
+  snprintf(path, sizeof path, "%s/log.%d", logDir, (int)getpid());
+  int n = fileLinesWith(path, text);
+  return n < 0 ? 0 : n;
+}
+
+/* AllGather (out of and in place) and Broadcast of ncclMemAlloc buffers
+ * holding salt's data, checked element by element, guard bytes too. */
+static int gatherAndBroadcast(int rank, int n, ncclComm_t comm, int salt, size_t count) {
+  float *in = filledMem(rank, salt, count), *out = guardMemAlloc(count * n * sizeof(float));
+  EXPECT(in && out, "rank %d: ncclMemAlloc failed", rank);
+  NCCLCHECK(ncclAllGather(in, out, count, ncclFloat, comm, NULL));
+  for (int r = 0; r < n; r++)
+    if (checkFrom(out + (size_t)r * count, r, salt, 0, count, "AllGather", rank)) return 1;
+  for (size_t i = 0; i < count * n; i++) out[i] = 0;
+  for (size_t i = 0; i < count; i++) out[(size_t)rank * count + i] = value(rank, salt + 1, i);
+  NCCLCHECK(ncclAllGather(out + (size_t)rank * count, out, count, ncclFloat, comm, NULL));
+  for (int r = 0; r < n; r++)
+    if (checkFrom(out + (size_t)r * count, r, salt + 1, 0, count, "AllGather in place", rank)) return 1;
+  int root = (salt + 1) % n;
+  if (rank != root) memset(in, 0, count * sizeof(float));
+  NCCLCHECK(ncclBroadcast(in, in, count, ncclFloat, root, comm, NULL));
+  if (checkFrom(in, root, salt, 0, count, "Broadcast", rank)) return 1;
+  EXPECT(guardCheck(in) == 0 && guardCheck(out) == 0, "rank %d: guard bytes were overwritten", rank);
+  guardFree(in);
+  guardFree(out);
+  return 0;
+}
+
+/* Send/Recv around the ring, AlltoAll, Gather and Scatter. */
+static int pointToPoint(int rank, int n, ncclComm_t comm) {
+  size_t pcount = 180001, acount = 50003;
+  float *s = filledMem(rank, 3, pcount), *r = guardMemAlloc(pcount * sizeof(float));
+  float *a = filledMem(rank, 4, acount * n), *ao = guardMemAlloc(acount * n * sizeof(float));
+  EXPECT(s && r && a && ao, "rank %d: ncclMemAlloc failed", rank);
+  NCCLCHECK(ncclGroupStart());
+  NCCLCHECK(ncclSend(s, pcount, ncclFloat, (rank + 1) % n, comm, NULL));
+  NCCLCHECK(ncclRecv(r, pcount, ncclFloat, (rank + n - 1) % n, comm, NULL));
+  NCCLCHECK(ncclGroupEnd());
+  if (checkFrom(r, (rank + n - 1) % n, 3, 0, pcount, "Recv", rank)) return 1;
+  NCCLCHECK(ncclAlltoAll(a, ao, acount, ncclFloat, comm, NULL));
+  for (int p = 0; p < n; p++) /* block p came from rank p's block rank */
+    if (checkFrom(ao + (size_t)p * acount, p, 4, (size_t)rank * acount, acount, "AlltoAll", rank)) return 1;
+  int root = n - 1;
+  NCCLCHECK(ncclGather(a, ao, acount, ncclFloat, root, comm, NULL));
+  for (int p = 0; rank == root && p < n; p++)
+    if (checkFrom(ao + (size_t)p * acount, p, 4, 0, acount, "Gather", rank)) return 1;
+  NCCLCHECK(ncclScatter(a, r, acount, ncclFloat, root, comm, NULL));
+  if (checkFrom(r, root, 4, (size_t)rank * acount, acount, "Scatter", rank)) return 1;
+  void *bufs[] = {s, r, a, ao};
+  for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++) {
+    EXPECT(guardCheck(bufs[k]) == 0, "rank %d: buffer %zu's guard bytes were overwritten", rank, k);
+    guardFree(bufs[k]);
+  }
+  return 0;
+}
+
+static int nocmaRank(int rank, int n, ncclUniqueId id, void *arg) {
+  EXPECT(denyCma() == 0, "seccomp: %s", strerror(errno));
+  ncclComm_t comm;
+  NCCLCHECK(ncclCommInitRank(&comm, n, id, rank));
+  if (gatherAndBroadcast(rank, n, comm, 0, 300001) || pointToPoint(rank, n, comm)) return 1;
+  NCCLCHECK(ncclCommDestroy(comm));
+  EXPECT(logLines("with CMA: Operation not permitted") > 0, "rank %d's log does not say CMA is refused", rank);
+  EXPECT(logLines("(ncclMemAlloc): read in place") >= n - 1, "rank %d's log says it mapped %d pieces of its peers' "
+         "memory, fewer than its %d peers", rank, logLines("(ncclMemAlloc): read in place"), n - 1);
+  return 0;
+}
+
+/* Mappings of ncclMemAlloc's memory (its own and its peers') in this
+ * process. */
+static int memMappings(void) { return fileLinesWith("/proc/self/maps", "chorus-mem"); }
+
+static int reuseRank(int rank, int n, ncclUniqueId id, void *arg) {
+  EXPECT(denyCma() == 0, "seccomp: %s", strerror(errno));
+  ncclComm_t comm;
+  NCCLCHECK(ncclCommInitRank(&comm, n, id, rank));
+  size_t counts[] = {200000, 200000, 70001, 200000, 131072, 200000};
+  for (int it = 0; it < 6; it++) /* each frees its buffers: the next ones often land at the same address */
+    if (gatherAndBroadcast(rank, n, comm, 10 * it, counts[it])) return 1;
+  /* Plain memory where ncclMemAlloc's was: read through the FIFOs (no CMA
+   * here), never through the peers' mapping of what was freed. */
+  size_t count = 200000, bytes = count * sizeof(float);
+  float *shared = NULL;
+  NCCLCHECK(ncclMemAlloc((void **)&shared, bytes));
+  for (size_t i = 0; i < count; i++) shared[i] = value(rank, 90, i);
+  float *out = guardMemAlloc(bytes * n);
+  NCCLCHECK(ncclAllGather(shared, out, count, ncclFloat, comm, NULL));
+  for (int r = 0; r < n; r++)
+    if (checkFrom(out + (size_t)r * count, r, 90, 0, count, "AllGather before the free", rank)) return 1;
+  NCCLCHECK(ncclMemFree(shared));
+  float *plain = mmap(shared, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+  EXPECT(plain == shared, "rank %d: cannot map plain memory where the freed buffer was: %s", rank, strerror(errno));
+  for (size_t i = 0; i < count; i++) plain[i] = value(rank, 91, i);
+  NCCLCHECK(ncclAllGather(plain, out, count, ncclFloat, comm, NULL));
+  for (int r = 0; r < n; r++)
+    if (checkFrom(out + (size_t)r * count, r, 91, 0, count, "AllGather of plain memory where a freed buffer was",
+                  rank))
+      return 1;
+  munmap(plain, bytes);
+  guardFree(out);
+  /* One buffer left on each rank, read by every peer: the peers' notes of
+   * what was freed have been read with the new one's. */
+  float *last = filledMem(rank, 95, count), *lastOut = guardAlloc(bytes * n);
+  NCCLCHECK(ncclAllGather(last, lastOut, count, ncclFloat, comm, NULL));
+  for (int r = 0; r < n; r++)
+    if (checkFrom(lastOut + (size_t)r * count, r, 95, 0, count, "last AllGather", rank)) return 1;
+  int maps = memMappings();
+  EXPECT(maps >= 2 && maps <= n, "rank %d maps %d pieces of ncclMemAlloc's memory, expected its own and at most "
+         "one of each peer's (%d in all), at least its ring predecessor's", rank, maps, n);
+  guardFree(last);
+  guardFree(lastOut);
+  NCCLCHECK(ncclCommDestroy(comm));
+  EXPECT(memMappings() == 0, "rank %d still maps %d pieces of ncclMemAlloc's memory after ncclCommDestroy", rank,
+         memMappings());
+  return 0;
+}
+
+static float *beforeFork; /* ncclMemAlloc's memory of the parent, filled with value(7, 7, i) */
+#define FORK_COUNT 100000
+
+static int forkRank(int rank, int n, ncclUniqueId id, void *arg) {
+  for (size_t i = 0; i < FORK_COUNT; i++) beforeFork[i] = value(rank, 8, i); /* this child's own copy */
+  ncclComm_t comm;
+  NCCLCHECK(ncclCommInitRank(&comm, n, id, rank));
+  float *out = guardMemAlloc(FORK_COUNT * n * sizeof(float));
+  EXPECT(out, "rank %d: ncclMemAlloc failed", rank);
+  for (int it = 0; it < 3; it++) {
+    NCCLCHECK(ncclAllGather(beforeFork, out, FORK_COUNT, ncclFloat, comm, NULL));
+    for (int r = 0; r < n; r++)
+      if (checkFrom(out + (size_t)r * FORK_COUNT, r, 8, 0, FORK_COUNT, "AllGather of memory allocated before fork",
+                    rank))
+        return 1;
+  }
+  guardFree(out);
+  NCCLCHECK(ncclCommDestroy(comm));
+  return 0;
+}
+
+static int threadsCase(void) {
+  enum { N = 3 };
+  ncclComm_t comms[N];
+  NCCLCHECK(ncclCommInitAll(comms, N, NULL));
+  size_t count = 250001;
+  float *in[N], *out[N];
+  for (int r = 0; r < N; r++) {
+    in[r] = filledMem(r, 5, count);
+    out[r] = guardMemAlloc(count * N * sizeof(float));
+    EXPECT(in[r] && out[r], "ncclMemAlloc failed");
+  }
+  for (int it = 0; it < 2; it++) {
+    NCCLCHECK(ncclGroupStart());
+    for (int r = 0; r < N; r++) NCCLCHECK(ncclAllGather(in[r], out[r], count, ncclFloat, comms[r], NULL));
+    NCCLCHECK(ncclGroupEnd());
+    NCCLCHECK(ncclGroupStart());
+    for (int r = 0; r < N; r++) NCCLCHECK(ncclBroadcast(in[r], out[r], count, ncclFloat, 1, comms[r], NULL));
+    NCCLCHECK(ncclGroupEnd());
+    for (int r = 0; r < N; r++) {
+      if (checkFrom(out[r], 1, 5, 0, count, "Broadcast (threads)", r)) return 1;
+      for (int p = 1; p < N; p++)
+        if (checkFrom(out[r] + (size_t)p * count, p, 5, 0, count, "AllGather (threads)", r)) return 1;
+    }
+  }
+  for (int r = 0; r < N; r++) {
+    EXPECT(guardCheck(in[r]) == 0 && guardCheck(out[r]) == 0, "rank %d: guard bytes", r);
+    guardFree(in[r]);
+    guardFree(out[r]);
+    NCCLCHECK(ncclCommDestroy(comms[r]));
+  }
+  return 0;
+}
+
+static int offRank(int rank, int n, ncclUniqueId id, void *arg) {
+  ncclComm_t comm;
+  NCCLCHECK(ncclCommInitRank(&comm, n, id, rank));
+  if (gatherAndBroadcast(rank, n, comm, 0, 300001) || pointToPoint(rank, n, comm)) return 1;
+  NCCLCHECK(ncclCommDestroy(comm));
+  EXPECT(logLines("read in place") == 0, "rank %d mapped its peers' memory with CHORUS_SINGLE_COPY=0", rank);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  const char *c = argc > 1 ? argv[1] : "";
+  int n = argc > 2 ? atoi(argv[2]) : 3;
+  setenv("CHORUS_TIMEOUT", "10", 1);
+  /* Logging starts with the first call: its variables are set before it,
+   * a file per process. */
+  char pattern[96];
+  snprintf(logDir, sizeof logDir, "/tmp/chorus-memalloc-XXXXXX");
+  if (!mkdtemp(logDir)) return 1;
+  snprintf(pattern, sizeof pattern, "%s/log.%%p", logDir);
+  setenv("NCCL_DEBUG", "INFO", 1);
+  setenv("NCCL_DEBUG_SUBSYS", "SHM", 1);
+  setenv("NCCL_DEBUG_FILE", pattern, 1);
+  int failed;
+  if (!strcmp(c, "nocma")) {
+    failed = runRanks(n, nocmaRank, NULL, 60);
+  } else if (!strcmp(c, "reuse")) {
+    failed = runRanks(n, reuseRank, NULL, 60);
+  } else if (!strcmp(c, "fork")) {
+    failed = ncclMemAlloc((void **)&beforeFork, FORK_COUNT * sizeof(float)) != ncclSuccess;
+    for (size_t i = 0; !failed && i < FORK_COUNT; i++) beforeFork[i] = value(7, 7, i);
+    if (!failed) failed = runRanks(n, forkRank, NULL, 60);
+    for (size_t i = 0; !failed && i < FORK_COUNT; i++)
+      if (beforeFork[i] != value(7, 7, i)) {
+        fprintf(stderr, "the parent's buffer changed at element %zu: %g (the children's writes reached it)\n", i,
+                beforeFork[i]);
+        failed = 1;
+      }
+    if (beforeFork) ncclMemFree(beforeFork);
+  } else if (!strcmp(c, "threads")) {
+    failed = threadsCase();
+  } else if (!strcmp(c, "off")) {
+    setenv("CHORUS_SINGLE_COPY", "0", 1);
+    failed = runRanks(n, offRank, NULL, 60);
+  } else {
+    fprintf(stderr, "usage: test_memalloc nocma|reuse|fork|threads|off [ranks]\n");
+    return 2;
+  }
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", logDir);
+  if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", logDir);
+  printf("test_memalloc %s: %s\n", c, failed ? "FAILED" : "passed");
+  return failed != 0;
+}
