@@ -3,7 +3,8 @@
  *   nocma N  - N ranks whose kernel refuses CMA (a seccomp filter, as in
  *              many containers), buffers from ncclMemAlloc, CHORUS_SINGLE_COPY
  *              unset: AllGather (out of and in place), Broadcast, Send/Recv,
- *              AlltoAll, Gather and Scatter are right, guard bytes intact,
+ *              AlltoAll, Gather, Scatter, AllReduce (sum, avg, PreMulSum,
+ *              max) and ReduceScatter are right, guard bytes intact,
  *              and each log says it mapped its peers' memory (so the data
  *              was read in place: the FIFOs would not need that).
  *   reuse    - buffers freed and allocated again (often at the same
@@ -15,7 +16,8 @@
  *   fork     - memory allocated before fork: each child's is its own (the
  *              ranks write different data into "the same" buffer and
  *              AllGather it), and the parent's is as it left it.
- *   threads  - one process driving 3 ranks (ncclCommInitAll).
+ *   threads  - one process driving 3 ranks (ncclCommInitAll): AllGather,
+ *              Broadcast, AllReduce.
  *   off      - CHORUS_SINGLE_COPY=0: right, and nothing mapped.
  *   test_memalloc <case> [ranks] */
 #define _GNU_SOURCE
@@ -106,11 +108,57 @@ static int pointToPoint(int rank, int n, ncclComm_t comm) {
   return 0;
 }
 
+/* AllReduce (sum, avg, PreMulSum by 2, max; out of and in place) and
+ * ReduceScatter (sum) of ncclMemAlloc buffers, against sums computed here:
+ * the ring reduces straight from its peers' memory. The values are small
+ * integers, so every float sum is exact whatever the order. */
+static int reductions(int rank, int n, ncclComm_t comm) {
+  size_t count = 300001;
+  float *in = filledMem(rank, 6, count * n), *out = guardMemAlloc(count * n * sizeof(float));
+  EXPECT(in && out, "rank %d: ncclMemAlloc failed", rank);
+  float two = 2.0f;
+  ncclRedOp_t premul;
+  NCCLCHECK(ncclRedOpCreatePreMulSum(&premul, &two, ncclFloat, ncclScalarHostImmediate, comm));
+  ncclRedOp_t ops[] = {ncclSum, ncclAvg, premul, ncclMax};
+  const char *names[] = {"sum", "avg", "PreMulSum", "max"};
+  for (int o = 0; o < 4; o++)
+    for (int inPlace = 0; inPlace < 2; inPlace++) {
+      float *buf = inPlace ? out : in, *res = out;
+      if (inPlace)
+        for (size_t i = 0; i < count; i++) out[i] = value(rank, 6, i);
+      NCCLCHECK(ncclAllReduce(buf, res, count, ncclFloat, ops[o], comm, NULL));
+      for (size_t i = 0; i < count; i++) {
+        float sum = 0, max = 0;
+        for (int r = 0; r < n; r++) {
+          sum += value(r, 6, i);
+          max = value(r, 6, i) > max ? value(r, 6, i) : max;
+        }
+        float want = o == 0 ? sum : o == 1 ? sum / n : o == 2 ? 2 * sum : max;
+        float err = res[i] > want ? res[i] - want : want - res[i]; /* avg divides once, rounded: 2 ULP */
+        EXPECT(o == 1 ? err <= want * 2.4e-7f : res[i] == want, "rank %d: AllReduce %s%s: element %zu is %g, expected %g", rank, names[o],
+               inPlace ? " in place" : "", i, res[i], want);
+      }
+    }
+  NCCLCHECK(ncclRedOpDestroy(premul, comm));
+  for (size_t i = 0; i < count * n; i++) in[i] = value(rank, 7, i);
+  NCCLCHECK(ncclReduceScatter(in, out, count, ncclFloat, ncclSum, comm, NULL));
+  for (size_t i = 0; i < count; i++) {
+    float want = 0;
+    for (int r = 0; r < n; r++) want += value(r, 7, (size_t)rank * count + i);
+    EXPECT(out[i] == want, "rank %d: ReduceScatter: element %zu is %g, expected %g", rank, i, out[i], want);
+  }
+  EXPECT(guardCheck(in) == 0 && guardCheck(out) == 0, "rank %d: guard bytes were overwritten", rank);
+  guardFree(in);
+  guardFree(out);
+  return 0;
+}
+
 static int nocmaRank(int rank, int n, ncclUniqueId id, void *arg) {
   EXPECT(denyCma() == 0, "seccomp: %s", strerror(errno));
   ncclComm_t comm;
   NCCLCHECK(ncclCommInitRank(&comm, n, id, rank));
-  if (gatherAndBroadcast(rank, n, comm, 0, 300001) || pointToPoint(rank, n, comm)) return 1;
+  if (gatherAndBroadcast(rank, n, comm, 0, 300001) || pointToPoint(rank, n, comm) || reductions(rank, n, comm))
+    return 1;
   NCCLCHECK(ncclCommDestroy(comm));
   EXPECT(logLines("with CMA: Operation not permitted") > 0, "rank %d's log does not say CMA is refused", rank);
   EXPECT(logLines("(ncclMemAlloc): read in place") >= n - 1, "rank %d's log says it mapped %d pieces of its peers' "
@@ -211,6 +259,15 @@ static int threadsCase(void) {
       for (int p = 1; p < N; p++)
         if (checkFrom(out[r] + (size_t)p * count, p, 5, 0, count, "AllGather (threads)", r)) return 1;
     }
+    NCCLCHECK(ncclGroupStart());
+    for (int r = 0; r < N; r++) NCCLCHECK(ncclAllReduce(in[r], out[r], count, ncclFloat, ncclSum, comms[r], NULL));
+    NCCLCHECK(ncclGroupEnd());
+    for (int r = 0; r < N; r++)
+      for (size_t i = 0; i < count; i++) {
+        float want = value(0, 5, i) + value(1, 5, i) + value(2, 5, i);
+        EXPECT(out[r][i] == want, "rank %d: AllReduce (threads): element %zu is %g, expected %g", r, i, out[r][i],
+               want);
+      }
   }
   for (int r = 0; r < N; r++) {
     EXPECT(guardCheck(in[r]) == 0 && guardCheck(out[r]) == 0, "rank %d: guard bytes", r);
@@ -224,7 +281,8 @@ static int threadsCase(void) {
 static int offRank(int rank, int n, ncclUniqueId id, void *arg) {
   ncclComm_t comm;
   NCCLCHECK(ncclCommInitRank(&comm, n, id, rank));
-  if (gatherAndBroadcast(rank, n, comm, 0, 300001) || pointToPoint(rank, n, comm)) return 1;
+  if (gatherAndBroadcast(rank, n, comm, 0, 300001) || pointToPoint(rank, n, comm) || reductions(rank, n, comm))
+    return 1;
   NCCLCHECK(ncclCommDestroy(comm));
   EXPECT(logLines("read in place") == 0, "rank %d mapped its peers' memory with CHORUS_SINGLE_COPY=0", rank);
   return 0;

@@ -42,4 +42,4 @@ static ncclResult_t chainBuild(struct schedule *s, struct algoCtx *c, const stru
 /* Broadcast forwards what it wrote into the output; Reduce sends partial sums. */
 static int chainStableSends(int coll) { return coll == collBroadcast; }
 
-const struct algoFamily chainAlgo = {chainSupports, chainBuild, chainStableSends, NULL};
+const struct algoFamily chainAlgo = {.supports = chainSupports, .build = chainBuild, .stableSends = chainStableSends};

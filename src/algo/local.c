@@ -15,4 +15,4 @@ static ncclResult_t localBuild(struct schedule *s, struct algoCtx *c, const stru
   return ncclSuccess;
 }
 
-const struct algoFamily localAlgo = {localSupports, localBuild, NULL, NULL};
+const struct algoFamily localAlgo = {.supports = localSupports, .build = localBuild};

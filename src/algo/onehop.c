@@ -87,4 +87,4 @@ static ncclResult_t oneHopBuild(struct schedule *s, struct algoCtx *c, const str
   return ncclSuccess;
 }
 
-const struct algoFamily oneHopAlgo = {oneHopSupports, oneHopBuild, NULL, oneHopAgrees};
+const struct algoFamily oneHopAlgo = {.supports = oneHopSupports, .build = oneHopBuild, .agrees = oneHopAgrees};

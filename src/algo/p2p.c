@@ -18,4 +18,4 @@ static ncclResult_t p2pBuild(struct schedule *s, struct algoCtx *c, const struct
 /* A send's buffer is the caller's until the operation ends. */
 static int p2pStableSends(int coll) { return coll == collSend; }
 
-const struct algoFamily p2pAlgo = {p2pSupports, p2pBuild, p2pStableSends, NULL};
+const struct algoFamily p2pAlgo = {.supports = p2pSupports, .build = p2pBuild, .stableSends = p2pStableSends};

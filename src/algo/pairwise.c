@@ -51,4 +51,5 @@ static ncclResult_t pairwiseBuild(struct schedule *s, struct algoCtx *c, const s
 /* Every send reads the input (or, in place, the staging copy made before any send). */
 static int pairwiseStableSends(int coll) { return pairwiseSupports(coll, 2); }
 
-const struct algoFamily pairwiseAlgo = {pairwiseSupports, pairwiseBuild, pairwiseStableSends, NULL};
+const struct algoFamily pairwiseAlgo = {
+    .supports = pairwiseSupports, .build = pairwiseBuild, .stableSends = pairwiseStableSends};

@@ -267,7 +267,7 @@ static ncclResult_t rdBuild(struct schedule *s, struct algoCtx *c, const struct 
  * AllReduce sends dst and then adds into it. */
 static int rdStableSends(int coll) { return coll == collAllGather; }
 
-const struct algoFamily recDoublingAlgo = {rdSupports, rdBuild, rdStableSends, NULL};
+const struct algoFamily recDoublingAlgo = {.supports = rdSupports, .build = rdBuild, .stableSends = rdStableSends};
 
 static int rabSupports(int coll, int nranks) { return nranks >= 2 && nranks < 256 && coll == collAllReduce; }
 
@@ -275,4 +275,4 @@ static ncclResult_t rabBuild(struct schedule *s, struct algoCtx *c, const struct
   return perChannel(rbAllReduce, s, c, d, nch, pieceElems(c, dtypeSize(d->dtype)));
 }
 
-const struct algoFamily rabenseifnerAlgo = {rabSupports, rabBuild, NULL, NULL};
+const struct algoFamily rabenseifnerAlgo = {.supports = rabSupports, .build = rabBuild};

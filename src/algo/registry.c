@@ -25,6 +25,11 @@ int algoStableSends(int algo, int coll) {
   return f && f->stableSends && f->stableSends(coll);
 }
 
+int algoMappedSends(int algo, int coll) {
+  const struct algoFamily *f = algoFamily(algo);
+  return f && f->mappedSends && f->mappedSends(coll);
+}
+
 ncclResult_t algoBuild(struct schedule *s, struct algoCtx *c, const struct collDesc *d, int algo, int nch) {
   if (!algoSupports(algo, d->coll, c->nranks)) {
     WARN("%s : algorithm %s cannot build it for %d ranks", collName(d->coll), algoName(algo), c->nranks);

@@ -102,4 +102,11 @@ void algoRingOrder(const int *hostOf, int n, int *order, int *pos) {
  * ReduceScatter send sums (and in place AllReduce overwrites a block it sent). */
 static int ringStableSends(int coll) { return coll == collAllGather; }
 
-const struct algoFamily ringAlgo = {ringSupports, ringBuild, ringStableSends, NULL};
+/* AllReduce's and ReduceScatter's sends that may be references are the
+ * caller's input and results written once (partial sums go through the
+ * FIFOs), and an input block an in-place AllReduce overwrites gets its
+ * result only after its reader has used it. */
+static int ringMappedSends(int coll) { return coll == collAllReduce || coll == collReduceScatter; }
+
+const struct algoFamily ringAlgo = {
+    .supports = ringSupports, .build = ringBuild, .stableSends = ringStableSends, .mappedSends = ringMappedSends};

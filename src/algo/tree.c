@@ -217,4 +217,4 @@ static ncclResult_t treeBuild(struct schedule *s, struct algoCtx *c, const struc
 /* Broadcast sends down what it wrote into the output; the others send sums. */
 static int treeStableSends(int coll) { return coll == collBroadcast; }
 
-const struct algoFamily treeAlgo = {treeSupports, treeBuild, treeStableSends, NULL};
+const struct algoFamily treeAlgo = {.supports = treeSupports, .build = treeBuild, .stableSends = treeStableSends};

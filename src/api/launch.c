@@ -17,6 +17,7 @@
 #include "core/param.h"
 #include "engine/engine.h"
 #include "engine/stream.h"
+#include "transport/memshare.h"
 
 /* The NULL stream's schedule, reused so blocking calls do not allocate;
  * freed when its thread exits. */
@@ -64,6 +65,14 @@ static int buildPass(const struct groupItem *it) {
   return it->desc.coll == collSend || it->desc.coll == collRecv;
 }
 
+/* 1 when an operation's buffers are memory local peers can map
+ * (ncclMemAlloc's): the families whose sends are references only there
+ * (algoMappedSends) then use them. */
+static int buffersMapped(const struct collDesc *d) {
+  struct shareRegion r;
+  return shareFind(d->sendbuff, 1, &r) && shareFind(d->recvbuff, 1, &r);
+}
+
 static ncclResult_t buildItem(struct schedule *s, const struct groupItem *it, uint64_t gen) {
   struct ncclComm *comm = it->comm;
   if (comm->laneGen != gen) {
@@ -84,7 +93,10 @@ static ncclResult_t buildItem(struct schedule *s, const struct groupItem *it, ui
     for (int k = firstTask; k < s->ntasks; k++) s->tasks[k].streamOut = 1;
   uint64_t singleCopy = c.algo == algoP2p || c.algo == algoPairwise ? comm->singleCopyP2pBytes : comm->singleCopyBytes;
   int refs = singleCopy && opBytes >= singleCopy ? refsAny : comm->mappedRefs ? refsMapped : refsNone;
-  if (res == ncclSuccess && refs != refsNone && algoStableSends(c.algo, it->desc.coll))
+  if (refs != refsNone && !algoStableSends(c.algo, it->desc.coll))
+    refs = comm->mappedRefs && algoMappedSends(c.algo, it->desc.coll) && buffersMapped(&it->desc) ? refsMapped
+                                                                                                  : refsNone;
+  if (res == ncclSuccess && refs != refsNone)
     for (int k = firstTask; k < s->ntasks; k++) s->tasks[k].sendRefs = refs;
   if (res == ncclSuccess && comm->check) {
     struct opDesc check = it->desc.check;

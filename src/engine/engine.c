@@ -214,8 +214,13 @@ static int stepAdvance(struct task *t, struct step *st) {
     if ((st->check & CHECK_SEND_DESC) && off == 0) st->sp->descPut(st->send, &t->desc);
   }
   size_t ref = st->recv && st->rp->recvRef ? st->rp->recvRef(st->recv) : 0; /* the slot refers to the sender's data */
-  if (ref && (ref != nb || st->flags || (st->type != stepRecv && st->type != stepRecvCopySend)))
-    return stepRefMismatch(t, st, ref, nb);
+  if (ref && ref != nb) return stepRefMismatch(t, st, ref, nb);
+  if (ref && (st->flags || (st->type != stepRecv && st->type != stepRecvCopySend))) {
+    /* A reduction from the sender's data where it lies: only from memory
+     * this process maps (algoMappedSends), read like a slot. */
+    if (!(slotIn = st->rp->recvMapped(st->recv, nb))) return stepRefMismatch(t, st, ref, nb);
+    ref = 0;
+  }
   size_t n = nb / esz;
   const char *src = st->src ? st->src + off : NULL;
   char *dst = st->dst ? st->dst + off : NULL;
@@ -225,7 +230,7 @@ static int stepAdvance(struct task *t, struct step *st) {
   int posted = 1;
   switch (st->type) {
     case stepSend:
-      if (st->flags) {
+      if (st->flags && !(t->sendRefs && reduceCopyIsPlain(op, st->flags))) {
         reduceCopy(op, slotOut, src, n, st->flags);
         posted = 0;
       } else {
@@ -262,7 +267,10 @@ static int stepAdvance(struct task *t, struct step *st) {
     case stepRecvReduceSend: reduceTwo(op, slotOut, slotIn, src, n, st->flags); posted = 0; break;
     case stepRecvReduceCopy: reduceOut(t, dst, slotIn, src, n, st->flags); break;
     case stepRecvReduceCopySend:
-      if (st->sp->sendReadsSource(st->send)) { /* one pass: the transport reads dst */
+      if (t->sendRefs) { /* the result, written once, may be read where it lies */
+        reduceOut(t, dst, slotIn, src, n, st->flags);
+        postData(t, st, dst, nb);
+      } else if (st->sp->sendReadsSource(st->send)) { /* one pass: the transport reads dst */
         reduceTwo(op, dst, slotIn, src, n, st->flags);
         st->sp->sendPostFrom(st->send, dst, nb);
       } else {

@@ -172,7 +172,7 @@ static struct redOp effective(const struct redOp *op, int flags) {
 
 void reduceCopy(const struct redOp *op, void *dst, const void *in, size_t n, int flags) {
   struct redOp e = effective(op, flags);
-  if (e.kind != redPreMulSum && !((flags & REDUCE_POST) && e.kind == redSumPostDiv)) {
+  if (reduceCopyIsPlain(&e, flags)) {
     if (dst != in) memcpy(dst, in, n * dtypeSize(op->dtype));
     return;
   }

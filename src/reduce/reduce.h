@@ -35,6 +35,11 @@ int dtypeIsFloat(int dtype);
 
 /* dst = in, with the flags applied. */
 void reduceCopy(const struct redOp *op, void *dst, const void *in, size_t n, int flags);
+/* 1 when reduceCopy with these flags is a plain copy (no PreMulSum scalar
+ * to apply, no division), so that the input may be sent as it is. */
+static inline int reduceCopyIsPlain(const struct redOp *op, int flags) {
+  return !((flags & REDUCE_PRE) && op->kind == redPreMulSum) && !((flags & REDUCE_POST) && op->kind == redSumPostDiv);
+}
 /* dst = acc OP in, with the flags applied (PRE to in only). dst may alias
  * acc or in. */
 void reduceTwo(const struct redOp *op, void *dst, const void *acc, const void *in, size_t n, int flags);
