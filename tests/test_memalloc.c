@@ -18,12 +18,17 @@
  *              AllGather it), and the parent's is as it left it.
  *   threads  - one process driving 3 ranks (ncclCommInitAll): AllGather,
  *              Broadcast, AllReduce.
+ *   refused  - a rank that cannot map its peer's memory (its address space
+ *              is too small) reads it with CMA, says so once, and its peer
+ *              hands it no more (it then works without CMA): every result
+ *              right.
  *   off      - CHORUS_SINGLE_COPY=0: right, and nothing mapped.
  *   test_memalloc <case> [ranks] */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -278,6 +283,50 @@ static int threadsCase(void) {
   return 0;
 }
 
+/* This process's address space in bytes (VmSize), or 0. */
+static size_t vmSize(void) {
+  FILE *f = fopen("/proc/self/status", "r");
+  char line[256];
+  size_t kib = 0;
+  while (f && fgets(line, sizeof line, f))
+    if (sscanf(line, "VmSize: %zu kB", &kib) == 1) break;
+  if (f) fclose(f);
+  return kib * 1024;
+}
+
+/* Rank 1 cannot map rank 0's 1 GiB allocation (its address space is
+ * limited below that): rank 1 reads the first AllGather's data with CMA
+ * instead, rank 0 hands it no more memory (the next AllGathers work after
+ * rank 1 has lost CMA too), and every result is right. */
+static int refusedRank(int rank, int n, ncclUniqueId id, void *arg) {
+  ncclComm_t comm;
+  NCCLCHECK(ncclCommInitRank(&comm, n, id, rank));
+  size_t count = 200000, bytes = count * sizeof(float), big = (size_t)1 << 30;
+  float *in = NULL, *out = guardAlloc(bytes * n);
+  NCCLCHECK(ncclMemAlloc((void **)&in, rank == 0 ? big : bytes)); /* a sparse memfd: no memory until touched */
+  if (rank == 1) {
+    struct rlimit rl = {vmSize() + (256 << 20), RLIM_INFINITY};
+    EXPECT(setrlimit(RLIMIT_AS, &rl) == 0, "setrlimit: %s", strerror(errno));
+  }
+  for (int it = 0; it < 3; it++) {
+    for (size_t i = 0; i < count; i++) in[i] = value(rank, it, i);
+    NCCLCHECK(ncclAllGather(in, out, count, ncclFloat, comm, NULL));
+    for (int r = 0; r < n; r++)
+      if (checkFrom(out + (size_t)r * count, r, it, 0, count, "AllGather with a refused mapping", rank)) return 1;
+    /* From now on rank 1 could not read rank 0's memory even with CMA: the
+     * data must come through the FIFOs. */
+    if (rank == 1 && it == 0) EXPECT(denyCma() == 0, "seccomp: %s", strerror(errno));
+  }
+  if (rank == 1)
+    EXPECT(logLines("its ncclMemAlloc memory comes through the FIFOs from now on") == 1,
+           "rank 1's log does not say once that it cannot map rank 0's memory");
+  EXPECT(guardCheck(out) == 0, "rank %d: guard bytes", rank);
+  guardFree(out);
+  NCCLCHECK(ncclMemFree(in));
+  NCCLCHECK(ncclCommDestroy(comm));
+  return 0;
+}
+
 static int offRank(int rank, int n, ncclUniqueId id, void *arg) {
   ncclComm_t comm;
   NCCLCHECK(ncclCommInitRank(&comm, n, id, rank));
@@ -319,11 +368,13 @@ int main(int argc, char **argv) {
     if (beforeFork) ncclMemFree(beforeFork);
   } else if (!strcmp(c, "threads")) {
     failed = threadsCase();
+  } else if (!strcmp(c, "refused")) {
+    failed = runRanks(2, refusedRank, NULL, 60);
   } else if (!strcmp(c, "off")) {
     setenv("CHORUS_SINGLE_COPY", "0", 1);
     failed = runRanks(n, offRank, NULL, 60);
   } else {
-    fprintf(stderr, "usage: test_memalloc nocma|reuse|fork|threads|off [ranks]\n");
+    fprintf(stderr, "usage: test_memalloc nocma|reuse|fork|threads|refused|off [ranks]\n");
     return 2;
   }
   char cmd[128];

@@ -18,9 +18,11 @@
  * left, so some must last about that long after SendWait. */
 #define _GNU_SOURCE
 #include <dirent.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -30,6 +32,8 @@
 #define BIG (300 * 1000) /* floats: many slots per step */
 #define LATE (16 << 20)   /* floats: more than the FIFO and the sockets' buffers hold */
 #define LATE_MS 400
+
+static int64_t *lateStart; /* shared by the ranks: when rank 0 began its late send (us) */
 
 static int rankMain(int rank, int n, ncclUniqueId id, void *arg) {
   int late = arg != NULL && n >= 2;
@@ -58,7 +62,14 @@ static int rankMain(int rank, int n, ncclUniqueId id, void *arg) {
     float *big = malloc(sizeof(float) * LATE);
     EXPECT(big != NULL, "out of memory");
     for (int i = 0; i < LATE; i++) big[i] = rank ? -1.0f : (float)(i % 1000);
-    if (rank == 1) usleep(LATE_MS * 1000);
+    /* Late from when rank 0 calls, whenever its AllReduce ended (a
+     * loaded machine may hold it up after rank 1's ended). */
+    if (rank == 0) __atomic_store_n(lateStart, (int64_t)(nowSec() * 1e6), __ATOMIC_RELEASE);
+    if (rank == 1) {
+      int64_t t0;
+      while ((t0 = __atomic_load_n(lateStart, __ATOMIC_ACQUIRE)) == 0) usleep(1000);
+      while (nowSec() * 1e6 < (double)(t0 + LATE_MS * 1000)) usleep(5000);
+    }
     NCCLCHECK(rank ? ncclRecv(big, LATE, ncclFloat32, 0, comm, NULL) : ncclSend(big, LATE, ncclFloat32, 1, comm, NULL));
     for (int i = 0; i < LATE; i += 4099) EXPECT(big[i] == (float)(i % 1000), "late[%d] = %g", i, (double)big[i]);
     free(big);
@@ -299,6 +310,8 @@ int main(int argc, char **argv) {
   setenv("CHORUS_TEST_PROFILE_DIR", dir, 1);
   setenv("NCCL_PROFILER_PLUGIN", argv[2], 1);
   evs = calloc(MAX_EVENTS, sizeof *evs);
+  lateStart = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (lateStart == MAP_FAILED) return 1;
   int failed = runRanks(n, rankMain, late ? (void *)&late : NULL, 60);
   if (failed) {
     fprintf(stderr, "%d rank(s) failed\n", failed);

@@ -218,7 +218,13 @@ static int stepAdvance(struct task *t, struct step *st) {
   if (ref && (st->flags || (st->type != stepRecv && st->type != stepRecvCopySend))) {
     /* A reduction from the sender's data where it lies: only from memory
      * this process maps (algoMappedSends), read like a slot. */
-    if (!(slotIn = st->rp->recvMapped(st->recv, nb))) return stepRefMismatch(t, st, ref, nb);
+    if (!(slotIn = st->rp->recvMapped(st->recv, nb))) {
+      char text[320];
+      snprintf(text, sizeof text, "%s: rank %d cannot reduce from rank %d's data in place (step %d): it is not "
+               "ncclMemAlloc memory this rank maps (a mismatched operation, or the mapping failed; "
+               "CHORUS_SINGLE_COPY=0 turns reading in place off)", t->what, t->rank, st->recv->peer, t->cur);
+      return stepFault(t, ncclInvalidUsage, text);
+    }
     ref = 0;
   }
   size_t n = nb / esz;

@@ -44,6 +44,7 @@ struct connCtrl {
    * (shared memory: the descriptors of memory it may map), counted so that
    * the receiver looks for them only when there are new ones. */
   uint64_t notes;
+  uint32_t mapRefused; /* the receiver could not map memory the sender handed over: it hands over no more */
 };
 
 enum connReadMode {

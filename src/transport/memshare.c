@@ -25,29 +25,44 @@ static pthread_once_t atforkOnce = PTHREAD_ONCE_INIT;
 /* In a forked child (one thread; the parent's lock is taken around fork):
  * each allocation moves to a memfd of the child's own, with the same
  * contents at the same address, so that parent and child no longer share
- * it (malloc's semantics), and the child's peers can still map it. What
- * cannot be copied (no memory) keeps sharing, as before. */
+ * it (malloc's semantics), and the child's peers can still map it. Where
+ * that cannot be had (no memory), the child keeps a private copy-on-write
+ * view instead, which it no longer hands to peers. The parent's
+ * communicators are not the child's: no hook until the child makes one. */
+static int sharePrivatize(struct shareEntry *e) {
+  int fd = memfd_create("chorus-mem", MFD_CLOEXEC);
+  if (fd < 0) return 0;
+  void *p = ftruncate(fd, (off_t)e->r.bytes) == 0 ? mmap(NULL, e->r.bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
+                                                  : MAP_FAILED;
+  if (p == MAP_FAILED) {
+    close(fd);
+    return 0;
+  }
+  memcpy(p, (void *)e->r.base, e->r.bytes);
+  if (mremap(p, e->r.bytes, e->r.bytes, MREMAP_MAYMOVE | MREMAP_FIXED, (void *)e->r.base) == MAP_FAILED) {
+    munmap(p, e->r.bytes);
+    close(fd);
+    return 0;
+  }
+  close(e->fd);
+  e->fd = fd;
+  e->r.id = nextId++;
+  return 1;
+}
+
 static void shareChild(void) {
-  for (int i = 0; i < nentries; i++) {
+  forgetHook = NULL;
+  for (int i = 0; i < nentries;) {
     struct shareEntry *e = &entries[i];
-    int fd = memfd_create("chorus-mem", MFD_CLOEXEC);
-    if (fd < 0) continue;
-    void *p = ftruncate(fd, (off_t)e->r.bytes) == 0
-                  ? mmap(NULL, e->r.bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
-                  : MAP_FAILED;
-    if (p == MAP_FAILED) {
-      close(fd);
+    if (sharePrivatize(e)) {
+      i++;
       continue;
     }
-    memcpy(p, (void *)e->r.base, e->r.bytes);
-    if (mremap(p, e->r.bytes, e->r.bytes, MREMAP_MAYMOVE | MREMAP_FIXED, (void *)e->r.base) == MAP_FAILED) {
-      munmap(p, e->r.bytes);
-      close(fd);
-      continue;
-    }
+    /* Copy on write, from the contents at the fork (MAP_PRIVATE|MAP_FIXED
+     * replaces the shared mapping in one step). */
+    mmap((void *)e->r.base, e->r.bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_FIXED, e->fd, 0);
     close(e->fd);
-    e->fd = fd;
-    e->r.id = nextId++;
+    *e = entries[--nentries];
   }
   pthread_mutex_unlock(&shareLock);
 }

@@ -211,7 +211,20 @@ static void shmForget(uint64_t id) {
   pthread_mutex_unlock(&shmLiveLock);
 }
 
+/* A forked child has none of its parent's communicators: it must neither
+ * wait on a lock a parent's thread held at the fork nor send notes on the
+ * parent's sockets. */
+static void shmLivePrepare(void) { pthread_mutex_lock(&shmLiveLock); }
+static void shmLiveParent(void) { pthread_mutex_unlock(&shmLiveLock); }
+static void shmLiveChild(void) {
+  shmLiveStates = NULL;
+  pthread_mutex_init(&shmLiveLock, NULL);
+}
+static pthread_once_t shmAtforkOnce = PTHREAD_ONCE_INIT;
+static void shmAtfork(void) { pthread_atfork(shmLivePrepare, shmLiveParent, shmLiveChild); }
+
 static void shmLive(struct shmState *s, int live) {
+  pthread_once(&shmAtforkOnce, shmAtfork);
   pthread_mutex_lock(&shmLiveLock);
   struct shmState **at = &shmLiveStates;
   while (*at && *at != s) at = &(*at)->next;
@@ -253,7 +266,7 @@ static int shmShareRef(struct conn *c, const void *data, size_t bytes, int anyMe
    * where it is ncclMemAlloc's (elsewhere only when the task says so). */
   if (mode == connReadDirect) return anyMemory || shareFind(data, bytes, &r);
   struct shmPeer *q = c->tpConn;
-  if (q && shareFind(data, bytes, &r)) {
+  if (q && !__atomic_load_n(q->refused, __ATOMIC_ACQUIRE) && shareFind(data, bytes, &r)) {
     pthread_mutex_lock(&q->s->lock);
     int told = shmTold(q, &r);
     pthread_mutex_unlock(&q->s->lock);
@@ -276,24 +289,39 @@ static void shmUnmap(struct shmPeer *q, uint64_t id) {
     }
 }
 
+/* Under s->lock: this rank could not map memory q handed over: q posts
+ * no more references to such memory here (its data comes through the
+ * FIFOs from then on; the operation that meets the failure fails). */
+static void shmRefuse(struct shmPeer *q, const struct shmNote *note, const char *why) {
+  INFO(subsysShm, "SHM : cannot map %llu bytes of local rank %d's memory #%llu: %s; its ncclMemAlloc memory comes "
+       "through the FIFOs from now on", (unsigned long long)note->bytes, q->rank, (unsigned long long)note->id, why);
+  __atomic_store_n(q->refuse, 1, __ATOMIC_RELEASE);
+}
+
 /* Under s->lock: takes in one note (with its descriptor, if any). */
 static void shmTakeNote(struct shmState *s, const struct shmNote *note, int fd) {
   if (note->from < 0 || note->from >= s->nranks || note->from == s->me) return;
   struct shmPeer *q = &s->peers[note->from];
   q->drained++;
   shmUnmap(q, note->id);
-  if (note->kind != shmNoteShare || fd < 0) return;
+  if (note->kind != shmNoteShare) return;
+  if (fd < 0) {
+    shmRefuse(q, note, "its descriptor did not come (this process's descriptors ran out?)");
+    return;
+  }
   if (q->nmaps == q->capMaps) {
     int cap = q->capMaps ? 2 * q->capMaps : 8;
     struct shmMap *grown = realloc(q->maps, sizeof *grown * (size_t)cap);
-    if (!grown) return;
+    if (!grown) {
+      shmRefuse(q, note, "out of memory");
+      return;
+    }
     q->maps = grown;
     q->capMaps = cap;
   }
   void *local = mmap(NULL, note->bytes, PROT_READ, MAP_SHARED, fd, 0);
   if (local == MAP_FAILED) {
-    INFO(subsysShm, "SHM : cannot map %llu bytes of local rank %d's memory: %s", (unsigned long long)note->bytes,
-         note->from, strerror(errno));
+    shmRefuse(q, note, strerror(errno));
     return;
   }
   q->maps[q->nmaps++] = (struct shmMap){note->id, note->base, note->bytes, local};
@@ -356,9 +384,10 @@ static ncclResult_t shmSetup(void **state, struct bootstrap *b, struct connTable
   s->me = me;
   pthread_mutex_init(&s->lock, NULL);
   s->peers = calloc(n, sizeof *s->peers);
-  s->chanIn = calloc(n, sizeof *s->chanIn);
-  if (!s->peers || !s->chanIn) return ncclSystemError;
+  if (!s->peers) return ncclSystemError;
   for (int p = 0; p < n; p++) s->peers[p] = (struct shmPeer){.s = s, .rank = p, .chanOut = -1};
+  s->chanIn = calloc(n, sizeof *s->chanIn);
+  if (!s->chanIn) return ncclSystemError;
 
   int memfd = memfd_create("chorus-fifo", MFD_CLOEXEC);
   SYSCHECK(memfd, "memfd_create");
@@ -468,6 +497,8 @@ static ncclResult_t shmSetup(void **state, struct bootstrap *b, struct connTable
     }
     s->peers[p].sentNotes = &connSend(t, p, 0)->ctrl->notes;
     s->peers[p].notes = &connRecv(t, p, 0)->ctrl->notes;
+    s->peers[p].refused = &connSend(t, p, 0)->ctrl->mapRefused;
+    s->peers[p].refuse = &connRecv(t, p, 0)->ctrl->mapRefused;
   }
   /* Fault in the control block and each slot's first page on both sides now
    * (each process has its own page tables), so that small messages never

@@ -29,6 +29,8 @@ struct shmPeer {
   uint64_t *sentNotes;    /* notes sent to it: its receiving control block's count */
   const uint64_t *notes;  /* notes it has sent this rank (in this rank's segment) */
   uint64_t drained;       /* of those, the ones this rank has read */
+  const uint32_t *refused; /* set by the peer: it cannot map this rank's memory */
+  uint32_t *refuse;        /* set here: this rank cannot map the peer's */
   uint64_t *told;         /* ids of this process's memory handed to it */
   int ntold, capTold;
   struct shmMap *maps;    /* its memory this rank maps */
