@@ -238,6 +238,17 @@ void guardFree(void *q) {
   else free(p);
 }
 
+int logPerProcess(char *dir, const char *name, const char *subsys) {
+  char pattern[128];
+  snprintf(dir, 64, "/tmp/chorus-%s-XXXXXX", name);
+  if (!mkdtemp(dir)) return -1;
+  snprintf(pattern, sizeof pattern, "%s/log.%%p", dir);
+  setenv("NCCL_DEBUG", "INFO", 1);
+  setenv("NCCL_DEBUG_SUBSYS", subsys, 1);
+  setenv("NCCL_DEBUG_FILE", pattern, 1);
+  return 0;
+}
+
 int denyCma(void) {
   struct sock_filter f[] = {
       BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),

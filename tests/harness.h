@@ -51,6 +51,11 @@ void *guardAlloc(size_t bytes);
 void *guardMemAlloc(size_t bytes);
 int guardCheck(void *p); /* 0 when both guards are intact */
 void guardFree(void *p);
+/* Logging to a file per process (NCCL_DEBUG=INFO, NCCL_DEBUG_SUBSYS=subsys,
+ * NCCL_DEBUG_FILE=dir/log.%p) in a new directory dir (at least 64 bytes)
+ * named after name; call it before the first NCCL call, which starts the
+ * logging. 0 on success. */
+int logPerProcess(char *dir, const char *name, const char *subsys);
 /* From here on process_vm_readv (CMA) fails with EPERM in every thread of
  * this process, as a container's seccomp filter makes it; 0 on success. */
 int denyCma(void);

@@ -341,15 +341,7 @@ int main(int argc, char **argv) {
   const char *c = argc > 1 ? argv[1] : "";
   int n = argc > 2 ? atoi(argv[2]) : 3;
   setenv("CHORUS_TIMEOUT", "10", 1);
-  /* Logging starts with the first call: its variables are set before it,
-   * a file per process. */
-  char pattern[96];
-  snprintf(logDir, sizeof logDir, "/tmp/chorus-memalloc-XXXXXX");
-  if (!mkdtemp(logDir)) return 1;
-  snprintf(pattern, sizeof pattern, "%s/log.%%p", logDir);
-  setenv("NCCL_DEBUG", "INFO", 1);
-  setenv("NCCL_DEBUG_SUBSYS", "SHM", 1);
-  setenv("NCCL_DEBUG_FILE", pattern, 1);
+  if (logPerProcess(logDir, "memalloc", "SHM")) return 1;
   int failed;
   if (!strcmp(c, "nocma")) {
     failed = runRanks(n, nocmaRank, NULL, 60);

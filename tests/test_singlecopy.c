@@ -257,23 +257,17 @@ int main(int argc, char **argv) {
   if (shared == MAP_FAILED) return 1;
   int failed;
   if (!strcmp(c, "mixed")) {
-    /* Logging starts with the first call (the parent's unique id): its
-     * variables are set before it, a file per process. */
-    char pattern[96];
-    snprintf(logDir, sizeof logDir, "/tmp/chorus-singlecopy-XXXXXX");
-    if (!mkdtemp(logDir)) return 1;
-    snprintf(pattern, sizeof pattern, "%s/log.%%p", logDir);
-    setenv("NCCL_DEBUG", "INFO", 1);
-    setenv("NCCL_DEBUG_SUBSYS", "SHM", 1);
-    setenv("NCCL_DEBUG_FILE", pattern, 1);
+    /* Logging starts with the first call (the parent's unique id). */
+    if (logPerProcess(logDir, "singlecopy", "SHM")) return 1;
     failed = runRanks(4, mixedRank, NULL, 60);
     for (int r = 0; r < 4; r++) {
       char path[128];
       snprintf(path, sizeof path, "%s/log.%d", logDir, (int)shared[1 + r]);
       unlink(path);
     }
-    snprintf(pattern, sizeof pattern, "%s/log.%d", logDir, (int)getpid());
-    unlink(pattern);
+    char mine[128];
+    snprintf(mine, sizeof mine, "%s/log.%d", logDir, (int)getpid());
+    unlink(mine);
     rmdir(logDir);
   } else if (!strcmp(c, "held")) {
     setenv("NCCL_MAX_NCHANNELS", "1", 1);
