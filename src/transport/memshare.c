@@ -26,8 +26,9 @@ static pthread_once_t atforkOnce = PTHREAD_ONCE_INIT;
  * each allocation moves to a memfd of the child's own, with the same
  * contents at the same address, so that parent and child no longer share
  * it (malloc's semantics), and the child's peers can still map it. Where
- * that cannot be had (no memory), the child keeps a private copy-on-write
- * view instead, which it no longer hands to peers. The parent's
+ * that cannot be had (no memory), the child's view becomes private copy on
+ * write (its writes stay its own; the parent's show through only on pages
+ * the child has not written), which it no longer hands to peers. The parent's
  * communicators are not the child's: no hook until the child makes one. */
 static int sharePrivatize(struct shareEntry *e) {
   int fd = memfd_create("chorus-mem", MFD_CLOEXEC);
@@ -52,17 +53,14 @@ static int sharePrivatize(struct shareEntry *e) {
 
 static void shareChild(void) {
   forgetHook = NULL;
-  for (int i = 0; i < nentries;) {
+  for (int i = 0; i < nentries; i++) {
     struct shareEntry *e = &entries[i];
-    if (sharePrivatize(e)) {
-      i++;
-      continue;
-    }
-    /* Copy on write, from the contents at the fork (MAP_PRIVATE|MAP_FIXED
-     * replaces the shared mapping in one step). */
+    if (e->fd < 0 || sharePrivatize(e)) continue;
+    /* MAP_PRIVATE|MAP_FIXED replaces the shared mapping in one step; the
+     * entry stays (without a descriptor) so that ncclMemFree unmaps it. */
     mmap((void *)e->r.base, e->r.bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_FIXED, e->fd, 0);
     close(e->fd);
-    *e = entries[--nentries];
+    e->fd = -1;
   }
   pthread_mutex_unlock(&shareLock);
 }
@@ -136,7 +134,7 @@ int shareFree(void *p) {
   void (*hook)(uint64_t) = forgetHook;
   pthread_mutex_unlock(&shareLock);
   munmap(p, e.r.bytes);
-  close(e.fd);
+  if (e.fd >= 0) close(e.fd);
   if (hook) hook(e.r.id);
   return 1;
 }
@@ -150,7 +148,7 @@ int shareFind(const void *p, size_t bytes, struct shareRegion *r) {
   pthread_mutex_lock(&shareLock);
   for (int i = 0; i < nentries && !found; i++) {
     const struct shareRegion *e = &entries[i].r;
-    if (a >= e->base && a - e->base <= e->bytes && bytes <= e->bytes - (a - e->base)) {
+    if (entries[i].fd >= 0 && a >= e->base && a - e->base <= e->bytes && bytes <= e->bytes - (a - e->base)) {
       *r = *e;
       found = 1;
     }
@@ -163,7 +161,7 @@ int shareDupFd(uint64_t id) {
   int fd = -1;
   pthread_mutex_lock(&shareLock);
   for (int i = 0; i < nentries; i++)
-    if (entries[i].r.id == id) fd = fcntl(entries[i].fd, F_DUPFD_CLOEXEC, 0);
+    if (entries[i].r.id == id && entries[i].fd >= 0) fd = fcntl(entries[i].fd, F_DUPFD_CLOEXEC, 0);
   pthread_mutex_unlock(&shareLock);
   return fd;
 }
