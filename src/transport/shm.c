@@ -105,35 +105,47 @@ static socklen_t udsName(struct sockaddr_un *a, uint64_t nonce, int rank) {
   return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n);
 }
 
-/* A one-byte message with room for one file descriptor (SCM_RIGHTS). */
-struct fdMsg {
-  char byte;
-  struct iovec iov;
+/* Sends len bytes of data with descriptor fd (SCM_RIGHTS; none if -1) as
+ * one message; returns what sendmsg returns. */
+static ssize_t sendWithFd(int sock, const void *data, size_t len, int fd, int flags) {
+  struct iovec iov = {(void *)data, len};
   union {
     char buf[CMSG_SPACE(sizeof(int))];
     struct cmsghdr align;
   } u;
-  struct msghdr msg;
-};
+  struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
+  if (fd >= 0) {
+    memset(&u, 0, sizeof u); /* the header's padding goes out too */
+    msg.msg_control = u.buf;
+    msg.msg_controllen = sizeof u.buf;
+    struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(c), &fd, sizeof(int));
+  }
+  return sendmsg(sock, &msg, flags | MSG_NOSIGNAL);
+}
 
-static void fdMsgInit(struct fdMsg *m) {
-  memset(m, 0, sizeof *m);
-  m->iov = (struct iovec){&m->byte, 1};
-  m->msg.msg_iov = &m->iov;
-  m->msg.msg_iovlen = 1;
-  m->msg.msg_control = m->u.buf;
-  m->msg.msg_controllen = sizeof m->u.buf;
+/* Receives one message of up to len bytes without waiting, with the
+ * descriptor it carries in *fd (-1: none); returns what recvmsg returns. */
+static ssize_t recvWithFd(int sock, void *buf, size_t len, int *fd) {
+  struct iovec iov = {buf, len};
+  union {
+    char buf[CMSG_SPACE(sizeof(int))];
+    struct cmsghdr align;
+  } u;
+  struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof u.buf};
+  ssize_t n = recvmsg(sock, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+  struct cmsghdr *c = n > 0 ? CMSG_FIRSTHDR(&msg) : NULL;
+  *fd = -1;
+  if (c && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) memcpy(fd, CMSG_DATA(c), sizeof(int));
+  return n;
 }
 
 static ncclResult_t sendFd(int sock, int fd) {
-  struct fdMsg m;
-  fdMsgInit(&m);
-  struct cmsghdr *c = CMSG_FIRSTHDR(&m.msg);
-  c->cmsg_level = SOL_SOCKET;
-  c->cmsg_type = SCM_RIGHTS;
-  c->cmsg_len = CMSG_LEN(sizeof(int));
-  memcpy(CMSG_DATA(c), &fd, sizeof(int));
-  if (sendmsg(sock, &m.msg, MSG_NOSIGNAL) != 1) { /* the peer went away */
+  char byte = 0;
+  if (sendWithFd(sock, &byte, 1, fd, 0) != 1) { /* the peer went away */
     WARN("SHM : cannot pass the segment to a local peer: %s", strerror(errno));
     return ncclRemoteError;
   }
@@ -142,13 +154,13 @@ static ncclResult_t sendFd(int sock, int fd) {
 
 /* Returns 1 with *fd set, 0 if nothing arrived yet, -1 on error. */
 static int tryRecvFd(int sock, int *fd) {
-  struct fdMsg m;
-  fdMsgInit(&m);
-  ssize_t n = recvmsg(sock, &m.msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+  char byte;
+  ssize_t n = recvWithFd(sock, &byte, 1, fd);
   if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return 0;
-  struct cmsghdr *c = n == 1 ? CMSG_FIRSTHDR(&m.msg) : NULL;
-  if (c == NULL || c->cmsg_type != SCM_RIGHTS) return -1;
-  memcpy(fd, CMSG_DATA(c), sizeof(int));
+  if (n != 1 || *fd < 0) {
+    if (*fd >= 0) close(*fd);
+    return -1;
+  }
   return 1;
 }
 
@@ -172,22 +184,7 @@ static struct shmState *shmLiveStates;
 
 /* Sends note (with fd, unless -1) to q without blocking; 1 when sent. */
 static int shmSendNote(struct shmPeer *q, const struct shmNote *note, int fd) {
-  struct iovec iov = {(void *)note, sizeof *note};
-  union {
-    char buf[CMSG_SPACE(sizeof(int))];
-    struct cmsghdr align;
-  } u;
-  struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
-  if (fd >= 0) {
-    msg.msg_control = u.buf;
-    msg.msg_controllen = sizeof u.buf;
-    struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    memcpy(CMSG_DATA(c), &fd, sizeof(int));
-  }
-  if (q->chanOut < 0 || sendmsg(q->chanOut, &msg, MSG_DONTWAIT | MSG_NOSIGNAL) != (ssize_t)sizeof *note) return 0;
+  if (q->chanOut < 0 || sendWithFd(q->chanOut, note, sizeof *note, fd, MSG_DONTWAIT) != (ssize_t)sizeof *note) return 0;
   __atomic_add_fetch(q->sentNotes, 1, __ATOMIC_RELEASE);
   return 1;
 }
@@ -334,17 +331,9 @@ static void shmDrainNotes(struct shmState *s) {
   for (int i = 0; i < s->nIn; i++)
     for (;;) {
       struct shmNote note;
-      struct iovec iov = {&note, sizeof note};
-      union {
-        char buf[CMSG_SPACE(sizeof(int))];
-        struct cmsghdr align;
-      } u;
-      struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof u.buf};
-      ssize_t n = recvmsg(s->chanIn[i], &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+      int fd;
+      ssize_t n = recvWithFd(s->chanIn[i], &note, sizeof note, &fd);
       if (n <= 0) break;
-      int fd = -1;
-      struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
-      if (c && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) memcpy(&fd, CMSG_DATA(c), sizeof fd);
       if (n == (ssize_t)sizeof note) shmTakeNote(s, &note, fd);
       if (fd >= 0) close(fd);
     }
