@@ -327,16 +327,19 @@ static void checkCopyStreaming(void) {
       }
 }
 
-/* reduceTwoStreaming gives reduceTwo's bytes exactly, for every type and
- * reduction, at lengths around its block (8 KiB), with the output at every
- * alignment, out of place and in place (dst = acc), and writes nothing
- * outside its output. Inputs are finite (the exponent's top bit cleared):
- * NaN payloads are not the question here. */
+/* reduceTwoStreaming and reduceTwoBoth (streaming or not) give reduceTwo's
+ * bytes exactly, in each output, for every type and reduction, at lengths
+ * around their block (8 KiB), with the output at every alignment, out of
+ * place and in place (dst = acc; for reduceTwoBoth's second output, dst2 =
+ * acc: a peer's input that gets its result in place), and write nothing
+ * outside their outputs. Inputs are finite (the exponent's top bit
+ * cleared): NaN payloads are not the question here. */
 static void checkReduceTwoStreaming(void) {
-  enum { MAXB = 3 * 8192 + 256, GUARD = 64 };
-  static unsigned char acc[MAXB], in[MAXB], want[MAXB + 2 * GUARD + 64], got[MAXB + 2 * GUARD + 64];
+  enum { MAXB = 3 * 8192 + 256, GUARD = 64, SPAN = MAXB + 2 * GUARD + 64 };
+  static unsigned char acc[MAXB], in[MAXB], want[SPAN], got[SPAN], want2[SPAN], got2[SPAN];
   const int kinds[] = {redSum, redProd, redMax, redMin, redPreMulSum, redSumPostDiv};
   const int flagsOf[] = {0, 0, 0, 0, REDUCE_PRE, REDUCE_POST};
+  const char *ways[] = {"reduceTwoStreaming", "reduceTwoBoth streaming", "reduceTwoBoth"};
   srand(7);
   for (int dt = 0; dt < ncclNumTypes; dt++) {
     size_t esz = dtypeSize(dt);
@@ -348,23 +351,31 @@ static void checkReduceTwoStreaming(void) {
       struct redOp op = {.dtype = dt, .kind = kinds[k], .scaleF = 0.375, .scaleI = 3, .divisor = 3};
       const size_t lens[] = {0, 1, 7, 8192 / esz - 1, 8192 / esz, 8192 / esz + 1, 2 * 8192 / esz + 13, MAXB / esz};
       for (int l = 0; l < 8; l++)
-        for (size_t dof = 0; dof < 64; dof += dof < 16 ? esz : 16) {
-          size_t n = lens[l], nb = n * esz, at = GUARD + dof;
-          for (int inPlace = 0; inPlace < 2; inPlace++) {
-            memset(want, 0xa5, sizeof want);
-            memset(got, 0xa5, sizeof got);
-            if (inPlace) memcpy(want + at, acc, nb), memcpy(got + at, acc, nb);
-            reduceTwo(&op, want + at, inPlace ? want + at : acc, in, n, flagsOf[k]);
-            reduceTwoStreaming(&op, got + at, inPlace ? got + at : acc, in, n, flagsOf[k]);
-            if (memcmp(want, got, sizeof got) != 0) {
-              size_t i = 0;
-              while (want[i] == got[i]) i++;
-              FAIL("reduceTwoStreaming %s kind %d n %zu dst+%zu%s: byte %zu is %u, want %u", dtypeName(dt), kinds[k],
-                   n, dof, inPlace ? " in place" : "", i, got[i], want[i]);
-              return;
+        for (size_t dof = 0; dof < 64; dof += dof < 16 ? esz : 16)
+          for (int way = 0; way < 3; way++) {
+            size_t n = lens[l], nb = n * esz, at = GUARD + dof, at2 = GUARD + (64 - dof) % 64;
+            for (int inPlace = 0; inPlace < 2; inPlace++) {
+              memset(want, 0xa5, sizeof want), memset(got, 0xa5, sizeof got);
+              memset(want2, 0x5a, sizeof want2), memset(got2, 0x5a, sizeof got2);
+              /* in place: the first output is acc (way 0 and 1), or the second is (way 2) */
+              unsigned char *accGot = inPlace ? (way == 2 ? got2 + at2 : got + at) : acc;
+              if (inPlace) memcpy(accGot, acc, nb);
+              reduceTwo(&op, want + at, acc, in, n, flagsOf[k]);
+              if (way) reduceTwo(&op, want2 + at2, acc, in, n, flagsOf[k]);
+              if (way == 0) reduceTwoStreaming(&op, got + at, accGot, in, n, flagsOf[k]);
+              else reduceTwoBoth(&op, got + at, got2 + at2, accGot, in, n, flagsOf[k], way == 1);
+              for (int o = 0; o < 2; o++) {
+                const unsigned char *w = o ? want2 : want, *g = o ? got2 : got;
+                if (memcmp(w, g, SPAN) != 0) {
+                  size_t i = 0;
+                  while (w[i] == g[i]) i++;
+                  FAIL("%s %s kind %d n %zu dst+%zu%s: output %d's byte %zu is %u, want %u", ways[way],
+                       dtypeName(dt), kinds[k], n, dof, inPlace ? " in place" : "", o + 1, i, g[i], w[i]);
+                  return;
+                }
+              }
             }
           }
-        }
     }
   }
 }

@@ -4,9 +4,12 @@
  *              many containers), buffers from ncclMemAlloc, CHORUS_SINGLE_COPY
  *              unset: AllGather (out of and in place), Broadcast, Send/Recv,
  *              AlltoAll, Gather, Scatter, AllReduce (sum, avg, PreMulSum,
- *              max) and ReduceScatter are right, guard bytes intact,
- *              and each log says it mapped its peers' memory (so the data
- *              was read in place: the FIFOs would not need that).
+ *              max; int32 avg) and ReduceScatter are right, guard bytes
+ *              intact, and each log says it mapped its peers' memory (so
+ *              the data was read in place: the FIFOs would not need that)
+ *              and, with 2 ranks, that it wrote AllReduce results into its
+ *              peer's output (memalloc_nocma2_nt: with stores past the
+ *              cache, CHORUS_NT_STORES=1).
  *   reuse    - buffers freed and allocated again (often at the same
  *              address), and plain memory put where a freed one was: every
  *              result is right (a peer's mapping of freed memory is never
@@ -16,8 +19,8 @@
  *   fork     - memory allocated before fork: each child's is its own (the
  *              ranks write different data into "the same" buffer and
  *              AllGather it), and the parent's is as it left it.
- *   threads  - one process driving 3 ranks (ncclCommInitAll): AllGather,
- *              Broadcast, AllReduce.
+ *   threads  - one process driving N ranks (ncclCommInitAll; 2 to 8):
+ *              AllGather, Broadcast, AllReduce.
  *   refused  - a rank that cannot map its peer's memory (its address space
  *              is too small) reads it with CMA, says so once, and its peer
  *              hands it no more (it then works without CMA): every result
@@ -145,6 +148,20 @@ static int reductions(int rank, int n, ncclComm_t comm) {
       }
     }
   NCCLCHECK(ncclRedOpDestroy(premul, comm));
+  /* An integer average divides the sum once, on the rank that reduces a
+   * block, whichever rank's memory it writes the result into. */
+  int32_t *iin = (int32_t *)in, *iout = (int32_t *)out;
+  for (int inPlace = 0; inPlace < 2; inPlace++) {
+    int32_t *buf = inPlace ? iout : iin;
+    for (size_t i = 0; i < count; i++) buf[i] = (int32_t)(rank * 1000003 + (int)(i % 77777) * 13 - 400000);
+    NCCLCHECK(ncclAllReduce(buf, iout, count, ncclInt32, ncclAvg, comm, NULL));
+    for (size_t i = 0; i < count; i++) {
+      int32_t sum = 0;
+      for (int r = 0; r < n; r++) sum += (int32_t)(r * 1000003 + (int)(i % 77777) * 13 - 400000);
+      EXPECT(iout[i] == sum / n, "rank %d: int32 AllReduce avg%s: element %zu is %d, expected %d", rank,
+             inPlace ? " in place" : "", i, iout[i], sum / n);
+    }
+  }
   for (size_t i = 0; i < count * n; i++) in[i] = value(rank, 7, i);
   NCCLCHECK(ncclReduceScatter(in, out, count, ncclFloat, ncclSum, comm, NULL));
   for (size_t i = 0; i < count; i++) {
@@ -168,6 +185,10 @@ static int nocmaRank(int rank, int n, ncclUniqueId id, void *arg) {
   EXPECT(logLines("with CMA: Operation not permitted") > 0, "rank %d's log does not say CMA is refused", rank);
   EXPECT(logLines("(ncclMemAlloc): read in place") >= n - 1, "rank %d's log says it mapped %d pieces of its peers' "
          "memory, fewer than its %d peers", rank, logLines("(ncclMemAlloc): read in place"), n - 1);
+  /* With two ranks each writes its half of an AllReduce's result into both
+   * outputs: the peer copies nothing. */
+  EXPECT(n != 2 || logLines("results written straight into rank") > 0, "rank %d's log does not say it wrote "
+         "AllReduce results into its peer's memory", rank);
   return 0;
 }
 
@@ -241,12 +262,11 @@ static int forkRank(int rank, int n, ncclUniqueId id, void *arg) {
   return 0;
 }
 
-static int threadsCase(void) {
-  enum { N = 3 };
-  ncclComm_t comms[N];
+static int threadsCase(int N) {
+  ncclComm_t comms[8];
   NCCLCHECK(ncclCommInitAll(comms, N, NULL));
   size_t count = 250001;
-  float *in[N], *out[N];
+  float *in[8], *out[8];
   for (int r = 0; r < N; r++) {
     in[r] = filledMem(r, 5, count);
     out[r] = guardMemAlloc(count * N * sizeof(float));
@@ -269,7 +289,8 @@ static int threadsCase(void) {
     NCCLCHECK(ncclGroupEnd());
     for (int r = 0; r < N; r++)
       for (size_t i = 0; i < count; i++) {
-        float want = value(0, 5, i) + value(1, 5, i) + value(2, 5, i);
+        float want = 0;
+        for (int p = 0; p < N; p++) want += value(p, 5, i);
         EXPECT(out[r][i] == want, "rank %d: AllReduce (threads): element %zu is %g, expected %g", r, i, out[r][i],
                want);
       }
@@ -280,6 +301,9 @@ static int threadsCase(void) {
     guardFree(out[r]);
     NCCLCHECK(ncclCommDestroy(comms[r]));
   }
+  /* Two ranks write each other's AllReduce results in place (both ways) */
+  EXPECT(N != 2 || logLines("results written straight into rank") >= 2, "the log says the 2 ranks wrote results "
+         "into each other's memory %d times, not both ways", logLines("results written straight into rank"));
   return 0;
 }
 
@@ -358,8 +382,8 @@ int main(int argc, char **argv) {
         failed = 1;
       }
     if (beforeFork) ncclMemFree(beforeFork);
-  } else if (!strcmp(c, "threads")) {
-    failed = threadsCase();
+  } else if (!strcmp(c, "threads") && n >= 2 && n <= 8) {
+    failed = threadsCase(n);
   } else if (!strcmp(c, "refused")) {
     failed = runRanks(2, refusedRank, NULL, 60);
   } else if (!strcmp(c, "off")) {

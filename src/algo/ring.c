@@ -24,8 +24,10 @@ static ncclResult_t ringAllReduce(struct schedule *s, struct algoCtx *c, const s
   size_t N = ((O + per < off + cnt) ? O + per : off + cnt) - O
   CHECK(laneTask(s, c, d, ch));
   {
+    /* With two ranks the next one's sum of this block is its result here
+     * too: it may write it here itself (stepSend's dst, schedule.h). */
     BLOCK(mod(r - 1, n), o, k);
-    ADD(s, stepSend, REDUCE_PRE, NULL, out, src + o * esz, NULL, k * esz);
+    ADD(s, stepSend, REDUCE_PRE, NULL, out, src + o * esz, n == 2 ? dst + o * esz : NULL, k * esz);
   }
   for (int j = 2; j < n; j++) {
     BLOCK(mod(r - j, n), o, k);

@@ -128,10 +128,11 @@ static void reduceOut(const struct task *t, void *dst, const void *acc, const vo
 
 /* Posts nb bytes at data on st's send connection: as a reference when the
  * task's sends may be (t->sendRefs) and the receiver can read them there,
- * else as a copy. */
-static void postData(struct task *t, struct step *st, const char *data, size_t nb) {
+ * else as a copy. result: where the receiver's result of them lands on
+ * this rank (a stepSend's dst), which it may write itself; or NULL. */
+static void postData(struct task *t, struct step *st, const char *data, char *result, size_t nb) {
   if (t->sendRefs && nb >= ENGINE_REF_MIN && st->sp->sendPostRef &&
-      st->sp->sendPostRef(st->send, data, nb, t->sendRefs == refsAny)) {
+      st->sp->sendPostRef(st->send, data, result, nb, t->sendRefs == refsAny)) {
     t->refsPosted = 1;
     return;
   }
@@ -153,6 +154,15 @@ static int stepRefMismatch(struct task *t, struct step *st, size_t ref, size_t n
   char text[320];
   snprintf(text, sizeof text, "Mismatched operation: rank %d expected %zu bytes for %s (step %d) but rank %d sent "
            "a reference to %zu bytes of another operation's data", t->rank, nb, t->what, t->cur, st->recv->peer, ref);
+  return stepFault(t, ncclInvalidUsage, text);
+}
+
+/* A slot that says the sender wrote its data into this rank's memory
+ * where this step does not expect it: the peer runs another operation. */
+static int stepWrittenMismatch(struct task *t, struct step *st, uint64_t written) {
+  char text[320];
+  snprintf(text, sizeof text, "Mismatched operation: rank %d wrote data into rank %d's memory at %#llx, where %s "
+           "(step %d) expects none", st->recv->peer, t->rank, (unsigned long long)written, t->what, t->cur);
   return stepFault(t, ncclInvalidUsage, text);
 }
 
@@ -215,7 +225,18 @@ static int stepAdvance(struct task *t, struct step *st) {
   }
   size_t ref = st->recv && st->rp->recvRef ? st->rp->recvRef(st->recv) : 0; /* the slot refers to the sender's data */
   if (ref && ref != nb) return stepRefMismatch(t, st, ref, nb);
-  if (ref && (st->flags || (st->type != stepRecv && st->type != stepRecvCopySend))) {
+  /* ...or says the sender wrote the data into this rank's output itself */
+  uint64_t written = ref ? st->rp->recvWritten(st->recv) : 0;
+  if (written && (st->type != stepRecv || st->flags || !st->dst || written != (uintptr_t)(st->dst + off)))
+    return stepWrittenMismatch(t, st, written);
+  /* The sender wants its result here back where it points (stepSend's dst):
+   * write it there too, at once, instead of sending it. */
+  uint64_t resultTheirs = 0;
+  void *resultAt = ref && !written && st->type == stepRecvReduceCopySend && st->send->peer == st->recv->peer &&
+                           st->sp->sendPostWritten
+                       ? st->rp->recvResultAt(st->recv, nb, &resultTheirs)
+                       : NULL;
+  if (ref && !written && (st->flags || (st->type != stepRecv && st->type != stepRecvCopySend))) {
     /* A reduction from the sender's data where it lies: only from memory
      * this process maps (algoMappedSends), read like a slot. */
     if (!(slotIn = st->rp->recvMapped(st->recv, nb))) {
@@ -240,11 +261,12 @@ static int stepAdvance(struct task *t, struct step *st) {
         reduceCopy(op, slotOut, src, n, st->flags);
         posted = 0;
       } else {
-        postData(t, st, src, nb);
+        postData(t, st, src, dst, nb);
       }
       break;
     case stepRecv:
       if (!dst) break; /* a token (the agreement's): its descriptor, checked above, is all it carries */
+      if (written) break; /* the sender wrote it here */
       if (ref) CHECK_STEP(stepReadRef(t, st, dst, nb));
       else if (st->flags) reduceCopy(op, dst, slotIn, n, st->flags);
       else copyOut(t, dst, slotIn, nb);
@@ -254,13 +276,13 @@ static int stepAdvance(struct task *t, struct step *st) {
       else copyOut(t, dst, src, nb);
       break;
     case stepCopySend:
-      postData(t, st, src, nb);
+      postData(t, st, src, NULL, nb);
       copyOut(t, dst, src, nb);
       break;
     case stepRecvCopySend:
       if (ref) { /* read where the sender has it, then pass on from here */
         CHECK_STEP(stepReadRef(t, st, dst, nb));
-        postData(t, st, dst, nb);
+        postData(t, st, dst, NULL, nb);
       } else if (st->sp->sendReadsSource(st->send)) { /* one copy: the transport reads dst */
         memcpy(dst, slotIn, nb);
         st->sp->sendPostFrom(st->send, dst, nb);
@@ -273,9 +295,12 @@ static int stepAdvance(struct task *t, struct step *st) {
     case stepRecvReduceSend: reduceTwo(op, slotOut, slotIn, src, n, st->flags); posted = 0; break;
     case stepRecvReduceCopy: reduceOut(t, dst, slotIn, src, n, st->flags); break;
     case stepRecvReduceCopySend:
-      if (t->sendRefs) { /* the result, written once, may be read where it lies */
+      if (resultAt) { /* into the sender's output too: it copies nothing */
+        reduceTwoBoth(op, dst, resultAt, slotIn, src, n, st->flags, t->streamOut);
+        st->sp->sendPostWritten(st->send, resultTheirs, nb);
+      } else if (t->sendRefs) { /* the result, written once, may be read where it lies */
         reduceOut(t, dst, slotIn, src, n, st->flags);
-        postData(t, st, dst, nb);
+        postData(t, st, dst, NULL, nb);
       } else if (st->sp->sendReadsSource(st->send)) { /* one pass: the transport reads dst */
         reduceTwo(op, dst, slotIn, src, n, st->flags);
         st->sp->sendPostFrom(st->send, dst, nb);

@@ -19,7 +19,8 @@
  * own input, dst its output. OP is the reduction; flags (REDUCE_PRE/POST)
  * apply to the operand marked g(). */
 enum stepType {
-  stepSend,               /* send <- g(src) */
+  stepSend,               /* send <- g(src); dst (or NULL): where the receiver's final result of it lands here,
+                           * which a receiver that maps this rank's memory may write itself (proto.h) */
   stepRecv,               /* dst <- g(slot); no dst: the slot is only read (a token) */
   stepCopy,               /* dst <- g(src) */
   stepCopySend,           /* dst <- src; send <- src */

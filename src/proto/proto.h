@@ -62,8 +62,11 @@ struct proto {
    * next slot as a reference to bytes at data, which stay unchanged until
    * the operation ends. 0 (nothing posted) when the connection's receiver
    * cannot read them there (the transport's shareRef, with anyMemory):
-   * then post a copy. */
-  int (*sendPostRef)(struct conn *c, const void *data, size_t bytes, int anyMemory);
+   * then post a copy. result: NULL, or where this rank wants the
+   * receiver's result of these bytes (as many): if the receiver maps that
+   * memory too, it may write the result there itself and say so with
+   * sendPostWritten instead of sending it back. */
+  int (*sendPostRef)(struct conn *c, const void *data, void *result, size_t bytes, int anyMemory);
   /* Sender: 1 while the receiver has not released every reference slot. */
   int (*refsHeld)(const struct conn *c);
   /* Receiver, after recvSlot: the bytes a reference slot refers to; 0 when
@@ -75,6 +78,19 @@ struct proto {
   /* Receiver: copies bytes (what recvRef said) of the reference slot's data
    * into dst; an error is the transport's (readPeer). */
   ncclResult_t (*recvRead)(struct conn *c, void *dst, size_t bytes);
+  /* Receiver, after recvSlot of a reference: where the sender wants the
+   * result of its bytes, mapped in this process to be written, with the
+   * sender's own address of it in *theirs; NULL when it asked for none or
+   * this process does not map it. */
+  void *(*recvResultAt)(struct conn *c, size_t bytes, uint64_t *theirs);
+  /* Sender: publishes the slot sendSlot gave as saying that bytes were
+   * written at theirs in the receiver's memory (what recvResultAt said of
+   * the receiver's reference): it refers to none of this rank's memory. */
+  void (*sendPostWritten)(struct conn *c, uint64_t theirs, size_t bytes);
+  /* Receiver, after recvSlot of a reference slot (recvRef): the address in
+   * this process that the sender wrote the slot's bytes to
+   * (sendPostWritten), or 0 when the slot is a reference to read. */
+  uint64_t (*recvWritten)(const struct conn *c);
 };
 
 extern const struct proto simpleProto, llProto;

@@ -8,6 +8,7 @@
  * before answering "not yet". */
 #include <string.h>
 
+#include "core/log.h"
 #include "engine/desc.h"
 #include "proto/proto.h"
 #include "transport/transport.h"
@@ -66,27 +67,44 @@ static int simpleForeign(const struct conn *c, void *body) {
   return 1;
 }
 
-/* A reference slot's data: where the bytes lie in the sender's memory. */
+/* A reference slot's data: where the bytes lie in the sender's memory,
+ * or, once a receiver wrote its result where the sender asked, where it
+ * wrote it in the receiver's. */
 struct simpleRef {
   uint64_t addr;
   uint64_t bytes;
-  uint64_t key; /* the transport's name for the memory it lies in (shareRef) */
+  uint64_t key;       /* the transport's name for the memory it lies in (shareRef) */
+  uint64_t result;    /* where the sender wants the receiver's result of them (0: nowhere) */
+  uint64_t resultKey; /* and that memory's key */
+  uint64_t written;   /* 1: a slot that says the bytes were written at addr in the receiver's memory */
 };
 
-static int simpleSendPostRef(struct conn *c, const void *data, size_t bytes, int anyMemory) {
-  uint64_t key = 0;
-  if (!c->tp->shareRef || !c->tp->shareRef(c, data, bytes, anyMemory, &key)) return 0;
+/* Publishes the slot at c's step as the reference r. */
+static void simplePostRefSlot(struct conn *c, const struct simpleRef *r) {
   struct connDesc *d = protoHeader(c);
-  struct simpleRef *r = (struct simpleRef *)connSlotData(c, (uint32_t)(c->step % c->nslots));
-  r->addr = (uintptr_t)data;
-  r->bytes = bytes;
-  r->key = key;
+  *(struct simpleRef *)connSlotData(c, (uint32_t)(c->step % c->nslots)) = *r;
   /* descPut wrote step + 1 if this slot starts an operation. */
   uint64_t mark = PROTO_REF | (c->step + 1) | (d->mark == c->step + 1 ? PROTO_REF_DESC : 0);
   __atomic_store_n(&d->mark, mark, __ATOMIC_RELEASE);
   __atomic_store_n(&c->ctrl->tail, ++c->step, __ATOMIC_RELEASE);
+}
+
+static int simpleSendPostRef(struct conn *c, const void *data, void *result, size_t bytes, int anyMemory) {
+  struct simpleRef r = {.addr = (uintptr_t)data, .bytes = bytes};
+  if (!c->tp->shareRef || !c->tp->shareRef(c, data, bytes, anyMemory, &r.key)) return 0;
+  if (result && c->tp->shareRef(c, result, bytes, 0, &r.resultKey)) r.result = (uintptr_t)result;
+  simplePostRefSlot(c, &r);
   c->refUntil = c->step;
   return 1;
+}
+
+static void simpleSendPostWritten(struct conn *c, uint64_t theirs, size_t bytes) {
+  struct simpleRef r = {.addr = theirs, .bytes = bytes, .written = 1};
+  if (!c->wroteResults)
+    INFO(subsysColl | subsysShm, "chorus : results written straight into rank %d's memory where it asked (ncclMemAlloc's)",
+         c->peer);
+  c->wroteResults = 1;
+  simplePostRefSlot(c, &r);
 }
 
 static int simpleRefsHeld(const struct conn *c) {
@@ -112,6 +130,17 @@ static ncclResult_t simpleRecvRead(struct conn *c, void *dst, size_t bytes) {
   return c->tp->readPeer(c, dst, r->addr, r->key, bytes);
 }
 
+static void *simpleRecvResultAt(struct conn *c, size_t bytes, uint64_t *theirs) {
+  const struct simpleRef *r = simpleRefAt(c);
+  *theirs = r->result;
+  return r->result && c->tp->mapPeer ? c->tp->mapPeer(c, r->result, r->resultKey, bytes) : NULL;
+}
+
+static uint64_t simpleRecvWritten(const struct conn *c) {
+  const struct simpleRef *r = simpleRefAt(c);
+  return r->written ? r->addr : 0;
+}
+
 const struct proto simpleProto = {
     .name = "Simple",
     .sendSlot = simpleSendSlot,
@@ -128,6 +157,9 @@ const struct proto simpleProto = {
     .recvRef = simpleRecvRef,
     .recvMapped = simpleRecvMapped,
     .recvRead = simpleRecvRead,
+    .recvResultAt = simpleRecvResultAt,
+    .sendPostWritten = simpleSendPostWritten,
+    .recvWritten = simpleRecvWritten,
 };
 
 const struct proto *protoFor(int id, const struct conn *c) {

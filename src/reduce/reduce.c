@@ -219,16 +219,31 @@ void copyStreaming(void *dst, const void *src, size_t bytes) {
   streamFence();
 }
 
-void reduceTwoStreaming(const struct redOp *op, void *dst, const void *acc, const void *in, size_t n, int flags) {
-  /* A block at a time through a buffer that stays in L1: the kernels keep
-   * their vector loops, and each result line is stored once, past the cache. */
+/* A block at a time through a buffer that stays in L1: the kernels keep
+ * their vector loops, and each result line is stored once into each
+ * output (past the cache with stream). */
+static void reduceThroughL1(const struct redOp *op, void *dst, void *dst2, const void *acc, const void *in, size_t n,
+                            int flags, int stream) {
   enum { blockBytes = 8192 };
   _Alignas(64) char block[blockBytes];
   size_t esz = dtypeSize(op->dtype), per = blockBytes / (esz ? esz : 1);
   for (size_t i = 0; i < n; i += per) {
     size_t m = n - i < per ? n - i : per, at = i * esz;
     reduceTwo(op, block, (const char *)acc + at, (const char *)in + at, m, flags);
-    streamStores((char *)dst + at, block, m * esz);
+    for (int k = 0; k < 2; k++) {
+      char *out = (char *)(k ? dst2 : dst);
+      if (out && stream) streamStores(out + at, block, m * esz);
+      else if (out) memcpy(out + at, block, m * esz);
+    }
   }
-  streamFence();
+  if (stream) streamFence();
+}
+
+void reduceTwoStreaming(const struct redOp *op, void *dst, const void *acc, const void *in, size_t n, int flags) {
+  reduceThroughL1(op, dst, NULL, acc, in, n, flags, 1);
+}
+
+void reduceTwoBoth(const struct redOp *op, void *dst, void *dst2, const void *acc, const void *in, size_t n, int flags,
+                   int stream) {
+  reduceThroughL1(op, dst, dst2, acc, in, n, flags, stream);
 }

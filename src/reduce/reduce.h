@@ -51,5 +51,11 @@ void copyStreaming(void *dst, const void *src, size_t bytes);
 /* reduceTwo with the result stored past the cache (bitwise the same result);
  * dst may alias acc or in. */
 void reduceTwoStreaming(const struct redOp *op, void *dst, const void *acc, const void *in, size_t n, int flags);
+/* reduceTwo into two outputs at once (bitwise the same result in both),
+ * each stored once, past the cache with stream: a result a peer needs too
+ * goes straight into its memory, not through a second pass that reads
+ * dst again. dst and dst2 may alias acc or in. */
+void reduceTwoBoth(const struct redOp *op, void *dst, void *dst2, const void *acc, const void *in, size_t n, int flags,
+                   int stream);
 
 #endif

@@ -63,6 +63,7 @@ struct conn {
   uint64_t headCache; /* sender: last head seen */
   int descNext;       /* sender: the next slot posted starts an operation (LL's flag says so) */
   uint64_t refUntil;  /* sender: step after its last slot that refers to its memory (proto's sendPostRef) */
+  int wroteResults;   /* sender: has written a result into the receiver's memory (logged the first time) */
   int peer;
   uint64_t descStamp;  /* schedule building: the operation that last marked a step on it */
   const struct transport *tp; /* the transport that connected it */

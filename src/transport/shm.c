@@ -316,7 +316,8 @@ static void shmTakeNote(struct shmState *s, const struct shmNote *note, int fd) 
     q->maps = grown;
     q->capMaps = cap;
   }
-  void *local = mmap(NULL, note->bytes, PROT_READ, MAP_SHARED, fd, 0);
+  /* Writable: a peer's result may be written here, where it asked (mapPeer) */
+  void *local = mmap(NULL, note->bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (local == MAP_FAILED) {
     shmRefuse(q, note, strerror(errno));
     return;
@@ -339,12 +340,11 @@ static void shmDrainNotes(struct shmState *s) {
     }
 }
 
-static const void *shmMapPeer(struct conn *c, uint64_t addr, uint64_t key, size_t bytes) {
+static void *shmMapPeer(struct conn *c, uint64_t addr, uint64_t key, size_t bytes) {
   if (key == 0)
-    return __atomic_load_n(&c->ctrl->readMode, __ATOMIC_RELAXED) == connReadDirect ? (const void *)(uintptr_t)addr
-                                                                                     : NULL;
+    return __atomic_load_n(&c->ctrl->readMode, __ATOMIC_RELAXED) == connReadDirect ? (void *)(uintptr_t)addr : NULL;
   struct shmPeer *q = c->tpConn;
-  const void *at = NULL;
+  void *at = NULL;
   pthread_mutex_lock(&q->s->lock);
   if (__atomic_load_n(q->notes, __ATOMIC_ACQUIRE) > q->drained) shmDrainNotes(q->s);
   for (int i = 0; i < q->nmaps && !at; i++) {

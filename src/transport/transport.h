@@ -66,8 +66,10 @@ struct transport {
   int (*shareRef)(struct conn *c, const void *data, size_t bytes, int anyMemory, uint64_t *key);
   /* Receiver: where the sender's bytes at addr (with its key) lie in this
    * process (a mapping of the sender's memory, or addr itself in one
-   * process), or NULL: then readPeer copies them. */
-  const void *(*mapPeer)(struct conn *c, uint64_t addr, uint64_t key, size_t bytes);
+   * process), or NULL: then readPeer copies them. Shared memory is mapped
+   * to be written too: a rank may write a result into a peer's memory
+   * where the peer asked for it (proto.h: recvResultAt). */
+  void *(*mapPeer)(struct conn *c, uint64_t addr, uint64_t key, size_t bytes);
   /* Receiver: copies bytes at addr in the sender's memory into dst. An
    * error (the sender is gone, or its memory is) says so in a WARN. */
   ncclResult_t (*readPeer)(struct conn *c, void *dst, uint64_t addr, uint64_t key, size_t bytes);
