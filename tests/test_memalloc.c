@@ -132,10 +132,11 @@ static int reductions(int rank, int n, ncclComm_t comm) {
   for (int o = 0; o < 4; o++)
     for (int inPlace = 0; inPlace < 2; inPlace++) {
       float *buf = inPlace ? out : in, *res = out;
-      if (inPlace)
-        for (size_t i = 0; i < count; i++) out[i] = value(rank, 6, i);
+      for (size_t i = 0; i < count; i++) out[i] = inPlace ? value(rank, 6, i) : -1.0f; /* -1: never a result */
       NCCLCHECK(ncclAllReduce(buf, res, count, ncclFloat, ops[o], comm, NULL));
-      for (size_t i = 0; i < count; i++) {
+      /* From the end: the last block a peer wrote here is checked first, so
+       * a write that lands after the call returned is seen missing. */
+      for (size_t i = count; i-- > 0;) {
         float sum = 0, max = 0;
         for (int r = 0; r < n; r++) {
           sum += value(r, 6, i);
@@ -148,6 +149,24 @@ static int reductions(int rank, int n, ncclComm_t comm) {
       }
     }
   NCCLCHECK(ncclRedOpDestroy(premul, comm));
+  /* Odd ranks' buffers plain memory: the even ones' references offer their
+   * results, the odd ones' data comes through the FIFOs; right either way. */
+  float *pin = rank % 2 ? guardAlloc(count * sizeof(float)) : in;
+  float *pout = rank % 2 ? guardAlloc(count * sizeof(float)) : out;
+  EXPECT(pin && pout, "rank %d: out of memory", rank);
+  for (size_t i = 0; i < count; i++) pin[i] = value(rank, 9, i), pout[i] = -1.0f;
+  NCCLCHECK(ncclAllReduce(pin, pout, count, ncclFloat, ncclSum, comm, NULL));
+  for (size_t i = count; i-- > 0;) {
+    float want = 0;
+    for (int r = 0; r < n; r++) want += value(r, 9, i);
+    EXPECT(pout[i] == want, "rank %d: AllReduce with %s buffers: element %zu is %g, expected %g", rank,
+           rank % 2 ? "plain" : "ncclMemAlloc", i, pout[i], want);
+  }
+  if (rank % 2) {
+    EXPECT(guardCheck(pin) == 0 && guardCheck(pout) == 0, "rank %d: guard bytes of plain buffers", rank);
+    guardFree(pin);
+    guardFree(pout);
+  }
   /* An integer average divides the sum once, on the rank that reduces a
    * block, whichever rank's memory it writes the result into. */
   int32_t *iin = (int32_t *)in, *iout = (int32_t *)out;
