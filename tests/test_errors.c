@@ -2,6 +2,7 @@
  * ncclInvalidUsage, a WARN naming the argument (ncclGetLastError), and no
  * change to any buffer. */
 #include <signal.h>
+#include <stddef.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -176,6 +177,51 @@ static ncclResult_t refusedWithin2s(int e, const struct callSpec *c, const char 
   return r;
 }
 
+/* Each config value NCCL's parseCommConfig refuses, for ncclCommSplit of
+ * parent (every rank passes the same one) or, without a parent, for
+ * ncclCommInitRankConfig of a 1-rank communicator: ncclInvalidArgument
+ * naming the field, and no communicator. */
+static int badConfigs(ncclComm_t parent, ncclUniqueId id) {
+  int failed = 0;
+  static const struct {
+    size_t at;
+    int value;
+    const char *name;
+  } cases[] = {
+      {offsetof(ncclConfig_t, blocking), 5, "blocking"},
+      {offsetof(ncclConfig_t, cgaClusterSize), -3, "cgaClusterSize"},
+      {offsetof(ncclConfig_t, minCTAs), 0, "minCTAs"},
+      {offsetof(ncclConfig_t, maxCTAs), 0, "maxCTAs"},
+      {offsetof(ncclConfig_t, splitShare), 2, "splitShare"},
+      {offsetof(ncclConfig_t, collnetEnable), 3, "collnetEnable"},
+      {offsetof(ncclConfig_t, CTAPolicy), 99, "CTAPolicy"},
+      {offsetof(ncclConfig_t, shrinkShare), 7, "shrinkShare"},
+      {offsetof(ncclConfig_t, nvlsCTAs), 0, "nvlsCTAs"},
+      {offsetof(ncclConfig_t, nChannelsPerNetPeer), 65, "nChannelsPerNetPeer"},
+      {offsetof(ncclConfig_t, nvlinkCentricSched), 2, "nvlinkCentricSched"},
+      {offsetof(ncclConfig_t, graphUsageMode), 3, "graphUsageMode"},
+      {offsetof(ncclConfig_t, numRmaCtx), -1, "numRmaCtx"},
+      {offsetof(ncclConfig_t, maxP2pPeers), 0, "maxP2pPeers"},
+      {offsetof(ncclConfig_t, graphStreamOrdering), 2, "graphStreamOrdering"},
+  };
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    memcpy((char *)&cfg + cases[k].at, &cases[k].value, sizeof(int));
+    ncclComm_t made = (ncclComm_t)&cfg; /* must come back NULL */
+    if (parent) BAD(ncclCommSplit(parent, 0, 0, &made, &cfg), ncclInvalidArgument, cases[k].name);
+    else BAD(ncclCommInitRankConfig(&made, 1, id, 0, &cfg), ncclInvalidArgument, cases[k].name);
+    EXPECT(made == NULL || made == (ncclComm_t)&cfg, "a communicator was made with config.%s = %d", cases[k].name,
+           cases[k].value);
+  }
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  cfg.minCTAs = 8;
+  cfg.maxCTAs = 2;
+  ncclComm_t made = NULL;
+  if (parent) BAD(ncclCommSplit(parent, 0, 0, &made, &cfg), ncclInvalidArgument, "maxCTAs");
+  else BAD(ncclCommInitRankConfig(&made, 1, id, 0, &cfg), ncclInvalidArgument, "maxCTAs");
+  return failed;
+}
+
 static int rankMain(int rank, int n, ncclUniqueId id, void *arg) {
   int failed = 0;
   ncclComm_t comm;
@@ -228,7 +274,14 @@ static int rankMain(int rank, int n, ncclUniqueId id, void *arg) {
   void *h = NULL;
   NCCLCHECK(ncclCommRegister(comm, send, sizeof send, &h));
   NCCLCHECK(ncclCommDeregister(comm, h));
+  /* A handle is looked up, never read: a stale, foreign or wild one is an
+   * error, not a crash; NULL (NCCL's register gives it when it registers
+   * nothing) is fine. One handle stays registered: destroy frees it. */
+  BAD(ncclCommDeregister(comm, h), ncclInvalidUsage, "Could not find handle");
   BAD(ncclCommDeregister(comm, recv), ncclInvalidUsage, "Could not find handle");
+  BAD(ncclCommDeregister(comm, (void *)(uintptr_t)0x1234), ncclInvalidUsage, "Could not find handle");
+  NCCLCHECK(ncclCommDeregister(comm, NULL));
+  NCCLCHECK(ncclCommRegister(comm, recv, sizeof recv, &h));
   BAD(ncclCommRegister(comm, send, 16, NULL), ncclInvalidArgument, "handle");
   /* Windows: recorded, given back, checked. */
   ncclWindow_t win = NULL;
@@ -238,7 +291,11 @@ static int rankMain(int rank, int n, ncclUniqueId id, void *arg) {
   EXPECT(user == (void *)send, "ncclWinGetUserPtr gave %p, registered %p", user, (void *)send);
   BAD(ncclWinGetUserPtr(comm, win, NULL), ncclInvalidArgument, "outUserPtr");
   NCCLCHECK(ncclCommWindowDeregister(comm, win));
+  BAD(ncclCommWindowDeregister(comm, win), ncclInvalidArgument, "not registered");
+  BAD(ncclWinGetUserPtr(comm, win, &user), ncclInvalidArgument, "not registered");
   BAD(ncclCommWindowDeregister(comm, (ncclWindow_t)(void *)recv), ncclInvalidArgument, "not registered");
+  BAD(ncclCommWindowDeregister(comm, (ncclWindow_t)(uintptr_t)0x1234), ncclInvalidArgument, "not registered");
+  NCCLCHECK(ncclCommWindowDeregister(comm, NULL));
   BAD(ncclWinGetUserPtr(comm, NULL, &user), ncclInvalidArgument, "not registered");
   BAD(ncclCommWindowRegister(comm, send, sizeof send, NULL, 0), ncclInvalidArgument, "win");
   BAD(ncclCommWindowRegister(comm, send, sizeof send, &win, 0x40), ncclInvalidArgument, "winFlags");
@@ -254,6 +311,7 @@ static int rankMain(int rank, int n, ncclUniqueId id, void *arg) {
   NCCLCHECK(ncclCommGetAsyncError(comm, &async));
   EXPECT(async == ncclSuccess, "async error %d", async);
   failed += everyArgument(rank, n, comm);
+  failed += badConfigs(comm, id);
   /* The communicator still works after all the rejected calls. */
   NCCLCHECK(ncclAllReduce(send, recv, 16, ncclFloat, ncclSum, comm, NULL));
   for (int i = 0; i < 16; i++) EXPECT(recv[i] == n, "recv[%d] = %g after the good call", i, recv[i]);
@@ -290,6 +348,16 @@ int main(void) {
   ncclConfig_t cfg2 = NCCL_CONFIG_INITIALIZER;
   cfg2.blocking = 3;
   BAD(ncclCommInitRankConfig(&comm, 1, id, 0, &cfg2), ncclInvalidArgument, "blocking");
+  failed += badConfigs(NULL, id);
+  /* A config of an older NCCL (smaller size): what lies past it is not read. */
+  ncclConfig_t old = NCCL_CONFIG_INITIALIZER;
+  old.size = offsetof(ncclConfig_t, splitShare);
+  old.splitShare = 99;
+  old.CTAPolicy = 99;
+  ncclUniqueId fresh; /* the root of id refuses everyone since the bad rank above */
+  NCCLCHECK(ncclGetUniqueId(&fresh));
+  NCCLCHECK(ncclCommInitRankConfig(&comm, 1, fresh, 0, &old));
+  NCCLCHECK(ncclCommDestroy(comm));
   BAD(ncclCommInitAll(NULL, 2, NULL), ncclInvalidArgument, "comm");
   ncclComm_t comms[2];
   BAD(ncclCommInitAll(comms, 0, NULL), ncclInvalidArgument, "ndev");
@@ -308,13 +376,19 @@ int main(void) {
   NCCLCHECK(ncclGroupEnd());
   NCCLCHECK(ncclCommDestroy(NULL));
   NCCLCHECK(ncclCommAbort(NULL));
+  NCCLCHECK(ncclCommFinalize(NULL));
   EXPECT(strcmp(ncclGetErrorString(ncclSuccess), "no error") == 0, "error string");
   EXPECT(strcmp(ncclGetErrorString(ncclRemoteError), "remote process exited or there was a network error") == 0,
          "error string");
   EXPECT(strcmp(ncclGetErrorString((ncclResult_t)42), "unknown result code") == 0, "error string");
-  /* InitAll with a devlist reports those devices, duplicates allowed. */
-  int devs[2] = {3, 3};
+  /* InitAll with a devlist reports those devices; a device twice is
+   * NCCL's ncclInvalidUsage (one communicator per device). */
+  int dup[3] = {0, 1, 0};
+  BAD(ncclCommInitAll(comms, 3, dup), ncclInvalidUsage, "devlist");
+  int devs[2] = {5, 3};
   NCCLCHECK(ncclCommInitAll(comms, 2, devs));
+  NCCLCHECK(ncclCommCuDevice(comms[0], &v));
+  EXPECT(v == 5, "cuDevice %d", v);
   NCCLCHECK(ncclCommCuDevice(comms[1], &v));
   EXPECT(v == 3, "cuDevice %d", v);
   /* A simulated group predicts from the tuner's model and runs nothing; a

@@ -31,7 +31,7 @@ struct late {
   volatile int *where;
   int value;
 };
-static void lateStore(void *arg) {
+static void CUDART_CB lateStore(void *arg) { /* written as CUDA programs write host callbacks */
   struct late *l = arg;
   sleepMs(l->ms);
   __atomic_store_n(l->where, l->value, __ATOMIC_RELEASE);

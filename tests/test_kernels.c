@@ -174,7 +174,7 @@ static void checkPairs(const struct fmt *f, int kind, double scale, const uint32
     storeCode(f, bp, i, in[i]);
   }
   size_t m = n - skew;
-  struct redOp op = {f->dtype, kind, scale, 0, 0};
+  struct redOp op = {.dtype = f->dtype, .kind = kind, .scaleF = scale};
   if (copyMode) reduceCopy(&op, dp, bp, m, REDUCE_PRE);
   else reduceTwo(&op, dp, ap, bp, m, kind == redPreMulSum ? REDUCE_PRE : 0);
   uint32_t sCode = refEncode(f, scale);
@@ -237,7 +237,7 @@ static void checkNarrowReductions(const struct fmt *f) {
       }                                                                                                    \
       static const int kinds[] = {redSum, redProd, redMax, redMin, redSumPostDiv};                        \
       for (int k = 0; k < 5; k++) {                                                                        \
-        struct redOp op = {DT, kinds[k], 0, 0, 3};                                                         \
+        struct redOp op = {.dtype = DT, .kind = kinds[k], .divisor = 3};                                  \
         reduceTwo(&op, d, a, b, n, kinds[k] == redSumPostDiv ? REDUCE_POST : 0);                          \
         for (size_t i = 0; i < n; i++) {                                                                   \
           WIDE x = a[i], y = b[i];                                                                         \
@@ -280,7 +280,7 @@ CHECK_INT(uint64_t, ncclUint64, uint64_t)
       }                                                                                                    \
       static const int kinds[] = {redSum, redProd, redMax, redMin, redPreMulSum};                         \
       for (int k = 0; k < 5; k++) {                                                                        \
-        struct redOp op = {DT, kinds[k], 1.0 / 3, 0, 0};                                                   \
+        struct redOp op = {.dtype = DT, .kind = kinds[k], .scaleF = 1.0 / 3};                             \
         reduceTwo(&op, d, a, b, n, kinds[k] == redPreMulSum ? REDUCE_PRE : 0);                            \
         for (size_t i = 0; i < n; i++) {                                                                   \
           WIDE x = a[i], y = b[i];                                                                         \

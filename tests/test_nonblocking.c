@@ -2,6 +2,7 @@
  * ncclInProgress at once, ncclCommGetAsyncError reports progress, using
  * the communicator early is refused, and a watchdog can abort an init whose
  * peers never come. */
+#include <string.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -50,7 +51,19 @@ static int watchdogMain(int rank, int n, ncclUniqueId id, void *arg) {
   ncclResult_t state;
   NCCLCHECK(ncclCommGetAsyncError(comm, &state));
   EXPECT(state == ncclInProgress, "init without its peer ended with %s", ncclGetErrorString(state));
+  /* What NCCL refuses while init runs (its ncclCommEnsureReady) is refused
+   * at once, not waited out: destroy, finalize, the queries, a split. */
   double t0 = nowSec();
+  int v = -1;
+  ncclComm_t child = NULL;
+  EXPECT(ncclCommDestroy(comm) == ncclInvalidArgument, "ncclCommDestroy of an initializing communicator");
+  EXPECT(ncclCommFinalize(comm) == ncclInvalidArgument, "ncclCommFinalize of an initializing communicator");
+  EXPECT(ncclCommCount(comm, &v) == ncclInvalidArgument && v == -1, "ncclCommCount of an initializing communicator");
+  EXPECT(ncclCommUserRank(comm, &v) == ncclInvalidArgument, "ncclCommUserRank of an initializing communicator");
+  EXPECT(ncclCommSplit(comm, 0, 0, &child, NULL) == ncclInvalidArgument, "ncclCommSplit of an initializing one");
+  EXPECT(strstr(ncclGetLastError(comm), "still initializing") != NULL, "last error: %s", ncclGetLastError(comm));
+  EXPECT(nowSec() - t0 < 1.0, "refusing calls during init took %.2f s", nowSec() - t0);
+  t0 = nowSec();
   NCCLCHECK(ncclCommAbort(comm));
   double took = nowSec() - t0;
   EXPECT(took < 1.0, "ncclCommAbort of a stuck init took %.2f s", took);

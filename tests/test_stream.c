@@ -116,6 +116,58 @@ static int hostAndEvents(int rank, int n, ncclComm_t comm, cudaStream_t st) {
   return 0;
 }
 
+static void setScale(void *arg, ncclResult_t status) {
+  (void)status;
+  *(float *)arg = 3;
+}
+
+/* A PreMulSum scalar in "device" memory (ncclScalarDevice) is read when the
+ * operation runs, as NCCL's kernels read it: a caller may change it between
+ * calls (also with the same arguments, whose schedule is reused) or on the
+ * stream before a call. An immediate one is read when the operator is made. */
+static int deviceScalar(int rank, int n, ncclComm_t comm, cudaStream_t st) {
+  enum { count = 1003 };
+  float *x = guardAlloc(count * sizeof(float)), *y = guardAlloc(count * sizeof(float));
+  float *rs = guardAlloc(count * n * sizeof(float));
+  float scale = 1, immediate = 2;
+  ncclRedOp_t dev, imm;
+  NCCLCHECK(ncclRedOpCreatePreMulSum(&dev, &scale, ncclFloat, ncclScalarDevice, comm));
+  NCCLCHECK(ncclRedOpCreatePreMulSum(&imm, &immediate, ncclFloat, ncclScalarHostImmediate, comm));
+  immediate = 7; /* too late: it was read */
+  for (int i = 0; i < count; i++) x[i] = (float)(i % 5 + 1);
+  for (int round = 0; round < 3; round++) {
+    scale = (float)(rank + round + 1); /* ranks' scalars differ, as PreMulSum allows */
+    NCCLCHECK(ncclAllReduce(x, y, count, ncclFloat, dev, comm, NULL));
+    float factor = (float)(n * (n + 1) / 2 + n * round);
+    for (int i = 0; i < count; i++)
+      EXPECT(y[i] == factor * x[i], "device scalar, round %d: element %d got %g want %g", round, i, y[i], factor * x[i]);
+  }
+  NCCLCHECK(ncclAllReduce(x, y, count, ncclFloat, imm, comm, NULL));
+  for (int i = 0; i < count; i++)
+    EXPECT(y[i] == 2.0f * n * x[i], "immediate scalar: element %d got %g want %g", i, y[i], 2.0f * n * x[i]);
+  /* On a stream: a host function ahead of the calls sets it to 3 after the
+   * caller set it to 5; the calls must see 3. */
+  scale = 5;
+  for (int i = 0; i < count * n; i++) rs[i] = (float)(i % 7);
+  NCCLCHECK(chorusLaunchHostFunc(st, setScale, &scale));
+  NCCLCHECK(ncclReduceScatter(rs, y, count, ncclFloat, dev, comm, st));
+  NCCLCHECK(ncclReduce(x, x, count, ncclFloat, dev, n - 1, comm, st));
+  NCCLCHECK(chorusStreamSynchronize(st));
+  for (int i = 0; i < count; i++) {
+    float want = 3.0f * n * (float)((rank * count + i) % 7);
+    EXPECT(y[i] == want, "device scalar set on the stream, ReduceScatter: element %d got %g want %g", i, y[i], want);
+    want = rank == n - 1 ? 3.0f * n * (float)(i % 5 + 1) : (float)(i % 5 + 1);
+    EXPECT(x[i] == want, "device scalar set on the stream, Reduce: element %d got %g want %g", i, x[i], want);
+  }
+  EXPECT(!guardCheck(x) && !guardCheck(y) && !guardCheck(rs), "guard bytes");
+  NCCLCHECK(ncclRedOpDestroy(dev, comm));
+  NCCLCHECK(ncclRedOpDestroy(imm, comm));
+  guardFree(x);
+  guardFree(y);
+  guardFree(rs);
+  return 0;
+}
+
 static int rankMain(int rank, int n, ncclUniqueId id, void *arg) {
   ncclComm_t comm;
   NCCLCHECK(ncclCommInitRank(&comm, n, id, rank));
@@ -167,6 +219,7 @@ static int rankMain(int rank, int n, ncclUniqueId id, void *arg) {
     NCCLCHECK(chorusEventDestroy(ev));
     EXPECT(chorusStreamDestroy(special) == ncclInvalidArgument, "destroying stream handle %d", (int)h);
   }
+  if (deviceScalar(rank, n, comm, st)) return 1;
   if (hostAndEvents(rank, n, comm, st)) return 1;
   NCCLCHECK(chorusStreamDestroy(st));
   NCCLCHECK(n > 1 ? ncclCommAbort(comm) : ncclCommDestroy(comm)); /* rank 0's has failed */

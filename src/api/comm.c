@@ -54,6 +54,14 @@ void commEndInFlight(struct ncclComm *comm) {
   __atomic_store_n(&comm->abortFlag, 0, __ATOMIC_RELEASE);
 }
 
+ncclResult_t commInitDone(struct ncclComm *comm, const char *name) {
+  if (__atomic_load_n(&comm->asyncError, __ATOMIC_ACQUIRE) != ncclInProgress) return ncclSuccess;
+  WARN("%s : rank %d: Attempt to use communicator before the previous operation returned ncclSuccess: it is still "
+       "initializing (poll ncclCommGetAsyncError until it says ncclSuccess, or ncclCommAbort it)",
+       name, comm->rank);
+  return ncclInvalidArgument;
+}
+
 ncclResult_t commReady(struct ncclComm *comm, const char *name) {
   if (__atomic_load_n(&comm->revoked, __ATOMIC_ACQUIRE)) {
     WARN("%s : rank %d: communicator was revoked (ncclCommRevoke): destroy, split or shrink it", name, comm->rank);
@@ -67,11 +75,7 @@ ncclResult_t commReady(struct ncclComm *comm, const char *name) {
   /* A peer that died or reported a fault since the last call: its WARN is
    * the one that explains, so return without another. */
   if (async == ncclSuccess && (async = watchAsyncError(comm)) != ncclSuccess) return async;
-  if (async == ncclInProgress) {
-    WARN("%s : rank %d: Attempt to use communicator before the previous operation returned ncclSuccess", name,
-         comm->rank);
-    return ncclInvalidArgument;
-  }
+  if (async == ncclInProgress) return commInitDone(comm, name);
   if (async != ncclSuccess) {
     WARN("%s : rank %d: communicator has failed earlier (%s: %s); abort and re-create it", name, comm->rank,
          ncclGetErrorString(async), comm->failText);
@@ -107,6 +111,7 @@ void commFree(struct ncclComm *comm, int graceful) {
   free(comm->userOps);
   free(comm->p2pSeq);
   windowFreeAll(comm); /* the monitor, which writes into windows, has stopped */
+  registerFreeAll(comm);
   rmaFreeEarly(comm);
   free(comm->rmaEarly);
   free(comm->sigGot);

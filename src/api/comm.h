@@ -86,8 +86,9 @@ struct ncclComm {
   uint64_t commHash; /* NCCL's commId in the logs: a hash of the unique id */
   int childCount;    /* communicators split off this one */
   /* Windows (window.c) and one-sided signals (rma.c). */
-  pthread_mutex_t winLock;            /* the windows, against the monitor's one-sided writes */
+  pthread_mutex_t winLock;            /* the windows, against the monitor's one-sided writes; registrations */
   struct ncclWindow_vidmem *windows; /* live, newest first */
+  struct regHandle *regs;             /* ncclCommRegister's live handles, newest first (register.c) */
   uint32_t winNext;                   /* the next window's number: ranks register in the same order */
   uint64_t *sigGot, *sigTaken;        /* [nranks] signals from each rank: arrived, waited for */
   struct rmaEarly **rmaEarly;         /* [nranks] writes kept until their window is registered */
@@ -134,11 +135,20 @@ ncclResult_t commCheck(const struct ncclComm *comm, const char *call);
  * the call: revoked, suspended, failed (a peer's death included), still
  * initializing (ncclInvalidArgument, as NCCL), finalized. */
 ncclResult_t commReady(struct ncclComm *comm, const char *name);
+/* ncclInvalidArgument, with NCCL's WARN, while a nonblocking init of comm
+ * is still running: what may not be called then (NCCL's
+ * ncclCommEnsureReady) calls this first. */
+ncclResult_t commInitDone(struct ncclComm *comm, const char *name);
 /* How long a call on comm may go without progress (chorusCommSetTimeout,
  * else CHORUS_TIMEOUT); 0: forever. */
 uint64_t commTimeoutNs(const struct ncclComm *comm);
 /* Lowers an ncclRedOp_t for a datatype into what the kernels do. */
 ncclResult_t commLowerOp(struct ncclComm *comm, ncclRedOp_t op, ncclDataType_t dtype, struct redOp *out,
                          const char *call);
+/* Frees the registrations nobody deregistered, at destroy (register.c). */
+void registerFreeAll(struct ncclComm *comm);
+/* Reads a PreMulSum scalar that lives in the caller's memory (redOp.scaleAt)
+ * into the operator: called as the operation starts running. */
+void redOpReadScalar(struct redOp *red);
 
 #endif

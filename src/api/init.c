@@ -66,10 +66,16 @@ NCCL_API(ncclResult_t, ncclCommInitRank, ncclComm_t *comm, int nranks, ncclUniqu
   return groupInit(&job);
 }
 
-/* config's blocking flag (1 without a config), after checking what NCCL
- * checks of it. */
-static ncclResult_t initConfig(const ncclConfig_t *config, const char *call, int *blocking) {
-  *blocking = 1;
+/* A config field that is a flag: unset, 0 or 1. */
+static int configFlag(int v) { return v == NCCL_CONFIG_UNDEF_INT || v == 0 || v == 1; }
+
+/* Checks what NCCL's parseCommConfig checks of config (any ncclConfig_t
+ * size: the fields past it are unset) and gives its blocking flag, or
+ * dflt when it sets none (no config: 1 for a new communicator, the
+ * parent's for one made from a parent). chorus uses few of the fields, but
+ * a value NCCL refuses is refused here too, before anything starts. */
+static ncclResult_t initConfig(const ncclConfig_t *config, const char *call, int dflt, int *blocking) {
+  *blocking = dflt;
   if (!config) return ncclSuccess;
   if (config->magic != NCCL_API_MAGIC) {
     WARN("ncclConfig_t argument not initialized via NCCL_CONFIG_INITIALIZER");
@@ -77,19 +83,38 @@ static ncclResult_t initConfig(const ncclConfig_t *config, const char *call, int
   }
   ncclConfig_t c = NCCL_CONFIG_INITIALIZER;
   memcpy(&c, config, config->size < sizeof c ? config->size : sizeof c);
-  if (c.blocking != NCCL_CONFIG_UNDEF_INT) {
-    if (c.blocking != 0 && c.blocking != 1) {
-      WARN("%s : config.blocking must be 0 or 1, got %d", call, c.blocking);
+  const int undef = NCCL_CONFIG_UNDEF_INT;
+  const struct {
+    const char *name;
+    int value, ok;
+  } fields[] = {
+      {"blocking (0 or 1)", c.blocking, configFlag(c.blocking)},
+      {"cgaClusterSize (>= 0)", c.cgaClusterSize, c.cgaClusterSize == undef || c.cgaClusterSize >= 0},
+      {"minCTAs (> 0)", c.minCTAs, c.minCTAs == undef || c.minCTAs > 0},
+      {"maxCTAs (> 0, at least minCTAs)", c.maxCTAs,
+       c.maxCTAs == undef || (c.maxCTAs > 0 && (c.minCTAs == undef || c.minCTAs <= c.maxCTAs))},
+      {"splitShare (0 or 1)", c.splitShare, configFlag(c.splitShare)},
+      {"collnetEnable (0 or 1)", c.collnetEnable, configFlag(c.collnetEnable)},
+      {"CTAPolicy (NCCL_CTA_POLICY_DEFAULT, _EFFICIENCY, _ZERO)", c.CTAPolicy,
+       c.CTAPolicy == undef ||
+           (c.CTAPolicy >= 0 && !(c.CTAPolicy & ~(NCCL_CTA_POLICY_EFFICIENCY | NCCL_CTA_POLICY_ZERO)))},
+      {"shrinkShare (0 or 1)", c.shrinkShare, configFlag(c.shrinkShare)},
+      {"nvlsCTAs (> 0)", c.nvlsCTAs, c.nvlsCTAs == undef || c.nvlsCTAs > 0},
+      {"nChannelsPerNetPeer (1 to 64)", c.nChannelsPerNetPeer,
+       c.nChannelsPerNetPeer == undef || (c.nChannelsPerNetPeer > 0 && c.nChannelsPerNetPeer <= 64)},
+      {"nvlinkCentricSched (0 or 1)", c.nvlinkCentricSched, configFlag(c.nvlinkCentricSched)},
+      {"graphUsageMode (0, 1 or 2)", c.graphUsageMode,
+       c.graphUsageMode == undef || (c.graphUsageMode >= 0 && c.graphUsageMode <= 2)},
+      {"numRmaCtx (>= 0)", c.numRmaCtx, c.numRmaCtx == undef || c.numRmaCtx >= 0},
+      {"maxP2pPeers (> 0)", c.maxP2pPeers, c.maxP2pPeers == undef || c.maxP2pPeers > 0},
+      {"graphStreamOrdering (0 or 1)", c.graphStreamOrdering, configFlag(c.graphStreamOrdering)},
+  };
+  for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
+    if (!fields[i].ok) {
+      WARN("%s : invalid config.%s: %d", call, fields[i].name, fields[i].value);
       return ncclInvalidArgument;
     }
-    *blocking = c.blocking;
-  }
-  if ((c.minCTAs != NCCL_CONFIG_UNDEF_INT && c.minCTAs <= 0) ||
-      (c.maxCTAs != NCCL_CONFIG_UNDEF_INT && c.maxCTAs <= 0) ||
-      (c.minCTAs != NCCL_CONFIG_UNDEF_INT && c.maxCTAs != NCCL_CONFIG_UNDEF_INT && c.minCTAs > c.maxCTAs)) {
-    WARN("%s : invalid config.minCTAs %d / maxCTAs %d", call, c.minCTAs, c.maxCTAs);
-    return ncclInvalidArgument;
-  }
+  if (c.blocking != undef) *blocking = c.blocking;
   return ncclSuccess;
 }
 
@@ -97,7 +122,7 @@ NCCL_API(ncclResult_t, ncclCommInitRankConfig, ncclComm_t *comm, int nranks, ncc
          ncclConfig_t *config) {
   CHECK(checkInitArgs(comm, nranks, rank, &commId, "ncclCommInitRankConfig"));
   int blocking;
-  CHECK(initConfig(config, "ncclCommInitRankConfig", &blocking));
+  CHECK(initConfig(config, "ncclCommInitRankConfig", 1, &blocking));
   *comm = NULL;
   /* Init completes before returning (or before ncclGroupEnd returns), so
    * nonblocking callers see success. */
@@ -126,7 +151,7 @@ NCCL_API(ncclResult_t, ncclCommInitRankScalable, ncclComm_t *newcomm, int nranks
   }
   CHECK(checkInitArgs(newcomm, nranks, myrank, &commIds[0], call));
   int blocking;
-  CHECK(initConfig(config, call, &blocking));
+  CHECK(initConfig(config, call, 1, &blocking));
   uint64_t ids = 0;
   if (nId > 1) {
     ids = 0xcbf29ce484222325ull ^ (uint64_t)nId;
@@ -157,11 +182,17 @@ NCCL_API(ncclResult_t, ncclCommInitAll, ncclComm_t *comms, int ndev, const int *
     WARN("ncclCommInitAll : invalid ndev %d", ndev);
     return ncclInvalidArgument;
   }
-  for (int i = 0; devlist && i < ndev; i++)
+  for (int i = 0; devlist && i < ndev; i++) {
     if (devlist[i] < 0) {
       WARN("ncclCommInitAll : invalid device %d at devlist[%d]", devlist[i], i);
       return ncclInvalidArgument;
     }
+    for (int j = 0; j < i; j++)
+      if (devlist[j] == devlist[i]) {
+        WARN("ncclCommInitAll : duplicate device %d in devlist (at %d and %d)", devlist[i], j, i);
+        return ncclInvalidUsage;
+      }
+  }
   ncclUniqueId id;
   CHECK(ncclGetUniqueId(&id));
   struct initJob *jobs = calloc(ndev, sizeof *jobs);
@@ -185,18 +216,14 @@ NCCL_API(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key, ncclC
     WARN("ncclCommSplit : invalid color %d (must be >= 0 or NCCL_SPLIT_NOCOLOR)", color);
     return ncclInvalidArgument;
   }
-  if (config && config->magic != NCCL_API_MAGIC) {
-    WARN("ncclConfig_t argument not initialized via NCCL_CONFIG_INITIALIZER");
-    return ncclInvalidArgument;
-  }
+  int blocking;
+  CHECK(initConfig(config, "ncclCommSplit", comm->blocking, &blocking));
+  CHECK(commInitDone(comm, "ncclCommSplit"));
   ncclResult_t async = __atomic_load_n(&comm->asyncError, __ATOMIC_ACQUIRE);
   if (async != ncclSuccess) {
     WARN("ncclCommSplit : rank %d: parent communicator has failed (%s)", comm->rank, ncclGetErrorString(async));
     return async;
   }
-  int blocking = comm->blocking;
-  if (config && config->size >= offsetof(ncclConfig_t, cgaClusterSize) && config->blocking != NCCL_CONFIG_UNDEF_INT)
-    blocking = config->blocking != 0;
   *newcomm = NULL;
   struct initJob job = {.run = commSplitRun, .comm = newcomm, .cudaDev = comm->cudaDev, .blocking = blocking,
                         .parent = comm, .color = color, .key = key, .func = "ncclCommSplit"};
@@ -219,14 +246,9 @@ NCCL_API(ncclResult_t, ncclCommShrink, ncclComm_t comm, int *excludeRanksList, i
     WARN("ncclCommShrink : invalid shrinkFlags %d (NCCL_SHRINK_DEFAULT or NCCL_SHRINK_ABORT)", shrinkFlags);
     return ncclInvalidArgument;
   }
-  if (config && config->magic != NCCL_API_MAGIC) {
-    WARN("ncclConfig_t argument not initialized via NCCL_CONFIG_INITIALIZER");
-    return ncclInvalidArgument;
-  }
-  if (__atomic_load_n(&comm->asyncError, __ATOMIC_ACQUIRE) == ncclInProgress) {
-    WARN("ncclCommShrink : rank %d: the communicator is still initializing", comm->rank);
-    return ncclInvalidArgument;
-  }
+  int blocking;
+  CHECK(initConfig(config, "ncclCommShrink", comm->blocking, &blocking));
+  CHECK(commInitDone(comm, "ncclCommShrink"));
   char *excluded = calloc((size_t)comm->nranks, 1);
   if (!excluded) return ncclSystemError;
   for (int i = 0; i < excludeRanksCount; i++) {
@@ -247,9 +269,6 @@ NCCL_API(ncclResult_t, ncclCommShrink, ncclComm_t comm, int *excludeRanksList, i
   if (shrinkFlags == NCCL_SHRINK_ABORT) {
     commEndInFlight(comm); /* the parent is used again: the handoff, ncclCommDestroy */
   }
-  int blocking = comm->blocking;
-  if (config && config->size >= offsetof(ncclConfig_t, cgaClusterSize) && config->blocking != NCCL_CONFIG_UNDEF_INT)
-    blocking = config->blocking != 0;
   *newcomm = NULL;
   struct initJob job = {.run = commShrinkRun, .comm = newcomm, .cudaDev = comm->cudaDev, .blocking = blocking,
                         .parent = comm, .excluded = excluded, .shrinkFlags = shrinkFlags, .func = "ncclCommShrink"};
@@ -299,7 +318,7 @@ NCCL_API(ncclResult_t, ncclCommGrow, ncclComm_t comm, int nRanks, const ncclUniq
     }
     CHECK(checkInitArgs(newcomm, nRanks, rank, uniqueId, call));
     int blocking;
-    CHECK(initConfig(config, call, &blocking));
+    CHECK(initConfig(config, call, 1, &blocking));
     *newcomm = NULL;
     struct initJob job = {.comm = newcomm, .nranks = nRanks, .rank = rank, .blocking = blocking, .id = *uniqueId,
                           .func = call};
@@ -321,11 +340,8 @@ NCCL_API(ncclResult_t, ncclCommGrow, ncclComm_t comm, int nRanks, const ncclUniq
          OPDESC_MAX_RANKS);
     return ncclInvalidArgument;
   }
-  int blocking = comm->blocking;
-  if (config) {
-    CHECK(initConfig(config, call, &blocking));
-    if (config->blocking == NCCL_CONFIG_UNDEF_INT) blocking = comm->blocking;
-  }
+  int blocking;
+  CHECK(initConfig(config, call, comm->blocking, &blocking));
   CHECK(growParentUp(comm, call));
   *newcomm = NULL;
   struct initJob job = {.run = commGrowRun, .comm = newcomm, .nranks = nRanks, .rank = comm->rank,
@@ -347,10 +363,7 @@ NCCL_API(ncclResult_t, ncclCommRevoke, ncclComm_t comm, int revokeFlags) {
     WARN("ncclCommRevoke : invalid revokeFlags %d (must be NCCL_REVOKE_DEFAULT)", revokeFlags);
     return ncclInvalidArgument;
   }
-  if (__atomic_load_n(&comm->asyncError, __ATOMIC_ACQUIRE) == ncclInProgress) {
-    WARN("ncclCommRevoke : rank %d: the communicator is still initializing (ncclCommAbort ends that)", comm->rank);
-    return ncclInvalidArgument;
-  }
+  CHECK(commInitDone(comm, "ncclCommRevoke"));
   __atomic_store_n(&comm->revoked, 1, __ATOMIC_RELEASE); /* calls that come from now on are refused */
   commEndInFlight(comm);
   __atomic_store_n(&comm->asyncError, ncclSuccess, __ATOMIC_RELEASE); /* what the ended calls recorded */
@@ -359,7 +372,9 @@ NCCL_API(ncclResult_t, ncclCommRevoke, ncclComm_t comm, int revokeFlags) {
 }
 
 NCCL_API(ncclResult_t, ncclCommFinalize, ncclComm_t comm) {
+  if (comm == NULL) return ncclSuccess; /* as NCCL, and as destroy and abort */
   CHECK(commCheck(comm, "ncclCommFinalize"));
+  CHECK(commInitDone(comm, "ncclCommFinalize"));
   if (__atomic_load_n(&comm->revoked, __ATOMIC_ACQUIRE)) {
     WARN("ncclCommFinalize : comm %p was revoked (ncclCommRevoke): destroy it", (void *)comm);
     return ncclInvalidUsage;
@@ -379,6 +394,7 @@ NCCL_API(ncclResult_t, ncclCommFinalize, ncclComm_t comm) {
 NCCL_API(ncclResult_t, ncclCommDestroy, ncclComm_t comm) {
   if (comm == NULL) return ncclSuccess;
   CHECK(commCheck(comm, "ncclCommDestroy"));
+  CHECK(commInitDone(comm, "ncclCommDestroy"));
   int rank = comm->rank, n = comm->nranks, dev = comm->cudaDev;
   commWaitIdle(comm);
   /* A communicator that failed leaves like an aborted one. */
@@ -416,6 +432,7 @@ NCCL_API(ncclResult_t, ncclCommGetAsyncError, ncclComm_t comm, ncclResult_t *asy
 #define COMM_QUERY(name, field)                                 \
   NCCL_API(ncclResult_t, name, const ncclComm_t comm, int *out) { \
     CHECK(commCheck(comm, #name));                              \
+    CHECK(commInitDone(comm, #name));                           \
     if (out == NULL) {                                          \
       WARN(#name " : output argument is NULL");                 \
       return ncclInvalidArgument;                               \

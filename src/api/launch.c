@@ -363,6 +363,12 @@ static void jobPut(struct streamJob *job) {
   }
 }
 
+/* Reads the PreMulSum scalars that live in the caller's memory now that the
+ * operations start running. */
+static void readScalars(struct schedule *s) {
+  for (int k = 0; k < s->ntasks; k++) redOpReadScalar(&s->tasks[k].red);
+}
+
 static ncclResult_t streamJobRun(struct streamWork *w, ncclResult_t status) {
   struct streamJob *job = (struct streamJob *)w;
   logStartThreadErrors();
@@ -372,6 +378,7 @@ static ncclResult_t streamJobRun(struct streamWork *w, ncclResult_t status) {
     job->startedNs = launchClock(1);
     if (flightActive()) flightRunning(job->items, job->n, job->items[0].stream, job->startedNs);
   }
+  readScalars(&job->sched);
   return engineRun(&job->sched);
 }
 
@@ -437,6 +444,7 @@ static int sameCall(const struct collDesc *a, const struct collDesc *b) {
   return a->coll == b->coll && a->sendbuff == b->sendbuff && a->recvbuff == b->recvbuff && a->count == b->count &&
          a->dtype == b->dtype && a->root == b->root && ra->dtype == rb->dtype && ra->kind == rb->kind &&
          ra->scaleF == rb->scaleF && ra->scaleI == rb->scaleI && ra->divisor == rb->divisor &&
+         ra->scaleAt == rb->scaleAt &&
          ca->count == cb->count && ca->coll == cb->coll && ca->dtype == cb->dtype && ca->op == cb->op &&
          ca->tag == cb->tag && ca->root == cb->root && ca->rank == cb->rank;
 }
@@ -525,6 +533,7 @@ ncclResult_t launchItems(struct groupItem *items, int n) {
   busyAdd(items, n, NULL, 1);
   watchBegin(items, n, NULL);
   logStartThreadErrors();
+  readScalars(s);
   ncclResult_t res = engineRun(s);
   watchEnd(items, n, NULL, res, 1);
   if (obs) launchEnded(items, n, NULL, res, 0, queuedNs, launchClock(0));

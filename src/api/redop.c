@@ -59,6 +59,10 @@ ncclResult_t commLowerOp(struct ncclComm *comm, ncclRedOp_t op, ncclDataType_t d
   return ncclSuccess;
 }
 
+void redOpReadScalar(struct redOp *red) {
+  if (red->scaleAt) readScalar(red->scaleAt, red->dtype, &red->scaleF, &red->scaleI);
+}
+
 NCCL_API(ncclResult_t, ncclRedOpCreatePreMulSum, ncclRedOp_t *op, void *scalar, ncclDataType_t datatype,
          ncclScalarResidence_t residence, ncclComm_t comm) {
   CHECK(commCheck(comm, "ncclRedOpCreatePreMulSum"));
@@ -86,8 +90,11 @@ NCCL_API(ncclResult_t, ncclRedOpCreatePreMulSum, ncclRedOp_t *op, void *scalar, 
   u->dtype = datatype;
   u->red.dtype = datatype;
   u->red.kind = redPreMulSum;
-  /* Host memory either way: the scalar is read now. */
-  readScalar(scalar, datatype, &u->red.scaleF, &u->red.scaleI);
+  /* An immediate scalar is read now; a "device" one (host memory here too)
+   * each time an operation using it starts running, so a caller may update
+   * it between calls, or on the stream before one, as NCCL allows. */
+  if (residence == ncclScalarDevice) u->red.scaleAt = scalar;
+  else readScalar(scalar, datatype, &u->red.scaleF, &u->red.scaleI);
   if (idx == comm->nUserOps) comm->nUserOps++;
   *op = (ncclRedOp_t)(ncclNumOps + idx);
   return ncclSuccess;

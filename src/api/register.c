@@ -1,6 +1,9 @@
 /* Buffer registration: optional in NCCL, and chorus's data path needs none
- * (it copies through its FIFOs), so a registration only records the range
- * so that deregistration can be checked. */
+ * (it copies through its FIFOs, or maps ncclMemAlloc's memory whether it is
+ * registered or not), so a registration only records the range, in the
+ * communicator's list, so that deregistration can be checked: a handle is
+ * looked up there, never read through, so a wrong or stale one is an
+ * error, not a crash. */
 #include <stdlib.h>
 
 #include "api/api.h"
@@ -8,13 +11,10 @@
 #include "core/err.h"
 #include "core/log.h"
 
-#define REG_MAGIC 0x7265676973746572ull
-
 struct regHandle {
-  uint64_t magic;
-  struct ncclComm *comm;
   void *buff;
   size_t size;
+  struct regHandle *next;
 };
 
 NCCL_API(ncclResult_t, ncclCommRegister, const ncclComm_t comm, void *buff, size_t size, void **handle) {
@@ -29,19 +29,39 @@ NCCL_API(ncclResult_t, ncclCommRegister, const ncclComm_t comm, void *buff, size
   }
   struct regHandle *h = malloc(sizeof *h);
   if (!h) return ncclSystemError;
-  *h = (struct regHandle){REG_MAGIC, comm, buff, size};
+  pthread_mutex_lock(&comm->winLock);
+  *h = (struct regHandle){buff, size, comm->regs};
+  comm->regs = h;
+  pthread_mutex_unlock(&comm->winLock);
   *handle = h;
   return ncclSuccess;
 }
 
 NCCL_API(ncclResult_t, ncclCommDeregister, const ncclComm_t comm, void *handle) {
   CHECK(commCheck(comm, "ncclCommDeregister"));
-  struct regHandle *h = handle;
-  if (h == NULL || h->magic != REG_MAGIC || h->comm != comm) {
-    WARN("ncclCommDeregister : Could not find handle %p", handle);
+  if (handle == NULL) return ncclSuccess; /* what NCCL's register hands back when it registers nothing */
+  struct regHandle *found = NULL;
+  pthread_mutex_lock(&comm->winLock);
+  for (struct regHandle **p = &comm->regs; *p; p = &(*p)->next)
+    if (*p == handle) {
+      found = *p;
+      *p = found->next;
+      break;
+    }
+  pthread_mutex_unlock(&comm->winLock);
+  if (found == NULL) {
+    WARN("ncclCommDeregister : Could not find handle %p (not registered with this communicator, or deregistered)",
+         handle);
     return ncclInvalidUsage;
   }
-  h->magic = 0;
-  free(h);
+  free(found);
   return ncclSuccess;
+}
+
+void registerFreeAll(struct ncclComm *comm) {
+  while (comm->regs) {
+    struct regHandle *h = comm->regs;
+    comm->regs = h->next;
+    free(h);
+  }
 }

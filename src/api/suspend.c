@@ -16,10 +16,7 @@ NCCL_API(ncclResult_t, ncclCommSuspend, ncclComm_t comm, int flags) {
     WARN("ncclCommSuspend : invalid flags 0x%x (NCCL_SUSPEND_MEM or 0)", (unsigned)flags);
     return ncclInvalidArgument;
   }
-  if (__atomic_load_n(&comm->asyncError, __ATOMIC_ACQUIRE) == ncclInProgress) {
-    WARN("ncclCommSuspend : rank %d: the communicator is still initializing", comm->rank);
-    return ncclInvalidArgument;
-  }
+  CHECK(commInitDone(comm, "ncclCommSuspend"));
   if (__atomic_load_n(&comm->suspended, __ATOMIC_ACQUIRE)) {
     WARN("ncclCommSuspend : rank %d: the communicator is already suspended", comm->rank);
     return ncclInvalidUsage;

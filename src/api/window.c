@@ -16,12 +16,9 @@
 #include "core/err.h"
 #include "core/log.h"
 
-#define WIN_MAGIC 0x77696e646f77ull
 #define WIN_FLAGS_KNOWN (NCCL_WIN_COLL_SYMMETRIC | NCCL_WIN_STRICT_ORDERING)
 
 struct ncclWindow_vidmem {
-  uint64_t magic;
-  struct ncclComm *comm;
   void *buff;
   size_t size;
   int flags;
@@ -29,9 +26,14 @@ struct ncclWindow_vidmem {
   struct ncclWindow_vidmem *next;
 };
 
-/* 1 when win is a live window of comm. */
-static int windowOf(const struct ncclComm *comm, ncclWindow_t win) {
-  return win != NULL && win->magic == WIN_MAGIC && win->comm == comm;
+/* 1 when win is a live window of comm: looked up in its list, never read
+ * through, so that a wrong or freed handle is an error, not a crash. */
+static int windowOf(struct ncclComm *comm, ncclWindow_t win) {
+  int found = 0;
+  pthread_mutex_lock(&comm->winLock);
+  for (struct ncclWindow_vidmem *w = comm->windows; w && !found; w = w->next) found = w == win;
+  pthread_mutex_unlock(&comm->winLock);
+  return found;
 }
 
 NCCL_API(ncclResult_t, ncclCommWindowRegister, ncclComm_t comm, void *buff, size_t size, ncclWindow_t *win,
@@ -53,7 +55,7 @@ NCCL_API(ncclResult_t, ncclCommWindowRegister, ncclComm_t comm, void *buff, size
   struct ncclWindow_vidmem *w = malloc(sizeof *w);
   if (!w) return ncclSystemError;
   pthread_mutex_lock(&comm->winLock);
-  *w = (struct ncclWindow_vidmem){WIN_MAGIC, comm, buff, size, winFlags, comm->winNext++, comm->windows};
+  *w = (struct ncclWindow_vidmem){buff, size, winFlags, comm->winNext++, comm->windows};
   comm->windows = w;
   rmaDrainLocked(comm); /* writes that came before this rank registered it */
   pthread_mutex_unlock(&comm->winLock);
@@ -63,18 +65,21 @@ NCCL_API(ncclResult_t, ncclCommWindowRegister, ncclComm_t comm, void *buff, size
 
 NCCL_API(ncclResult_t, ncclCommWindowDeregister, ncclComm_t comm, ncclWindow_t win) {
   CHECK(commCheck(comm, "ncclCommWindowDeregister"));
-  if (!windowOf(comm, win)) {
-    WARN("ncclCommWindowDeregister : window %p is not registered with this communicator", (void *)win);
-    return ncclInvalidArgument;
-  }
+  if (win == NULL) return ncclSuccess; /* as NCCL: nothing was registered */
+  int found = 0;
   pthread_mutex_lock(&comm->winLock); /* no one-sided write is copying into it */
   for (struct ncclWindow_vidmem **p = &comm->windows; *p; p = &(*p)->next)
     if (*p == win) {
       *p = win->next;
+      found = 1;
       break;
     }
   pthread_mutex_unlock(&comm->winLock);
-  win->magic = 0;
+  if (!found) {
+    WARN("ncclCommWindowDeregister : window %p is not registered with this communicator (or was deregistered)",
+         (void *)win);
+    return ncclInvalidArgument;
+  }
   free(win);
   return ncclSuccess;
 }
@@ -119,7 +124,6 @@ void windowFreeAll(struct ncclComm *comm) {
   while (comm->windows) {
     struct ncclWindow_vidmem *w = comm->windows;
     comm->windows = w->next;
-    w->magic = 0;
     free(w);
   }
 }

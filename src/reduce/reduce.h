@@ -18,6 +18,10 @@ struct redOp {
   double scaleF;  /* PreMulSum scalar for float types */
   int64_t scaleI; /* PreMulSum scalar for integer types */
   int64_t divisor; /* SumPostDiv */
+  /* PreMulSum's scalar where the caller keeps it (ncclScalarDevice), read
+   * into scaleF and scaleI when the operation starts running, as NCCL's
+   * kernels read it; NULL when the scale fields hold it already. */
+  const void *scaleAt;
 };
 
 extern const unsigned char dtypeSizes[ncclNumTypes];

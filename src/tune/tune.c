@@ -84,9 +84,12 @@ static ncclResult_t tuneSearch(const struct tuneTable *t, int coll, size_t count
     }
   }
   if (best.algo < 0) {
-    WARN("No algorithm/protocol available for function %s with datatype %s. NCCL_ALGO was set to %s and NCCL_PROTO "
-         "to %s.", collName(coll), dtypeName(dtype), t->cfg.algo[0] ? t->cfg.algo : "(unset)",
-         t->cfg.proto[0] ? t->cfg.proto : "(unset)");
+    int oneHopTooBig = (t->algoMask[coll] & (1u << algoOneHop)) && !fits(t, algoOneHop, bytes, slotBytes);
+    WARN("No algorithm/protocol available for function %s with datatype %s (%zu bytes on %d ranks). NCCL_ALGO was set "
+         "to %s and NCCL_PROTO to %s.%s",
+         collName(coll), dtypeName(dtype), bytes, n, t->cfg.algo[0] ? t->cfg.algo : "(unset)",
+         t->cfg.proto[0] ? t->cfg.proto : "(unset)",
+         oneHopTooBig ? " OneHop carries messages up to CHORUS_SMALL_THRESHOLD bytes and one FIFO slot only." : "");
     return t->cfg.algo[0] || t->cfg.proto[0] ? ncclInvalidUsage : ncclInternalError;
   }
   *out = best;

@@ -86,8 +86,17 @@ typedef struct CUevent_st *cudaEvent_t;
 #define cudaMemAttachGlobal 0x01
 #define cudaMemAttachHost 0x02
 
-typedef void (*cudaHostFn_t)(void *userData);
-typedef void (*cudaStreamCallback_t)(cudaStream_t stream, cudaError_t status, void *userData);
+/* CUDA's calling-convention marks, empty on Linux as in CUDA's headers:
+ * host callbacks are written `void CUDART_CB fn(void *)`. */
+#ifndef CUDART_CB
+#define CUDART_CB
+#endif
+#ifndef CUDARTAPI
+#define CUDARTAPI
+#endif
+
+typedef void (CUDART_CB *cudaHostFn_t)(void *userData);
+typedef void (CUDART_CB *cudaStreamCallback_t)(cudaStream_t stream, cudaError_t status, void *userData);
 
 /* The fields NCCL programs and nccl-tests read, describing the host. */
 struct cudaDeviceProp {
