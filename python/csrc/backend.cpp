@@ -44,25 +44,32 @@ void checkLike(const at::Tensor &t, const at::Tensor &ref, const char *call, con
 }
 
 // Tensors as chorus reads and writes them: contiguous. An input that is not
-// is copied first; an output that is not gets a contiguous buffer copied
-// into it once the operation is done.
-at::Tensor in(Launch &l, const at::Tensor &t) {
-  if (t.is_contiguous()) return t;
-  at::Tensor c = t.contiguous();
+// gets a contiguous buffer that the stream fills right before the operation
+// runs (Launch::copyIn: earlier operations in flight may still write the
+// input); an output that is not gets one copied into it once the operation
+// is done.
+at::Tensor contiguousLike(const at::Tensor &t) {
+  return at::empty(t.sizes(), t.options().memory_format(at::MemoryFormat::Contiguous));
+}
+// Always a staging copy made on the stream, contiguous or not (an input
+// that aliases the output must be read whole before it is written).
+at::Tensor staged(Launch &l, const at::Tensor &t) {
+  at::Tensor c = contiguousLike(t);
   l.keep.push_back(c);
+  l.copyIn.emplace_back(c, t);
   return c;
 }
+at::Tensor in(Launch &l, const at::Tensor &t) { return t.is_contiguous() ? t : staged(l, t); }
 at::Tensor out(Launch &l, const at::Tensor &t) {
   if (t.is_contiguous()) return t;
-  at::Tensor c = at::empty(t.sizes(), t.options().memory_format(at::MemoryFormat::Contiguous));
+  at::Tensor c = contiguousLike(t);
   l.keep.push_back(c);
   l.copyBack.emplace_back(t, c);
   return c;
 }
 at::Tensor inout(Launch &l, const at::Tensor &t) {
   if (t.is_contiguous()) return t;
-  at::Tensor c = t.contiguous();
-  l.keep.push_back(c);
+  at::Tensor c = staged(l, t);
   l.copyBack.emplace_back(t, c);
   return c;
 }
@@ -368,7 +375,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::scatter(std::vector<at::Tenso
   const void *sp = nullptr;
   if (rank_ == root) {
     at::Tensor all = flat(l, t, size_);
-    for (int i = 0; i < size_; i++) block(all, i, ins[i]).copy_(ins[i]);
+    for (int i = 0; i < size_; i++) l.copyIn.emplace_back(block(all, i, ins[i]), ins[i]);
     sp = all.data_ptr();
   }
   at::Tensor dst = out(l, t);
@@ -391,7 +398,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::reduce_scatter(std::vector<at
   Reduction red = Reduction::of(opts.reduceOp, t, call);
   Launch l = make(c10d::OpType::REDUCE_SCATTER, "ReduceScatter", ins, outputs);
   at::Tensor all = flat(l, t, size_);
-  for (int i = 0; i < size_; i++) block(all, i, ins[i]).copy_(ins[i]);
+  for (int i = 0; i < size_; i++) l.copyIn.emplace_back(block(all, i, ins[i]), ins[i]);
   at::Tensor dst = out(l, t);
   const void *sp = all.data_ptr();
   void *rp = dst.data_ptr();
@@ -491,8 +498,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::alltoall_base(at::Tensor &out
               input.scalar_type(), " vs ", output.scalar_type(), ")");
   Launch l = make(c10d::OpType::ALLTOALL_BASE, "AlltoAll", {input}, {output});
   // A shared buffer is read whole before it is written.
-  at::Tensor src = output.is_alias_of(input) ? input.clone(at::MemoryFormat::Contiguous) : in(l, input);
-  if (!src.is_same(input)) l.keep.push_back(src);
+  at::Tensor src = output.is_alias_of(input) ? staged(l, input) : in(l, input);
   at::Tensor dst = out(l, output);
   if (outputSplitSizes.empty() && inputSplitSizes.empty()) {
     TORCH_CHECK(input.numel() % size_ == 0 && output.numel() == input.numel(), "chorus: ", call,
@@ -545,11 +551,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::alltoall(std::vector<at::Tens
     checkTensor(outputs[p], call);
     TORCH_CHECK(inputs[p].scalar_type() == inputs[0].scalar_type() && outputs[p].scalar_type() == inputs[0].scalar_type(),
                 "chorus: ", call, ": all tensors must have one dtype (", inputs[0].scalar_type(), ")");
-    at::Tensor src = in(l, inputs[p]);
-    if (outputs[p].is_alias_of(inputs[p])) {
-      src = inputs[p].clone(at::MemoryFormat::Contiguous);
-      l.keep.push_back(src);
-    }
+    at::Tensor src = outputs[p].is_alias_of(inputs[p]) ? staged(l, inputs[p]) : in(l, inputs[p]);
     at::Tensor dst = out(l, outputs[p]);
     Moved ms = moved(src), mr = moved(dst);
     x.dtype = ms.dtype;

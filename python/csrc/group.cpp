@@ -39,6 +39,24 @@ struct Batch {
   }
 };
 
+// The staging copies of a batch's inputs, made on the stream just before
+// its calls run (Launch::copyIn). A copy that fails (short of memory) fails
+// the batch's works, whatever their calls then do.
+struct CopyIn {
+  std::vector<std::pair<at::Tensor, at::Tensor>> pairs;
+  std::vector<c10::intrusive_ptr<WorkChorus>> works;
+  static void run(void *self, ncclResult_t status) {
+    std::unique_ptr<CopyIn> c(static_cast<CopyIn *>(self));
+    if (status != ncclSuccess) return;  // the work fails with the stream's error anyway
+    try {
+      for (auto &[dst, src] : c->pairs) dst.copy_(src);
+    } catch (const std::exception &e) {
+      std::string text = c10::str("chorus: copying the input to a staging buffer failed: ", e.what());
+      for (auto &w : c->works) w->stagingFailed(text);
+    }
+  }
+};
+
 [[noreturn]] void throwBackend(const std::string &text) { C10_THROW_ERROR(DistBackendError, text); }
 
 }  // namespace
@@ -191,12 +209,13 @@ c10::intrusive_ptr<c10d::Work> Group::launch(Launch l) {
   std::unique_lock<std::mutex> g(mutex_);
   checkOpenLocked(l.name);
   auto calls = std::move(l.calls);
+  auto copyIn = std::move(l.copyIn);
   bool recv = l.type == c10d::OpType::RECV;
   bool recvLane = recv || l.type == c10d::OpType::ALLTOALL || l.type == c10d::OpType::ALLTOALL_BASE ||
                   l.type == c10d::OpType::GATHER || l.type == c10d::OpType::SCATTER;
   auto work = newWork(l);
   std::vector<Item> items;
-  items.push_back({std::move(calls), work, recv, recvLane});
+  items.push_back({std::move(calls), work, recv, recvLane, std::move(copyIn)});
   if (coalescing_) {
     work->setCoalesced(true);
     coalesced_.push_back(std::move(items[0]));
@@ -272,6 +291,17 @@ void Group::issueLocked(std::vector<Item> &items, bool throwOnError, cudaStream_
     return failLocked(items, c10::str("chorus: group '", name_, "': cannot order the operation after earlier receives"),
                       throwOnError);
   if (stream != stream_) recvStreamUsed_ = true;
+  auto *copyIn = new CopyIn;
+  for (Item &it : items) {
+    for (auto &pair : it.copyIn) copyIn->pairs.push_back(std::move(pair));
+    copyIn->works.push_back(it.work);
+  }
+  if (copyIn->pairs.empty()) {
+    delete copyIn;
+  } else if (chorusLaunchHostFunc(stream, CopyIn::run, copyIn) != ncclSuccess) {  // short of memory only
+    delete copyIn;
+    return failLocked(items, c10::str("chorus: group '", name_, "': cannot queue the input copies"), throwOnError);
+  }
   ncclResult_t first = ncclGroupStart();
   for (Item &it : items) {
     ncclResult_t r = it.calls(comm_, stream);

@@ -38,6 +38,10 @@ struct Launch {
   const char *name = "";  // "AllReduce", as chorus names its calls
   std::vector<at::Tensor> inputs, outputs;  // as torch passed them; outputs are the Future's value
   std::vector<at::Tensor> keep;             // staging buffers, contiguous copies: alive until done
+  // (staging dst, src) copied on the group's stream right before the calls
+  // run, not when they are issued: an earlier operation still in flight
+  // may write src (an async all_reduce, then a reduce_scatter of its output).
+  std::vector<std::pair<at::Tensor, at::Tensor>> copyIn;
   std::vector<std::pair<at::Tensor, at::Tensor>> copyBack;  // (dst, src) copied once done
   // The chorus calls, made inside a group; must not throw.
   std::function<ncclResult_t(ncclComm_t, cudaStream_t)> calls;
@@ -97,6 +101,7 @@ class Group : public std::enable_shared_from_this<Group> {
     c10::intrusive_ptr<WorkChorus> work;
     bool recv = false;      // a point-to-point receive
     bool recvLane = false;  // receives over the point-to-point connections (recv, alltoall, gather, scatter)
+    std::vector<std::pair<at::Tensor, at::Tensor>> copyIn;  // Launch::copyIn
   };
   c10::intrusive_ptr<WorkChorus> newWork(Launch &l);
   // Issues items as one chorus group on stream (stream_ or recvStream_).

@@ -64,7 +64,13 @@ bool WorkChorus::drain() {
   return chorusEventSynchronize(event_) == ncclSuccess;
 }
 
+void WorkChorus::stagingFailed(const std::string &text) { stagingError_ = text; }
+
 void WorkChorus::complete(ncclResult_t status) {
+  if (!stagingError_.empty()) {
+    fail(stagingError_);
+    return;
+  }
   if (status != ncclSuccess) {
     if (status == ncclTimeout) group_->logFlightRecorder(c10::str(name_, " #", seq_, " timed out").c_str());
     fail(group_->failureText(name_, seq_, status));

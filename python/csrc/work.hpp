@@ -39,6 +39,9 @@ class WorkChorus : public c10d::Work {
   void complete(ncclResult_t status);
   // The launch failed: the work ends with this error without running.
   void fail(const std::string &text);
+  // On the stream, before the operation runs: its input copies failed, so
+  // it ends with this error whatever the operation returns.
+  void stagingFailed(const std::string &text);
   // Point-to-point work held back: waiting for it launches it first.
   void setDeferred(bool d) { deferred_.store(d); }
   // Held by a coalescing block until its end: not to be waited for alone.
@@ -64,6 +67,7 @@ class WorkChorus : public c10d::Work {
   std::vector<at::Tensor> outputs_;
   std::vector<at::Tensor> keep_;
   std::vector<std::pair<at::Tensor, at::Tensor>> copyBack_;
+  std::string stagingError_;  // set and read on the stream only
   c10::intrusive_ptr<c10::ivalue::Future> future_;
   chorusEvent_t event_ = nullptr;
   std::atomic<bool> enqueued_{false};

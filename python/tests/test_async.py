@@ -196,11 +196,55 @@ def coalescing_block(rank, size):
     w.wait()  # fine once the block has run
 
 
+def chained(rank, size):
+    """An operation issued right behind another, with no wait between, reads
+    what the first one wrote, also where the backend stages its input in a
+    buffer of its own (list forms, non-contiguous tensors, input aliasing
+    the output): the staging copy runs in stream order, not at the call."""
+    n = 4099
+    total = torch.arange(float(size * n))
+    reduced = size * total + size * (size - 1) // 2  # what all_reduce makes of total + rank
+    mine = slice(rank * n, (rank + 1) * n)
+
+    def check(what, got, want):
+        assert torch.equal(got, want), f"{what}: got {got.flatten()[:4].tolist()}... want {want.flatten()[:4].tolist()}..."
+
+    x, o = total + rank, torch.zeros(n)
+    works = [dist.all_reduce(x, async_op=True), dist.reduce_scatter(o, list(x.chunk(size)), async_op=True)]
+    for w in works:
+        w.wait()
+    check("all_reduce then reduce_scatter of its output", o, size * reduced[mine])
+    x, o = total + rank, torch.zeros(n)
+    works = [dist.all_reduce(x, async_op=True),
+             dist.scatter(o, list(x.chunk(size)) if rank == 0 else None, src=0, async_op=True)]
+    for w in works:
+        w.wait()
+    check("all_reduce then scatter of its output", o, reduced[mine])
+    base = (total + rank).view(size, n)
+    works = [dist.all_reduce(base.t(), async_op=True) for _ in range(2)]  # non-contiguous, twice
+    for w in works:
+        w.wait()
+    check("two all_reduces of a transposed view", base, (size * reduced).view(size, n))
+    base = (total + rank).view(size, n)
+    outs = [torch.zeros(n, size) for _ in range(size)]
+    works = [dist.all_reduce(base, async_op=True), dist.all_gather(outs, base.t(), async_op=True)]
+    for w in works:
+        w.wait()
+    for k in range(size):
+        check(f"all_reduce then all_gather of its transposed output, block {k}", outs[k], reduced.view(size, n).t())
+    x = total + rank
+    works = [dist.all_reduce(x, async_op=True), dist.all_to_all_single(x, x, async_op=True)]  # in place
+    for w in works:
+        w.wait()
+    check("all_reduce then in-place all_to_all_single", x, reduced[mine].repeat(size))
+
+
 def main():
     cases = {}
     for name, f in [("many_in_flight", many_in_flight), ("futures", futures), ("background", background),
                     ("wait_timeout", wait_timeout), ("order", order), ("flood", flood), ("temporaries", temporaries),
-                    ("callback_waits_on_later", callback_waits_on_later), ("coalescing_block", coalescing_block), ("released", released)]:
+                    ("callback_waits_on_later", callback_waits_on_later), ("coalescing_block", coalescing_block), ("released", released),
+                    ("chained", chained)]:
         cases[name] = lambda f=f: [harness.run(n, f) for n in (1, 2, 3)]
     harness.main(cases)
 
