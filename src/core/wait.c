@@ -42,9 +42,10 @@ uint64_t waitDefaultTimeoutNs(void) {
 }
 
 uint64_t waitDiagnosisNs(uint64_t timeoutNs) {
-  if (timeoutNs == 0) return 1000000000ull;
-  uint64_t quarter = timeoutNs / 4;
-  return quarter < 1000000000ull ? quarter : 1000000000ull;
+  const uint64_t most = 100000000ull; /* the peers' monitors answer within milliseconds */
+  if (timeoutNs == 0) return most;
+  uint64_t part = timeoutNs / 20;
+  return part < most ? part : most;
 }
 
 ncclResult_t waitPause(struct waitState *w) {

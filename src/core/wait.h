@@ -32,9 +32,10 @@ struct waitState {
 /* CHORUS_TIMEOUT in nanoseconds (0: none), what waitBegin sets. */
 uint64_t waitDefaultTimeoutNs(void);
 /* Of a timeout, the part a timed-out operation spends asking the other
- * ranks what they do (1 s, or a quarter of a shorter timeout): its wait
- * gives up that much earlier, so that the error still comes within the
- * timeout. */
+ * ranks what they do (100 ms, or a twentieth of a shorter timeout): its
+ * wait gives up that much earlier, so that the error comes at the timeout,
+ * not after it, while a rank that arrives late but within the timeout
+ * (torch's meaning of it) is still waited for. */
 uint64_t waitDiagnosisNs(uint64_t timeoutNs);
 
 void waitBegin(struct waitState *w, volatile int *abortFlag, waitLivenessFn liveness, void *arg,
