@@ -136,7 +136,12 @@ std::shared_ptr<Group> Group::derive(const char *origin, const std::string &what
     flushLocked();
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;  // the child's rendezvous is bounded by finishInit's timeout
+    // The parent's ranks agree on the split over the parent's connections,
+    // before make returns: within the new group's timeout too, so that a
+    // member that never comes fails the others at that timeout.
+    chorusCommSetTimeout(comm_, timeout.count());
     r = make(comm_, &child, &config);
+    chorusCommSetTimeout(comm_, timeoutMs_);
   }
   child = finishInit(child, r, timeout, what);
   if (child == nullptr) return nullptr;  // a split this rank takes no part in

@@ -148,6 +148,30 @@ def stalled(rank, size, logdir):
     return took
 
 
+def stalled_new_group(rank, size):
+    # new_group over every rank with a 2 s timeout (the world's is 60 s):
+    # the ranks that call it give up at that timeout, naming the one that
+    # never came, instead of waiting for it.
+    dist.barrier()
+    if rank == size - 1:
+        time.sleep(5)  # in no call
+        try:
+            dist.new_group(list(range(size)), timeout=datetime.timedelta(seconds=2))
+        except RuntimeError:
+            return None  # the others gave up: this must fail too, not hang
+        raise AssertionError("the late rank's new_group succeeded")
+    t0 = time.time()
+    try:
+        dist.new_group(list(range(size)), timeout=datetime.timedelta(seconds=2))
+    except RuntimeError as e:
+        took, text = time.time() - t0, str(e)
+    else:
+        raise AssertionError("new_group without one of its ranks succeeded")
+    assert 1.5 <= took <= 3.0, f"new_group gave up after {took:.2f} s with a 2 s timeout"
+    assert f"rank {size - 1}" in text, text
+    return took
+
+
 def main():
     def kill_case(fn, n):
         with tempfile.TemporaryDirectory() as d:
@@ -165,6 +189,7 @@ def main():
         "killed_async": lambda: [kill_case(killed_async, n) for n in (2, 3)],
         "mismatch": lambda: [harness.run(n, mismatch) for n in (2, 3)],
         "stalled": stall_case,
+        "stalled_new_group": lambda: harness.run(3, stalled_new_group, pg_timeout=60, deadline=60),
     }
     harness.main(cases)
 

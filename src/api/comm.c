@@ -375,6 +375,7 @@ static ncclResult_t commSetup(struct ncclComm *comm) {
   struct bootstrapPeerInfo me;
   commPeerInfo(rank, cudaDev, &me);
   CHECKGOTO(bootstrapInit(&comm->boot, &h, rank, nranks, &me, &comm->abortFlag), res, fail);
+  comm->boot.timeoutMs = &comm->timeoutMs;
   uint64_t tBoot = clockNs();
 
   struct commAgreement *agree = calloc(nranks, sizeof *agree);

@@ -613,16 +613,28 @@ void bootstrapReportBadRank(const struct bootstrapHandle *h, int rank, int nrank
   close(fd);
 }
 
+/* A wait of a message to or from peer, within the communicator's timeout
+ * (chorusCommSetTimeout's, else CHORUS_TIMEOUT); what names the peer. */
+static void bootstrapWaitBegin(struct bootstrap *b, struct waitState *w, char *what, size_t whatSize, const char *verb,
+                               int peer) {
+  snprintf(what, whatSize, "bootstrap %s rank %d", verb, peer);
+  waitBegin(w, b->abortFlag, bootstrapLiveness, b, what);
+  int64_t ms = b->timeoutMs ? __atomic_load_n(b->timeoutMs, __ATOMIC_RELAXED) : 0;
+  if (ms > 0) w->timeoutNs = (uint64_t)ms * 1000000ull;
+}
+
 ncclResult_t bootstrapSend(struct bootstrap *b, int peer, const void *data, size_t size) {
   struct waitState w;
-  waitBegin(&w, b->abortFlag, bootstrapLiveness, b, "bootstrap send");
+  char what[64];
+  bootstrapWaitBegin(b, &w, what, sizeof what, "send to", peer);
   if (b->oob) return oobSendData(b, peer, data, size, &w);
   return sockSendAll(b->peerFd[peer], data, size, &w);
 }
 
 ncclResult_t bootstrapRecv(struct bootstrap *b, int peer, void *data, size_t size) {
   struct waitState w;
-  waitBegin(&w, b->abortFlag, bootstrapLiveness, b, "bootstrap recv");
+  char what[64];
+  bootstrapWaitBegin(b, &w, what, sizeof what, "receive from", peer);
   if (b->oob) return oobRecvData(b, peer, data, size, &w);
   return sockRecvAll(b->peerFd[peer], data, size, &w);
 }

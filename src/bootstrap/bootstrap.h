@@ -42,6 +42,7 @@ struct bootstrap {
   char *departed;   /* peer said goodbye: its EOF is no failure */
   struct bootstrapPeerInfo *peers;
   volatile int *abortFlag;
+  const int64_t *timeoutMs; /* the communicator's timeout in ms for sends and receives; NULL or 0: CHORUS_TIMEOUT */
   char ifname[64]; /* the interface this rank listens on */
   struct oob *oob;  /* the monitor, once the communicator is up (oob.h) */
 };
