@@ -123,7 +123,24 @@ std::shared_ptr<Group> Group::rendezvous(const c10::intrusive_ptr<c10d::Store> &
   ncclComm_t comm = nullptr;
   ncclResult_t r = ncclCommInitRankConfig(&comm, size, id, rank, &config);
   comm = finishInit(comm, r, timeout, c10::str("init of group '", name, "' (rank ", rank, " of ", size, ")"));
-  return std::shared_ptr<Group>(new Group(comm, rank, size, timeout, std::move(name)));
+  std::shared_ptr<Group> g(new Group(comm, rank, size, timeout, std::move(name)));
+  g->startP2p(timeout);
+  return g;
+}
+
+void Group::startP2p(std::chrono::milliseconds timeout) {
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;  // bounded by the group's timeout
+  ncclComm_t p2p = nullptr;
+  ncclResult_t r = ncclCommSplit(comm_, 0, rank_, &p2p, &config);
+  p2p = finishInit(p2p, r, timeout, c10::str("the point-to-point communicator of group '", name_, "'"));
+  {
+    std::lock_guard<std::mutex> g(commMutex_);
+    p2pComm_ = p2p;
+  }
+  r = chorusCommSetTimeout(p2pComm_, timeoutMs_);
+  if (r == ncclSuccess) r = chorusStreamCreate(&p2pStream_);
+  if (r != ncclSuccess) throwBackend(c10::str("chorus: group '", name_, "': cannot set up its point-to-point stream"));
 }
 
 std::shared_ptr<Group> Group::derive(const char *origin, const std::string &what, std::chrono::milliseconds timeout,
@@ -150,6 +167,7 @@ std::shared_ptr<Group> Group::derive(const char *origin, const std::string &what
   ncclCommCount(child, &csize);
   std::shared_ptr<Group> g(new Group(child, crank, csize, timeout, std::move(name)));
   g->origin_ = origin;
+  g->startP2p(timeout);
   return g;
 }
 
@@ -182,6 +200,7 @@ void Group::setTimeout(std::chrono::milliseconds timeout) {
   checkOpenLocked("setTimeout");
   timeoutMs_ = timeout.count();
   chorusCommSetTimeout(comm_, timeout.count());
+  if (p2pComm_) chorusCommSetTimeout(p2pComm_, timeout.count());
 }
 
 c10::intrusive_ptr<WorkChorus> Group::newWork(Launch &l) {
@@ -216,11 +235,9 @@ c10::intrusive_ptr<c10d::Work> Group::launch(Launch l) {
   auto calls = std::move(l.calls);
   auto copyIn = std::move(l.copyIn);
   bool recv = l.type == c10d::OpType::RECV;
-  bool recvLane = recv || l.type == c10d::OpType::ALLTOALL || l.type == c10d::OpType::ALLTOALL_BASE ||
-                  l.type == c10d::OpType::GATHER || l.type == c10d::OpType::SCATTER;
   auto work = newWork(l);
   std::vector<Item> items;
-  items.push_back({std::move(calls), work, recv, recvLane, std::move(copyIn)});
+  items.push_back({std::move(calls), work, recv, l.p2p, std::move(copyIn)});
   if (coalescing_) {
     work->setCoalesced(true);
     coalesced_.push_back(std::move(items[0]));
@@ -281,13 +298,15 @@ bool Group::orderAfterLocked(cudaStream_t stream, chorusEvent_t point) {
 
 void Group::issueLocked(std::vector<Item> &items, bool throwOnError, cudaStream_t stream) {
   if (items.empty()) return;
-  bool recvLane = false;
-  for (const Item &it : items) recvLane |= it.recvLane;
+  bool p2p = stream != stream_;
+  ncclComm_t comm = p2p ? p2pComm_ : comm_;
+  bool receives = false;
+  for (const Item &it : items) receives |= it.recv;
   bool ordered = true;
-  if (stream != stream_ && mainRecvLanePoint_) {
-    ordered = orderAfterLocked(stream, mainRecvLanePoint_);
-    mainRecvLanePoint_ = nullptr;
-  } else if (stream == stream_ && recvLane && recvStreamUsed_) {
+  if (stream == recvStream_ && batchRecvPoint_) {
+    ordered = orderAfterLocked(stream, batchRecvPoint_);
+    batchRecvPoint_ = nullptr;
+  } else if (stream == p2pStream_ && receives && recvStreamUsed_) {
     chorusEvent_t tail = pointNow(recvStream_);
     ordered = tail && orderAfterLocked(stream, tail);
     recvStreamUsed_ = !ordered;
@@ -295,7 +314,7 @@ void Group::issueLocked(std::vector<Item> &items, bool throwOnError, cudaStream_
   if (!ordered)  // short of memory only
     return failLocked(items, c10::str("chorus: group '", name_, "': cannot order the operation after earlier receives"),
                       throwOnError);
-  if (stream != stream_) recvStreamUsed_ = true;
+  if (stream == recvStream_) recvStreamUsed_ = true;
   auto *copyIn = new CopyIn;
   for (Item &it : items) {
     for (auto &pair : it.copyIn) copyIn->pairs.push_back(std::move(pair));
@@ -309,7 +328,7 @@ void Group::issueLocked(std::vector<Item> &items, bool throwOnError, cudaStream_
   }
   ncclResult_t first = ncclGroupStart();
   for (Item &it : items) {
-    ncclResult_t r = it.calls(comm_, stream);
+    ncclResult_t r = it.calls(comm, stream);
     if (first == ncclSuccess) first = r;
   }
   ncclResult_t end = ncclGroupEnd();  // drops the whole group when a call failed
@@ -317,7 +336,7 @@ void Group::issueLocked(std::vector<Item> &items, bool throwOnError, cudaStream_
   if (first != ncclSuccess) {
     std::string text = c10::str("chorus: ", items.size() > 1 ? "a group of operations" : "the operation",
                                 " on group '", name_, "' was refused: ", resultName(first), ": ",
-                                ncclGetLastError(comm_));
+                                ncclGetLastError(comm));
     return failLocked(items, text, throwOnError);
   }
   auto *batch = new Batch;
@@ -328,10 +347,10 @@ void Group::issueLocked(std::vector<Item> &items, bool throwOnError, cudaStream_
     return failLocked(items, c10::str("chorus: group '", name_, "': cannot queue a completion: ", resultName(r)),
                       throwOnError);
   }
-  for (Item &it : items) it.work->markEnqueued(stream);
-  if (stream == stream_ && recvLane) {  // recvStream_'s next work waits for this point
-    if (mainRecvLanePoint_) chorusEventDestroy(mainRecvLanePoint_);
-    mainRecvLanePoint_ = pointNow(stream_);
+  for (Item &it : items) it.work->markEnqueued(stream, p2p);
+  if (stream == p2pStream_ && receives) {  // recvStream_'s next work waits for this point
+    if (batchRecvPoint_) chorusEventDestroy(batchRecvPoint_);
+    batchRecvPoint_ = pointNow(p2pStream_);
   }
 }
 
@@ -340,7 +359,7 @@ void Group::flushLocked() {
   std::vector<Item> sends, recvs;
   for (Item &it : deferred_) (it.recv ? recvs : sends).push_back(std::move(it));
   deferred_.clear();
-  issueLocked(sends, false, stream_);
+  issueLocked(sends, false, p2pStream_);
   if (recvs.empty()) return;
   if (!recvStream_ && chorusStreamCreate(&recvStream_) != ncclSuccess) {
     recvStream_ = nullptr;
@@ -391,17 +410,22 @@ c10::intrusive_ptr<c10d::Work> Group::endCoalescing() {
   whole.name = "Coalesced";
   for (Item &it : items)
     for (const at::Tensor &t : it.work->result()) whole.outputs.push_back(t);
+  // A batch of sends and receives only (batch_isend_irecv) runs on the
+  // point-to-point communicator; one with collectives in it on comm_.
+  bool p2p = !items.empty();
+  for (const Item &it : items) p2p &= it.p2p;
   auto work = newWork(whole);
-  items.push_back({[](ncclComm_t, cudaStream_t) { return ncclSuccess; }, work});
-  issueLocked(items, true, stream_);
+  items.push_back({[](ncclComm_t, cudaStream_t) { return ncclSuccess; }, work, false, p2p});
+  issueLocked(items, true, p2p ? p2pStream_ : stream_);
   return work;
 }
 
-std::string Group::failureText(const char *name, uint64_t seq, ncclResult_t r) {
+std::string Group::failureText(const char *name, uint64_t seq, ncclResult_t r, bool p2p) {
   std::string why;
   {
     std::lock_guard<std::mutex> g(commMutex_);
-    why = comm_ ? ncclGetLastError(comm_) : "the group was aborted";
+    ncclComm_t comm = p2p ? p2pComm_ : comm_;
+    why = comm ? ncclGetLastError(comm) : "the group was aborted";
   }
   return c10::str("chorus: ", name, " (sequence number ", seq, ") on rank ", rank_, " of group '", name_,
                   "' failed: ", resultName(r), ": ", why);
@@ -433,11 +457,11 @@ void Group::closeLocked(const char *why) {
   coalescing_ = false;
 }
 
-ncclComm_t Group::takeComm() {
+std::pair<ncclComm_t, ncclComm_t> Group::takeComms() {
   std::lock_guard<std::mutex> g(commMutex_);
-  ncclComm_t comm = comm_;
-  comm_ = nullptr;
-  return comm;
+  std::pair<ncclComm_t, ncclComm_t> comms{comm_, p2pComm_};
+  comm_ = p2pComm_ = nullptr;
+  return comms;
 }
 
 void Group::finishTeardown() {
@@ -445,11 +469,12 @@ void Group::finishTeardown() {
   {
     CollectFinished collect;  // what finishes here goes to the completion threads
     if (recvStream_) chorusStreamDestroy(recvStream_);
+    if (p2pStream_) chorusStreamDestroy(p2pStream_);
     chorusStreamDestroy(stream_);
   }
-  stream_ = recvStream_ = nullptr;
-  if (mainRecvLanePoint_) chorusEventDestroy(mainRecvLanePoint_);
-  mainRecvLanePoint_ = nullptr;
+  stream_ = p2pStream_ = recvStream_ = nullptr;
+  if (batchRecvPoint_) chorusEventDestroy(batchRecvPoint_);
+  batchRecvPoint_ = nullptr;
   completions_.stop();
   std::lock_guard<std::mutex> g(mutex_);
   inFlight_.clear();
@@ -469,13 +494,16 @@ void Group::shutdown() {
   {
     CollectFinished collect;
     if (recvStream_) chorusStreamSynchronize(recvStream_);
+    if (p2pStream_) chorusStreamSynchronize(p2pStream_);
     chorusStreamSynchronize(stream_);
   }
-  if (ncclComm_t comm = takeComm()) {
+  auto [comm, p2pComm] = takeComms();
+  for (ncclComm_t c : {p2pComm, comm}) {  // the split-off one first
+    if (!c) continue;
     ncclResult_t state = ncclSuccess;
-    ncclCommGetAsyncError(comm, &state);
-    if (state == ncclSuccess) ncclCommDestroy(comm);
-    else ncclCommAbort(comm);  // a failed communicator leaves without waiting for its peers
+    ncclCommGetAsyncError(c, &state);
+    if (state == ncclSuccess) ncclCommDestroy(c);
+    else ncclCommAbort(c);  // a failed communicator leaves without waiting for its peers
   }
   finishTeardown();
 }
@@ -490,7 +518,9 @@ void Group::abort() {
   }
   // Running and queued operations fail at once (this also ends a shutdown()
   // that waits for them).
-  if (ncclComm_t comm = takeComm()) ncclCommAbort(comm);
+  auto [comm, p2pComm] = takeComms();
+  if (p2pComm) ncclCommAbort(p2pComm);
+  if (comm) ncclCommAbort(comm);
   if (owner) finishTeardown();
 }
 

@@ -3,9 +3,10 @@
 // group's chorus stream; each is followed on the stream by a host function
 // that completes its Work (and the Future DDP waits on) and by an event that
 // Work.wait() runs the stream up to, on the waiting thread. Point-to-point
-// operations are held back briefly and launched together (see kP2pQuiet);
-// receives launched on their own run on a second stream, so that a rank's
-// large send never holds up its receive (see recvStream_).
+// operations run on a communicator of their own (p2pComm_), are held back
+// briefly and launched together (see kP2pQuiet); receives launched on their
+// own run on a stream of their own, so that a rank's large send never holds
+// up its receive (see recvStream_).
 #pragma once
 #include <chorus.h>
 #include <nccl.h>
@@ -71,8 +72,9 @@ class Group : public std::enable_shared_from_this<Group> {
   // Ends everything at once: running and queued operations fail.
   void abort();
 
-  // The text of an operation's failure, with chorus's explanation (names the rank at fault).
-  std::string failureText(const char *name, uint64_t seq, ncclResult_t r);
+  // The text of an operation's failure, with chorus's explanation (names the
+  // rank at fault), from the communicator it ran on.
+  std::string failureText(const char *name, uint64_t seq, ncclResult_t r, bool p2p);
   void logFlightRecorder(const char *why);
   FlightRecorder &flight() { return flight_; }
   Completions &completions() { return completions_; }
@@ -99,12 +101,16 @@ class Group : public std::enable_shared_from_this<Group> {
   struct Item {
     std::function<ncclResult_t(ncclComm_t, cudaStream_t)> calls;
     c10::intrusive_ptr<WorkChorus> work;
-    bool recv = false;      // a point-to-point receive
-    bool recvLane = false;  // receives over the point-to-point connections (recv, alltoall, gather, scatter)
+    bool recv = false;  // a point-to-point receive
+    bool p2p = false;   // a point-to-point operation: runs on p2pComm_
     std::vector<std::pair<at::Tensor, at::Tensor>> copyIn;  // Launch::copyIn
   };
+  // Splits comm_ into p2pComm_ and makes its stream (every rank of the
+  // group calls this as it makes the group).
+  void startP2p(std::chrono::milliseconds timeout);
   c10::intrusive_ptr<WorkChorus> newWork(Launch &l);
-  // Issues items as one chorus group on stream (stream_ or recvStream_).
+  // Issues items as one chorus group on stream: stream_ (collectives, on
+  // comm_), p2pStream_ or recvStream_ (point-to-point, on p2pComm_).
   void issueLocked(std::vector<Item> &items, bool throwOnError, cudaStream_t stream);
   // Fails items that were not launched (and throws when asked to).
   void failLocked(std::vector<Item> &items, const std::string &text, bool throwOnError);
@@ -116,27 +122,36 @@ class Group : public std::enable_shared_from_this<Group> {
   void throttle();
   // Stops launches; fails what was never launched (held back or coalesced).
   void closeLocked(const char *why);
-  // The communicator, taken by whichever of shutdown and abort gets it first.
-  ncclComm_t takeComm();
+  // The communicators (comm_, p2pComm_), taken by whichever of shutdown and
+  // abort gets them first.
+  std::pair<ncclComm_t, ncclComm_t> takeComms();
   // The rest of a teardown: the stream, the completion threads.
   void finishTeardown();
   void checkOpenLocked(const char *name);
 
   ncclComm_t comm_;
   cudaStream_t stream_ = nullptr;
+  // Point-to-point operations (send, recv, their coalesced batches) run on a
+  // communicator of their own, split from comm_ as the group is made, as
+  // torch's NCCL backend gives them communicators of their own: a large
+  // send that waits for its receiver then never holds up a later
+  // collective, which the receiver may call first, and a pending receive is
+  // never matched against a collective's traffic (all_to_all, gather and
+  // scatter move over point-to-point connections too).
+  ncclComm_t p2pComm_ = nullptr;
+  cudaStream_t p2pStream_ = nullptr;  // p2pComm_'s sends and coalesced batches
   // Receives launched on their own (not with sends, not coalesced) run here:
   // two ranks that each isend a large tensor and then irecv one would both
-  // block in the send on a single stream. Work that receives over the same
-  // connections on stream_ (coalesced groups, alltoall, gather, scatter) and
-  // the receives here wait for each other's earlier work, so a connection
-  // never carries two receives at once; sends and collectives on rings need
-  // no order against them. Created with the first such receive.
+  // block in the send on a single stream. A coalesced batch on p2pStream_
+  // and the receives here wait for each other's earlier work, so a
+  // connection never carries two receives at once. Created with the first
+  // such receive.
   cudaStream_t recvStream_ = nullptr;
-  bool recvStreamUsed_ = false;  // work on recvStream_ that stream_'s next receiving work must wait for
-  // Marks stream_ just after its latest receiving work, until recvStream_'s
-  // next work waits for it (not stream_'s tail: a send issued since then may
-  // wait for that very receive).
-  chorusEvent_t mainRecvLanePoint_ = nullptr;
+  bool recvStreamUsed_ = false;  // work on recvStream_ that p2pStream_'s next receiving batch must wait for
+  // Marks p2pStream_ just after its latest receiving batch, until
+  // recvStream_'s next work waits for it (not p2pStream_'s tail: a send
+  // issued since then may wait for that very receive).
+  chorusEvent_t batchRecvPoint_ = nullptr;
   int rank_, size_;
   std::atomic<int64_t> timeoutMs_;
   std::string name_;
@@ -158,7 +173,7 @@ class Group : public std::enable_shared_from_this<Group> {
   std::thread flusher_;
   bool flusherStop_ = false;
 
-  std::mutex commMutex_;  // guards comm_ against being freed while a completion reads its error
+  std::mutex commMutex_;  // guards comm_ and p2pComm_ against being freed while a completion reads their errors
   Completions completions_;
 };
 

@@ -39,7 +39,8 @@ void WorkChorus::release_resources() {
   future_.reset();
 }
 
-void WorkChorus::markEnqueued(cudaStream_t stream) {
+void WorkChorus::markEnqueued(cudaStream_t stream, bool p2p) {
+  p2p_ = p2p;
   chorusEventRecord(event_, stream);
   enqueued_.store(true);
   deferred_.store(false);
@@ -73,7 +74,7 @@ void WorkChorus::complete(ncclResult_t status) {
   }
   if (status != ncclSuccess) {
     if (status == ncclTimeout) group_->logFlightRecorder(c10::str(name_, " #", seq_, " timed out").c_str());
-    fail(group_->failureText(name_, seq_, status));
+    fail(group_->failureText(name_, seq_, status, p2p_));
     return;
   }
   try {

@@ -351,11 +351,58 @@ def strided(rank, size):
     dist.barrier()
 
 
+def p2p_around_collectives(rank, size):
+    """Sends and receives pending while a collective runs are neither held up
+    by it nor matched against its traffic (they run on a communicator of
+    their own, as with torch's NCCL backend): rank 0 issues its isend or
+    irecv first, rank 1 the collective first."""
+    if size == 1:
+        return
+    big = torch.arange(float(3 << 20))  # 12 MiB: more than a FIFO holds, so the send waits for its receiver
+    if rank == 0:
+        s = dist.isend(big, 1)
+        dist.barrier()
+        s.wait()
+    else:
+        dist.barrier()
+        if rank == 1:
+            got = torch.zeros(big.numel())
+            dist.recv(got, 0)
+            check(got, big, "a large isend pending across a barrier")
+    ref = torch.arange(4.0) + 100
+    x = torch.arange(float(2 * size)) + 10 * rank
+    o = torch.zeros(2 * size)
+    if rank == 0:
+        got = torch.zeros(4)
+        r = dist.irecv(got, 1)
+        dist.all_to_all_single(o, x)
+        r.wait()
+        check(got, ref, "an irecv pending across an all_to_all_single")
+    else:
+        dist.all_to_all_single(o, x)
+        if rank == 1:
+            dist.send(ref, 0)
+    check(o, torch.cat([torch.arange(2.0) + 2 * rank + 10 * p for p in range(size)]), "all_to_all_single beside an irecv")
+    b = torch.full((3,), float(rank))
+    if rank == 0:
+        s = dist.isend(ref, 1)
+        dist.broadcast(b, src=1)
+        s.wait()
+    else:
+        dist.broadcast(b, src=1)
+        if rank == 1:
+            got = torch.zeros(4)
+            dist.recv(got, 0)
+            check(got, ref, "an isend pending across a broadcast")
+    check(b, torch.full((3,), 1.0), "broadcast beside an isend")
+
+
 def main():
     size = int(sys.argv[1])
     cases = {name: (lambda f=f: harness.run(size, f)) for name, f in [
         ("all_reduce", all_reduce), ("refused", refused), ("rooted", rooted), ("gathers", gathers),
-        ("coalesced", coalesced), ("alltoall", alltoall), ("p2p", p2p), ("strided", strided)]}
+        ("coalesced", coalesced), ("alltoall", alltoall), ("p2p", p2p), ("strided", strided),
+        ("p2p_around_collectives", p2p_around_collectives)]}
     harness.main(cases, sys.argv[2:])
 
 
