@@ -156,6 +156,11 @@ static void diagnoseTimeout(struct ncclComm *comm) {
     else if (len >= 2)
       text[len - 2] = 0;
     WARN("%s", text);
+    /* The ranks still waiting in this operation wait for this one too, which
+     * now gives up: they fail at once with what it found (the rank at
+     * fault), not later with "rank <this one> exited, aborted or lost its
+     * connection" when it leaves. */
+    oobBroadcastFault(&comm->boot, ncclTimeout, text);
   }
   for (int i = 0; states && i < nranks; i++) free(states[i]);
   free(states);

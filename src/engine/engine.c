@@ -178,6 +178,15 @@ static int stepReadRef(struct task *t, struct step *st, void *dst, size_t nb) {
   }
   ncclResult_t r = st->rp->recvRead(st->recv, dst, nb);
   if (r == ncclSuccess || r == ncclRemoteError) return -(int)r;
+  /* The peer may have failed first and let its memory go (it relays why
+   * before it does): that is the error to give, not this read's. Its frame
+   * may still be on the way to the monitor. */
+  for (uint64_t until = clockNs() + 100000000ull; t->boot && clockNs() < until;) {
+    ncclResult_t relayed = bootstrapLiveness(t->boot);
+    if (relayed != ncclSuccess) return -(int)relayed;
+    struct timespec ms = {0, 1000000};
+    nanosleep(&ms, NULL);
+  }
   char text[320];
   snprintf(text, sizeof text, "%s: rank %d could not read rank %d's buffer (single copy; CHORUS_SINGLE_COPY=0 "
            "turns it off)", t->what, t->rank, st->recv->peer);
