@@ -596,7 +596,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::recvAnysource(std::vector<at:
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::barrier(const c10d::BarrierOptions &opts) {
-  // An allreduce of one byte, behind everything issued before it.
+  // An allreduce of one byte, behind every collective issued before it
+  // (point-to-point operations run on a communicator of their own, as with NCCL).
   at::Tensor one = at::zeros({1}, at::TensorOptions().dtype(at::kByte));
   Launch l = make(c10d::OpType::BARRIER, "Barrier", {}, {});
   l.keep.push_back(one);

@@ -1,5 +1,6 @@
 #include "group.hpp"
 
+#include <ATen/ThreadLocalState.h>
 #include <c10/util/Exception.h>
 #include <c10/util/Logging.h>
 
@@ -23,18 +24,23 @@ namespace {
 constexpr auto kP2pQuiet = std::chrono::microseconds(200);
 constexpr auto kP2pMaxDelay = std::chrono::milliseconds(1);  // however often more come
 
-// At most this many works in flight per group. A launch puts two items on
-// the stream (its calls, and one completion for all its works); past 512
-// items chorus makes the issuing thread run the oldest itself, which it
-// would do here holding the group's lock, where a completion's callback (a
-// comm hook that issues the next all_reduce) could not take it again.
-constexpr size_t kMaxInFlight = 200;
+// At most this many works in flight per group. A launch puts up to four
+// items on the stream (an order point, its input copies, its calls, and one
+// completion for all its works); past 512 items chorus makes the issuing
+// thread run the oldest itself, which it would do here holding the group's
+// lock, where a completion's callback (a comm hook that issues the next
+// all_reduce) could not take it again.
+constexpr size_t kMaxInFlight = 120;
 
-// One completion for all the works of a launch.
+// One completion for all the works of a launch. It copies results back into
+// the caller's tensors on the stream's thread, with the issuing thread's
+// torch state (inference mode: its staging buffers are inference tensors).
 struct Batch {
   std::vector<c10::intrusive_ptr<WorkChorus>> works;
+  at::ThreadLocalState tls;
   static void done(void *self, ncclResult_t status) {
     std::unique_ptr<Batch> b(static_cast<Batch *>(self));
+    at::ThreadLocalStateGuard g(b->tls);
     for (auto &w : b->works) w->complete(status);
   }
 };
@@ -45,9 +51,11 @@ struct Batch {
 struct CopyIn {
   std::vector<std::pair<at::Tensor, at::Tensor>> pairs;
   std::vector<c10::intrusive_ptr<WorkChorus>> works;
+  at::ThreadLocalState tls;  // the issuing thread's (see Batch)
   static void run(void *self, ncclResult_t status) {
     std::unique_ptr<CopyIn> c(static_cast<CopyIn *>(self));
     if (status != ncclSuccess) return;  // the work fails with the stream's error anyway
+    at::ThreadLocalStateGuard g(c->tls);
     try {
       for (auto &[dst, src] : c->pairs) dst.copy_(src);
     } catch (const std::exception &e) {
@@ -301,7 +309,10 @@ void Group::issueLocked(std::vector<Item> &items, bool throwOnError, cudaStream_
   bool p2p = stream != stream_;
   ncclComm_t comm = p2p ? p2pComm_ : comm_;
   bool receives = false;
-  for (const Item &it : items) receives |= it.recv;
+  for (const Item &it : items) {
+    receives |= it.recv;
+    it.work->setP2p(p2p);  // before anything of it is on the stream, which may complete it at once
+  }
   bool ordered = true;
   if (stream == recvStream_ && batchRecvPoint_) {
     ordered = orderAfterLocked(stream, batchRecvPoint_);
@@ -315,7 +326,7 @@ void Group::issueLocked(std::vector<Item> &items, bool throwOnError, cudaStream_
     return failLocked(items, c10::str("chorus: group '", name_, "': cannot order the operation after earlier receives"),
                       throwOnError);
   if (stream == recvStream_) recvStreamUsed_ = true;
-  auto *copyIn = new CopyIn;
+  auto *copyIn = new CopyIn{{}, {}, at::ThreadLocalState()};
   for (Item &it : items) {
     for (auto &pair : it.copyIn) copyIn->pairs.push_back(std::move(pair));
     copyIn->works.push_back(it.work);
@@ -339,7 +350,7 @@ void Group::issueLocked(std::vector<Item> &items, bool throwOnError, cudaStream_
                                 ncclGetLastError(comm));
     return failLocked(items, text, throwOnError);
   }
-  auto *batch = new Batch;
+  auto *batch = new Batch{{}, at::ThreadLocalState()};
   for (Item &it : items) batch->works.push_back(it.work);
   ncclResult_t r = chorusLaunchHostFunc(stream, Batch::done, batch);
   if (r != ncclSuccess) {  // cannot happen short of memory: the calls are queued, their completion is not
@@ -347,7 +358,7 @@ void Group::issueLocked(std::vector<Item> &items, bool throwOnError, cudaStream_
     return failLocked(items, c10::str("chorus: group '", name_, "': cannot queue a completion: ", resultName(r)),
                       throwOnError);
   }
-  for (Item &it : items) it.work->markEnqueued(stream, p2p);
+  for (Item &it : items) it.work->markEnqueued(stream);
   if (stream == p2pStream_ && receives) {  // recvStream_'s next work waits for this point
     if (batchRecvPoint_) chorusEventDestroy(batchRecvPoint_);
     batchRecvPoint_ = pointNow(p2pStream_);

@@ -39,8 +39,7 @@ void WorkChorus::release_resources() {
   future_.reset();
 }
 
-void WorkChorus::markEnqueued(cudaStream_t stream, bool p2p) {
-  p2p_ = p2p;
+void WorkChorus::markEnqueued(cudaStream_t stream) {
   chorusEventRecord(event_, stream);
   enqueued_.store(true);
   deferred_.store(false);

@@ -34,7 +34,10 @@ class WorkChorus : public c10d::Work {
 
   // Group's side. The operation and its host function are on the stream;
   // the event marks the point after them.
-  void markEnqueued(cudaStream_t stream, bool p2p);
+  void markEnqueued(cudaStream_t stream);
+  // Runs on the group's point-to-point communicator (set before any of it
+  // is on a stream: its failure text comes from there).
+  void setP2p(bool p2p) { p2p_ = p2p; }
   // On the stream, once the operation has run (status: its result).
   void complete(ncclResult_t status);
   // The launch failed: the work ends with this error without running.
@@ -68,7 +71,7 @@ class WorkChorus : public c10d::Work {
   std::vector<at::Tensor> keep_;
   std::vector<std::pair<at::Tensor, at::Tensor>> copyBack_;
   std::string stagingError_;  // set and read on the stream only
-  bool p2p_ = false;          // runs on the group's point-to-point communicator (set before it is enqueued)
+  bool p2p_ = false;          // setP2p
   c10::intrusive_ptr<c10::ivalue::Future> future_;
   chorusEvent_t event_ = nullptr;
   std::atomic<bool> enqueued_{false};

@@ -239,12 +239,30 @@ def chained(rank, size):
     check("all_reduce then in-place all_to_all_single", x, reduced[mine].repeat(size))
 
 
+def inference_mode(rank, size):
+    """Staged inputs and outputs are copied on the stream's thread with the
+    issuing thread's torch state: under torch.inference_mode() the staging
+    buffers are inference tensors, which torch lets only inference mode
+    write."""
+    with torch.inference_mode():
+        ins = [torch.full((4,), float(rank + i)) for i in range(size)]
+        out = torch.empty(4)
+        base = torch.arange(12.0).view(3, 4) + rank
+        works = [dist.reduce_scatter(out, ins, async_op=True), dist.all_reduce(base.t(), async_op=True)]
+        time.sleep(0.3)  # the stream's own thread runs them meanwhile
+        for w in works:
+            w.wait()
+        s = size * (size - 1) // 2
+        assert torch.equal(out, torch.full((4,), float(s + size * rank))), out
+        assert torch.equal(base, (size * torch.arange(12.0) + s).view(3, 4)), base
+
+
 def main():
     cases = {}
     for name, f in [("many_in_flight", many_in_flight), ("futures", futures), ("background", background),
                     ("wait_timeout", wait_timeout), ("order", order), ("flood", flood), ("temporaries", temporaries),
                     ("callback_waits_on_later", callback_waits_on_later), ("coalescing_block", coalescing_block), ("released", released),
-                    ("chained", chained)]:
+                    ("chained", chained), ("inference_mode", inference_mode)]:
         cases[name] = lambda f=f: [harness.run(n, f) for n in (1, 2, 3)]
     harness.main(cases)
 

@@ -54,12 +54,17 @@ void commEndInFlight(struct ncclComm *comm) {
   __atomic_store_n(&comm->abortFlag, 0, __ATOMIC_RELEASE);
 }
 
-ncclResult_t commInitDone(struct ncclComm *comm, const char *name) {
-  if (__atomic_load_n(&comm->asyncError, __ATOMIC_ACQUIRE) != ncclInProgress) return ncclSuccess;
+/* The refusal of a call while a nonblocking init runs. */
+static ncclResult_t initRunning(const struct ncclComm *comm, const char *name) {
   WARN("%s : rank %d: Attempt to use communicator before the previous operation returned ncclSuccess: it is still "
        "initializing (poll ncclCommGetAsyncError until it says ncclSuccess, or ncclCommAbort it)",
        name, comm->rank);
   return ncclInvalidArgument;
+}
+
+ncclResult_t commInitDone(struct ncclComm *comm, const char *name) {
+  if (__atomic_load_n(&comm->asyncError, __ATOMIC_ACQUIRE) != ncclInProgress) return ncclSuccess;
+  return initRunning(comm, name);
 }
 
 ncclResult_t commReady(struct ncclComm *comm, const char *name) {
@@ -75,7 +80,7 @@ ncclResult_t commReady(struct ncclComm *comm, const char *name) {
   /* A peer that died or reported a fault since the last call: its WARN is
    * the one that explains, so return without another. */
   if (async == ncclSuccess && (async = watchAsyncError(comm)) != ncclSuccess) return async;
-  if (async == ncclInProgress) return commInitDone(comm, name);
+  if (async == ncclInProgress) return initRunning(comm, name);
   if (async != ncclSuccess) {
     WARN("%s : rank %d: communicator has failed earlier (%s: %s); abort and re-create it", name, comm->rank,
          ncclGetErrorString(async), comm->failText);

@@ -103,6 +103,15 @@ static const char *stateForm(char *state, int plural) {
 static void diagnoseTimeout(struct ncclComm *comm) {
   int nranks = comm->nranks, me = comm->rank;
   if (!comm->boot.oob) return;
+  /* Another rank timed out first and sent what it found: that is this
+   * rank's error too (said again: the engine's own WARNs came after it),
+   * not a diagnosis of its own. */
+  char relayed[OOB_MAX_FAULT], who[128];
+  int from;
+  if (oobPendingFault(&comm->boot, relayed, sizeof relayed, &from) != ncclSuccess) {
+    WARN("%s reported: %s", bootstrapDescribePeer(&comm->boot, from, who, sizeof who), relayed);
+    return;
+  }
   struct watchReply *rep = calloc((size_t)nranks, sizeof *rep);
   char *answered = calloc((size_t)nranks, 1);
   char **states = calloc((size_t)nranks, sizeof *states);
@@ -159,7 +168,7 @@ static void diagnoseTimeout(struct ncclComm *comm) {
     /* The ranks still waiting in this operation wait for this one too, which
      * now gives up: they fail at once with what it found (the rank at
      * fault), not later with "rank <this one> exited, aborted or lost its
-     * connection" when it leaves. */
+     * connection" when it leaves (they do not diagnose again: above). */
     oobBroadcastFault(&comm->boot, ncclTimeout, text);
   }
   for (int i = 0; states && i < nranks; i++) free(states[i]);

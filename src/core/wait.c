@@ -42,10 +42,9 @@ uint64_t waitDefaultTimeoutNs(void) {
 }
 
 uint64_t waitDiagnosisNs(uint64_t timeoutNs) {
-  const uint64_t most = 100000000ull; /* the peers' monitors answer within milliseconds */
-  if (timeoutNs == 0) return most;
+  const uint64_t most = 100000000ull, least = 10000000ull; /* the peers' monitors answer within milliseconds */
   uint64_t part = timeoutNs / 20;
-  return part < most ? part : most;
+  return timeoutNs == 0 || part > most ? most : part < least ? least : part;
 }
 
 ncclResult_t waitPause(struct waitState *w) {

@@ -32,7 +32,7 @@ struct waitState {
 /* CHORUS_TIMEOUT in nanoseconds (0: none), what waitBegin sets. */
 uint64_t waitDefaultTimeoutNs(void);
 /* Of a timeout, the part a timed-out operation spends asking the other
- * ranks what they do (100 ms, or a twentieth of a shorter timeout): its
+ * ranks what they do (a twentieth of it, from 10 to 100 ms): its
  * wait gives up that much earlier, so that the error comes at the timeout,
  * not after it, while a rank that arrives late but within the timeout
  * (torch's meaning of it) is still waited for. */
