@@ -403,7 +403,11 @@ static struct conn *stalledOn(struct schedule *s, struct task *t) {
 /* A step that waits for a peer which has destroyed or finalized its
  * communicator would wait forever: fail now, naming it. The peer said so
  * after publishing its last slot, so a step that still waits once that is
- * known has nothing more coming. */
+ * known has nothing more coming; except over a transport that moves the
+ * bytes itself (sockets), where what the peer published may still be on
+ * its way when the goodbye, on another connection, has come: there the
+ * wait ends only when a second look, a liveness check later, finds that
+ * nothing more arrived. */
 static ncclResult_t departedPeers(struct schedule *s) {
   for (int i = 0; i < s->ntasks; i++) {
     struct task *t = &s->tasks[i];
@@ -411,6 +415,17 @@ static ncclResult_t departedPeers(struct schedule *s) {
     struct conn *c = stalledOn(s, t);
     int why = c ? bootstrapPeerDeparted(t->boot, c->peer) : 0;
     if (!why || stalledOn(s, t) != c) continue;
+    if (c->tp->progress) {
+      uint64_t before = c->tp->moved(c);
+      /* An error: the peer closed the connection, after all it sent. */
+      if (c->tp->progress(c) == ncclSuccess) {
+        if (c->tp->moved(c) != before || stalledOn(s, t) != c) continue; /* still arriving */
+        if (t->departMoved != before + 1) {
+          t->departMoved = before + 1;
+          continue;
+        }
+      }
+    }
     char peer[128], op[160], text[400];
     if (t->desc.seq) descStr(&t->desc, op, sizeof op);
     else snprintf(op, sizeof op, "%s", t->what);
@@ -593,6 +608,7 @@ static ncclResult_t engineRunTasks(struct schedule *s) {
   for (int i = 0; i < s->ntasks; i++) {
     s->tasks[i].done = s->tasks[i].nsteps == 0;
     s->tasks[i].refsPosted = 0;
+    s->tasks[i].departMoved = 0;
     remaining += !s->tasks[i].done;
   }
   struct waitState w;

@@ -70,6 +70,7 @@ struct task {
    * it through the kernel (refsAny: the operation is large enough). */
   int sendRefs; /* enum taskRefs */
   int refsPosted; /* during a run: some send did */
+  uint64_t departMoved; /* during a run: 1 + the bytes its stalled connection had moved when its peer was seen gone */
   int refsBeforeDone; /* it is done only once they are released (scheduleHoldRefs) */
   struct profTask *prof; /* profiler and timeline events (scheduleProfiled; NULL: none) */
 };
