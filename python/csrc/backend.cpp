@@ -51,8 +51,7 @@ void checkLike(const at::Tensor &t, const at::Tensor &ref, const char *call, con
 at::Tensor contiguousLike(const at::Tensor &t) {
   return at::empty(t.sizes(), t.options().memory_format(at::MemoryFormat::Contiguous));
 }
-// Always a staging copy made on the stream, contiguous or not (an input
-// that aliases the output must be read whole before it is written).
+// Always a staging copy made on the stream, contiguous or not (inBeside).
 at::Tensor staged(Launch &l, const at::Tensor &t) {
   at::Tensor c = contiguousLike(t);
   l.keep.push_back(c);
@@ -60,6 +59,11 @@ at::Tensor staged(Launch &l, const at::Tensor &t) {
   return c;
 }
 at::Tensor in(Launch &l, const at::Tensor &t) { return t.is_contiguous() ? t : staged(l, t); }
+// An input for an operation that writes output as it reads the input
+// (all-to-all): staged when the two share memory.
+at::Tensor inBeside(Launch &l, const at::Tensor &t, const at::Tensor &output) {
+  return output.is_alias_of(t) ? staged(l, t) : in(l, t);
+}
 at::Tensor out(Launch &l, const at::Tensor &t) {
   if (t.is_contiguous()) return t;
   at::Tensor c = contiguousLike(t);
@@ -497,8 +501,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::alltoall_base(at::Tensor &out
   TORCH_CHECK(output.scalar_type() == input.scalar_type(), "chorus: ", call, ": input and output dtypes differ (",
               input.scalar_type(), " vs ", output.scalar_type(), ")");
   Launch l = make(c10d::OpType::ALLTOALL_BASE, "AlltoAll", {input}, {output});
-  // A shared buffer is read whole before it is written.
-  at::Tensor src = output.is_alias_of(input) ? staged(l, input) : in(l, input);
+  at::Tensor src = inBeside(l, input, output);
   at::Tensor dst = out(l, output);
   if (outputSplitSizes.empty() && inputSplitSizes.empty()) {
     TORCH_CHECK(input.numel() % size_ == 0 && output.numel() == input.numel(), "chorus: ", call,
@@ -551,7 +554,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::alltoall(std::vector<at::Tens
     checkTensor(outputs[p], call);
     TORCH_CHECK(inputs[p].scalar_type() == inputs[0].scalar_type() && outputs[p].scalar_type() == inputs[0].scalar_type(),
                 "chorus: ", call, ": all tensors must have one dtype (", inputs[0].scalar_type(), ")");
-    at::Tensor src = outputs[p].is_alias_of(inputs[p]) ? staged(l, inputs[p]) : in(l, inputs[p]);
+    at::Tensor src = inBeside(l, inputs[p], outputs[p]);
     at::Tensor dst = out(l, outputs[p]);
     Moved ms = moved(src), mr = moved(dst);
     x.dtype = ms.dtype;

@@ -180,12 +180,16 @@ static int stepReadRef(struct task *t, struct step *st, void *dst, size_t nb) {
   if (r == ncclSuccess || r == ncclRemoteError) return -(int)r;
   /* The peer may have failed first and let its memory go (it relays why
    * before it does): that is the error to give, not this read's. Its frame
-   * may still be on the way to the monitor. */
-  for (uint64_t until = clockNs() + 100000000ull; t->boot && clockNs() < until;) {
-    ncclResult_t relayed = bootstrapLiveness(t->boot);
-    if (relayed != ncclSuccess) return -(int)relayed;
-    struct timespec ms = {0, 1000000};
-    nanosleep(&ms, NULL);
+   * may still be on the way to the monitor: look for up to 100 ms, paced by
+   * the one wait (bounded here, silently, as drivenBroken's settling). */
+  if (t->boot) {
+    struct waitState w;
+    waitBegin(&w, NULL, NULL, NULL, "a fault the peer relayed");
+    w.timeoutNs = 0;
+    for (uint64_t t0 = clockNs(); clockNs() - t0 < 100000000ull && waitPause(&w) == ncclSuccess;) {
+      ncclResult_t relayed = bootstrapLiveness(t->boot);
+      if (relayed != ncclSuccess) return -(int)relayed;
+    }
   }
   char text[320];
   snprintf(text, sizeof text, "%s: rank %d could not read rank %d's buffer (single copy; CHORUS_SINGLE_COPY=0 "
