@@ -168,6 +168,73 @@ static int deviceScalar(int rank, int n, ncclComm_t comm, cudaStream_t st) {
   return 0;
 }
 
+/* A host function that writes a value late: work queued behind it on its
+ * stream sees the value only if it waits for it. */
+struct lateWrite {
+  int *where, value;
+};
+static void writeLate(void *arg, ncclResult_t status) {
+  (void)status;
+  struct lateWrite *w = arg;
+  usleep(30000);
+  *w->where = w->value;
+}
+static void copyInt(void *arg, ncclResult_t status) {
+  (void)status;
+  int **p = arg;
+  *p[1] = *p[0];
+}
+
+/* One group, one communicator, operations on two streams (or a stream and
+ * the NULL stream): NCCL runs them as one launch, after the work issued
+ * before on either stream, and the streams' later work after it. Issued in
+ * the same order on every rank, both operations run (they used to run as
+ * two parts, one per stream, so one rank could run the second while its
+ * peer ran the first: a mismatch). */
+static int groupAcrossStreams(int rank, int n, ncclComm_t comm, cudaStream_t st) {
+  cudaStream_t st2;
+  NCCLCHECK(chorusStreamCreate(&st2));
+  for (int iter = 0; iter < 16; iter++) {
+    /* which streams the two operations go to (both streams, or one and the
+     * NULL stream), each pair issued in both orders */
+    int pair = iter / 2 % 4;
+    cudaStream_t first = pair == 0 ? st : pair == 1 ? st2 : pair == 2 ? NULL : st;
+    cudaStream_t second = pair == 0 ? st2 : pair == 1 ? st : pair == 2 ? st2 : NULL;
+    int a = -1, sum = 0, b = -1, max = 0, seenSum = -1, seenMax = -1;
+    /* each operation's input is written late by earlier work on its stream */
+    struct lateWrite wa = {&a, rank + iter}, wb = {&b, 10 * rank + iter};
+    if (first) NCCLCHECK(chorusLaunchHostFunc(first, writeLate, &wa));
+    else a = rank + iter;
+    if (second) NCCLCHECK(chorusLaunchHostFunc(second, writeLate, &wb));
+    else b = 10 * rank + iter;
+    NCCLCHECK(ncclGroupStart());
+    if (iter % 2 == 0) {
+      NCCLCHECK(ncclAllReduce(&a, &sum, 1, ncclInt, ncclSum, comm, first));
+      NCCLCHECK(ncclAllReduce(&b, &max, 1, ncclInt, ncclMax, comm, second));
+    } else { /* the same calls the other way round on every rank */
+      NCCLCHECK(ncclAllReduce(&b, &max, 1, ncclInt, ncclMax, comm, second));
+      NCCLCHECK(ncclAllReduce(&a, &sum, 1, ncclInt, ncclSum, comm, first));
+    }
+    NCCLCHECK(ncclGroupEnd());
+    /* later work on either stream sees both results */
+    int *copySum[2] = {&sum, &seenSum}, *copyMax[2] = {&max, &seenMax};
+    NCCLCHECK(chorusLaunchHostFunc(first ? first : second, copyInt, copySum));
+    NCCLCHECK(chorusLaunchHostFunc(second ? second : first, copyInt, copyMax));
+    if (!first || !second) { /* the NULL stream's operation is done when the group returns */
+      int *done = first ? &max : &sum, want = first ? 10 * (n - 1) + iter : n * (n - 1) / 2 + n * iter;
+      EXPECT(*done == want, "iter %d: NULL-stream operation of the group got %d want %d on return", iter, *done, want);
+    }
+    NCCLCHECK(chorusStreamSynchronize(st));
+    NCCLCHECK(chorusStreamSynchronize(st2));
+    EXPECT(sum == n * (n - 1) / 2 + n * iter, "iter %d: sum %d want %d", iter, sum, n * (n - 1) / 2 + n * iter);
+    EXPECT(max == 10 * (n - 1) + iter, "iter %d: max %d want %d", iter, max, 10 * (n - 1) + iter);
+    EXPECT(seenSum == sum && seenMax == max, "iter %d: later stream work saw %d %d, not the results %d %d", iter,
+           seenSum, seenMax, sum, max);
+  }
+  NCCLCHECK(chorusStreamDestroy(st2));
+  return 0;
+}
+
 static int rankMain(int rank, int n, ncclUniqueId id, void *arg) {
   ncclComm_t comm;
   NCCLCHECK(ncclCommInitRank(&comm, n, id, rank));
@@ -220,6 +287,7 @@ static int rankMain(int rank, int n, ncclUniqueId id, void *arg) {
     EXPECT(chorusStreamDestroy(special) == ncclInvalidArgument, "destroying stream handle %d", (int)h);
   }
   if (deviceScalar(rank, n, comm, st)) return 1;
+  if (groupAcrossStreams(rank, n, comm, st)) return 1;
   if (hostAndEvents(rank, n, comm, st)) return 1;
   NCCLCHECK(chorusStreamDestroy(st));
   NCCLCHECK(n > 1 ? ncclCommAbort(comm) : ncclCommDestroy(comm)); /* rank 0's has failed */

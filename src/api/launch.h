@@ -7,4 +7,19 @@
  * them first; returns the first error. */
 ncclResult_t launchItems(struct groupItem *items, int n);
 
+/* A stream whose operations of a group moved to another's launch
+ * (streamjoin.c): the launch waits for other's earlier work, and other's
+ * later work waits for the launch. */
+struct streamJoin {
+  cudaStream_t other, launch;
+};
+/* Gives every item the stream of its communicator's first item and returns
+ * the joins that takes (*joins: malloc'd, NULL when none). */
+int streamJoinPlan(struct groupItem *items, int n, struct streamJoin **joins);
+/* Before the launches are queued: each launch stream waits for its others. */
+ncclResult_t streamJoinBefore(const struct streamJoin *joins, int nj);
+/* After: each other stream waits for its launch (the caller, when other is
+ * the NULL stream, whose work is done when the call returns). */
+ncclResult_t streamJoinAfter(const struct streamJoin *joins, int nj);
+
 #endif

@@ -1,0 +1,89 @@
+/* A group's operations on one communicator run as one launch, whatever
+ * streams the caller gave them, as NCCL's plan does (ncclLaunchPrepare):
+ * the launch runs on the stream of the communicator's first operation in
+ * the group, after the work issued before on the others, and the others'
+ * later work waits for it. Run as separate parts on their streams, one
+ * rank could run the group's second AllReduce while its peer ran the first:
+ * a mismatch under CHORUS_CHECK, or a stall without it. */
+#include <stdlib.h>
+
+#include "api/launch.h"
+#include "chorus.h"
+#include "core/err.h"
+#include "core/log.h"
+#include "engine/stream.h"
+
+struct streamPoint {
+  cudaStream_t stream;
+  uint64_t pos;
+};
+
+/* On the stream it was queued on: waits until another stream has passed a
+ * point (running that stream's work itself if need be, as a synchronizing
+ * caller would). */
+static void waitPoint(void *arg, ncclResult_t status) {
+  (void)status; /* a failure before it on this stream does not end the other's work */
+  struct streamPoint *p = arg;
+  streamWaitFor(p->stream, p->pos, "ncclGroupEnd");
+  streamRelease(p->stream);
+  free(p);
+}
+
+/* waiter's later work (NULL: the caller, now) waits for what has been
+ * issued on stream so far. */
+static ncclResult_t waitFor(cudaStream_t waiter, cudaStream_t stream) {
+  if (stream == NULL || waiter == stream) return ncclSuccess; /* NULL-stream work is done when issued */
+  struct streamPoint *p = malloc(sizeof *p);
+  if (!p) return ncclSystemError;
+  p->stream = stream;
+  p->pos = streamMark(stream);
+  if (waiter == NULL) {
+    waitPoint(p, ncclSuccess);
+    return ncclSuccess;
+  }
+  ncclResult_t res = chorusLaunchHostFunc(waiter, waitPoint, p);
+  if (res != ncclSuccess) {
+    streamRelease(stream);
+    free(p);
+  }
+  return res;
+}
+
+int streamJoinPlan(struct groupItem *items, int n, struct streamJoin **joins) {
+  *joins = NULL;
+  int nj = 0, cap = 0;
+  for (int i = 1; i < n; i++) {
+    int first = 0;
+    while (items[first].comm != items[i].comm) first++;
+    cudaStream_t launch = items[first].stream, other = items[i].stream;
+    if (other == launch) continue;
+    items[i].stream = launch;
+    int known = 0;
+    for (int k = 0; k < nj && !known; k++) known = (*joins)[k].other == other && (*joins)[k].launch == launch;
+    if (known) continue;
+    if (nj == cap) {
+      struct streamJoin *grown = realloc(*joins, sizeof **joins * (size_t)(cap = cap ? 2 * cap : 4));
+      if (!grown) { /* the group still runs as one launch; only the waits between streams are lost */
+        WARN("ncclGroupEnd : out of memory joining the streams of a communicator's operations");
+        return nj;
+      }
+      *joins = grown;
+    }
+    (*joins)[nj++] = (struct streamJoin){other, launch};
+  }
+  return nj;
+}
+
+ncclResult_t streamJoinBefore(const struct streamJoin *joins, int nj) {
+  for (int k = 0; k < nj; k++) CHECK(waitFor(joins[k].launch, joins[k].other));
+  return ncclSuccess;
+}
+
+ncclResult_t streamJoinAfter(const struct streamJoin *joins, int nj) {
+  ncclResult_t first = ncclSuccess;
+  for (int k = 0; k < nj; k++) {
+    ncclResult_t res = waitFor(joins[k].other, joins[k].launch);
+    if (first == ncclSuccess) first = res;
+  }
+  return first;
+}
