@@ -1,9 +1,11 @@
 /* Every entry point rejects bad input with ncclInvalidArgument or
  * ncclInvalidUsage, a WARN naming the argument (ncclGetLastError), and no
  * change to any buffer. */
+#include <errno.h>
 #include <signal.h>
 #include <stddef.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "chorus.h"
@@ -373,7 +375,66 @@ int main(void) {
   unset.magic = 0;
   NCCLCHECK(ncclGroupStart());
   BAD(ncclGroupSimulateEnd(&unset), ncclInvalidArgument, "NCCL_SIM_INFO_INITIALIZER");
-  NCCLCHECK(ncclGroupEnd());
+  /* ... and the group is over, as NCCL's (a call after it runs at once) */
+  BAD(ncclGroupEnd(), ncclInvalidUsage, "not in a group");
+  /* A NULL simInfo is a plain ncclGroupEnd (NCCL's ncclGroupEndInternal(NULL));
+   * an init inside a simulated group still makes its communicator. */
+  {
+    ncclComm_t one = NULL, sim1 = NULL;
+    ncclUniqueId uid;
+    NCCLCHECK(ncclGetUniqueId(&uid));
+    NCCLCHECK(ncclCommInitRank(&one, 1, uid, 0));
+    int x = 7, y = 0;
+    NCCLCHECK(ncclGroupStart());
+    NCCLCHECK(ncclAllReduce(&x, &y, 1, ncclInt, ncclSum, one, NULL));
+    NCCLCHECK(ncclGroupSimulateEnd(NULL));
+    EXPECT(y == 7, "a group ended by ncclGroupSimulateEnd(NULL) did not run: %d", y);
+    x = 9;
+    NCCLCHECK(ncclGroupStart());
+    NCCLCHECK(ncclAllReduce(&x, &y, 1, ncclInt, ncclSum, one, NULL));
+    BAD(ncclGroupSimulateEnd(&unset), ncclInvalidArgument, "NCCL_SIM_INFO_INITIALIZER");
+    EXPECT(y == 7, "a group whose ncclGroupSimulateEnd failed ran: %d", y);
+    NCCLCHECK(ncclAllReduce(&x, &y, 1, ncclInt, ncclSum, one, NULL));
+    EXPECT(y == 9, "a call after a failed ncclGroupSimulateEnd did not run at once: %d", y);
+    NCCLCHECK(ncclGetUniqueId(&uid));
+    ncclSimInfo_t si = NCCL_SIM_INFO_INITIALIZER;
+    NCCLCHECK(ncclGroupStart());
+    NCCLCHECK(ncclCommInitRank(&sim1, 1, uid, 0));
+    NCCLCHECK(ncclGroupSimulateEnd(&si));
+    int count = 0;
+    EXPECT(sim1 != NULL, "an init inside a simulated group made no communicator");
+    if (sim1) NCCLCHECK(ncclCommCount(sim1, &count));
+    EXPECT(count == 1, "communicator made in a simulated group: count %d", count);
+    if (sim1) NCCLCHECK(ncclCommDestroy(sim1));
+    NCCLCHECK(ncclCommDestroy(one));
+  }
+  /* ncclMemFree frees what ncclMemAlloc returned, and refuses anything
+   * else (it used to hand it to free(): a crash); with few descriptors the
+   * later blocks are plain memory, checked the same way. */
+  {
+    int stackVar = 0;
+    void *heap = malloc(64);
+    BAD(ncclMemFree(&stackVar), ncclInvalidArgument, "ncclMemAlloc");
+    BAD(ncclMemFree(heap), ncclInvalidArgument, "ncclMemAlloc");
+    free(heap);
+    struct rlimit was, few;
+    getrlimit(RLIMIT_NOFILE, &was);
+    few = was;
+    few.rlim_cur = 64; /* a quarter of them may hold shared blocks */
+    EXPECT(setrlimit(RLIMIT_NOFILE, &few) == 0, "setrlimit: %s", strerror(errno));
+    char *blocks[24];
+    for (int k = 0; k < 24; k++) {
+      NCCLCHECK(ncclMemAlloc((void **)&blocks[k], 65536 + k));
+      memset(blocks[k], k, 65536 + k);
+    }
+    setrlimit(RLIMIT_NOFILE, &was);
+    for (int k = 0; k < 24; k += 23) { /* a shared block and a plain one */
+      BAD(ncclMemFree(blocks[k] + 16), ncclInvalidArgument, "ncclMemAlloc");
+      NCCLCHECK(ncclMemFree(blocks[k]));
+      BAD(ncclMemFree(blocks[k]), ncclInvalidArgument, "freed already");
+    }
+    for (int k = 1; k < 23; k++) NCCLCHECK(ncclMemFree(blocks[k]));
+  }
   NCCLCHECK(ncclCommDestroy(NULL));
   NCCLCHECK(ncclCommAbort(NULL));
   NCCLCHECK(ncclCommFinalize(NULL));

@@ -16,6 +16,7 @@ static _Thread_local int groupCount, groupCap;
 static _Thread_local ncclResult_t groupError;
 static _Thread_local struct initJob *groupInits;
 static _Thread_local int groupInitCount, groupInitCap;
+static _Thread_local int groupBlocking = -1; /* the group's communicators' (config.blocking); -1: none yet */
 
 /* The per-thread buffers above are freed when their thread exits. */
 static pthread_key_t threadCacheKey;
@@ -33,6 +34,15 @@ static void threadCacheKeyCreate(void) { pthread_key_create(&threadCacheKey, thr
 static void threadCacheInUse(void) {
   pthread_once(&threadCacheOnce, threadCacheKeyCreate);
   if (pthread_getspecific(threadCacheKey) == NULL) pthread_setspecific(threadCacheKey, &threadCacheKey);
+}
+
+/* A group's communicators are all blocking or all nonblocking, as NCCL
+ * requires (its group ends one way or the other). */
+static ncclResult_t groupJoin(int blocking) {
+  if (groupBlocking == -1) groupBlocking = blocking;
+  if (groupBlocking == blocking) return ncclSuccess;
+  WARN("Blocking and nonblocking communicators are not allowed in the same group.");
+  return groupNoteError(ncclInvalidArgument);
 }
 
 ncclResult_t groupEnqueue(struct groupItem *item) {
@@ -61,6 +71,7 @@ ncclResult_t groupEnqueue(struct groupItem *item) {
     groupItems = g;
     groupCap = cap;
   }
+  CHECK(groupJoin(item->comm->blocking));
   groupItems[groupCount++] = *item;
   return ncclSuccess;
 }
@@ -71,6 +82,11 @@ ncclResult_t groupInit(const struct initJob *job) {
     ncclResult_t res = initJobsRun(&j, 1);
     free(j.excluded);
     return res;
+  }
+  ncclResult_t mixed = groupJoin(job->blocking);
+  if (mixed != ncclSuccess) {
+    free(job->excluded);
+    return mixed;
   }
   if (groupInitCount == groupInitCap) {
     if (groupInitCap == 0) threadCacheInUse();
@@ -97,45 +113,42 @@ NCCL_API(ncclResult_t, ncclGroupStart, void) {
   return ncclSuccess;
 }
 
-NCCL_API(ncclResult_t, ncclGroupEnd, void) {
+/* What ncclGroupEnd and ncclGroupSimulateEnd share, as NCCL's
+ * ncclGroupEndInternal: the outermost end runs the group's inits, then
+ * launches its operations, or with simInfo predicts their time instead
+ * (a NULL simInfo is a plain end); whatever happens the group is over. */
+static ncclResult_t groupEnd(ncclSimInfo_t *simInfo, const char *call) {
   if (groupDepth == 0) {
-    WARN("ncclGroupEnd: not in a group call.");
+    WARN("%s: not in a group call.", call);
     return ncclInvalidUsage;
   }
   if (--groupDepth > 0) return ncclSuccess;
   profApiGroupEndBegin();
   ncclResult_t res = groupError;
+  if (res == ncclSuccess && simInfo && simInfo->magic != 0x74685283) {
+    WARN("%s : simInfo argument not initialized via NCCL_SIM_INFO_INITIALIZER", call);
+    res = ncclInvalidArgument;
+  }
   if (res == ncclSuccess && groupInitCount > 0) res = initJobsRun(groupInits, groupInitCount);
-  if (res == ncclSuccess) res = launchItems(groupItems, groupCount);
+  if (res == ncclSuccess && !simInfo) res = launchItems(groupItems, groupCount);
+  if (res == ncclSuccess && simInfo) {
+    /* The tuner's prediction for what the group holds (each call was tuned
+     * when it was made); nothing runs. */
+    double us = 0;
+    for (int i = 0; i < groupCount; i++) us += groupItems[i].plan.us > 0 ? groupItems[i].plan.us : 0;
+    simInfo->estimatedTime = (float)us;
+  }
   profApiGroupEndDone();
   for (int i = 0; i < groupInitCount; i++) free(groupInits[i].excluded);
   groupCount = 0;
   groupInitCount = 0;
   groupError = ncclSuccess;
+  groupBlocking = -1;
   return res;
 }
 
+NCCL_API(ncclResult_t, ncclGroupEnd, void) { return groupEnd(NULL, "ncclGroupEnd"); }
+
 NCCL_API(ncclResult_t, ncclGroupSimulateEnd, ncclSimInfo_t *simInfo) {
-  if (simInfo == NULL || simInfo->magic != 0x74685283) {
-    WARN("ncclGroupSimulateEnd : simInfo argument not initialized via NCCL_SIM_INFO_INITIALIZER");
-    return ncclInvalidArgument;
-  }
-  if (groupDepth == 0) {
-    WARN("ncclGroupSimulateEnd: not in a group call.");
-    return ncclInvalidUsage;
-  }
-  if (--groupDepth > 0) return ncclSuccess;
-  /* The tuner's prediction for what the group holds (each call was tuned
-   * when it was made); nothing runs, and the group is over. */
-  ncclResult_t res = groupError;
-  double us = 0;
-  for (int i = 0; i < groupCount; i++) us += groupItems[i].plan.us > 0 ? groupItems[i].plan.us : 0;
-  if (res == ncclSuccess) simInfo->estimatedTime = (float)us;
-  profApiGroupEndBegin();
-  profApiGroupEndDone();
-  for (int i = 0; i < groupInitCount; i++) free(groupInits[i].excluded);
-  groupCount = 0;
-  groupInitCount = 0;
-  groupError = ncclSuccess;
-  return res;
+  return groupEnd(simInfo, "ncclGroupSimulateEnd");
 }
