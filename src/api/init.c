@@ -4,6 +4,7 @@
  * or the mechanism (comm.c, initjob.c). */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -444,6 +445,29 @@ COMM_QUERY(ncclCommCount, nranks)
 COMM_QUERY(ncclCommUserRank, rank)
 COMM_QUERY(ncclCommCuDevice, cudaDev)
 
+/* ncclMemAlloc's plain blocks (where no shared memory could be had), so
+ * that ncclMemFree knows what it may free: anything else (a pointer into a
+ * block, one freed already, malloc's) is refused rather than crash free(). */
+struct plainBlock {
+  void *ptr;
+  struct plainBlock *next;
+};
+static pthread_mutex_t plainLock = PTHREAD_MUTEX_INITIALIZER;
+static struct plainBlock *plainBlocks;
+
+static int plainFree(void *ptr) {
+  pthread_mutex_lock(&plainLock);
+  struct plainBlock **at = &plainBlocks;
+  while (*at && (*at)->ptr != ptr) at = &(*at)->next;
+  struct plainBlock *b = *at;
+  if (b) *at = b->next;
+  pthread_mutex_unlock(&plainLock);
+  if (!b) return 0;
+  free(b->ptr);
+  free(b);
+  return 1;
+}
+
 NCCL_API(ncclResult_t, ncclMemAlloc, void **ptr, size_t size) {
   if (ptr == NULL) {
     WARN("ncclMemAlloc : ptr argument is NULL");
@@ -459,15 +483,23 @@ NCCL_API(ncclResult_t, ncclMemAlloc, void **ptr, size_t size) {
   if (*ptr) return ncclSuccess;
   INFO(subsysInit, "ncclMemAlloc : no shared memory for %zu bytes (%s); plain memory, which peers read through the "
        "FIFOs", size, strerror(errno));
-  if (posix_memalign(ptr, 4096, size) != 0) {
+  struct plainBlock *b = malloc(sizeof *b);
+  if (!b || posix_memalign(ptr, 4096, size) != 0) {
+    free(b);
     *ptr = NULL;
     WARN("ncclMemAlloc : cannot allocate %zu bytes", size);
     return ncclSystemError;
   }
+  b->ptr = *ptr;
+  pthread_mutex_lock(&plainLock);
+  b->next = plainBlocks;
+  plainBlocks = b;
+  pthread_mutex_unlock(&plainLock);
   return ncclSuccess;
 }
 
 NCCL_API(ncclResult_t, ncclMemFree, void *ptr) {
-  if (ptr && !shareFree(ptr)) free(ptr);
-  return ncclSuccess;
+  if (ptr == NULL || shareFree(ptr) || plainFree(ptr)) return ncclSuccess;
+  WARN("ncclMemFree : ptr %p was not returned by ncclMemAlloc, or was freed already", ptr);
+  return ncclInvalidArgument;
 }
