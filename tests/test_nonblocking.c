@@ -70,10 +70,41 @@ static int watchdogMain(int rank, int n, ncclUniqueId id, void *arg) {
   return 0;
 }
 
+/* A group may not mix blocking and nonblocking communicators (NCCL's
+ * ncclInvalidArgument): the call that mixes them fails, so does the group,
+ * nothing of it runs, and the next group works. */
+static int mixedGroup(void) {
+  ncclUniqueId a, b;
+  ncclComm_t blocking, nonblocking;
+  NCCLCHECK(ncclGetUniqueId(&a));
+  NCCLCHECK(ncclGetUniqueId(&b));
+  NCCLCHECK(ncclCommInitRank(&blocking, 1, a, 0));
+  ncclResult_t r = initNonblocking(&nonblocking, 1, b, 0);
+  EXPECT(r == ncclSuccess || r == ncclInProgress, "nonblocking init: %s", ncclGetErrorString(r));
+  do NCCLCHECK(ncclCommGetAsyncError(nonblocking, &r)); while (r == ncclInProgress);
+  int x = 5, y = 0, z = 0;
+  NCCLCHECK(ncclGroupStart());
+  NCCLCHECK(ncclAllReduce(&x, &y, 1, ncclInt, ncclSum, blocking, NULL));
+  r = ncclAllReduce(&x, &z, 1, ncclInt, ncclSum, nonblocking, NULL);
+  EXPECT(r == ncclInvalidArgument, "joining a nonblocking communicator to a blocking group: %s", ncclGetErrorString(r));
+  EXPECT(strstr(ncclGetLastError(NULL), "Blocking and nonblocking") != NULL, "last error: %s", ncclGetLastError(NULL));
+  r = ncclGroupEnd();
+  EXPECT(r == ncclInvalidArgument, "ncclGroupEnd of a mixed group: %s", ncclGetErrorString(r));
+  EXPECT(y == 0 && z == 0, "a mixed group ran: %d %d", y, z);
+  NCCLCHECK(ncclGroupStart());
+  NCCLCHECK(ncclAllReduce(&x, &y, 1, ncclInt, ncclSum, blocking, NULL));
+  NCCLCHECK(ncclGroupEnd());
+  EXPECT(y == 5, "the group after a mixed one: %d", y);
+  NCCLCHECK(ncclCommDestroy(blocking));
+  NCCLCHECK(ncclCommDestroy(nonblocking));
+  return 0;
+}
+
 int main(void) {
   int failed = 0;
   for (int n = 1; n <= 4; n += 3) failed += runRanks(n, rankMain, NULL, 60);
   failed += runRanks(2, watchdogMain, NULL, 30);
+  failed += mixedGroup();
   printf("test_nonblocking: %s\n", failed ? "FAILED" : "passed");
   return failed != 0;
 }
