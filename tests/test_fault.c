@@ -50,6 +50,14 @@ static int killRank(int rank, int n, ncclUniqueId id, void *arg) {
     char want[32];
     snprintf(want, sizeof want, "rank %d", victim);
     EXPECT(strstr(ncclGetLastError(comm), want) != NULL, "last error '%s' does not name %s", ncclGetLastError(comm), want);
+    /* ... and only it as gone: survivors that aborted when they learnt of
+     * it are not blamed (a slower survivor learns from their relay). */
+    const char *err = ncclGetLastError(comm), *gone = strstr(err, "reported: ");
+    gone = gone ? gone + strlen("reported: ") : err;
+    const char *end = strstr(gone, " exited");
+    int named = 0;
+    for (const char *p = strstr(gone, "rank "); p && (!end || p < end); p = strstr(p + 5, "rank ")) named++;
+    EXPECT(named == 1, "rank %d: last error '%s' names %d ranks as gone, not rank %d alone", rank, err, named, victim);
     ncclResult_t async;
     NCCLCHECK(ncclCommGetAsyncError(comm, &async));
     EXPECT(async == ncclRemoteError, "async error %s", ncclGetErrorString(async));

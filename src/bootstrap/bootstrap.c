@@ -737,15 +737,22 @@ int bootstrapGoneCount(struct bootstrap *b) {
   return gone;
 }
 
+/* A fault another rank relayed (oobBroadcastFault), WARNed as its text:
+ * ncclSuccess when there is none. */
+static ncclResult_t relayedFault(struct bootstrap *b) {
+  char text[512], peer[128];
+  int from;
+  ncclResult_t fault = oobPendingFault(b, text, sizeof text, &from);
+  if (fault != ncclSuccess) WARN("%s reported: %s", bootstrapDescribePeer(b, from, peer, sizeof peer), text);
+  return fault;
+}
+
 ncclResult_t bootstrapLiveness(void *arg) {
   struct bootstrap *b = arg;
   char names[512], peer[128];
-  int len = 0, gone = 0, from;
-  ncclResult_t fault = oobPendingFault(b, names, sizeof names, &from);
-  if (fault != ncclSuccess) {
-    WARN("%s reported: %s", bootstrapDescribePeer(b, from, peer, sizeof peer), names);
-    return fault;
-  }
+  int len = 0, gone = 0;
+  ncclResult_t fault = relayedFault(b);
+  if (fault != ncclSuccess) return fault;
   for (int i = 0; i < b->nranks; i++) {
     if (b->peerFd[i] < 0 || bootstrapPeerDeparted(b, i) || !peerGone(b, i)) continue;
     if (len < (int)sizeof names - 100)
@@ -754,7 +761,17 @@ ncclResult_t bootstrapLiveness(void *arg) {
     gone++;
   }
   if (!gone) return ncclSuccess;
-  WARN("%s exited, aborted or lost %s connection to rank %d", names, gone > 1 ? "their" : "its", b->rank);
+  /* A relay read between the first look and the peers' (the monitor reads
+   * a peer's relay before its close) says more than the closes. */
+  if ((fault = relayedFault(b)) != ncclSuccess) return fault;
+  char text[640];
+  snprintf(text, sizeof text, "%s exited, aborted or lost %s connection to rank %d", names, gone > 1 ? "their" : "its",
+           b->rank);
+  WARN("%s", text);
+  /* The ranks that learn later (a slower check, or one blocked elsewhere)
+   * learn it from this relay: by then the ranks that aborted because of it
+   * are gone too, and their own look would name them alongside it. */
+  if (b->oob) oobBroadcastFault(b, ncclRemoteError, text);
   return ncclRemoteError;
 }
 
