@@ -1,5 +1,6 @@
 #include "backend.hpp"
 
+#include <ATen/MemoryOverlap.h>
 #include <c10/util/Exception.h>
 #include <pybind11/pybind11.h>
 
@@ -35,12 +36,17 @@ void checkPeer(int peer, int size, const char *call) {
   TORCH_CHECK(peer >= 0 && peer < size, "chorus: ", call, ": invalid peer rank ", peer, " (group of ", size, ")");
 }
 
-void checkLike(const at::Tensor &t, const at::Tensor &ref, const char *call, const char *what) {
+void checkLike(const at::Tensor &t, const at::Tensor &ref, const char *call, const char *what, const char *refName) {
   checkTensor(t, call);
   TORCH_CHECK(t.scalar_type() == ref.scalar_type(), "chorus: ", call, ": ", what, " has dtype ", t.scalar_type(),
-              " but the input has ", ref.scalar_type());
-  TORCH_CHECK(t.numel() == ref.numel(), "chorus: ", call, ": ", what, " has ", t.numel(), " elements but the input has ",
-              ref.numel());
+              " but the ", refName, " has ", ref.scalar_type());
+  TORCH_CHECK(t.numel() == ref.numel(), "chorus: ", call, ": ", what, " has ", t.numel(), " elements but the ", refName,
+              " has ", ref.numel());
+}
+
+// 1 when every tensor of a list has as many elements as ref.
+bool sameSizes(const std::vector<at::Tensor> &ts, const at::Tensor &ref) {
+  return std::all_of(ts.begin(), ts.end(), [&](const at::Tensor &t) { return t.numel() == ref.numel(); });
 }
 
 // Tensors as chorus reads and writes them: contiguous. An input that is not
@@ -64,7 +70,16 @@ at::Tensor in(Launch &l, const at::Tensor &t) { return t.is_contiguous() ? t : s
 at::Tensor inBeside(Launch &l, const at::Tensor &t, const at::Tensor &output) {
   return output.is_alias_of(t) ? staged(l, t) : in(l, t);
 }
+// An output whose elements share memory (an expanded, stride-0 view) cannot
+// take a result per element: refused before anything runs (torch's NCCL
+// backend asks for non-overlapping, dense tensors).
+void checkWritable(const Launch &l, const at::Tensor &t) {
+  TORCH_CHECK(at::has_internal_overlap(t) != at::MemOverlap::Yes, "chorus: ", l.name,
+              ": an output tensor has elements that share memory (an expanded or stride-0 view); pass one whose "
+              "elements are distinct (.contiguous() or .clone())");
+}
 at::Tensor out(Launch &l, const at::Tensor &t) {
+  checkWritable(l, t);
   if (t.is_contiguous()) return t;
   at::Tensor c = contiguousLike(t);
   l.keep.push_back(c);
@@ -72,6 +87,7 @@ at::Tensor out(Launch &l, const at::Tensor &t) {
   return c;
 }
 at::Tensor inout(Launch &l, const at::Tensor &t) {
+  checkWritable(l, t);
   if (t.is_contiguous()) return t;
   at::Tensor c = staged(l, t);
   l.copyBack.emplace_back(t, c);
@@ -120,7 +136,9 @@ c10::intrusive_ptr<c10d::Backend::Options> optionsFor(std::chrono::milliseconds 
 }  // namespace
 
 ProcessGroupChorus::ProcessGroupChorus(std::shared_ptr<Group> group, c10::intrusive_ptr<Options> options)
-    : c10d::Backend(group->rank(), group->size()), group_(std::move(group)), options_(std::move(options)) {}
+    : c10d::Backend(group->rank(), group->size()), group_(std::move(group)), options_(std::move(options)) {
+  group_->setGlobalRanks(options_->global_ranks_in_group);
+}
 
 ProcessGroupChorus::~ProcessGroupChorus() {
   withoutGil([&] { group_->shutdown(); });
@@ -257,6 +275,73 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::reduce(std::vector<at::Tensor
   return group_->launch(std::move(l));
 }
 
+// The list forms with blocks of different sizes, as torch's NCCL backend
+// runs them: one group of a Broadcast from each rank (all_gather: output i
+// gets rank i's input) or of a Reduce to each rank (reduce_scatter: rank
+// i's output gets the sum of every rank's input i). Each rank checks its
+// own block; a block another rank sizes differently is a mismatch there.
+c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::allgatherUneven(std::vector<at::Tensor> &outs,
+                                                                   const at::Tensor &input) {
+  const char *call = "all_gather";
+  checkLike(outs[rank_], input, call, "this rank's output tensor", "input");
+  for (const at::Tensor &o : outs)
+    TORCH_CHECK(o.scalar_type() == input.scalar_type(), "chorus: ", call, ": an output tensor has dtype ",
+                o.scalar_type(), " but the input has ", input.scalar_type());
+  std::vector<at::Tensor> inputs{input};
+  Launch l = make(c10d::OpType::ALLGATHER, "AllGather", inputs, outs);
+  std::vector<const void *> sp(size_);
+  std::vector<void *> rp(size_);
+  std::vector<size_t> n(size_);
+  ncclDataType_t dtype = moved(input).dtype;
+  for (int i = 0; i < size_; i++) {
+    at::Tensor dst = out(l, outs[i]);
+    rp[i] = dst.data_ptr();
+    n[i] = moved(dst).count;
+    sp[i] = i == rank_ ? in(l, input).data_ptr() : rp[i];
+  }
+  l.calls = [=](ncclComm_t c, cudaStream_t s) {
+    ncclResult_t first = ncclSuccess;
+    for (int i = 0; i < static_cast<int>(n.size()); i++) {
+      ncclResult_t r = ncclBroadcast(sp[i], rp[i], n[i], dtype, i, c, s);
+      if (first == ncclSuccess) first = r;
+    }
+    return first;
+  };
+  return group_->launch(std::move(l));
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::reduceScatterUneven(const at::Tensor &output,
+                                                                       std::vector<at::Tensor> &ins,
+                                                                       const Reduction &red) {
+  const char *call = "reduce_scatter";
+  checkLike(ins[rank_], output, call, "this rank's input tensor", "output");
+  for (const at::Tensor &i : ins)
+    TORCH_CHECK(i.scalar_type() == output.scalar_type(), "chorus: ", call, ": an input tensor has dtype ",
+                i.scalar_type(), " but the output has ", output.scalar_type());
+  std::vector<at::Tensor> outputs{output};
+  Launch l = make(c10d::OpType::REDUCE_SCATTER, "ReduceScatter", ins, outputs);
+  std::vector<const void *> sp(size_);
+  std::vector<size_t> n(size_);
+  for (int i = 0; i < size_; i++) {
+    at::Tensor src = in(l, ins[i]);
+    sp[i] = src.data_ptr();
+    n[i] = red.count(src);
+  }
+  void *rp = out(l, output).data_ptr();
+  int me = rank_;
+  l.calls = [=](ncclComm_t c, cudaStream_t s) {
+    ncclResult_t first = ncclSuccess;
+    for (int i = 0; i < static_cast<int>(n.size()); i++) {
+      ncclResult_t r = red.run(c, [&](ncclRedOp_t op) {
+        return ncclReduce(sp[i], i == me ? rp : nullptr, n[i], red.dtype, op, i, c, s);
+      });
+      if (first == ncclSuccess) first = r;
+    }
+    return first;
+  };
+  return group_->launch(std::move(l));
+}
+
 c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::allgather(std::vector<std::vector<at::Tensor>> &outputs,
                                                              std::vector<at::Tensor> &inputs,
                                                              const c10d::AllgatherOptions &opts) {
@@ -266,10 +351,15 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::allgather(std::vector<std::ve
   std::vector<at::Tensor> &outs = outputs[0];
   TORCH_CHECK(static_cast<int>(outs.size()) == size_, "chorus: all_gather: the output list must have ", size_,
               " tensors (the group's size), got ", outs.size());
-  for (const at::Tensor &o : outs) checkLike(o, t, call, "an output tensor");
+  for (const at::Tensor &o : outs) checkTensor(o, call);
+  if (!sameSizes(outs, t)) return allgatherUneven(outs, t);
+  for (const at::Tensor &o : outs) checkLike(o, t, call, "an output tensor", "input");
   Launch l = make(c10d::OpType::ALLGATHER, "AllGather", inputs, outs);
   at::Tensor src = in(l, t), all = flat(l, t, size_);
-  for (int i = 0; i < size_; i++) l.copyBack.emplace_back(outs[i], block(all, i, outs[i]));
+  for (int i = 0; i < size_; i++) {
+    checkWritable(l, outs[i]);
+    l.copyBack.emplace_back(outs[i], block(all, i, outs[i]));
+  }
   Moved m = moved(src);
   const void *sp = src.data_ptr();
   void *rp = all.data_ptr();
@@ -338,7 +428,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::gather(std::vector<std::vecto
     outs = outputs[0];
     TORCH_CHECK(static_cast<int>(outs.size()) == size_, "chorus: gather: the root's output list must have ", size_,
                 " tensors (the group's size), got ", outs.size());
-    for (const at::Tensor &o : outs) checkLike(o, t, call, "an output tensor");
+    for (const at::Tensor &o : outs) checkLike(o, t, call, "an output tensor", "input");
   } else {
     TORCH_CHECK(outputs.empty() || (outputs.size() == 1 && outputs[0].empty()),
                 "chorus: gather: only the root (rank ", root, ") passes output tensors");
@@ -348,7 +438,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::gather(std::vector<std::vecto
   void *rp = nullptr;
   if (rank_ == root) {
     at::Tensor all = flat(l, t, size_);
-    for (int i = 0; i < size_; i++) l.copyBack.emplace_back(outs[i], block(all, i, outs[i]));
+    for (int i = 0; i < size_; i++) {
+      checkWritable(l, outs[i]);
+      l.copyBack.emplace_back(outs[i], block(all, i, outs[i]));
+    }
     rp = all.data_ptr();
   }
   Moved m = moved(src);
@@ -370,7 +463,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::scatter(std::vector<at::Tenso
     ins = inputs[0];
     TORCH_CHECK(static_cast<int>(ins.size()) == size_, "chorus: scatter: the root's input list must have ", size_,
                 " tensors (the group's size), got ", ins.size());
-    for (const at::Tensor &i : ins) checkLike(i, t, call, "an input tensor");
+    for (const at::Tensor &i : ins) checkLike(i, t, call, "an input tensor", "output");
   } else {
     TORCH_CHECK(inputs.empty() || (inputs.size() == 1 && inputs[0].empty()),
                 "chorus: scatter: only the root (rank ", root, ") passes input tensors");
@@ -398,8 +491,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::reduce_scatter(std::vector<at
   std::vector<at::Tensor> &ins = inputs[0];
   TORCH_CHECK(static_cast<int>(ins.size()) == size_, "chorus: reduce_scatter: the input list must have ", size_,
               " tensors (the group's size), got ", ins.size());
-  for (const at::Tensor &i : ins) checkLike(i, t, call, "an input tensor");
+  for (const at::Tensor &i : ins) checkTensor(i, call);
   Reduction red = Reduction::of(opts.reduceOp, t, call);
+  if (!sameSizes(ins, t)) return reduceScatterUneven(t, ins, red);
+  for (const at::Tensor &i : ins) checkLike(i, t, call, "an input tensor", "output");
   Launch l = make(c10d::OpType::REDUCE_SCATTER, "ReduceScatter", ins, outputs);
   at::Tensor all = flat(l, t, size_);
   for (int i = 0; i < size_; i++) l.copyIn.emplace_back(block(all, i, ins[i]), ins[i]);

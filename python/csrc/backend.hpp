@@ -5,6 +5,7 @@
 
 #include <memory>
 
+#include "convert.hpp"
 #include "group.hpp"
 
 namespace chorus_torch {
@@ -87,6 +88,10 @@ class ProcessGroupChorus : public c10d::Backend {
   const std::shared_ptr<Group> &group() const { return group_; }
 
  private:
+  c10::intrusive_ptr<c10d::Work> allgatherUneven(std::vector<at::Tensor> &outs, const at::Tensor &input);
+  c10::intrusive_ptr<c10d::Work> reduceScatterUneven(const at::Tensor &output, std::vector<at::Tensor> &ins,
+                                                     const Reduction &red);
+
   std::shared_ptr<Group> group_;
   c10::intrusive_ptr<Options> options_;
 };

@@ -347,7 +347,7 @@ void Group::issueLocked(std::vector<Item> &items, bool throwOnError, cudaStream_
   if (first != ncclSuccess) {
     std::string text = c10::str("chorus: ", items.size() > 1 ? "a group of operations" : "the operation",
                                 " on group '", name_, "' was refused: ", resultName(first), ": ",
-                                ncclGetLastError(comm));
+                                ncclGetLastError(comm), rankMap_);
     return failLocked(items, text, throwOnError);
   }
   auto *batch = new Batch{{}, at::ThreadLocalState()};
@@ -431,6 +431,16 @@ c10::intrusive_ptr<c10d::Work> Group::endCoalescing() {
   return work;
 }
 
+void Group::setGlobalRanks(const std::vector<uint64_t> &ranks) {
+  bool identity = true;
+  for (size_t i = 0; i < ranks.size(); i++) identity = identity && ranks[i] == i;
+  if (identity) return;  // rank numbers are global already
+  std::string map = c10::str(" (ranks above are group '", name_, "''s: ");
+  for (size_t i = 0; i < ranks.size() && i < 16; i++) map += c10::str(i ? ", " : "", i, " is global ", ranks[i]);
+  if (ranks.size() > 16) map += ", ...";
+  rankMap_ = map + ")";
+}
+
 std::string Group::failureText(const char *name, uint64_t seq, ncclResult_t r, bool p2p) {
   std::string why;
   {
@@ -439,7 +449,7 @@ std::string Group::failureText(const char *name, uint64_t seq, ncclResult_t r, b
     why = comm ? ncclGetLastError(comm) : "the group was aborted";
   }
   return c10::str("chorus: ", name, " (sequence number ", seq, ") on rank ", rank_, " of group '", name_,
-                  "' failed: ", resultName(r), ": ", why);
+                  "' failed: ", resultName(r), ": ", why, rankMap_);
 }
 
 void Group::logFlightRecorder(const char *why) {

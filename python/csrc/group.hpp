@@ -86,6 +86,10 @@ class Group : public std::enable_shared_from_this<Group> {
   uint64_t seq() const { return seq_.load(); }
   std::chrono::milliseconds timeout() const { return std::chrono::milliseconds(timeoutMs_.load()); }
   void setTimeout(std::chrono::milliseconds timeout);
+  // The global rank of each of the group's ranks (torch's
+  // global_ranks_in_group; empty for the default group): a subgroup's
+  // failure texts number ranks within the group, and say which those are.
+  void setGlobalRanks(const std::vector<uint64_t> &ranks);
   bool usable() const;
 
  private:
@@ -155,6 +159,7 @@ class Group : public std::enable_shared_from_this<Group> {
   int rank_, size_;
   std::atomic<int64_t> timeoutMs_;
   std::string name_;
+  std::string rankMap_;  // " (in group 'g', rank 0 is global rank 1, ...)" for a subgroup, else empty
   const char *origin_ = "rendezvous";
   FlightRecorder flight_;
 

@@ -172,6 +172,26 @@ def stalled_new_group(rank, size):
     return took
 
 
+def stalled_subgroup(rank, size):
+    # A subgroup of global ranks 0 and 2 whose rank 1 (global 2) stalls past
+    # its 2 s timeout: the error numbers ranks within the group, and says
+    # which global ranks those are.
+    group = dist.new_group([0, 2], timeout=datetime.timedelta(seconds=2))
+    if rank == 1:
+        return None
+    if rank == 2:
+        time.sleep(4)  # in no call
+        return None
+    try:
+        dist.all_reduce(torch.ones(2), group=group)
+    except RuntimeError as e:
+        text = str(e)
+    else:
+        raise AssertionError("an all_reduce without its peer succeeded")
+    assert "rank 1 (host" in text and "0 is global 0, 1 is global 2" in text, text
+    return None
+
+
 def main():
     def kill_case(fn, n):
         with tempfile.TemporaryDirectory() as d:
@@ -190,6 +210,7 @@ def main():
         "mismatch": lambda: [harness.run(n, mismatch) for n in (2, 3)],
         "stalled": stall_case,
         "stalled_new_group": lambda: harness.run(3, stalled_new_group, pg_timeout=60, deadline=60),
+        "stalled_subgroup": lambda: harness.run(3, stalled_subgroup, pg_timeout=60, deadline=60),
     }
     harness.main(cases)
 

@@ -125,6 +125,17 @@ def refused(rank, size):
         assert "rank" in str(e).lower(), str(e)
     else:
         raise AssertionError("an out-of-range root was accepted")
+    # An output whose elements share memory cannot take a result each:
+    # refused before anything runs (it used to fail copying back after).
+    for what, call in [("all_reduce", lambda: dist.all_reduce(torch.ones(1).expand(4))),
+                       ("broadcast", lambda: dist.broadcast(torch.ones(1).expand(3), src=0)),
+                       ("all_gather", lambda: dist.all_gather([torch.zeros(1).expand(2)] * size, torch.ones(2)))]:
+        try:
+            call()
+        except RuntimeError as e:
+            assert "share memory" in str(e), f"{what}: {e}"
+        else:
+            raise AssertionError(f"{what} into an expanded tensor was accepted")
     # After refusals the group still works (nothing was issued).
     t = torch.ones(3)
     dist.all_reduce(t)
@@ -191,6 +202,43 @@ def gathers(rank, size):
                 whole = torch.cat(blocks)  # in place: the output is this rank's block of the input
                 dist.reduce_scatter_tensor(whole[rank * n:(rank + 1) * n], whole, op=redop(op))
                 check(whole[rank * n:(rank + 1) * n], want, f"reduce_scatter_tensor in place {op} {dtype} n={n}")
+
+
+def uneven_lists(rank, size):
+    """The list forms with a block size per rank (torch's NCCL backend runs
+    them as a group of broadcasts / reduces): rank r's block has
+    base + 3 r elements, a strided view for an output; a rank whose own
+    block disagrees with its other tensor gets an error naming it."""
+    for dtype in (torch.float32, torch.int32, torch.bfloat16):
+        for base in (0, 5, 40000):
+            n = [base + 3 * r for r in range(size)]
+            mine = value(rank, n[rank], dtype, salt=2)
+            rows = torch.full((size, max(n) * 2 + 1), 9, dtype=dtype)
+            outs = [rows[r, : 2 * n[r]: 2] if r % 2 else torch.full((n[r],), 9, dtype=dtype) for r in range(size)]
+            dist.all_gather(outs, mine)
+            for r in range(size):
+                check(outs[r], value(r, n[r], dtype, salt=2), f"uneven all_gather {dtype} base={base} from {r}")
+            if size > 1:
+                check(rows[1, 1: 2 * n[1]: 2], torch.full((n[1],), 9, dtype=dtype),
+                      f"uneven all_gather {dtype}: the strided output's gaps")
+            for op in ("SUM", "MAX", "PREMUL_SUM"):
+                if not applies(op, dtype):
+                    continue
+                blocks = [value(rank, n[p], dtype, op, salt=p) for p in range(size)]
+                want = reduce_ref([value(r, n[rank], dtype, op, salt=rank) for r in range(size)], op, dtype, size)
+                out = torch.full((n[rank],), 9, dtype=dtype)
+                dist.reduce_scatter(out, blocks, op=redop(op))
+                check(out, want, f"uneven reduce_scatter {op} {dtype} base={base}")
+                for p in range(size):
+                    check(blocks[p], value(rank, n[p], dtype, op, salt=p), f"uneven reduce_scatter's input {p}")
+    if size > 1:
+        n = [4 + r for r in range(size)]
+        outs = [torch.zeros(n[r]) for r in range(size)]
+        try:
+            dist.all_gather(outs, torch.ones(n[rank] + 1))
+            raise AssertionError("all_gather with this rank's output block unlike its input did not fail")
+        except RuntimeError as e:
+            assert "this rank's output tensor has" in str(e), str(e)
 
 
 def coalesced(rank, size):
@@ -402,7 +450,7 @@ def main():
     cases = {name: (lambda f=f: harness.run(size, f)) for name, f in [
         ("all_reduce", all_reduce), ("refused", refused), ("rooted", rooted), ("gathers", gathers),
         ("coalesced", coalesced), ("alltoall", alltoall), ("p2p", p2p), ("strided", strided),
-        ("p2p_around_collectives", p2p_around_collectives)]}
+        ("p2p_around_collectives", p2p_around_collectives), ("uneven_lists", uneven_lists)]}
     harness.main(cases, sys.argv[2:])
 
 
