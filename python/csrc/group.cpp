@@ -87,7 +87,7 @@ Group::~Group() {
 }
 
 ncclComm_t Group::finishInit(ncclComm_t comm, ncclResult_t r, std::chrono::milliseconds timeout,
-                             const std::string &what) {
+                             const std::string &what, const std::function<std::string()> &missing) {
   if (r != ncclSuccess && r != ncclInProgress)
     throwBackend(c10::str("chorus: ", what, " failed: ", resultName(r), ": ", ncclGetLastError(nullptr)));
   if (comm == nullptr) return nullptr;
@@ -105,7 +105,7 @@ ncclComm_t Group::finishInit(ncclComm_t comm, ncclResult_t r, std::chrono::milli
     if (std::chrono::steady_clock::now() > deadline) {
       ncclCommAbort(comm);
       throwBackend(c10::str("chorus: ", what, " timed out after ", timeout.count(),
-                            " ms (the process group's timeout): not every rank joined"));
+                            " ms (the process group's timeout): not every rank joined", missing ? missing() : ""));
     }
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, std::chrono::microseconds(2000));
@@ -126,11 +126,38 @@ std::shared_ptr<Group> Group::rendezvous(const c10::intrusive_ptr<c10d::Store> &
                 "-byte id under '", key, "', not ", sizeof id.internal, " bytes");
     std::memcpy(id.internal, v.data(), sizeof id.internal);
   }
+  // Who came, in the store too: ranks that give up at the timeout name
+  // the ones that never did, and say they gave up, which a rank that comes
+  // later reads (its own rendezvous would only find the root gone).
+  std::string what = c10::str("init of group '", name, "' (rank ", rank, " of ", size, ")");
+  static const std::string gaveUp = "chorus_gave_up";
+  try {
+    store->set(c10::str("chorus_joined_", rank), std::vector<uint8_t>{1});
+    if (store->check({gaveUp}))
+      throwBackend(c10::str("chorus: ", what, ": the other ranks gave up waiting for this one after the process "
+                            "group's timeout (", timeout.count(), " ms)"));
+  } catch (const c10::DistBackendError &) {
+    throw;
+  } catch (const std::exception &) {  // a store that fails here fails the rendezvous below as well
+  }
+  auto missing = [store, size]() -> std::string {
+    std::string list;
+    int n = 0;
+    try {
+      store->set(gaveUp, std::vector<uint8_t>{1});
+      for (int r = 0; r < size && n <= 8; r++)
+        if (!store->check({c10::str("chorus_joined_", r)})) list += c10::str(n++ ? ", " : "", r);
+    } catch (const std::exception &) {
+      return "";
+    }
+    if (n == 0) return "";
+    return c10::str(": rank", n > 1 ? "s " : " ", list, n > 8 ? ", ..." : "", " never came");
+  };
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;  // bounded by the group's timeout below
   ncclComm_t comm = nullptr;
   ncclResult_t r = ncclCommInitRankConfig(&comm, size, id, rank, &config);
-  comm = finishInit(comm, r, timeout, c10::str("init of group '", name, "' (rank ", rank, " of ", size, ")"));
+  comm = finishInit(comm, r, timeout, what, missing);
   std::shared_ptr<Group> g(new Group(comm, rank, size, timeout, std::move(name)));
   g->startP2p(timeout);
   return g;

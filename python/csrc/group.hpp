@@ -99,9 +99,11 @@ class Group : public std::enable_shared_from_this<Group> {
   using Derive = std::function<ncclResult_t(ncclComm_t, ncclComm_t *, ncclConfig_t *)>;
   std::shared_ptr<Group> derive(const char *origin, const std::string &what, std::chrono::milliseconds timeout,
                                 std::string name, const Derive &make);
-  // Waits for a nonblocking init/split/shrink (bounded by the timeout, then aborted).
+  // Waits for a nonblocking init/split/shrink (bounded by the timeout, then
+  // aborted); at the timeout, missing() (when given) says who never came.
   static ncclComm_t finishInit(ncclComm_t comm, ncclResult_t r, std::chrono::milliseconds timeout,
-                               const std::string &what);
+                               const std::string &what,
+                               const std::function<std::string()> &missing = nullptr);
   struct Item {
     std::function<ncclResult_t(ncclComm_t, cudaStream_t)> calls;
     c10::intrusive_ptr<WorkChorus> work;

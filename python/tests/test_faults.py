@@ -192,6 +192,35 @@ def stalled_subgroup(rank, size):
     return None
 
 
+def late_init(rank, size):
+    # init_process_group with a 2 s timeout, the last rank 4 s late: the
+    # others give up at the timeout naming it, and it learns on arrival that
+    # they gave up (instead of finding the rendezvous gone).
+    # (file://: env:// makes rank 0's TCPStore wait for every rank first,
+    # and that store's timeout would speak before chorus's)
+    path = os.path.join(tempfile.gettempdir(), f"chorus_late_init_{os.environ['CHORUS_TEST_PORT']}")
+    late = rank == size - 1
+    if late:
+        time.sleep(4)
+    t0 = time.time()
+    try:
+        dist.init_process_group("chorus", init_method=f"file://{path}", rank=rank, world_size=size,
+                                timeout=datetime.timedelta(seconds=2))
+    except RuntimeError as e:
+        took, text = time.time() - t0, str(e)
+    else:
+        raise AssertionError("init without one of the ranks succeeded")
+    if late:
+        assert "gave up waiting for this one" in text, text
+        if os.path.exists(path):
+            os.remove(path)
+        return None
+    assert 1.5 <= took <= 3.5, f"init gave up after {took:.2f} s with a 2 s timeout"
+    assert f"rank {size - 1} never came" in text, text
+    time.sleep(3.5)  # rank 0 serves the store until the late rank has looked
+    return took
+
+
 def main():
     def kill_case(fn, n):
         with tempfile.TemporaryDirectory() as d:
@@ -211,6 +240,7 @@ def main():
         "stalled": stall_case,
         "stalled_new_group": lambda: harness.run(3, stalled_new_group, pg_timeout=60, deadline=60),
         "stalled_subgroup": lambda: harness.run(3, stalled_subgroup, pg_timeout=60, deadline=60),
+        "late_init": lambda: harness.run(3, late_init, backend=None, deadline=60),
     }
     harness.main(cases)
 
