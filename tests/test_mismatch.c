@@ -199,6 +199,42 @@ static int rootsRank(int rank, int n, ncclUniqueId id, void *arg) {
   return 0;
 }
 
+/* Different collectives under one number (the last rank calls Broadcast
+ * #1, the others AllReduce #1; then ReduceScatter against AllGather with
+ * the same count): their data paths never meet, so no descriptor reaches
+ * the other side; the stalled ranks' look at their peers' calls fails
+ * every rank within 2 s (it waited out CHORUS_TIMEOUT, 20 s here). */
+static int kindsRank(int rank, int n, ncclUniqueId id, void *arg) {
+  (void)arg;
+  ncclComm_t parent;
+  NCCLCHECK(ncclCommInitRank(&parent, n, id, rank));
+  size_t big = 1000 * (size_t)n;
+  float *in = guardAlloc(big * sizeof(float)), *out = guardAlloc(big * sizeof(float));
+  for (size_t i = 0; i < big; i++) in[i] = 1;
+  for (int k = 0; k < 2; k++) {
+    ncclComm_t c;
+    NCCLCHECK(ncclCommSplit(parent, 0, rank, &c, NULL));
+    int odd = rank == n - 1;
+    double t0 = nowSec();
+    ncclResult_t res;
+    if (k == 0)
+      res = odd ? ncclBroadcast(in, out, 1000, ncclFloat, 0, c, NULL)
+                : ncclAllReduce(in, out, 1000, ncclFloat, ncclSum, c, NULL);
+    else
+      res = odd ? ncclAllGather(in, out, 1000, ncclFloat, c, NULL)
+                : ncclReduceScatter(in, out, 1000, ncclFloat, ncclSum, c, NULL);
+    if (expectMismatch(res, nowSec() - t0, c, in, out, k ? "ReduceScatter against AllGather" : "AllReduce against Broadcast",
+                       rank))
+      return 1;
+    NCCLCHECK(ncclAllReduce(in, out, 1, ncclFloat, ncclSum, parent, NULL));
+    NCCLCHECK(ncclCommAbort(c));
+  }
+  NCCLCHECK(ncclCommDestroy(parent));
+  guardFree(in);
+  guardFree(out);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   which = argc > 1 ? argv[1] : "count";
   arrived = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -207,6 +243,7 @@ int main(int argc, char **argv) {
   if (strcmp(which, "every") == 0) failed = runRanks(3, everyRank, NULL, 60) + runRanks(2, everyRank, NULL, 60);
   else if (strcmp(which, "roots") == 0)
     failed = runRanks(2, rootsRank, NULL, 60) + runRanks(3, rootsRank, NULL, 60) + runRanks(5, rootsRank, NULL, 60);
+  else if (strcmp(which, "kinds") == 0) failed = runRanks(2, kindsRank, NULL, 60) + runRanks(4, kindsRank, NULL, 60);
   else failed = runRanks(3, mismatchRank, NULL, 30);
   printf("test_mismatch %s: %s\n", which, failed ? "FAILED" : "passed");
   return failed != 0;

@@ -479,6 +479,8 @@ static ncclResult_t commSetup(struct ncclComm *comm) {
   }
   /* From here on the monitor owns the mesh (peer deaths, status queries, faults). */
   CHECKGOTO(oobStart(&comm->boot, watchStatus, rmaDeliver, comm, watchStatusBytes()), res, fail);
+  comm->boot.stallProbe = watchProbe;
+  comm->boot.stallProbeArg = comm;
   uint64_t tConnected = clockNs();
   logTopology(comm);
   if (comm->origin.parent)

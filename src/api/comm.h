@@ -68,6 +68,7 @@ struct ncclComm {
   int inCall;         /* launches running */
   struct opDesc current; /* the operation last started */
   int timedOut;       /* the last launch timed out: still "waits" there, for the others' diagnosis */
+  uint64_t probedNs;  /* when a stalled wait last asked the peers what they called (watchProbe) */
   int *laneLast;   /* for the schedule being built (see algoCtx) */
   int *hostOf;     /* each rank's host, numbered in order of their first rank */
   int nhosts;

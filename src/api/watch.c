@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "bootstrap/oob.h"
+#include "core/clock.h"
 #include "core/log.h"
 #include "core/param.h"
 #include "core/spin.h"
@@ -176,6 +177,43 @@ static void diagnoseTimeout(struct ncclComm *comm) {
   free(rep);
   free(answered);
   free(text);
+}
+
+#define WATCH_PROBE_INTERVAL_NS 1000000000ull
+#define WATCH_PROBE_WAIT_MS 20 /* the peers' monitors answer within a millisecond or two */
+
+ncclResult_t watchProbe(void *arg) {
+  struct ncclComm *comm = arg;
+  if (!comm->check || !comm->boot.oob || comm->nranks < 2) return ncclSuccess;
+  uint64_t now = clockNs(), last = __atomic_load_n(&comm->probedNs, __ATOMIC_ACQUIRE);
+  if (now - last < WATCH_PROBE_INTERVAL_NS ||
+      !__atomic_compare_exchange_n(&comm->probedNs, &last, now, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+    return ncclSuccess; /* asked lately, or another thread asks now */
+  struct watchReply mine;
+  watchStatus(comm, &mine, sizeof mine);
+  int coll = mine.current.coll != collSend && mine.current.coll != collRecv;
+  if (!mine.inCall || !coll || mine.current.seq == 0) return ncclSuccess;
+  struct watchReply *rep = calloc((size_t)comm->nranks, sizeof *rep);
+  char *answered = calloc((size_t)comm->nranks, 1);
+  ncclResult_t res = ncclSuccess;
+  if (rep && answered) {
+    oobQueryStatus(&comm->boot, rep, answered, WATCH_PROBE_WAIT_MS);
+    for (int i = 0; i < comm->nranks && res == ncclSuccess; i++) {
+      const struct opDesc *t = &rep[i].current;
+      if (i == comm->rank || !answered[i] || !rep[i].inCall || t->seq != mine.current.seq || t->coll == collSend ||
+          t->coll == collRecv || descMatch(&mine.current, t))
+        continue;
+      char a[160], b[160], text[400];
+      snprintf(text, sizeof text, "Mismatched operation: rank %d called %s but rank %d called %s", comm->rank,
+               descStr(&mine.current, a, sizeof a), i, descStr(t, b, sizeof b));
+      WARN("%s (CHORUS_CHECK=0 turns this check off)", text);
+      oobBroadcastFault(&comm->boot, ncclInvalidUsage, text);
+      res = ncclInvalidUsage;
+    }
+  }
+  free(rep);
+  free(answered);
+  return res;
 }
 
 void watchEnd(const struct groupItem *items, int n, cudaStream_t stream, ncclResult_t res, int ran) {

@@ -760,7 +760,7 @@ ncclResult_t bootstrapLiveness(void *arg) {
                       bootstrapDescribePeer(b, i, peer, sizeof peer));
     gone++;
   }
-  if (!gone) return ncclSuccess;
+  if (!gone) return b->stallProbe ? b->stallProbe(b->stallProbeArg) : ncclSuccess;
   /* A relay read between the first look and the peers' (the monitor reads
    * a peer's relay before its close) says more than the closes. */
   if ((fault = relayedFault(b)) != ncclSuccess) return fault;

@@ -45,6 +45,11 @@ struct bootstrap {
   const int64_t *timeoutMs; /* the communicator's timeout in ms for sends and receives; NULL or 0: CHORUS_TIMEOUT */
   char ifname[64]; /* the interface this rank listens on */
   struct oob *oob;  /* the monitor, once the communicator is up (oob.h) */
+  /* Looked at by bootstrapLiveness once no peer is gone (a stalled wait's
+   * periodic check): the communicator's own check of its peers' calls
+   * (api/watch.c); NULL: none. */
+  ncclResult_t (*stallProbe)(void *arg);
+  void *stallProbeArg;
 };
 
 /* Fills a handle for ncclGetUniqueId: NCCL_COMM_ID, or a fresh root thread
