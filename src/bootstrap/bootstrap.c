@@ -142,6 +142,19 @@ static void rootSendRefusal(int fd, int nranks, const char *text) {
   }
 }
 
+/* Closes a connection whose last bytes the peer must still read: a close
+ * with unread bytes of the peer's queued here sends a reset, which can
+ * make the peer's kernel drop what it had not yet read (a refusal's text:
+ * test_grow clash saw "closed the connection without a word" under load
+ * now and then). So: end the sending side, read away what came, close. */
+static void rootCloseAfterSend(int fd) {
+  shutdown(fd, SHUT_WR);
+  char sink[4096];
+  while (recv(fd, sink, sizeof sink, MSG_DONTWAIT) > 0) {
+  }
+  close(fd);
+}
+
 /* Tells every rank checked in (fds) which ranks the root still waits for,
  * and logs it at INFO. */
 static void rootSendProgress(int listenFd, const int *fds, int nranks, int got) {
@@ -219,7 +232,7 @@ static void rootRefuseAll(int *fds, int nranks, const char *why, const struct wa
   for (int i = 0; fds && i < nranks; i++)
     if (fds[i] >= 0) {
       rootSendRefusal(fds[i], nranks, why);
-      close(fds[i]);
+      rootCloseAfterSend(fds[i]);
       fds[i] = -1;
     }
   uint64_t grace = w->timeoutNs && w->timeoutNs < ROOT_REFUSING_NS ? w->timeoutNs : ROOT_REFUSING_NS;
@@ -287,7 +300,7 @@ static void *rootThread(void *argp) {
       rootRefuseAll(fds, nranks, refusal, &w, &refusingUntil);
     if (refusal[0]) {
       rootSendRefusal(fd, hello.nranks, refusal);
-      close(fd);
+      rootCloseAfterSend(fd);
       continue;
     }
     if (fds == NULL) {
