@@ -340,10 +340,43 @@ static int threadsMain(int n) {
   return 0;
 }
 
+/* One thread drives two ranks. Rank 1 has a receive queued on its stream
+ * s1 (from rank 0's first send), then a group in which its communicator's
+ * first operation is on the NULL stream and its next on s1: the caller
+ * waits for s1's earlier receive only once the group's other parts (rank
+ * 0's sends, on s0) are queued; waiting before that waited for a send of
+ * this very group (until CHORUS_TIMEOUT). */
+static int nullLaunchJoin(void) {
+  ncclComm_t c[2];
+  cudaStream_t s0, s1;
+  NCCLCHECK(ncclCommInitAll(c, 2, NULL));
+  NCCLCHECK(chorusStreamCreate(&s0));
+  NCCLCHECK(chorusStreamCreate(&s1));
+  float x1 = 1, x2 = 2, r1 = 0, r2 = 0, a0 = 1, a1 = 2, b0 = 0, b1 = 0;
+  double t0 = nowSec();
+  NCCLCHECK(ncclRecv(&r1, 1, ncclFloat, 0, c[1], s1));
+  NCCLCHECK(ncclGroupStart());
+  NCCLCHECK(ncclSend(&x1, 1, ncclFloat, 1, c[0], s0));
+  NCCLCHECK(ncclSend(&x2, 1, ncclFloat, 1, c[0], s0));
+  NCCLCHECK(ncclAllReduce(&a0, &b0, 1, ncclFloat, ncclSum, c[0], s0));
+  NCCLCHECK(ncclAllReduce(&a1, &b1, 1, ncclFloat, ncclSum, c[1], NULL));
+  NCCLCHECK(ncclRecv(&r2, 1, ncclFloat, 0, c[1], s1));
+  NCCLCHECK(ncclGroupEnd());
+  NCCLCHECK(chorusStreamSynchronize(s0));
+  NCCLCHECK(chorusStreamSynchronize(s1));
+  EXPECT(nowSec() - t0 < 2.0, "the group took %.2f s", nowSec() - t0);
+  EXPECT(r1 == 1 && r2 == 2 && b0 == 3 && b1 == 3, "got r1 %g r2 %g b0 %g b1 %g", r1, r2, b0, b1);
+  NCCLCHECK(chorusStreamDestroy(s0));
+  NCCLCHECK(chorusStreamDestroy(s1));
+  NCCLCHECK(ncclCommDestroy(c[0]));
+  NCCLCHECK(ncclCommDestroy(c[1]));
+  return 0;
+}
+
 int main(int argc, char **argv) {
   int n = argc > 1 ? atoi(argv[1]) : 2;
   failedFlag = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  int failed = runRanks(n, rankMain, NULL, 120) + threadsMain(n) + runsUnwaited();
+  int failed = runRanks(n, rankMain, NULL, 120) + threadsMain(n) + runsUnwaited() + (n == 2 ? nullLaunchJoin() : 0);
   /* Bad stream handles are rejected. */
   static uint64_t fake[16]; /* not a stream, but readable */
   cudaStream_t bogus = (cudaStream_t)fake;

@@ -486,23 +486,23 @@ static void inlineRemember(const struct schedule *s, const struct groupItem *ite
   inlineKey.plan = items[0].plan;
 }
 
-static ncclResult_t launchJoined(struct groupItem *items, int n);
+static ncclResult_t launchJoined(struct groupItem *items, int n, struct streamJoin *joins, int nj);
 
 ncclResult_t launchItems(struct groupItem *items, int n) {
   CHECK(checkSelfP2p(items, n));
   for (int i = 0; i < n; i++) watchNumber(&items[i]);
   struct streamJoin *joins;
   int nj = n > 1 ? streamJoinPlan(items, n, &joins) : 0;
-  if (nj == 0) return launchJoined(items, n);
+  if (nj == 0) return launchJoined(items, n, NULL, 0);
   ncclResult_t res = streamJoinBefore(joins, nj);
-  if (res == ncclSuccess) res = launchJoined(items, n);
+  if (res == ncclSuccess) res = launchJoined(items, n, joins, nj);
   ncclResult_t after = streamJoinAfter(joins, nj); /* whatever was queued is waited for */
   free(joins);
   return res != ncclSuccess ? res : after;
 }
 
 /* launchItems once each communicator's items share one stream. */
-static ncclResult_t launchJoined(struct groupItem *items, int n) {
+static ncclResult_t launchJoined(struct groupItem *items, int n, struct streamJoin *joins, int nj) {
   /* NULL-stream work waits for what was issued before on its device's
    * blocking streams (CUDA's legacy stream), not for this group's own
    * stream work, queued just below. Parts on several streams (the NULL
@@ -524,6 +524,11 @@ static ncclResult_t launchJoined(struct groupItem *items, int n) {
         return res;
       }
     }
+  ncclResult_t joined = streamJoinCaller(joins, nj);
+  if (joined != ncclSuccess) {
+    launchDropped(items, n, n, joined);
+    return joined;
+  }
   struct schedule *s = &inlineSched;
   if (!inlineReuse(s, items, n, obs)) {
     inlineKey.comm = 0; /* the schedule is about to hold something else */

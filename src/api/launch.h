@@ -12,14 +12,24 @@ ncclResult_t launchItems(struct groupItem *items, int n);
  * later work waits for the launch. */
 struct streamJoin {
   cudaStream_t other, launch;
+  uint64_t pos; /* launch NULL: the point of other the caller waits for */
+  int marked;   /* pos is taken (and holds other) */
 };
 /* Gives every item the stream of its communicator's first item and returns
  * the joins that takes (*joins: malloc'd, NULL when none). */
 int streamJoinPlan(struct groupItem *items, int n, struct streamJoin **joins);
-/* Before the launches are queued: each launch stream waits for its others. */
-ncclResult_t streamJoinBefore(const struct streamJoin *joins, int nj);
+/* Before the launches are queued: each launch stream waits for its others'
+ * work issued so far; for the NULL stream, whose part the caller runs, the
+ * point is only marked here: */
+ncclResult_t streamJoinBefore(struct streamJoin *joins, int nj);
+/* ... and waited for by the caller once the group's stream parts are
+ * queued, right before it runs the NULL stream's part (waiting earlier
+ * could wait for work that needs a peer's part of this very group, when
+ * one thread drives several ranks). */
+ncclResult_t streamJoinCaller(struct streamJoin *joins, int nj);
 /* After: each other stream waits for its launch (the caller, when other is
- * the NULL stream, whose work is done when the call returns). */
-ncclResult_t streamJoinAfter(const struct streamJoin *joins, int nj);
+ * the NULL stream, whose work is done when the call returns); marks not
+ * waited for are let go. */
+ncclResult_t streamJoinAfter(struct streamJoin *joins, int nj);
 
 #endif

@@ -69,20 +69,46 @@ int streamJoinPlan(struct groupItem *items, int n, struct streamJoin **joins) {
       }
       *joins = grown;
     }
-    (*joins)[nj++] = (struct streamJoin){other, launch};
+    (*joins)[nj++] = (struct streamJoin){other, launch, 0, 0};
   }
   return nj;
 }
 
-ncclResult_t streamJoinBefore(const struct streamJoin *joins, int nj) {
-  for (int k = 0; k < nj; k++) CHECK(waitFor(joins[k].launch, joins[k].other));
+ncclResult_t streamJoinBefore(struct streamJoin *joins, int nj) {
+  for (int k = 0; k < nj; k++) {
+    struct streamJoin *j = &joins[k];
+    if (j->launch) {
+      CHECK(waitFor(j->launch, j->other));
+    } else if (j->other) {
+      j->pos = streamMark(j->other);
+      j->marked = 1;
+    }
+  }
   return ncclSuccess;
 }
 
-ncclResult_t streamJoinAfter(const struct streamJoin *joins, int nj) {
+ncclResult_t streamJoinCaller(struct streamJoin *joins, int nj) {
   ncclResult_t first = ncclSuccess;
   for (int k = 0; k < nj; k++) {
-    ncclResult_t res = waitFor(joins[k].other, joins[k].launch);
+    struct streamJoin *j = &joins[k];
+    if (!j->marked) continue;
+    ncclResult_t res = streamWaitFor(j->other, j->pos, "ncclGroupEnd");
+    if (first == ncclSuccess) first = res;
+    streamRelease(j->other);
+    j->marked = 0;
+  }
+  return first;
+}
+
+ncclResult_t streamJoinAfter(struct streamJoin *joins, int nj) {
+  ncclResult_t first = ncclSuccess;
+  for (int k = 0; k < nj; k++) {
+    struct streamJoin *j = &joins[k];
+    if (j->marked) { /* the launch failed before the caller waited */
+      streamRelease(j->other);
+      j->marked = 0;
+    }
+    ncclResult_t res = waitFor(j->other, j->launch);
     if (first == ncclSuccess) first = res;
   }
   return first;
