@@ -130,9 +130,14 @@ std::shared_ptr<Group> Group::rendezvous(const c10::intrusive_ptr<c10d::Store> &
   // the ones that never did, and say they gave up, which a rank that comes
   // later reads (its own rendezvous would only find the root gone).
   std::string what = c10::str("init of group '", name, "' (rank ", rank, " of ", size, ")");
-  static const std::string gaveUp = "chorus_gave_up";
+  // Named after this init's id: a store outlives a destroyed group, and the
+  // next one (after destroy_process_group) may get the same prefix.
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : id.internal) h = (h ^ c) * 0x100000001b3ull;
+  std::string tag = c10::str(std::hex, h);
+  std::string gaveUp = c10::str("chorus_gave_up_", tag);
   try {
-    store->set(c10::str("chorus_joined_", rank), std::vector<uint8_t>{1});
+    store->set(c10::str("chorus_joined_", tag, "_", rank), std::vector<uint8_t>{1});
     if (store->check({gaveUp}))
       throwBackend(c10::str("chorus: ", what, ": the other ranks gave up waiting for this one after the process "
                             "group's timeout (", timeout.count(), " ms)"));
@@ -140,13 +145,13 @@ std::shared_ptr<Group> Group::rendezvous(const c10::intrusive_ptr<c10d::Store> &
     throw;
   } catch (const std::exception &) {  // a store that fails here fails the rendezvous below as well
   }
-  auto missing = [store, size]() -> std::string {
+  auto missing = [store, size, tag, gaveUp]() -> std::string {
     std::string list;
     int n = 0;
     try {
       store->set(gaveUp, std::vector<uint8_t>{1});
       for (int r = 0; r < size && n <= 8; r++)
-        if (!store->check({c10::str("chorus_joined_", r)})) list += c10::str(n++ ? ", " : "", r);
+        if (!store->check({c10::str("chorus_joined_", tag, "_", r)})) list += c10::str(n++ ? ", " : "", r);
     } catch (const std::exception &) {
       return "";
     }
