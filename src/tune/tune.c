@@ -18,9 +18,31 @@ void tuneConfigFromEnv(struct tuneConfig *cfg) {
   cfg->smallThreshold = paramInt(paramLLThreshold);
   snprintf(cfg->algo, sizeof cfg->algo, "%s", paramStr(paramAlgo));
   snprintf(cfg->proto, sizeof cfg->proto, "%s", paramStr(paramProto));
+  cfg->minNch = paramInt(paramMinNChannels);
 }
 
 static int usesChannels(int algo) { return algo == algoRing || algo == algoChain || algo == algoTree; }
+
+/* Channels for algo on bytes, at most maxNch. Within a host one thread
+ * drives all of a rank's channels, so more of them add no parallelism, only
+ * FIFOs to pass through, which below 16 MiB also push the message out of
+ * the cache: a ring AllReduce there takes one channel (bench/env_ab
+ * all_reduce_perf, one channel against two, 2026-12-04, medians of 5 runs,
+ * busbw GB/s: 2 ranks 2 MiB 12.2 -> 16.4, 4 MiB 11.1 -> 14.5, 8 MiB 8.2 ->
+ * 9.6; 4 ranks 1 MiB 5.4 -> 7.0, 4 MiB 3.4 -> 4.3; at 16-128 MiB within
+ * the noise either way,
+ * so those keep the rule). Across hosts each channel has sockets of its
+ * own. NCCL_MIN_NCHANNELS, as in NCCL, is a floor. */
+#define TUNE_LOCAL_RING_ONE_CHANNEL_BYTES (16u << 20)
+static int channelsFor(const struct tuneTable *t, int coll, int algo, size_t bytes, int maxNch) {
+  if (!usesChannels(algo)) return 1;
+  size_t want = bytes / TUNE_BYTES_PER_CHANNEL;
+  if (algo == algoRing && coll == collAllReduce && t->topo.nhosts == 1 && bytes < TUNE_LOCAL_RING_ONE_CHANNEL_BYTES)
+    want = 1;
+  if (algo == algoTree && coll == collAllReduce && want < 2) want = 2; /* both trees */
+  if (t->cfg.minNch > 0 && want < (size_t)t->cfg.minNch) want = (size_t)t->cfg.minNch;
+  return want < 1 ? 1 : want > (size_t)maxNch ? maxNch : (int)want;
+}
 
 /* Whether algo can carry this message at all (beyond what the registry says). */
 static int fits(const struct tuneTable *t, int algo, size_t bytes, size_t slotBytes) {
@@ -71,14 +93,11 @@ static ncclResult_t tuneSearch(const struct tuneTable *t, int coll, size_t count
     *out = best;
     return ncclSuccess;
   }
-  size_t want = bytes / TUNE_BYTES_PER_CHANNEL;
-  int nch = want < 1 ? 1 : want > (size_t)maxNch ? maxNch : (int)want;
   for (int a = 0; a < algoCount; a++) {
     if (!(t->algoMask[coll] & (1u << a)) || !algoSupports(a, coll, n) || !fits(t, a, bytes, slotBytes)) continue;
     for (int p = 0; p < protoCount; p++) {
       if (!(t->protoMask[coll] & (1u << p))) continue;
-      int c = usesChannels(a) ? nch : 1;
-      if (a == algoTree && coll == collAllReduce && c < 2) c = maxNch < 2 ? maxNch : 2; /* both trees */
+      int c = channelsFor(t, coll, a, bytes, maxNch);
       double us = tuneModelUs(&t->topo, coll, a, p, c, bytes);
       if (us >= 0 && (best.algo < 0 || us < best.us)) best = (struct tuneChoice){a, p, c, us};
     }
