@@ -79,11 +79,20 @@ static ncclResult_t rdAllReduce(struct schedule *s, struct algoCtx *c, const str
   int out;
   CHECK(rdFold(s, c, ch, &sh, src, dst, bytes, &out));
   if (out) return ncclSuccess;
-  if (r >= 2 * sh.extra) ADD(s, stepCopy, REDUCE_PRE, NULL, NULL, src, dst, bytes);
+  /* A rank that folded nothing in sends its input itself in the first
+   * round and reduces the partner's into the output (one pass over the
+   * input fewer than copying it there first); from then on dst. */
+  int fresh = r >= 2 * sh.extra;
   for (int bit = 1; bit < sh.pow2; bit <<= 1) {
-    int peer = rdRank(&sh, sh.index ^ bit);
-    ADD(s, stepSend, 0, NULL, connSend(c->conns, peer, ch), dst, NULL, bytes);
-    ADD(s, stepRecvAcc, bit * 2 == sh.pow2 ? REDUCE_POST : 0, connRecv(c->conns, peer, ch), NULL, NULL, dst, bytes);
+    int peer = rdRank(&sh, sh.index ^ bit), post = bit * 2 == sh.pow2 ? REDUCE_POST : 0;
+    struct conn *to = connSend(c->conns, peer, ch), *from = connRecv(c->conns, peer, ch);
+    if (fresh && bit == 1) {
+      ADD(s, stepSend, REDUCE_PRE, NULL, to, src, NULL, bytes);
+      ADD(s, stepRecvReduceCopy, REDUCE_PRE | post, from, NULL, src, dst, bytes);
+      continue;
+    }
+    ADD(s, stepSend, 0, NULL, to, dst, NULL, bytes);
+    ADD(s, stepRecvAcc, post, from, NULL, NULL, dst, bytes);
   }
   return rdUnfold(s, c, ch, &sh, dst, bytes);
 }
