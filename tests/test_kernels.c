@@ -177,11 +177,12 @@ static void checkPairs(const struct fmt *f, int kind, double scale, const uint32
   struct redOp op = {.dtype = f->dtype, .kind = kind, .scaleF = scale};
   if (copyMode) reduceCopy(&op, dp, bp, m, REDUCE_PRE);
   else reduceTwo(&op, dp, ap, bp, m, kind == redPreMulSum ? REDUCE_PRE : 0);
-  uint32_t sCode = refEncode(f, scale);
-  double s = refDecode(f, sCode); /* the scalar as the type holds it, as NCCL stores it */
+  double s = (float)scale; /* the scalar as a float, not rounded to the type (1/n of avg) */
   for (size_t i = 0; i < m; i++) {
     double x = refDecode(f, acc[i]), y = refDecode(f, in[i]), r;
-    if (kind == redPreMulSum) y = refDecode(f, refEncode(f, y * s)); /* the product rounds as the type would */
+    /* The product rounds to a float (exact in double: a narrow mantissa
+     * times a float's), then as the type would. */
+    if (kind == redPreMulSum) y = refDecode(f, refEncode(f, (float)(y * s)));
     if (copyMode) r = y;
     else if (kind == redProd) r = x * y;
     else if (kind == redMax) r = refMax(x, y);
