@@ -108,9 +108,12 @@ typedef struct ncclConfig_v23000 {
   int graphStreamOrdering;
 } ncclConfig_t;
 
+/* The version a config carries says which of its fields the caller knows
+ * (NCCL ignores the newer ones): this layout's, 2.30.5, not the API level
+ * of NCCL_VERSION_CODE. */
 #define NCCL_CONFIG_INITIALIZER                                                        \
   {                                                                                    \
-    sizeof(ncclConfig_t), NCCL_API_MAGIC, NCCL_VERSION(NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH), \
+    sizeof(ncclConfig_t), NCCL_API_MAGIC, NCCL_VERSION(2, 30, 5),                      \
         NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT,           \
         NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_PTR, NCCL_CONFIG_UNDEF_INT,           \
         NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_PTR, NCCL_CONFIG_UNDEF_INT,           \

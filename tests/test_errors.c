@@ -360,9 +360,36 @@ int main(void) {
   NCCLCHECK(ncclGetUniqueId(&fresh));
   NCCLCHECK(ncclCommInitRankConfig(&comm, 1, fresh, 0, &old));
   NCCLCHECK(ncclCommDestroy(comm));
+  /* A size that leaves the magic out: not initialized by the macro; and a
+   * failed init leaves *comm NULL, as NCCL's. */
+  ncclConfig_t tiny = NCCL_CONFIG_INITIALIZER;
+  tiny.size = sizeof(size_t);
+  comm = (ncclComm_t)&tiny;
+  BAD(ncclCommInitRankConfig(&comm, 1, fresh, 0, &tiny), ncclInvalidArgument, "NCCL_CONFIG_INITIALIZER");
+  EXPECT(comm == NULL, "a failed ncclCommInitRankConfig left *comm %p", (void *)comm);
+  comm = (ncclComm_t)&tiny;
+  BAD(ncclCommInitRank(&comm, 2, fresh, 5), ncclInvalidArgument, "rank");
+  EXPECT(comm == NULL, "a failed ncclCommInitRank left *comm %p", (void *)comm);
+  /* Fields newer than the struct's version are not the caller's (NCCL's
+   * parseCommConfig): their values are not checked, the defaults hold. */
+  ncclConfig_t early = NCCL_CONFIG_INITIALIZER;
+  early.version = NCCL_VERSION(2, 16, 0);
+  early.minCTAs = 0;
+  early.graphUsageMode = 7;
+  NCCLCHECK(ncclGetUniqueId(&fresh));
+  NCCLCHECK(ncclCommInitRankConfig(&comm, 1, fresh, 0, &early));
+  NCCLCHECK(ncclCommDestroy(comm));
+  early.version = 0;
+  early.blocking = 2;
+  NCCLCHECK(ncclGetUniqueId(&fresh));
+  NCCLCHECK(ncclCommInitRankConfig(&comm, 1, fresh, 0, &early));
+  NCCLCHECK(ncclCommDestroy(comm));
+  early.version = NCCL_VERSION_CODE;
+  BAD(ncclCommInitRankConfig(&comm, 1, fresh, 0, &early), ncclInvalidArgument, "blocking");
   BAD(ncclCommInitAll(NULL, 2, NULL), ncclInvalidArgument, "comm");
   ncclComm_t comms[2];
-  BAD(ncclCommInitAll(comms, 0, NULL), ncclInvalidArgument, "ndev");
+  NCCLCHECK(ncclCommInitAll(comms, 0, NULL)); /* as NCCL: nothing to make */
+  BAD(ncclCommInitAll(comms, -1, NULL), ncclInvalidArgument, "ndev");
   int badDev[2] = {0, -1};
   BAD(ncclCommInitAll(comms, 2, badDev), ncclInvalidArgument, "devlist");
   BAD(ncclGroupEnd(), ncclInvalidUsage, "not in a group");

@@ -40,6 +40,7 @@ static ncclResult_t checkInitArgs(ncclComm_t *comm, int nranks, int rank, const 
     WARN("%s : comm argument is NULL", call);
     return ncclInvalidArgument;
   }
+  *comm = NULL; /* a call that fails leaves it NULL, as NCCL's do */
   if (nranks >= 1 && nranks <= OPDESC_MAX_RANKS && (rank < 0 || rank >= nranks)) {
     /* The other ranks would wait for one that never comes: the root is told,
      * so that they fail at once too, naming this process. */
@@ -75,15 +76,50 @@ static int configFlag(int v) { return v == NCCL_CONFIG_UNDEF_INT || v == 0 || v 
  * dflt when it sets none (no config: 1 for a new communicator, the
  * parent's for one made from a parent). chorus uses few of the fields, but
  * a value NCCL refuses is refused here too, before anything starts. */
+/* Fields newer than the version the caller's struct says it has are not
+ * the caller's: they take their defaults, as NCCL's parseCommConfig does. */
+static void configFromVersion(ncclConfig_t *c) {
+  const ncclConfig_t d = NCCL_CONFIG_INITIALIZER;
+  unsigned v = c->version;
+  if (v < NCCL_VERSION(2, 14, 0)) c->blocking = d.blocking;
+  if (v < NCCL_VERSION(2, 17, 0)) {
+    c->cgaClusterSize = d.cgaClusterSize;
+    c->minCTAs = d.minCTAs;
+    c->maxCTAs = d.maxCTAs;
+    c->netName = d.netName;
+  }
+  if (v < NCCL_VERSION(2, 25, 0)) c->trafficClass = d.trafficClass;
+  if (v < NCCL_VERSION(2, 27, 0)) {
+    c->collnetEnable = d.collnetEnable;
+    c->CTAPolicy = d.CTAPolicy;
+    c->shrinkShare = d.shrinkShare;
+    c->nvlsCTAs = d.nvlsCTAs;
+  }
+  if (v < NCCL_VERSION(2, 28, 0)) {
+    c->nChannelsPerNetPeer = d.nChannelsPerNetPeer;
+    c->nvlinkCentricSched = d.nvlinkCentricSched;
+  }
+  if (v < NCCL_VERSION(2, 29, 0)) {
+    c->graphUsageMode = d.graphUsageMode;
+    c->numRmaCtx = d.numRmaCtx;
+  }
+  if (v < NCCL_VERSION(2, 30, 0)) c->maxP2pPeers = d.maxP2pPeers;
+  if (v < NCCL_VERSION(2, 30, 5)) c->graphStreamOrdering = d.graphStreamOrdering;
+}
+
 static ncclResult_t initConfig(const ncclConfig_t *config, const char *call, int dflt, int *blocking) {
   *blocking = dflt;
   if (!config) return ncclSuccess;
-  if (config->magic != NCCL_API_MAGIC) {
+  /* As NCCL's parseCommConfig: the caller's struct may be older (smaller)
+   * than ours, so only its size's bytes are read, the magic among them. */
+  ncclConfig_t c = NCCL_CONFIG_INITIALIZER;
+  c.magic = 0;
+  memcpy(&c, config, config->size < sizeof c ? config->size : sizeof c);
+  if (c.magic != NCCL_API_MAGIC) {
     WARN("ncclConfig_t argument not initialized via NCCL_CONFIG_INITIALIZER");
     return ncclInvalidArgument;
   }
-  ncclConfig_t c = NCCL_CONFIG_INITIALIZER;
-  memcpy(&c, config, config->size < sizeof c ? config->size : sizeof c);
+  configFromVersion(&c);
   const int undef = NCCL_CONFIG_UNDEF_INT;
   const struct {
     const char *name;
@@ -179,10 +215,11 @@ NCCL_API(ncclResult_t, ncclCommInitAll, ncclComm_t *comms, int ndev, const int *
     WARN("ncclCommInitAll : comm argument is NULL");
     return ncclInvalidArgument;
   }
-  if (ndev < 1) {
+  if (ndev < 0) {
     WARN("ncclCommInitAll : invalid ndev %d", ndev);
     return ncclInvalidArgument;
   }
+  if (ndev == 0) return ncclSuccess; /* as NCCL: no device, no communicator */
   for (int i = 0; devlist && i < ndev; i++) {
     if (devlist[i] < 0) {
       WARN("ncclCommInitAll : invalid device %d at devlist[%d]", devlist[i], i);
@@ -213,6 +250,7 @@ NCCL_API(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key, ncclC
     WARN("ncclCommSplit : newcomm argument is NULL");
     return ncclInvalidArgument;
   }
+  *newcomm = NULL; /* a call that fails leaves it NULL, as NCCL's do */
   if (color < 0 && color != NCCL_SPLIT_NOCOLOR) {
     WARN("ncclCommSplit : invalid color %d (must be >= 0 or NCCL_SPLIT_NOCOLOR)", color);
     return ncclInvalidArgument;
@@ -238,6 +276,7 @@ NCCL_API(ncclResult_t, ncclCommShrink, ncclComm_t comm, int *excludeRanksList, i
     WARN("ncclCommShrink : newcomm argument is NULL");
     return ncclInvalidArgument;
   }
+  *newcomm = NULL; /* a call that fails leaves it NULL, as NCCL's do */
   if (excludeRanksList == NULL || excludeRanksCount <= 0) {
     WARN("ncclCommShrink : excludeRanksList is %s and excludeRanksCount %d (a list of at least one rank is needed)",
          excludeRanksList ? "set" : "NULL", excludeRanksCount);
@@ -331,6 +370,7 @@ NCCL_API(ncclResult_t, ncclCommGrow, ncclComm_t comm, int nRanks, const ncclUniq
     WARN("%s : newcomm argument is NULL", call);
     return ncclInvalidArgument;
   }
+  *newcomm = NULL; /* a call that fails leaves it NULL, as NCCL's do */
   if (rank != -1) {
     WARN("%s : rank %d of the parent passed rank %d: the parent's ranks pass -1 (they keep their ranks)", call,
          comm->rank, rank);
