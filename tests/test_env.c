@@ -54,6 +54,20 @@ static int childSetsTimeout(int rank, int n, ncclUniqueId id, void *arg) {
   return 0;
 }
 
+/* NCCL_NET naming a network chorus lacks fails the init, as NCCL's, on a
+ * host whose ranks need no network too. */
+static int unknownNet(int rank, int n, ncclUniqueId id, void *arg) {
+  (void)arg;
+  setenv("NCCL_NET", "bogusnet", 1);
+  ncclComm_t comm = NULL;
+  ncclResult_t res = ncclCommInitRank(&comm, n, id, rank);
+  EXPECT(res != ncclSuccess, "rank %d: init with NCCL_NET=bogusnet succeeded", rank);
+  EXPECT(comm == NULL, "rank %d: a failed init left a communicator", rank);
+  EXPECT(strstr(ncclGetLastError(NULL), "NCCL_NET=bogusnet") != NULL, "rank %d: the last error does not name "
+         "NCCL_NET: '%s'", rank, ncclGetLastError(NULL));
+  return 0;
+}
+
 int main(void) {
   int failed = 0;
   if (!mkdtemp(logDir)) return 1;
@@ -139,6 +153,9 @@ int main(void) {
   NCCLCHECK(ncclGetUniqueId(&id2));
   EXPECT(paramInt(paramTimeout) != 2, "the parent's CHORUS_TIMEOUT is already 2");
   failed += runRanksWithId(2, id2, childSetsTimeout, NULL, 30);
+  ncclUniqueId id3;
+  NCCLCHECK(ncclGetUniqueId(&id3));
+  failed += runRanksWithId(2, id3, unknownNet, NULL, 30);
   if (!failed) {
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", logDir);
