@@ -18,6 +18,14 @@ static double nowSec(void) {
   return t.tv_sec + t.tv_nsec * 1e-9;
 }
 
+static inline void relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ volatile("yield");
+#endif
+}
+
 static int byValue(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return x < y ? -1 : x > y;
@@ -39,7 +47,7 @@ int main(int argc, char **argv) {
       for (long i = 1; i <= iters; i++) {
         long want = k * iters + i;
         *mine = want;
-        while (*theirs < want) __builtin_ia32_pause();
+        while (*theirs < want) relax();
       }
       if (r == 0) times[k] = (nowSec() - t0) / iters;
     }

@@ -370,6 +370,12 @@ int main(void) {
   comm = (ncclComm_t)&tiny;
   BAD(ncclCommInitRank(&comm, 2, fresh, 5), ncclInvalidArgument, "rank");
   EXPECT(comm == NULL, "a failed ncclCommInitRank left *comm %p", (void *)comm);
+  comm = (ncclComm_t)&tiny;
+  BAD(ncclCommSplit(NULL, 0, 0, &comm, NULL), ncclInvalidArgument, "comm");
+  EXPECT(comm == NULL, "a failed ncclCommSplit left *newcomm %p", (void *)comm);
+  comm = (ncclComm_t)&tiny;
+  BAD(ncclCommInitRankScalable(&comm, 2, 0, 0, &fresh, NULL), ncclInvalidArgument, "nId");
+  EXPECT(comm == NULL, "a failed ncclCommInitRankScalable left *newcomm %p", (void *)comm);
   /* Fields newer than the struct's version are not the caller's (NCCL's
    * parseCommConfig): their values are not checked, the defaults hold. */
   ncclConfig_t early = NCCL_CONFIG_INITIALIZER;

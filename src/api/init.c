@@ -178,6 +178,7 @@ NCCL_API(ncclResult_t, ncclCommInitRankConfig, ncclComm_t *comm, int nranks, ncc
 NCCL_API(ncclResult_t, ncclCommInitRankScalable, ncclComm_t *newcomm, int nranks, int myrank, int nId,
          ncclUniqueId *commIds, ncclConfig_t *config) {
   static const char call[] = "ncclCommInitRankScalable";
+  if (newcomm) *newcomm = NULL; /* a call that fails leaves it NULL, as NCCL's do */
   if (commIds == NULL) {
     WARN("%s : commIds argument is NULL", call);
     return ncclInvalidArgument;
@@ -245,12 +246,12 @@ NCCL_API(ncclResult_t, ncclCommInitAll, ncclComm_t *comms, int ndev, const int *
 
 NCCL_API(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key, ncclComm_t *newcomm,
          ncclConfig_t *config) {
-  CHECK(commCheck(comm, "ncclCommSplit"));
   if (newcomm == NULL) {
     WARN("ncclCommSplit : newcomm argument is NULL");
     return ncclInvalidArgument;
   }
   *newcomm = NULL; /* a call that fails leaves it NULL, as NCCL's do */
+  CHECK(commCheck(comm, "ncclCommSplit"));
   if (color < 0 && color != NCCL_SPLIT_NOCOLOR) {
     WARN("ncclCommSplit : invalid color %d (must be >= 0 or NCCL_SPLIT_NOCOLOR)", color);
     return ncclInvalidArgument;
@@ -271,12 +272,12 @@ NCCL_API(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key, ncclC
 
 NCCL_API(ncclResult_t, ncclCommShrink, ncclComm_t comm, int *excludeRanksList, int excludeRanksCount,
          ncclComm_t *newcomm, ncclConfig_t *config, int shrinkFlags) {
-  CHECK(commCheck(comm, "ncclCommShrink"));
   if (newcomm == NULL) {
     WARN("ncclCommShrink : newcomm argument is NULL");
     return ncclInvalidArgument;
   }
   *newcomm = NULL; /* a call that fails leaves it NULL, as NCCL's do */
+  CHECK(commCheck(comm, "ncclCommShrink"));
   if (excludeRanksList == NULL || excludeRanksCount <= 0) {
     WARN("ncclCommShrink : excludeRanksList is %s and excludeRanksCount %d (a list of at least one rank is needed)",
          excludeRanksList ? "set" : "NULL", excludeRanksCount);
@@ -352,6 +353,7 @@ NCCL_API(ncclResult_t, ncclCommGrow, ncclComm_t comm, int nRanks, const ncclUniq
          ncclComm_t *newcomm, ncclConfig_t *config) {
   static const char call[] = "ncclCommGrow";
   if (comm == NULL) { /* a new rank */
+    if (newcomm) *newcomm = NULL; /* a call that fails leaves it NULL, as NCCL's do */
     if (uniqueId == NULL) {
       WARN("%s : a new rank (comm NULL) needs the uniqueId the coordinator got from ncclCommGetUniqueId", call);
       return ncclInvalidArgument;
@@ -365,6 +367,7 @@ NCCL_API(ncclResult_t, ncclCommGrow, ncclComm_t comm, int nRanks, const ncclUniq
     chorusGetDevice(&job.cudaDev);
     return groupInit(&job);
   }
+  if (newcomm) *newcomm = NULL; /* a call that fails leaves it NULL, as NCCL's do */
   CHECK(commCheck(comm, call));
   if (newcomm == NULL) {
     WARN("%s : newcomm argument is NULL", call);

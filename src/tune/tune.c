@@ -18,7 +18,6 @@ void tuneConfigFromEnv(struct tuneConfig *cfg) {
   cfg->smallThreshold = paramInt(paramLLThreshold);
   snprintf(cfg->algo, sizeof cfg->algo, "%s", paramStr(paramAlgo));
   snprintf(cfg->proto, sizeof cfg->proto, "%s", paramStr(paramProto));
-  cfg->minNch = paramInt(paramMinNChannels);
 }
 
 static int usesChannels(int algo) { return algo == algoRing || algo == algoChain || algo == algoTree; }
@@ -31,16 +30,17 @@ static int usesChannels(int algo) { return algo == algoRing || algo == algoChain
  * busbw GB/s: 2 ranks 2 MiB 12.2 -> 16.4, 4 MiB 11.1 -> 14.5, 8 MiB 8.2 ->
  * 9.6; 4 ranks 1 MiB 5.4 -> 7.0, 4 MiB 3.4 -> 4.3; at 16-128 MiB within
  * the noise either way,
- * so those keep the rule). Across hosts each channel has sockets of its
- * own. NCCL_MIN_NCHANNELS, as in NCCL, is a floor. */
+ * so those keep the rule). Over sockets (other hosts, or NCCL_SHM_DISABLE)
+ * each channel has sockets of its own. As in NCCL, NCCL_MIN_NCHANNELS only
+ * sets how many channels the communicator has (maxNch), not what an
+ * operation takes. */
 #define TUNE_LOCAL_RING_ONE_CHANNEL_BYTES (16u << 20)
 static int channelsFor(const struct tuneTable *t, int coll, int algo, size_t bytes, int maxNch) {
   if (!usesChannels(algo)) return 1;
   size_t want = bytes / TUNE_BYTES_PER_CHANNEL;
-  if (algo == algoRing && coll == collAllReduce && t->topo.nhosts == 1 && bytes < TUNE_LOCAL_RING_ONE_CHANNEL_BYTES)
+  if (algo == algoRing && coll == collAllReduce && !t->topo.net && bytes < TUNE_LOCAL_RING_ONE_CHANNEL_BYTES)
     want = 1;
   if (algo == algoTree && coll == collAllReduce && want < 2) want = 2; /* both trees */
-  if (t->cfg.minNch > 0 && want < (size_t)t->cfg.minNch) want = (size_t)t->cfg.minNch;
   return want < 1 ? 1 : want > (size_t)maxNch ? maxNch : (int)want;
 }
 

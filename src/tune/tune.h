@@ -20,7 +20,6 @@ struct tuneConfig {
   int64_t smallThreshold;        /* CHORUS_SMALL_THRESHOLD */
   char algo[TUNE_ENV_BYTES];     /* NCCL_ALGO ("" unset) */
   char proto[TUNE_ENV_BYTES];    /* NCCL_PROTO */
-  int64_t minNch;                /* NCCL_MIN_NCHANNELS (<= 0: unset) */
 };
 void tuneConfigFromEnv(struct tuneConfig *cfg);
 
