@@ -134,69 +134,78 @@ static int expectMismatch(ncclResult_t res, double t, ncclComm_t c, float *in, f
   return 0;
 }
 
-static int everyRank(int rank, int n, ncclUniqueId id, void *arg) {
-  (void)arg;
+/* One mismatched call of a case list, made on a communicator split off for
+ * it: the case fills res (the call's result) and what (its name), and
+ * returns nonzero when one of its own checks failed. */
+struct mismatchCall {
+  int k, rank, n;
+  float *in, *out;
+  ncclComm_t c;
+  ncclResult_t res;
+  char what[64];
+};
+typedef int (*mismatchCase)(struct mismatchCall *m);
+
+/* Runs cases 0..ncases-1 of call, each on its own split of a fresh
+ * communicator, with buffers of elems floats: every rank's call must end as
+ * expectMismatch says, and everyone has seen it before anyone leaves (leaving
+ * looks like a death). */
+static int splitCases(int rank, int n, ncclUniqueId id, size_t elems, int ncases, mismatchCase call) {
   ncclComm_t parent;
   NCCLCHECK(ncclCommInitRank(&parent, n, id, rank));
-  size_t big = 40 * (size_t)n;
-  float *in = guardAlloc(big * sizeof(float)), *out = guardAlloc(big * sizeof(float));
-  for (size_t i = 0; i < big; i++) in[i] = 1;
-  for (int coll = 0; coll < mColls; coll++)
-    for (int byDtype = 0; byDtype < 2; byDtype++) {
-      ncclComm_t c;
-      NCCLCHECK(ncclCommSplit(parent, 0, rank, &c, NULL));
-      double t0 = nowSec();
-      ncclResult_t res = mCall(coll, rank == n - 1, byDtype, in, out, rank, n, c);
-      EXPECT(coll == mSendRecv || res != ncclSuccess, "%s by %s, rank %d: the mismatched call succeeded",
-             mName[coll], byDtype ? "datatype" : "count", rank);
-      if (res == ncclSuccess) /* a send was done before anyone saw it: the next call says so */
-        res = ncclAllReduce(in, out, 1, ncclFloat, ncclSum, c, NULL);
-      char what[64];
-      snprintf(what, sizeof what, "%s by %s", mName[coll], byDtype ? "datatype" : "count");
-      if (expectMismatch(res, nowSec() - t0, c, in, out, what, rank)) return 1;
-      /* everyone has seen it before anyone leaves (leaving looks like a death) */
-      NCCLCHECK(ncclAllReduce(in, out, 1, ncclFloat, ncclSum, parent, NULL));
-      NCCLCHECK(ncclCommAbort(c));
-    }
+  float *in = guardAlloc(elems * sizeof(float)), *out = guardAlloc(elems * sizeof(float));
+  for (size_t i = 0; i < elems; i++) in[i] = 1;
+  for (int k = 0; k < ncases; k++) {
+    struct mismatchCall m = {k, rank, n, in, out, NULL, ncclSuccess, ""};
+    NCCLCHECK(ncclCommSplit(parent, 0, rank, &m.c, NULL));
+    double t0 = nowSec();
+    if (call(&m) || expectMismatch(m.res, nowSec() - t0, m.c, in, out, m.what, rank)) return 1;
+    NCCLCHECK(ncclAllReduce(in, out, 1, ncclFloat, ncclSum, parent, NULL));
+    NCCLCHECK(ncclCommAbort(m.c));
+  }
   NCCLCHECK(ncclCommDestroy(parent));
   guardFree(in);
   guardFree(out);
   return 0;
 }
 
+/* Case k: collective k / 2 with the last rank's count (k even) or datatype
+ * (k odd) another than the others'. */
+static int everyCase(struct mismatchCall *m) {
+  int coll = m->k / 2, byDtype = m->k % 2;
+  m->res = mCall(coll, m->rank == m->n - 1, byDtype, m->in, m->out, m->rank, m->n, m->c);
+  EXPECT(coll == mSendRecv || m->res != ncclSuccess, "%s by %s, rank %d: the mismatched call succeeded", mName[coll],
+         byDtype ? "datatype" : "count", m->rank);
+  if (m->res == ncclSuccess) /* a send was done before anyone saw it: the next call says so */
+    m->res = ncclAllReduce(m->in, m->out, 1, ncclFloat, ncclSum, m->c, NULL);
+  snprintf(m->what, sizeof m->what, "%s by %s", mName[coll], byDtype ? "datatype" : "count");
+  return 0;
+}
+
+static int everyRank(int rank, int n, ncclUniqueId id, void *arg) {
+  (void)arg;
+  return splitCases(rank, n, id, 40 * (size_t)n, 2 * mColls, everyCase);
+}
+
 /* Each rooted collective with the last rank's root another than the
  * others': every rank's call fails (none may finish, none may wait for data
- * nobody sends), on a communicator split off for it. */
+ * nobody sends). */
+static int rootsCase(struct mismatchCall *m) {
+  static const int colls[] = {mBroadcast, mReduce, mGather, mScatter};
+  int root = m->rank == m->n - 1 ? 1 : 0;
+  switch (colls[m->k]) {
+    case mBroadcast: m->res = ncclBroadcast(m->in, m->out, 40, ncclFloat, root, m->c, NULL); break;
+    case mReduce: m->res = ncclReduce(m->in, m->out, 40, ncclFloat, ncclSum, root, m->c, NULL); break;
+    case mGather: m->res = ncclGather(m->in, m->out, 40, ncclFloat, root, m->c, NULL); break;
+    default: m->res = ncclScatter(m->in, m->out, 40, ncclFloat, root, m->c, NULL); break;
+  }
+  snprintf(m->what, sizeof m->what, "%s with root %d of %d ranks", mName[colls[m->k]], root, m->n);
+  return 0;
+}
+
 static int rootsRank(int rank, int n, ncclUniqueId id, void *arg) {
   (void)arg;
-  ncclComm_t parent;
-  NCCLCHECK(ncclCommInitRank(&parent, n, id, rank));
-  size_t big = 40 * (size_t)n;
-  float *in = guardAlloc(big * sizeof(float)), *out = guardAlloc(big * sizeof(float));
-  for (size_t i = 0; i < big; i++) in[i] = 1;
-  static const int colls[] = {mBroadcast, mReduce, mGather, mScatter};
-  for (int k = 0; k < 4; k++) {
-    ncclComm_t c;
-    NCCLCHECK(ncclCommSplit(parent, 0, rank, &c, NULL));
-    int root = rank == n - 1 ? 1 : 0;
-    double t0 = nowSec();
-    ncclResult_t res;
-    switch (colls[k]) {
-      case mBroadcast: res = ncclBroadcast(in, out, 40, ncclFloat, root, c, NULL); break;
-      case mReduce: res = ncclReduce(in, out, 40, ncclFloat, ncclSum, root, c, NULL); break;
-      case mGather: res = ncclGather(in, out, 40, ncclFloat, root, c, NULL); break;
-      default: res = ncclScatter(in, out, 40, ncclFloat, root, c, NULL); break;
-    }
-    char what[64];
-    snprintf(what, sizeof what, "%s with root %d of %d ranks", mName[colls[k]], root, n);
-    if (expectMismatch(res, nowSec() - t0, c, in, out, what, rank)) return 1;
-    NCCLCHECK(ncclAllReduce(in, out, 1, ncclFloat, ncclSum, parent, NULL));
-    NCCLCHECK(ncclCommAbort(c));
-  }
-  NCCLCHECK(ncclCommDestroy(parent));
-  guardFree(in);
-  guardFree(out);
-  return 0;
+  return splitCases(rank, n, id, 40 * (size_t)n, 4, rootsCase);
 }
 
 /* Different collectives under one number (the last rank calls Broadcast
@@ -204,35 +213,21 @@ static int rootsRank(int rank, int n, ncclUniqueId id, void *arg) {
  * the same count): their data paths never meet, so no descriptor reaches
  * the other side; the stalled ranks' look at their peers' calls fails
  * every rank within 2 s (it waited out CHORUS_TIMEOUT, 20 s here). */
+static int kindsCase(struct mismatchCall *m) {
+  int odd = m->rank == m->n - 1;
+  if (m->k == 0)
+    m->res = odd ? ncclBroadcast(m->in, m->out, 1000, ncclFloat, 0, m->c, NULL)
+                 : ncclAllReduce(m->in, m->out, 1000, ncclFloat, ncclSum, m->c, NULL);
+  else
+    m->res = odd ? ncclAllGather(m->in, m->out, 1000, ncclFloat, m->c, NULL)
+                 : ncclReduceScatter(m->in, m->out, 1000, ncclFloat, ncclSum, m->c, NULL);
+  snprintf(m->what, sizeof m->what, "%s", m->k ? "ReduceScatter against AllGather" : "AllReduce against Broadcast");
+  return 0;
+}
+
 static int kindsRank(int rank, int n, ncclUniqueId id, void *arg) {
   (void)arg;
-  ncclComm_t parent;
-  NCCLCHECK(ncclCommInitRank(&parent, n, id, rank));
-  size_t big = 1000 * (size_t)n;
-  float *in = guardAlloc(big * sizeof(float)), *out = guardAlloc(big * sizeof(float));
-  for (size_t i = 0; i < big; i++) in[i] = 1;
-  for (int k = 0; k < 2; k++) {
-    ncclComm_t c;
-    NCCLCHECK(ncclCommSplit(parent, 0, rank, &c, NULL));
-    int odd = rank == n - 1;
-    double t0 = nowSec();
-    ncclResult_t res;
-    if (k == 0)
-      res = odd ? ncclBroadcast(in, out, 1000, ncclFloat, 0, c, NULL)
-                : ncclAllReduce(in, out, 1000, ncclFloat, ncclSum, c, NULL);
-    else
-      res = odd ? ncclAllGather(in, out, 1000, ncclFloat, c, NULL)
-                : ncclReduceScatter(in, out, 1000, ncclFloat, ncclSum, c, NULL);
-    if (expectMismatch(res, nowSec() - t0, c, in, out, k ? "ReduceScatter against AllGather" : "AllReduce against Broadcast",
-                       rank))
-      return 1;
-    NCCLCHECK(ncclAllReduce(in, out, 1, ncclFloat, ncclSum, parent, NULL));
-    NCCLCHECK(ncclCommAbort(c));
-  }
-  NCCLCHECK(ncclCommDestroy(parent));
-  guardFree(in);
-  guardFree(out);
-  return 0;
+  return splitCases(rank, n, id, 1000 * (size_t)n, 2, kindsCase);
 }
 
 int main(int argc, char **argv) {

@@ -44,6 +44,14 @@ void checkLike(const at::Tensor &t, const at::Tensor &ref, const char *call, con
               " has ", ref.numel());
 }
 
+// Every tensor of a list has ref's dtype (their sizes may differ).
+void checkDtypes(const std::vector<at::Tensor> &ts, const at::Tensor &ref, const char *call, const char *what,
+                 const char *refName) {
+  for (const at::Tensor &t : ts)
+    TORCH_CHECK(t.scalar_type() == ref.scalar_type(), "chorus: ", call, ": ", what, " has dtype ", t.scalar_type(),
+                " but the ", refName, " has ", ref.scalar_type());
+}
+
 // 1 when every tensor of a list has as many elements as ref.
 bool sameSizes(const std::vector<at::Tensor> &ts, const at::Tensor &ref) {
   return std::all_of(ts.begin(), ts.end(), [&](const at::Tensor &t) { return t.numel() == ref.numel(); });
@@ -284,9 +292,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::allgatherUneven(std::vector<a
                                                                    const at::Tensor &input) {
   const char *call = "all_gather";
   checkLike(outs[rank_], input, call, "this rank's output tensor", "input");
-  for (const at::Tensor &o : outs)
-    TORCH_CHECK(o.scalar_type() == input.scalar_type(), "chorus: ", call, ": an output tensor has dtype ",
-                o.scalar_type(), " but the input has ", input.scalar_type());
+  checkDtypes(outs, input, call, "an output tensor", "input");
   std::vector<at::Tensor> inputs{input};
   Launch l = make(c10d::OpType::ALLGATHER, "AllGather", inputs, outs);
   std::vector<const void *> sp(size_);
@@ -315,9 +321,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::reduceScatterUneven(const at:
                                                                        const Reduction &red) {
   const char *call = "reduce_scatter";
   checkLike(ins[rank_], output, call, "this rank's input tensor", "output");
-  for (const at::Tensor &i : ins)
-    TORCH_CHECK(i.scalar_type() == output.scalar_type(), "chorus: ", call, ": an input tensor has dtype ",
-                i.scalar_type(), " but the output has ", output.scalar_type());
+  checkDtypes(ins, output, call, "an input tensor", "output");
   std::vector<at::Tensor> outputs{output};
   Launch l = make(c10d::OpType::REDUCE_SCATTER, "ReduceScatter", ins, outputs);
   std::vector<const void *> sp(size_);

@@ -61,7 +61,6 @@ static ncclResult_t checkInitArgs(ncclComm_t *comm, int nranks, int rank, const 
 
 NCCL_API(ncclResult_t, ncclCommInitRank, ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank) {
   CHECK(checkInitArgs(comm, nranks, rank, &commId, "ncclCommInitRank"));
-  *comm = NULL;
   struct initJob job = {.comm = comm, .nranks = nranks, .rank = rank, .blocking = 1, .id = commId,
                         .func = "ncclCommInitRank"};
   chorusGetDevice(&job.cudaDev); /* the caller's, as NCCL's cudaGetDevice */
@@ -160,7 +159,6 @@ NCCL_API(ncclResult_t, ncclCommInitRankConfig, ncclComm_t *comm, int nranks, ncc
   CHECK(checkInitArgs(comm, nranks, rank, &commId, "ncclCommInitRankConfig"));
   int blocking;
   CHECK(initConfig(config, "ncclCommInitRankConfig", 1, &blocking));
-  *comm = NULL;
   /* Init completes before returning (or before ncclGroupEnd returns), so
    * nonblocking callers see success. */
   struct initJob job = {.comm = comm, .nranks = nranks, .rank = rank, .blocking = blocking, .id = commId,
@@ -204,7 +202,6 @@ NCCL_API(ncclResult_t, ncclCommInitRankScalable, ncclComm_t *newcomm, int nranks
     memcpy(&h, commIds[k].internal, sizeof h);
     bootstrapRetireRoot(&h);
   }
-  *newcomm = NULL;
   struct initJob job = {.comm = newcomm, .nranks = nranks, .rank = myrank, .blocking = blocking, .id = commIds[0],
                         .func = call, .ids = ids};
   chorusGetDevice(&job.cudaDev);
@@ -264,7 +261,6 @@ NCCL_API(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key, ncclC
     WARN("ncclCommSplit : rank %d: parent communicator has failed (%s)", comm->rank, ncclGetErrorString(async));
     return async;
   }
-  *newcomm = NULL;
   struct initJob job = {.run = commSplitRun, .comm = newcomm, .cudaDev = comm->cudaDev, .blocking = blocking,
                         .parent = comm, .color = color, .key = key, .func = "ncclCommSplit"};
   return groupInit(&job);
@@ -310,7 +306,6 @@ NCCL_API(ncclResult_t, ncclCommShrink, ncclComm_t comm, int *excludeRanksList, i
   if (shrinkFlags == NCCL_SHRINK_ABORT) {
     commEndInFlight(comm); /* the parent is used again: the handoff, ncclCommDestroy */
   }
-  *newcomm = NULL;
   struct initJob job = {.run = commShrinkRun, .comm = newcomm, .cudaDev = comm->cudaDev, .blocking = blocking,
                         .parent = comm, .excluded = excluded, .shrinkFlags = shrinkFlags, .func = "ncclCommShrink"};
   return groupInit(&job);
@@ -361,7 +356,6 @@ NCCL_API(ncclResult_t, ncclCommGrow, ncclComm_t comm, int nRanks, const ncclUniq
     CHECK(checkInitArgs(newcomm, nRanks, rank, uniqueId, call));
     int blocking;
     CHECK(initConfig(config, call, 1, &blocking));
-    *newcomm = NULL;
     struct initJob job = {.comm = newcomm, .nranks = nRanks, .rank = rank, .blocking = blocking, .id = *uniqueId,
                           .func = call};
     chorusGetDevice(&job.cudaDev);
@@ -373,7 +367,6 @@ NCCL_API(ncclResult_t, ncclCommGrow, ncclComm_t comm, int nRanks, const ncclUniq
     WARN("%s : newcomm argument is NULL", call);
     return ncclInvalidArgument;
   }
-  *newcomm = NULL; /* a call that fails leaves it NULL, as NCCL's do */
   if (rank != -1) {
     WARN("%s : rank %d of the parent passed rank %d: the parent's ranks pass -1 (they keep their ranks)", call,
          comm->rank, rank);
@@ -387,7 +380,6 @@ NCCL_API(ncclResult_t, ncclCommGrow, ncclComm_t comm, int nRanks, const ncclUniq
   int blocking;
   CHECK(initConfig(config, call, comm->blocking, &blocking));
   CHECK(growParentUp(comm, call));
-  *newcomm = NULL;
   struct initJob job = {.run = commGrowRun, .comm = newcomm, .nranks = nRanks, .rank = comm->rank,
                         .cudaDev = comm->cudaDev, .blocking = blocking, .parent = comm, .func = call};
   if (uniqueId) job.id = *uniqueId;
