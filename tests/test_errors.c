@@ -221,6 +221,14 @@ static int badConfigs(ncclComm_t parent, ncclUniqueId id) {
   ncclComm_t made = NULL;
   if (parent) BAD(ncclCommSplit(parent, 0, 0, &made, &cfg), ncclInvalidArgument, "maxCTAs");
   else BAD(ncclCommInitRankConfig(&made, 1, id, 0, &cfg), ncclInvalidArgument, "maxCTAs");
+  /* A network chorus lacks, by config.netName (NCCL_NET unset here): NCCL's
+   * ncclInvalidUsage for a network it cannot find. */
+  ncclConfig_t net = NCCL_CONFIG_INITIALIZER;
+  net.netName = "IB";
+  made = NULL;
+  if (parent) BAD(ncclCommSplit(parent, 0, 0, &made, &net), ncclInvalidUsage, "config.netName \"IB\"");
+  else BAD(ncclCommInitRankConfig(&made, 1, id, 0, &net), ncclInvalidUsage, "config.netName \"IB\"");
+  EXPECT(made == NULL, "a communicator was made with config.netName IB");
   return failed;
 }
 
@@ -359,6 +367,18 @@ int main(void) {
   ncclUniqueId fresh; /* the root of id refuses everyone since the bad rank above */
   NCCLCHECK(ncclGetUniqueId(&fresh));
   NCCLCHECK(ncclCommInitRankConfig(&comm, 1, fresh, 0, &old));
+  NCCLCHECK(ncclCommDestroy(comm));
+  /* The network chorus has, by NCCL's name in any case; and a config of a
+   * version before netName (2.17) whose field holds a name it lacks. */
+  ncclConfig_t sock = NCCL_CONFIG_INITIALIZER;
+  sock.netName = "socket";
+  NCCLCHECK(ncclGetUniqueId(&fresh));
+  NCCLCHECK(ncclCommInitRankConfig(&comm, 1, fresh, 0, &sock));
+  NCCLCHECK(ncclCommDestroy(comm));
+  sock.netName = "IB";
+  sock.version = NCCL_VERSION(2, 16, 0);
+  NCCLCHECK(ncclGetUniqueId(&fresh));
+  NCCLCHECK(ncclCommInitRankConfig(&comm, 1, fresh, 0, &sock));
   NCCLCHECK(ncclCommDestroy(comm));
   /* A size that leaves the magic out: not initialized by the macro; and a
    * failed init leaves *comm NULL, as NCCL's. */

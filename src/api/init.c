@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "api/api.h"
 #include "api/comm.h"
@@ -150,6 +151,15 @@ static ncclResult_t initConfig(const ncclConfig_t *config, const char *call, int
       WARN("%s : invalid config.%s: %d", call, fields[i].name, fields[i].value);
       return ncclInvalidArgument;
     }
+  /* The network named: NCCL fails the init when it has none of that name,
+   * and chorus has one, sockets. NCCL_NET, when set, overrides the field
+   * (as NCCL's envConfigOverride does; the transport checks it at every
+   * init), so it is read now, not as of the last communicator's creation. */
+  const char *env = getenv(paramName(paramNet));
+  if (c.netName && (!env || !env[0]) && strcasecmp(c.netName, "Socket") != 0) {
+    WARN("%s : config.netName \"%s\": no such network transport (chorus has Socket only)", call, c.netName);
+    return ncclInvalidUsage;
+  }
   if (c.blocking != undef) *blocking = c.blocking;
   return ncclSuccess;
 }
