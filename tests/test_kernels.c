@@ -236,9 +236,13 @@ static void checkNarrowReductions(const struct fmt *f) {
         a[i] = (T)(st >> 13);                                                                              \
         b[i] = (T)(st >> 37);                                                                              \
       }                                                                                                    \
-      static const int kinds[] = {redSum, redProd, redMax, redMin, redSumPostDiv};                        \
-      for (int k = 0; k < 5; k++) {                                                                        \
-        struct redOp op = {.dtype = DT, .kind = kinds[k], .divisor = 3};                                  \
+      /* Avg divides by the whole rank count, which T need not hold (int8:                              \
+       * 200 ranks are -56 in it, 256 are 0): 3, 200, 256 and 70000 ranks. */                             \
+      static const int kinds[] = {redSum, redProd, redMax, redMin, redSumPostDiv, redSumPostDiv,          \
+                                  redSumPostDiv, redSumPostDiv};                                          \
+      static const int64_t divisors[] = {3, 3, 3, 3, 3, 200, 256, 70000};                                 \
+      for (int k = 0; k < 8; k++) {                                                                        \
+        struct redOp op = {.dtype = DT, .kind = kinds[k], .divisor = divisors[k]};                        \
         reduceTwo(&op, d, a, b, n, kinds[k] == redSumPostDiv ? REDUCE_POST : 0);                          \
         for (size_t i = 0; i < n; i++) {                                                                   \
           WIDE x = a[i], y = b[i];                                                                         \
@@ -248,10 +252,10 @@ static void checkNarrowReductions(const struct fmt *f) {
             case redProd: want = (T)((uint64_t)x * (uint64_t)y); break;                                    \
             case redMax: want = x > y ? a[i] : b[i]; break;                                                \
             case redMin: want = x < y ? a[i] : b[i]; break;                                                \
-            default: want = (T)((T)((uint64_t)x + (uint64_t)y) / (T)3); break;                             \
+            default: want = (T)((WIDE)(T)((uint64_t)x + (uint64_t)y) / (WIDE)divisors[k]); break;           \
           }                                                                                                \
-          if (d[i] != want) FAIL(#T " kind %d n=%zu i=%zu: got %lld want %lld", kinds[k], n, i,           \
-                                 (long long)d[i], (long long)want);                                        \
+          if (d[i] != want) FAIL(#T " kind %d (divisor %lld) n=%zu i=%zu: got %lld want %lld", kinds[k],  \
+                                 (long long)divisors[k], n, i, (long long)d[i], (long long)want);         \
         }                                                                                                  \
       }                                                                                                    \
       free(a);                                                                                             \

@@ -38,6 +38,14 @@ int dtypeIsFloat(int dtype) { return dtype >= ncclFloat16; }
 /* Native types: T is the storage type; sums and products are computed in
  * U (the unsigned twin for signed integers) so that overflow wraps, as on
  * the GPU, instead of being undefined. */
+/* Integer Avg's division by the rank count, as NCCL's SumPostDiv: by the
+ * whole count (in T, 200 ranks would be -56 for int8 and 256 zero),
+ * truncating toward zero; floats never take it (Avg premultiplies them). */
+#define POST_DIV(T, x, div)                                                                           \
+  ((T)0.5 != 0 ? (T)((x) / (T)(div))                                                                  \
+   : (T)-1 > (T)0 ? (T)((uint64_t)(x) / (uint64_t)(div))                                              \
+                  : (T)((int64_t)(x) / (int64_t)(div)))
+
 #define NATIVE_KERNELS(NAME, T, U)                                                                    \
   CLONES static void two_##NAME##_sum(T *restrict d, const T *a, const T *b, size_t n) {             \
     for (size_t i = 0; i < n; i++) d[i] = (T)OP_SUM((U)a[i], (U)b[i]);                                \
@@ -57,10 +65,10 @@ int dtypeIsFloat(int dtype) { return dtype >= ncclFloat16; }
   CLONES static void one_##NAME##_scale(T *restrict d, const T *a, size_t n, T s) {                  \
     for (size_t i = 0; i < n; i++) d[i] = (T)((U)a[i] * (U)s);                                        \
   }                                                                                                   \
-  static void two_##NAME##_div(T *d, const T *a, const T *b, size_t n, T div, int post) {            \
+  static void two_##NAME##_div(T *d, const T *a, const T *b, size_t n, int64_t div, int post) {      \
     two_##NAME##_sum(d, a, b, n);                                                                     \
     if (post)                                                                                         \
-      for (size_t i = 0; i < n; i++) d[i] = (T)(d[i] / div);                                          \
+      for (size_t i = 0; i < n; i++) d[i] = POST_DIV(T, d[i], div);                                   \
   }                                                                                                   \
   static void native_##NAME(const struct redOp *op, void *dst, const void *acc, const void *in,      \
                             size_t n, int post) {                                                     \
@@ -72,7 +80,7 @@ int dtypeIsFloat(int dtype) { return dtype >= ncclFloat16; }
       if (op->kind == redPreMulSum) one_##NAME##_scale(d, b, n, sF);                                  \
       else if (d != b) memmove(d, b, n * sizeof(T));                                                  \
       if (post && op->kind == redSumPostDiv)                                                          \
-        for (size_t i = 0; i < n; i++) d[i] = (T)(d[i] / (T)op->divisor);                             \
+        for (size_t i = 0; i < n; i++) d[i] = POST_DIV(T, d[i], op->divisor);                         \
       return;                                                                                         \
     }                                                                                                 \
     switch (op->kind) {                                                                               \
@@ -81,7 +89,7 @@ int dtypeIsFloat(int dtype) { return dtype >= ncclFloat16; }
       case redMax: two_##NAME##_max(d, a, b, n); break;                                               \
       case redMin: two_##NAME##_min(d, a, b, n); break;                                               \
       case redPreMulSum: two_##NAME##_premul(d, a, b, n, sF); break;                                  \
-      case redSumPostDiv: two_##NAME##_div(d, a, b, n, (T)op->divisor, post); break;                  \
+      case redSumPostDiv: two_##NAME##_div(d, a, b, n, op->divisor, post); break;                     \
     }                                                                                                 \
   }
 
