@@ -2,6 +2,7 @@
  * ncclInProgress at once, ncclCommGetAsyncError reports progress, using
  * the communicator early is refused, and a watchdog can abort an init whose
  * peers never come. */
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -100,8 +101,39 @@ static int mixedGroup(void) {
   return 0;
 }
 
+/* NCCL_COMM_BLOCKING overrides config.blocking, and the default of a call
+ * without a config, as NCCL's envConfigOverride: 0 makes ncclCommInitRank
+ * return ncclInProgress while its peer is late, 1 makes a config asking
+ * for a nonblocking one return ncclSuccess, done. */
+static int blockingFromEnv(int rank, int n, ncclUniqueId id, void *arg) {
+  int nonblocking = *(const int *)arg;
+  setenv("NCCL_COMM_BLOCKING", nonblocking ? "0" : "1", 1);
+  if (rank == n - 1) usleep(300000); /* the others' init is in progress meanwhile */
+  ncclComm_t comm = NULL;
+  ncclResult_t res = nonblocking ? ncclCommInitRank(&comm, n, id, rank) : initNonblocking(&comm, n, id, rank);
+  if (nonblocking && rank == 0)
+    EXPECT(res == ncclInProgress, "NCCL_COMM_BLOCKING=0: ncclCommInitRank returned %s", ncclGetErrorString(res));
+  if (!nonblocking)
+    EXPECT(res == ncclSuccess, "NCCL_COMM_BLOCKING=1: a nonblocking config's init returned %s", ncclGetErrorString(res));
+  ncclResult_t state = ncclInProgress;
+  double end = nowSec() + 20;
+  while (comm && state == ncclInProgress && nowSec() < end) {
+    NCCLCHECK(ncclCommGetAsyncError(comm, &state));
+    if (state == ncclInProgress) usleep(1000);
+  }
+  EXPECT(state == ncclSuccess, "init ended with %s", ncclGetErrorString(state));
+  float x = 1, y = 0;
+  NCCLCHECK(ncclAllReduce(&x, &y, 1, ncclFloat, ncclSum, comm, NULL));
+  EXPECT(y == n, "allreduce gave %g", y);
+  NCCLCHECK(ncclCommDestroy(comm));
+  unsetenv("NCCL_COMM_BLOCKING");
+  return 0;
+}
+
 int main(void) {
   int failed = 0;
+  for (int nonblocking = 0; nonblocking < 2; nonblocking++)
+    failed += runRanks(2, blockingFromEnv, &nonblocking, 30);
   for (int n = 1; n <= 4; n += 3) failed += runRanks(n, rankMain, NULL, 60);
   failed += runRanks(2, watchdogMain, NULL, 30);
   failed += mixedGroup();

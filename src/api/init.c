@@ -60,9 +60,13 @@ static ncclResult_t checkInitArgs(ncclComm_t *comm, int nranks, int rank, const 
   return ncclSuccess;
 }
 
+static ncclResult_t initConfig(const ncclConfig_t *config, const char *call, int dflt, int *blocking);
+
 NCCL_API(ncclResult_t, ncclCommInitRank, ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank) {
   CHECK(checkInitArgs(comm, nranks, rank, &commId, "ncclCommInitRank"));
-  struct initJob job = {.comm = comm, .nranks = nranks, .rank = rank, .blocking = 1, .id = commId,
+  int blocking;
+  CHECK(initConfig(NULL, "ncclCommInitRank", 1, &blocking));
+  struct initJob job = {.comm = comm, .nranks = nranks, .rank = rank, .blocking = blocking, .id = commId,
                         .func = "ncclCommInitRank"};
   chorusGetDevice(&job.cudaDev); /* the caller's, as NCCL's cudaGetDevice */
   return groupInit(&job);
@@ -107,9 +111,20 @@ static void configFromVersion(ncclConfig_t *c) {
   if (v < NCCL_VERSION(2, 30, 5)) c->graphStreamOrdering = d.graphStreamOrdering;
 }
 
+/* NCCL_COMM_BLOCKING, when 0 or 1, overrides config.blocking (and the
+ * default of a call without a config), as NCCL's envConfigOverride. */
+static void blockingFromEnv(int *blocking) {
+  int64_t env = paramInt(paramCommBlocking);
+  if (env == 0 || env == 1) *blocking = (int)env;
+}
+
 static ncclResult_t initConfig(const ncclConfig_t *config, const char *call, int dflt, int *blocking) {
   *blocking = dflt;
-  if (!config) return ncclSuccess;
+  paramReload(); /* the variables that override the config, as they are now (NCCL reads them at each init) */
+  if (!config) {
+    blockingFromEnv(blocking);
+    return ncclSuccess;
+  }
   /* As NCCL's parseCommConfig: the caller's struct may be older (smaller)
    * than ours, so only its size's bytes are read, the magic among them. */
   ncclConfig_t c = NCCL_CONFIG_INITIALIZER;
@@ -154,13 +169,13 @@ static ncclResult_t initConfig(const ncclConfig_t *config, const char *call, int
   /* The network named: NCCL fails the init when it has none of that name,
    * and chorus has one, sockets. NCCL_NET, when set, overrides the field
    * (as NCCL's envConfigOverride does; the transport checks it at every
-   * init), so it is read now, not as of the last communicator's creation. */
-  const char *env = getenv(paramName(paramNet));
-  if (c.netName && (!env || !env[0]) && strcasecmp(c.netName, "Socket") != 0) {
+   * init). */
+  if (c.netName && !paramStr(paramNet)[0] && strcasecmp(c.netName, "Socket") != 0) {
     WARN("%s : config.netName \"%s\": no such network transport (chorus has Socket only)", call, c.netName);
     return ncclInvalidUsage;
   }
   if (c.blocking != undef) *blocking = c.blocking;
+  blockingFromEnv(blocking);
   return ncclSuccess;
 }
 
