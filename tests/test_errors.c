@@ -232,6 +232,44 @@ static int badConfigs(ncclComm_t parent, ncclUniqueId id) {
   return failed;
 }
 
+/* A user op belongs to the communicator that made it: another's op (the
+ * same index in its own table) is refused, not used with the other's
+ * scalar, as NCCL's mangled handles are; and a communicator holds more
+ * than a thousand at once (NCCL's table grows), each its own. */
+static int userOpsOfTwo(ncclComm_t comm, int n) {
+  int failed = 0;
+  ncclComm_t other;
+  NCCLCHECK(ncclCommSplit(comm, 0, 0, &other, NULL));
+  float two = 2, ten = 10, x = 1, y = -7;
+  ncclRedOp_t mine, theirs;
+  NCCLCHECK(ncclRedOpCreatePreMulSum(&mine, &two, ncclFloat, ncclScalarHostImmediate, comm));
+  NCCLCHECK(ncclRedOpCreatePreMulSum(&theirs, &ten, ncclFloat, ncclScalarHostImmediate, other));
+  BAD(ncclAllReduce(&x, &y, 1, ncclFloat, theirs, comm, NULL), ncclInvalidArgument, "unknown to this communicator");
+  BAD(ncclAllReduce(&x, &y, 1, ncclFloat, mine, other, NULL), ncclInvalidArgument, "unknown to this communicator");
+  BAD(ncclRedOpDestroy(theirs, comm), ncclInvalidArgument, "unknown");
+  EXPECT(y == -7, "a refused op wrote %g", y);
+  NCCLCHECK(ncclAllReduce(&x, &y, 1, ncclFloat, theirs, other, NULL));
+  EXPECT(y == 10 * n, "the other communicator's op gave %g, want %d", y, 10 * n);
+  enum { many = 1100 };
+  static ncclRedOp_t ops[many];
+  static float scalars[many];
+  for (int i = 0; i < many; i++) {
+    scalars[i] = (float)(i % 50);
+    NCCLCHECK(ncclRedOpCreatePreMulSum(&ops[i], &scalars[i], ncclFloat, ncclScalarHostImmediate, comm));
+  }
+  for (int i = 0; i < many; i += many - 1) {
+    NCCLCHECK(ncclAllReduce(&x, &y, 1, ncclFloat, ops[i], comm, NULL));
+    EXPECT(y == scalars[i] * n, "op %d of %d gave %g, want %g", i, many, y, scalars[i] * n);
+  }
+  for (int i = 0; i < many; i++) NCCLCHECK(ncclRedOpDestroy(ops[i], comm));
+  NCCLCHECK(ncclAllReduce(&x, &y, 1, ncclFloat, mine, comm, NULL));
+  EXPECT(y == 2 * n, "the first op after a thousand others came and went gave %g", y);
+  NCCLCHECK(ncclRedOpDestroy(mine, comm));
+  NCCLCHECK(ncclRedOpDestroy(theirs, other));
+  NCCLCHECK(ncclCommDestroy(other));
+  return failed;
+}
+
 static int rankMain(int rank, int n, ncclUniqueId id, void *arg) {
   int failed = 0;
   ncclComm_t comm;
@@ -322,6 +360,7 @@ static int rankMain(int rank, int n, ncclUniqueId id, void *arg) {
   EXPECT(async == ncclSuccess, "async error %d", async);
   failed += everyArgument(rank, n, comm);
   failed += badConfigs(comm, id);
+  failed += userOpsOfTwo(comm, n);
   /* The communicator still works after all the rejected calls. */
   NCCLCHECK(ncclAllReduce(send, recv, 16, ncclFloat, ncclSum, comm, NULL));
   for (int i = 0; i < 16; i++) EXPECT(recv[i] == n, "recv[%d] = %g after the good call", i, recv[i]);

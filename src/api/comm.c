@@ -316,6 +316,9 @@ static struct ncclComm *commAlloc(int nranks, const ncclUniqueId *id, int rank, 
   comm->startMagic = comm->endMagic = COMM_MAGIC;
   static uint64_t serials;
   comm->serial = __atomic_add_fetch(&serials, 1, __ATOMIC_RELAXED);
+  /* A user op handle of another communicator decodes to no op of this one
+   * (short of a 1 in 2^20 chance): the serial's bits, spread. */
+  comm->opMangle = (uint32_t)((comm->serial * 0x9e3779b97f4a7c15ull) >> 44) & (COMM_MAX_USER_OPS - 1);
   comm->rank = rank;
   comm->nranks = nranks;
   comm->cudaDev = cudaDev;
@@ -436,10 +439,8 @@ static ncclResult_t commSetup(struct ncclComm *comm) {
   comm->laneLast = malloc(sizeof(int) * (comm->nch + 2 * nranks));
   comm->hostOf = malloc(sizeof(int) * nranks);
   comm->scratch = malloc(COMM_SCRATCH_BYTES);
-  comm->userOps = calloc(COMM_MAX_USER_OPS, sizeof *comm->userOps);
   comm->p2pSeq = calloc(2 * (size_t)nranks, sizeof *comm->p2pSeq);
-  if (!comm->p2pSeq || !comm->conns.send || !comm->conns.recv || !comm->laneLast || !comm->hostOf || !comm->scratch ||
-      !comm->userOps) {
+  if (!comm->p2pSeq || !comm->conns.send || !comm->conns.recv || !comm->laneLast || !comm->hostOf || !comm->scratch) {
     res = ncclSystemError;
     goto fail;
   }

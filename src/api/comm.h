@@ -20,7 +20,9 @@
 
 #define COMM_MAGIC 0x0280028002800280ull /* as NCCL: nickel is element 28 */
 #define COMM_MAX_CHANNELS 64
-#define COMM_MAX_USER_OPS 1024
+/* User reduction ops a communicator holds at once (NCCL grows its table
+ * without a bound; handles carry 20 bits of index here, see redop.c). */
+#define COMM_MAX_USER_OPS (1 << 20)
 #define COMM_SCRATCH_BYTES (64 * 1024)
 
 struct userRedOp {
@@ -80,8 +82,9 @@ struct ncclComm {
   struct topoRank *topo;    /* [nranks]: what each rank sees of its host (topo/topo.h) */
   uint64_t laneGen; /* schedule build that laneLast belongs to */
   char *scratch;
-  struct userRedOp *userOps;
-  int nUserOps;
+  struct userRedOp *userOps; /* [userOpsCap], grown as ops are created */
+  int nUserOps, userOpsCap;
+  uint32_t opMangle; /* mixed into this communicator's user op handles (redop.c) */
   ncclUniqueId initId;
   struct commOrigin origin;
   uint64_t commHash; /* NCCL's commId in the logs: a hash of the unique id */

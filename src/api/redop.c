@@ -1,5 +1,6 @@
 /* Reduction operators: built-in ones lowered per datatype, and user
  * PreMulSum operators owned by a communicator. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "api/api.h"
@@ -26,6 +27,17 @@ static void readScalar(const void *p, int dtype, double *f, int64_t *i) {
   }
 }
 
+/* The table index of a user op handle of comm, or -1 when the handle is
+ * none of comm's live ops. Handles are ncclNumOps + (index ^ opMangle), so
+ * that one from another communicator (where it may have the same index,
+ * NCCL mangles them for the same reason) is refused, not used with the
+ * other's scalar. */
+static int userOpIndex(const struct ncclComm *comm, ncclRedOp_t op) {
+  if ((int)op < ncclNumOps || (int)op - ncclNumOps >= COMM_MAX_USER_OPS) return -1;
+  int idx = ((int)op - ncclNumOps) ^ (int)comm->opMangle;
+  return idx < comm->nUserOps && comm->userOps[idx].used ? idx : -1;
+}
+
 ncclResult_t commLowerOp(struct ncclComm *comm, ncclRedOp_t op, ncclDataType_t dtype, struct redOp *out,
                          const char *call) {
   memset(out, 0, sizeof *out);
@@ -45,8 +57,8 @@ ncclResult_t commLowerOp(struct ncclComm *comm, ncclRedOp_t op, ncclDataType_t d
       }
       return ncclSuccess;
   }
-  int idx = (int)op - ncclNumOps;
-  if ((int)op < 0 || idx < 0 || idx >= comm->nUserOps || !comm->userOps[idx].used) {
+  int idx = userOpIndex(comm, op);
+  if (idx < 0) {
     WARN("%s : invalid reduction operation %d (unknown to this communicator)", call, (int)op);
     return ncclInvalidArgument;
   }
@@ -84,6 +96,16 @@ NCCL_API(ncclResult_t, ncclRedOpCreatePreMulSum, ncclRedOp_t *op, void *scalar, 
     WARN("ncclRedOpCreatePreMulSum : too many reduction operations (%d)", COMM_MAX_USER_OPS);
     return ncclInvalidUsage;
   }
+  if (idx == comm->userOpsCap) { /* the table doubles, as NCCL's */
+    int cap = comm->userOpsCap ? 2 * comm->userOpsCap : 16;
+    struct userRedOp *grown = realloc(comm->userOps, sizeof *grown * (size_t)cap);
+    if (!grown) {
+      WARN("ncclRedOpCreatePreMulSum : out of memory for %d reduction operations", cap);
+      return ncclSystemError;
+    }
+    comm->userOps = grown;
+    comm->userOpsCap = cap;
+  }
   struct userRedOp *u = &comm->userOps[idx];
   memset(u, 0, sizeof *u);
   u->used = 1;
@@ -96,7 +118,7 @@ NCCL_API(ncclResult_t, ncclRedOpCreatePreMulSum, ncclRedOp_t *op, void *scalar, 
   if (residence == ncclScalarDevice) u->red.scaleAt = scalar;
   else readScalar(scalar, datatype, &u->red.scaleF, &u->red.scaleI);
   if (idx == comm->nUserOps) comm->nUserOps++;
-  *op = (ncclRedOp_t)(ncclNumOps + idx);
+  *op = (ncclRedOp_t)(ncclNumOps + (idx ^ (int)comm->opMangle));
   return ncclSuccess;
 }
 
@@ -106,8 +128,8 @@ NCCL_API(ncclResult_t, ncclRedOpDestroy, ncclRedOp_t op, ncclComm_t comm) {
     WARN("ncclRedOpDestroy : operator %d is a NCCL builtin", (int)op);
     return ncclInvalidArgument;
   }
-  int idx = (int)op - ncclNumOps;
-  if ((int)op < 0 || idx >= comm->nUserOps || !comm->userOps[idx].used) {
+  int idx = userOpIndex(comm, op);
+  if (idx < 0) {
     WARN("ncclRedOpDestroy : operator %d is unknown to this communicator", (int)op);
     return ncclInvalidArgument;
   }
