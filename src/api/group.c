@@ -49,11 +49,12 @@ ncclResult_t groupEnqueue(struct groupItem *item) {
   const struct collDesc *d = &item->desc;
   /* The call's own profiler event ends as it returns (a call outside a
    * group is its own group, as in NCCL). */
-  if (item->comm->prof.ctx) {
+  if (item->comm->prof.ctx && d->count > 0) { /* a no-op has no events */
     profApiCall(&item->comm->prof, &item->prof, groupDepth ? groupDepth : 1, d->coll == collSend || d->coll == collRecv,
                 collName(d->coll), d->count, d->dtype, d->root, (void *)item->stream);
     profApiCallEnd(&item->prof);
   }
+  if (groupDepth == 0 && d->count == 0) return launchItems(item, 1);
   if (groupDepth == 0) {
     profApiGroupEndBegin();
     ncclResult_t res = launchItems(item, 1);

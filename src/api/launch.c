@@ -488,9 +488,22 @@ static void inlineRemember(const struct schedule *s, const struct groupItem *ite
 
 static ncclResult_t launchJoined(struct groupItem *items, int n, struct streamJoin *joins, int nj);
 
+/* Count-0 collectives (no-ops, numbered like the rest) leave the launch:
+ * returns how many items are left. A launch of no-ops only marks them
+ * done; beside other operations they end with them. */
+static int dropNoops(struct groupItem *items, int n) {
+  int kept = 0;
+  for (int i = 0; i < n; i++)
+    if (items[i].desc.count > 0) items[kept++] = items[i];
+  if (kept == 0)
+    for (int i = 0; i < n; i++) watchNoop(&items[i]);
+  return kept;
+}
+
 ncclResult_t launchItems(struct groupItem *items, int n) {
   CHECK(checkSelfP2p(items, n));
   for (int i = 0; i < n; i++) watchNumber(&items[i]);
+  if ((n = dropNoops(items, n)) == 0) return ncclSuccess;
   struct streamJoin *joins;
   int nj = n > 1 ? streamJoinPlan(items, n, &joins) : 0;
   if (nj == 0) return launchJoined(items, n, NULL, 0);
