@@ -24,7 +24,7 @@ namespace {
 constexpr auto kP2pQuiet = std::chrono::microseconds(200);
 constexpr auto kP2pMaxDelay = std::chrono::milliseconds(1);  // however often more come
 
-// At most this many works in flight per group. A launch puts up to four
+// At most this many collectives in flight per group. A launch puts up to four
 // items on the stream (an order point, its input copies, its calls, and one
 // completion for all its works); past 512 items chorus makes the issuing
 // thread run the oldest itself, which it would do here holding the group's
@@ -247,7 +247,13 @@ c10::intrusive_ptr<WorkChorus> Group::newWork(Launch &l) {
   uint64_t seq = ++seq_;
   flight_.issued(seq, l.name, l.inputs, l.outputs);
   auto work = c10::make_intrusive<WorkChorus>(shared_from_this(), seq, l);
-  inFlight_.emplace_back(work);
+  // Only collectives count against kMaxInFlight: the oldest one always ends
+  // once the peers issue theirs, which they can (their throttles wait on
+  // collectives too). A send or receive ends only when its peer issues the
+  // match, which may come after any number of other calls (an irecv posted
+  // before 130 all_reduces, 100 isends before their irecvs): waiting for one
+  // here would leave both ranks waiting for each other.
+  if (!l.p2p) inFlight_.emplace_back(work);
   return work;
 }
 

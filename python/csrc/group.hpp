@@ -173,7 +173,7 @@ class Group : public std::enable_shared_from_this<Group> {
   bool coalescing_ = false;
   std::vector<Item> coalesced_;
   std::vector<Item> deferred_;
-  // Issued works, oldest first (weak: a work nobody holds any more has completed).
+  // Issued collectives, oldest first (weak: a work nobody holds any more has completed).
   std::deque<c10::weak_intrusive_ptr<WorkChorus>> inFlight_;
   std::chrono::steady_clock::time_point firstDeferred_, lastDeferred_;
   std::condition_variable flusherWake_;

@@ -257,6 +257,43 @@ def inference_mode(rank, size):
         assert torch.equal(base, (size * torch.arange(12.0) + s).view(3, 4)), base
 
 
+def p2p_many_each_way(rank, size):
+    # 130 isends to the next rank, then 130 irecvs from the previous one:
+    # no bound on works in flight may wait for a send whose receive the
+    # peer has not posted yet (it waits the same way).
+    if size == 1:
+        return
+    k, nxt, prv = 130, (rank + 1) % size, (rank - 1) % size
+    outs = [torch.empty(100) for _ in range(k)]
+    works = [dist.isend(torch.full((100,), float(1000 * rank + i)), dst=nxt) for i in range(k)]
+    works += [dist.irecv(o, src=prv) for o in outs]
+    for w in works:
+        w.wait()
+    for i, o in enumerate(outs):
+        assert torch.equal(o, torch.full((100,), float(1000 * prv + i))), f"message {i}: {o[:3]}"
+
+
+def recv_across_many_collectives(rank, size):
+    # An irecv posted before 130 async all_reduces, its send issued after
+    # the sender waited for its own: the receiver must not wait for the
+    # irecv to issue the rest.
+    if size == 1:
+        return
+    ts = [torch.full((4,), float(i)) for i in range(130)]
+    got = torch.zeros(3)
+    recv = dist.irecv(got, src=1) if rank == 0 else None
+    works = [dist.all_reduce(t, async_op=True) for t in ts]
+    for w in works:
+        w.wait()
+    if rank == 1:
+        dist.send(torch.tensor([7.0, 8.0, 9.0]), dst=0)
+    if recv:
+        recv.wait()
+        assert torch.equal(got, torch.tensor([7.0, 8.0, 9.0])), got
+    for i, t in enumerate(ts):
+        assert torch.equal(t, torch.full((4,), float(i * size))), f"all_reduce {i}: {t}"
+
+
 def main():
     cases = {}
     for name, f in [("many_in_flight", many_in_flight), ("futures", futures), ("background", background),
@@ -264,6 +301,10 @@ def main():
                     ("callback_waits_on_later", callback_waits_on_later), ("coalescing_block", coalescing_block), ("released", released),
                     ("chained", chained), ("inference_mode", inference_mode)]:
         cases[name] = lambda f=f: [harness.run(n, f) for n in (1, 2, 3)]
+    # A wait between the ranks that never ends fails in 10 s, not the default minute.
+    for name, f in [("p2p_many_each_way", p2p_many_each_way),
+                    ("recv_across_many_collectives", recv_across_many_collectives)]:
+        cases[name] = lambda f=f: [harness.run(n, f, pg_timeout=10) for n in (2, 3)]
     harness.main(cases)
 
 
