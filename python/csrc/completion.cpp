@@ -11,6 +11,9 @@ namespace {
 // bucket in flight), so the pool grows while work waits and no thread is
 // idle; this many is reported, as something that is likely to be stuck.
 constexpr size_t kManyThreads = 64;
+// Threads idle this long go, down to this many.
+constexpr auto kRetireAfter = std::chrono::seconds(1);
+constexpr size_t kKeepThreads = 2;
 thread_local CollectFinished *collector = nullptr;
 }  // namespace
 
@@ -26,26 +29,40 @@ void Completions::post(c10::intrusive_ptr<WorkChorus> w) {
     return;
   }
   st_->queue.push_back(std::move(w));
-  if (st_->queue.size() <= static_cast<size_t>(st_->idle)) {
+  if (st_->queue.size() <= static_cast<size_t>(st_->idle + st_->starting)) {
     st_->wake.notify_one();
     return;
   }
-  // More waiting than idle threads (the busy ones may be in callbacks that
-  // wait for this very work): one more, as gloo's worker threads would be.
-  threads_.emplace_back(run, st_);
-  if (threads_.size() == kManyThreads)
+  // More waiting than idle threads, or threads on their way (the busy ones
+  // may be in callbacks that wait for this very work): one more, as gloo's
+  // worker threads would be.
+  st_->starting++;
+  st_->threads.emplace_back(run, st_);
+  if (st_->threads.size() == kManyThreads)
     TORCH_WARN("chorus: ", kManyThreads, " threads are completing futures at once: callbacks that wait for "
                "later operations are piling up");
 }
 
 void Completions::run(std::shared_ptr<State> st) {
   std::unique_lock<std::mutex> g(st->mutex);
+  st->starting--;
   for (;;) {
     if (st->queue.empty()) {
       if (st->stop) return;
       st->idle++;
-      st->wake.wait(g);
+      bool woken = st->wake.wait_for(g, kRetireAfter) == std::cv_status::no_timeout;
       st->idle--;
+      if (!woken && st->queue.empty() && !st->stop && st->threads.size() > kKeepThreads) {
+        // Idle for long and more threads than need be (a burst of
+        // completions, callbacks that waited): this one goes.
+        for (auto it = st->threads.begin(); it != st->threads.end(); ++it)
+          if (it->get_id() == std::this_thread::get_id()) {
+            it->detach();
+            st->threads.erase(it);
+            break;
+          }
+        return;
+      }
       continue;
     }
     auto w = std::move(st->queue.front());
@@ -63,7 +80,7 @@ void Completions::stop() {
     std::lock_guard<std::mutex> g(st_->mutex);
     st_->stop = true;
     st_->wake.notify_all();
-    threads.swap(threads_);
+    threads.swap(st_->threads);
   }
   for (std::thread &t : threads)
     if (t.get_id() == std::this_thread::get_id()) t.detach();  // stopped from one of its own callbacks

@@ -7,6 +7,7 @@
 #pragma once
 #include <ATen/core/ivalue.h>
 
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
@@ -34,11 +35,12 @@ class Completions {
     std::condition_variable wake;
     std::deque<c10::intrusive_ptr<WorkChorus>> queue;
     int idle = 0;
+    int starting = 0;  // started, not yet looking for work: each takes one
+    std::vector<std::thread> threads;  // one that retires detaches itself and leaves
     bool stop = false;
   };
   static void run(std::shared_ptr<State> st);
   std::shared_ptr<State> st_;
-  std::vector<std::thread> threads_;  // guarded by st_->mutex
 };
 
 // While one is alive on a thread, works that finish on that thread are

@@ -294,12 +294,28 @@ def recv_across_many_collectives(rank, size):
         assert torch.equal(t, torch.full((4,), float(i * size))), f"all_reduce {i}: {t}"
 
 
+def threads_retire(rank, size):
+    # A burst of completions may start threads (a busy one might be a
+    # callback waiting for what is queued behind it); idle ones go again.
+    import os
+
+    def threads():
+        return len(os.listdir("/proc/self/task"))
+
+    before = threads()
+    for i in range(3000):
+        dist.all_reduce(torch.full((64, 3), float(i)).t(), async_op=True)  # dropped at once
+    dist.barrier()
+    time.sleep(2.5)
+    assert threads() <= before + 6, f"{threads()} threads after a burst, {before} before"
+
+
 def main():
     cases = {}
     for name, f in [("many_in_flight", many_in_flight), ("futures", futures), ("background", background),
                     ("wait_timeout", wait_timeout), ("order", order), ("flood", flood), ("temporaries", temporaries),
                     ("callback_waits_on_later", callback_waits_on_later), ("coalescing_block", coalescing_block), ("released", released),
-                    ("chained", chained), ("inference_mode", inference_mode)]:
+                    ("chained", chained), ("inference_mode", inference_mode), ("threads_retire", threads_retire)]:
         cases[name] = lambda f=f: [harness.run(n, f) for n in (1, 2, 3)]
     # A wait between the ranks that never ends fails in 10 s, not the default minute.
     for name, f in [("p2p_many_each_way", p2p_many_each_way),
