@@ -3,6 +3,8 @@
  *   killinit    - a rank SIGKILLs itself at a random moment of init: the
  *                 others' init fails (CHORUS_TIMEOUT=3: within 4 s), or
  *                 when init was over, their calls fail within 2 s
+ *   killcheckedin - a rank dies after checking in at the root, before the
+ *                 others meet: their init fails within 2 s naming it
  *   killgroup   - a rank dies inside a group of collectives and sends: the
  *                 others' ncclGroupEnd returns ncclRemoteError within 2 s
  *   killdestroy - a rank dies during ncclCommDestroy: the others' destroy
@@ -67,6 +69,27 @@ static int killInitRank(int rank, int n, ncclUniqueId id, void *arg) {
   EXPECT(res == ncclRemoteError, "rank %d: AllReduce after the death got %s", rank, ncclGetErrorString(res));
   ncclCommAbort(comm);
   return report(rank, (nowSec() - shared[0]) * 1e3, 2.0, "kill -9 just after init: the next call", res);
+}
+
+/* Rank 1 of 3 checks in at the root, which waits for rank 2 (late), and
+ * dies there; once rank 2 comes the others meet at the mesh, where rank 1
+ * never shows: they must find it gone (its listener refuses) and name it,
+ * not wait out CHORUS_TIMEOUT (20 s here) for it. */
+static int killCheckedInRank(int rank, int n, ncclUniqueId id, void *arg) {
+  ncclComm_t comm;
+  if (rank == 1) {
+    pthread_t t;
+    shared[1] = 0.3;
+    pthread_create(&t, NULL, killer, NULL);
+    ncclCommInitRank(&comm, n, id, rank); /* checked in, waits for the table */
+    for (;;) pause();
+  }
+  if (rank == 2) usleep(700000);
+  ncclResult_t res = ncclCommInitRank(&comm, n, id, rank);
+  EXPECT(res == ncclRemoteError, "rank %d: init with rank 1 dead got %s", rank, ncclGetErrorString(res));
+  EXPECT(strstr(ncclGetLastError(NULL), "rank 1 (host") != NULL, "rank %d: the error does not name rank 1: %s", rank,
+         ncclGetLastError(NULL));
+  return report(rank, (nowSec() - shared[0]) * 1e3, 2.0, "kill -9 after checking in (CHORUS_TIMEOUT=20)", res);
 }
 
 static int killGroupRank(int rank, int n, ncclUniqueId id, void *arg) {
@@ -295,6 +318,9 @@ int main(int argc, char **argv) {
     if (strcmp(which, "killinit") == 0) {
       setenv("CHORUS_TIMEOUT", "3", 1);
       failed += runRanks(4, killInitRank, NULL, 30) != 1;
+    } else if (strcmp(which, "killcheckedin") == 0) {
+      setenv("CHORUS_TIMEOUT", "20", 1);
+      failed += runRanks(3, killCheckedInRank, NULL, 30) != 1;
     } else if (strcmp(which, "streamtimeout") == 0) {
       setenv("CHORUS_TIMEOUT", "1", 1);
       shared[3] = 0;

@@ -456,13 +456,47 @@ ncclResult_t bootstrapStartRoot(const struct bootstrapHandle *h, int nranks) {
 
 /* ---- ranks ---- */
 
+/* Rank j, which checked in at the root (so its listener was up), refuses
+ * connections now: it is gone (killed during init). */
+static ncclResult_t meshPeerGone(const struct bootstrap *b, int j) {
+  char addr[80];
+  WARN("Bootstrap : rank %d of %d: rank %d (host %s, pid %d) is gone: it checked in at the root, but %s refuses "
+       "connections now (it died during init?)",
+       b->rank, b->nranks, j, b->peers[j].hostname, b->peers[j].pid, sockAddrStr(&b->peers[j].listenAddr, addr,
+                                                                                   sizeof addr));
+  return ncclRemoteError;
+}
+
+/* The mesh's liveness check while this rank waits for higher ranks to
+ * connect: at most every half second, one that has not come yet and whose
+ * listener refuses a probe is gone. (A probe that connects is closed
+ * before its hello, which the peer drops silently.) */
+struct meshWatch {
+  const struct bootstrap *b;
+  uint64_t nextProbeNs;
+};
+
+static ncclResult_t meshLiveness(void *arg) {
+  struct meshWatch *m = arg;
+  uint64_t now = clockNs();
+  if (now < m->nextProbeNs) return ncclSuccess;
+  m->nextProbeNs = now + 500000000ull;
+  for (int j = m->b->rank + 1; j < m->b->nranks; j++)
+    if (m->b->peerFd[j] < 0 && sockRefused(&m->b->peers[j].listenAddr, 100)) return meshPeerGone(m->b, j);
+  return ncclSuccess;
+}
+
 static ncclResult_t meshConnect(struct bootstrap *b) {
   struct waitState w;
-  waitBegin(&w, b->abortFlag, NULL, NULL, "bootstrap mesh");
+  struct meshWatch watch = {b, 0};
+  waitBegin(&w, b->abortFlag, meshLiveness, &watch, "bootstrap mesh");
   /* Connect to every lower rank (they listen already: the root replied only
-   * after all had checked in), then accept every higher one. */
+   * after all had checked in, so a refusal means the rank is gone), then
+   * accept every higher one. */
   for (int j = 0; j < b->rank; j++) {
-    CHECK(sockConnect(&b->peers[j].listenAddr, &b->peerFd[j], &w, 0));
+    ncclResult_t res = sockConnect(&b->peers[j].listenAddr, &b->peerFd[j], &w, 1);
+    if (res == ncclRemoteError && errno == ECONNREFUSED) return meshPeerGone(b, j);
+    CHECK(res);
     struct meshHello hello = {b->secret, b->rank, 0};
     CHECK(sockSendAll(b->peerFd[j], &hello, sizeof hello, &w));
   }

@@ -233,6 +233,25 @@ ncclResult_t sockConnect(const union sockAddr *addr, int *fd, struct waitState *
   }
 }
 
+int sockRefused(const union sockAddr *addr, int waitMs) {
+  int s = socket(addr->sa.sa_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (s < 0) return 0;
+  int refused = 0;
+  if (connect(s, &addr->sa, addrLen(addr)) != 0) {
+    if (errno == ECONNREFUSED) {
+      refused = 1;
+    } else if (errno == EINPROGRESS) {
+      struct pollfd p = {s, POLLOUT, 0};
+      int err = 0;
+      socklen_t len = sizeof err;
+      if (poll(&p, 1, waitMs) == 1 && getsockopt(s, SOL_SOCKET, SO_ERROR, &err, &len) == 0)
+        refused = err == ECONNREFUSED;
+    }
+  }
+  close(s);
+  return refused;
+}
+
 ncclResult_t sockTryAccept(int listenFd, int *fd) {
   int s = accept4(listenFd, NULL, NULL, SOCK_CLOEXEC);
   if (s < 0) {
