@@ -10,6 +10,16 @@ start=$(date +%s)
 took=$(( $(date +%s) - start ))
 [ $rc -eq 3 ] || { echo "chorusrun returned $rc, expected 3"; exit 1; }
 [ $took -lt 10 ] || { echo "chorusrun took $took s to stop the job"; exit 1; }
+# A rank that ignores SIGTERM gets SIGKILL, and a stopped one is woken to
+# die: chorusrun returns the failed rank's status once every rank is gone.
+for how in 'trap "" TERM; exec sleep 30' 'kill -STOP $$; exec sleep 30'; do
+  start=$(date +%s)
+  timeout 30 "$bin/chorusrun" -n 2 sh -c "if [ \$CHORUS_RANK = 1 ]; then sleep 0.5; exit 3; fi; $how" 2>/dev/null
+  rc=$?
+  took=$(( $(date +%s) - start ))
+  [ $rc -eq 3 ] || { echo "chorusrun over a rank that does '$how' returned $rc, expected 3"; exit 1; }
+  [ $took -le 8 ] || { echo "chorusrun over a rank that does '$how' took $took s"; exit 1; }
+done
 # No launcher environment: a clear error, not a hang.
 msg=$(env -u CHORUS_RANK -u RANK NCCL_DEBUG=WARN "$bin/test_launch" 2>&1)
 grep -q "no launcher environment: set CHORUS_RANK" <<<"$msg" || { echo "no error without a launcher: $msg"; exit 1; }

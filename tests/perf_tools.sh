@@ -109,6 +109,22 @@ no_memory() {
   [ $? -eq 2 ] && grep -q "cannot allocate 17179873280 bytes for its send buffer" <<<"$out"
 }
 check "allocation failure said" no_memory
+# nccl-tests' wording: -C names the column cputime, -p says parallel init,
+# -T's expiry says "Test timeout".
+preamble() {
+  local out
+  out=$("$bin/all_reduce_perf" -g 2 -b 8 -e 8 -n 1 -w 1 -C 1 -p 1 2>&1)
+  grep -qE '^# +size +count +type +redop +root +cputime +algbw' <<<"$out" &&
+    grep -q '^# Parallel Init Enabled: threads call into NcclInitRank concurrently' <<<"$out"
+}
+check "-C and -p wording" preamble
+test_timeout() {
+  local out
+  out=$(timeout 30 "$bin/chorusrun" -n 2 sh -c 'if [ "$CHORUS_RANK" = 1 ]; then kill -STOP $$; fi; exec "$0" -b 8 -e 8 -n 1 -w 1 -T 2' \
+    "$bin/all_reduce_perf" 2>&1)
+  grep -qE 'Test timeout \(2s\) .*common\.c:[0-9]+' <<<"$out"
+}
+check "-T expiry worded as nccl-tests" test_timeout
 # One process with -g ranks asks for no launcher, so nothing is warned.
 quiet_g() { ! NCCL_DEBUG=WARN "$bin/all_reduce_perf" -g 2 -b 8 -e 8 -n 1 2>&1 | grep -q "NCCL WARN"; }
 check "no WARN in -g mode" quiet_g

@@ -146,20 +146,43 @@ static int printTopo(void) {
   return res == ncclSuccess ? 0 : 1;
 }
 
+static const char usage[] =
+    "usage: chorus-info [--params | --tune [NRANKS [HOSTS]] | --topo]\n"
+    "  --topo  under a launcher (chorusrun -n 4 chorus-info --topo): how each pair of ranks is\n"
+    "          connected (SELF, SHM/NUMA distance, NET/interface) and each rank's host, NUMA node, CPUs, NICs\n";
+
+/* A whole positive number, else -1. */
+static int count(const char *s) {
+  char *end;
+  long v = strtol(s, &end, 10);
+  return *s && !*end && v > 0 && v <= 1 << 20 ? (int)v : -1;
+}
+
+/* An argument chorus-info does not take: said, with the usage, exit status 2. */
+static int badUsage(const char *what, const char *arg) {
+  fprintf(stderr, "chorus-info: %s '%s'\n%s", what, arg, usage);
+  return 2;
+}
+
 int main(int argc, char **argv) {
   int v, c;
   if (argc > 1 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
-    printf("usage: chorus-info [--params | --tune [NRANKS [HOSTS]] | --topo]\n"
-           "  --topo  under a launcher (chorusrun -n 4 chorus-info --topo): how each pair of ranks is\n"
-           "          connected (SELF, SHM/NUMA distance, NET/interface) and each rank's host, NUMA node, CPUs, NICs\n");
+    printf("%s", usage);
     return 0;
   }
-  if (argc > 1 && strcmp(argv[1], "--topo") == 0) return printTopo();
+  const char *mode = argc > 1 ? argv[1] : "";
+  int most = strcmp(mode, "--tune") == 0 ? 4 : 2; /* --tune takes NRANKS and HOSTS, the others nothing */
+  if (mode[0] && strcmp(mode, "--params") != 0 && strcmp(mode, "--tune") != 0 && strcmp(mode, "--topo") != 0)
+    return badUsage("unknown option", mode);
+  if (argc > most) return badUsage("unexpected argument", argv[most]);
+  for (int k = 2; k < argc; k++)
+    if (count(argv[k]) < 0) return badUsage(k == 2 ? "NRANKS is not a positive number:" : "HOSTS is not a positive number:",
+                                            argv[k]);
+  if (strcmp(mode, "--topo") == 0) return printTopo();
   ncclGetVersion(&v);
   chorusGetVersion(&c);
   printf("chorus %d.%d.%d, NCCL API %d\n", c / 10000, c / 100 % 100, c % 100, v);
-  if (argc > 1 && strcmp(argv[1], "--params") == 0) paramPrintAll(stdout);
-  if (argc > 1 && strcmp(argv[1], "--tune") == 0)
-    return printTune(argc > 2 ? atoi(argv[2]) : 2, argc > 3 ? atoi(argv[3]) : 1);
+  if (strcmp(mode, "--params") == 0) paramPrintAll(stdout);
+  if (strcmp(mode, "--tune") == 0) return printTune(argc > 2 ? count(argv[2]) : 2, argc > 3 ? count(argv[3]) : 1);
   return 0;
 }

@@ -4,8 +4,10 @@
  * names (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR,
  * MASTER_PORT) and NCCL_COMM_ID for the rendezvous (chorusCommInitFromEnv),
  * with a random CHORUS_SECRET for the job unless one is given.
- * SIGINT/SIGTERM/SIGHUP are forwarded; when a rank fails the others are
- * killed and chorusrun exits with that rank's status. */
+ * SIGINT/SIGTERM/SIGHUP are forwarded; when a rank fails the others get
+ * SIGTERM (and SIGCONT, should they be stopped), SIGKILL 5 s later if they
+ * are still there, and chorusrun exits with the failed rank's status once
+ * every rank is gone. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
@@ -184,6 +186,7 @@ int main(int argc, char **argv) {
   while (left > 0 || open > 0) {
     if (pendingSignal) {
       killAll(pendingSignal);
+      killAll(SIGCONT);
       if (!killAt) killAt = time(NULL) + 5;
       pendingSignal = 0;
     }
@@ -196,8 +199,12 @@ int main(int argc, char **argv) {
             open--;
           }
     int st;
-    pid_t p = left > 0 ? waitpid(-1, &st, open > 0 ? WNOHANG : 0) : 0;
+    /* Once the others are being stopped, look every 20 ms: one that
+     * outlives SIGTERM gets SIGKILL at killAt. */
+    int poll20 = open == 0 && killAt;
+    pid_t p = left > 0 ? waitpid(-1, &st, open > 0 || killAt ? WNOHANG : 0) : 0;
     if (p < 0 && errno == EINTR) continue;
+    if (p == 0 && poll20) poll(NULL, 0, 20);
     if (p > 0) {
       left--;
       int r = 0;
@@ -210,6 +217,7 @@ int main(int argc, char **argv) {
         if (WIFSIGNALED(st)) fprintf(stderr, "chorusrun: rank %d killed by signal %d; stopping the others\n", r, WTERMSIG(st));
         else fprintf(stderr, "chorusrun: rank %d exited with status %d; stopping the others\n", r, WEXITSTATUS(st));
         killAll(SIGTERM);
+        killAll(SIGCONT); /* a stopped rank too: it ends now, or at killAt */
         killAt = time(NULL) + 5;
       }
     }

@@ -29,13 +29,13 @@ static const char *opNames[] = {"sum", "prod", "max", "min", "avg", "mulsum"};
 
 struct options {
   int nThreads, nGpus, iters, aggIters, warmup, cycles, check, op, type, root, blocking, streamNull, timeout,
-      cputime, average;
+      cputime, average, parallelInit;
   size_t minBytes, maxBytes, stepBytes, stepFactor;
   const char *json;
   int timestamps; /* -S */
   int localRegister; /* -R: buffers from ncclMemAlloc, registered with ncclCommRegister */
 };
-static struct options opt = {1, 1, 20, 1, 1, 1, 1, ncclSum, ncclFloat, 0, 0, 0, 0, 0, 1,
+static struct options opt = {1, 1, 20, 1, 1, 1, 1, ncclSum, ncclFloat, 0, 0, 0, 0, 0, 1, 0,
                              32 << 20, 32 << 20, 1 << 20, 1, NULL, 0, 0};
 
 static const struct testColl *coll;
@@ -144,7 +144,10 @@ static double nowSec(void) {
     if (r_ != ncclSuccess) {                                                                            \
       char h_[64] = "";                                                                                 \
       gethostname(h_, sizeof h_ - 1);                                                                   \
-      fprintf(stderr, "%s: Test NCCL failure %s:%d '%s'\n", h_, __FILE__, __LINE__, ncclGetErrorString(r_)); \
+      if (r_ == ncclTimeout && opt.timeout > 0) /* -T's, worded as nccl-tests' */                    \
+        fprintf(stderr, "%s: Test timeout (%ds) %s:%d\n", h_, opt.timeout, __FILE__, __LINE__);       \
+      else                                                                                              \
+        fprintf(stderr, "%s: Test NCCL failure %s:%d '%s'\n", h_, __FILE__, __LINE__, ncclGetErrorString(r_)); \
       exit(2);                                                                                          \
     }                                                                                                   \
   } while (0)
@@ -380,7 +383,9 @@ static void printDevices(const struct deviceInfo *all) {
            all[r].host, all[r].device, all[r].device & 0xff, DEVICE_NAME);
   printf("#\n");
   printf("#                                                              out-of-place                       in-place          \n");
-  printf("#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n");
+  const char *time = opt.cputime ? "cputime" : "time"; /* -C: what is timed is the enqueue, as nccl-tests says */
+  printf("#       size         count      type   redop    root %8s   algbw   busbw #wrong %8s   algbw   busbw #wrong\n",
+         time, time);
   printf("#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)       \n");
   fflush(stdout);
   if (!opt.json) return;
@@ -592,7 +597,7 @@ static void parseArgs(int argc, char **argv) {
       case 'm': opt.aggIters = atoi(optarg); break;
       case 'w': opt.warmup = atoi(optarg); break;
       case 'N': opt.cycles = atoi(optarg); break;
-      case 'p': break; /* every thread inits its own ranks already */
+      case 'p': opt.parallelInit = atoi(optarg); break; /* every thread inits its own ranks anyway */
       case 'c': opt.check = atoi(optarg); break;
       case 'o':
         opt.op = -2;
@@ -739,6 +744,7 @@ int perfMain(int argc, char **argv, const struct testColl *c) {
            "validation: %d graph: %d\n", opt.nThreads, opt.nGpus, opt.minBytes, opt.maxBytes, step, opt.warmup,
            opt.iters, opt.aggIters, opt.check, 0);
     if (opt.blocking) printf("# Blocking Enabled: wait for completion and barrier after each collective \n");
+    if (opt.parallelInit) printf("# Parallel Init Enabled: threads call into NcclInitRank concurrently \n");
   }
   struct threadState *ts = calloc(opt.nThreads, sizeof *ts);
   pthread_t *th = calloc(opt.nThreads, sizeof *th);
