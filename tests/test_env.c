@@ -3,10 +3,13 @@
  * strangers on the root's port cannot break. Linked statically to read the
  * parameter table directly. */
 #define _GNU_SOURCE
+#include <arpa/inet.h>
 #include <dirent.h>
+#include <netinet/in.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "bootstrap/bootstrap.h"
@@ -66,6 +69,39 @@ static int unknownNet(int rank, int n, ncclUniqueId id, void *arg) {
   EXPECT(strstr(ncclGetLastError(NULL), "NCCL_NET=bogusnet") != NULL, "rank %d: the last error does not name "
          "NCCL_NET: '%s'", rank, ncclGetLastError(NULL));
   return 0;
+}
+
+/* A rank given a port where no root listens (a wrong NCCL_COMM_ID) gives
+ * up at its timeout saying the address and why, not just that time ran out. */
+static int wrongRootPort(void) {
+  int failed = 0;
+  int s = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t len = sizeof a;
+  EXPECT(s >= 0 && bind(s, (struct sockaddr *)&a, sizeof a) == 0 && getsockname(s, (struct sockaddr *)&a, &len) == 0,
+         "a free port");
+  close(s); /* nothing listens there now */
+  pid_t child = fork();
+  if (child == 0) {
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", ntohs(a.sin_port));
+    setenv("NCCL_COMM_ID", addr, 1);
+    setenv("CHORUS_TIMEOUT", "2", 1);
+    ncclUniqueId id;
+    ncclComm_t comm = NULL;
+    double t0 = nowSec();
+    ncclResult_t res = ncclGetUniqueId(&id);
+    if (res == ncclSuccess) res = ncclCommInitRank(&comm, 2, id, 1);
+    const char *why = ncclGetLastError(NULL);
+    char want[128];
+    snprintf(want, sizeof want, "no root answered at %s (the last attempt: Connection refused)", addr);
+    int ok = res == ncclTimeout && strstr(why, want) != NULL && nowSec() - t0 < 5;
+    if (!ok) fprintf(stderr, "wrong root port: %s after %.1f s: %s\n", ncclGetErrorString(res), nowSec() - t0, why);
+    _exit(ok ? 0 : 1);
+  }
+  int st = 0;
+  EXPECT(waitpid(child, &st, 0) == child && WIFEXITED(st) && WEXITSTATUS(st) == 0, "a wrong root port");
+  return failed;
 }
 
 int main(void) {
@@ -156,6 +192,7 @@ int main(void) {
   ncclUniqueId id3;
   NCCLCHECK(ncclGetUniqueId(&id3));
   failed += runRanksWithId(2, id3, unknownNet, NULL, 30);
+  failed += wrongRootPort();
   if (!failed) {
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", logDir);

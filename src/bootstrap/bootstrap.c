@@ -614,6 +614,13 @@ ncclResult_t bootstrapInit(struct bootstrap *b, const struct bootstrapHandle *h,
   waitBegin(&w, abortFlag, NULL, NULL, "bootstrap rendezvous with the root");
   int rootFd;
   ncclResult_t connected = sockConnect(&h->addr, &rootFd, &w, (h->flags & BOOTSTRAP_ROOT_UP) != 0);
+  if (connected == ncclTimeout) { /* the address and why, not only that time ran out */
+    int err = errno;
+    WARN("Bootstrap : rank %d of %d: no root answered at %s (the last attempt: %s): is it the address and port "
+         "the root's rank uses (NCCL_COMM_ID, MASTER_ADDR:MASTER_PORT), and has that rank started?",
+         rank, nranks, sockAddrStr(&h->addr, buf, sizeof buf), strerror(err));
+    return connected;
+  }
   if (connected != ncclSuccess) {
     if (connected != ncclRemoteError || errno != ECONNREFUSED) return connected; /* said by sockConnect */
     WARN("Bootstrap : rank %d of %d: the root %s of this unique id is not listening: its rendezvous has ended (a "

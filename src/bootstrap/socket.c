@@ -228,8 +228,15 @@ ncclResult_t sockConnect(const union sockAddr *addr, int *fd, struct waitState *
       WARN("Bootstrap : connect to %s failed: %s", sockAddrStr(addr, buf, sizeof buf), strerror(err));
       return ncclRemoteError;
     }
-    /* The listener is not up yet: retry, backing off through the one wait. */
-    for (int i = 0; i < 64; i++) CHECK(waitPause(w));
+    /* The listener is not up yet: retry, backing off through the one wait
+     * (which, when it gives up, leaves errno at the last attempt's error). */
+    for (int i = 0; i < 64; i++) {
+      ncclResult_t res = waitPause(w);
+      if (res != ncclSuccess) {
+        errno = err;
+        return res;
+      }
+    }
   }
 }
 

@@ -27,10 +27,10 @@ ncclResult_t sockAddrParse(const char *text, union sockAddr *out);
 ncclResult_t sockPickAddr(const union sockAddr *reach, union sockAddr *out, char *ifname, size_t ifnameLen);
 /* Listens on addr (port 0: any); writes the bound address back. Nonblocking. */
 ncclResult_t sockListen(union sockAddr *addr, int *fd);
-/* Connects, retrying while the listener is not up yet; nonblocking fd. */
-/* Connects, retrying while the listener is not up yet; with
- * refusedIsFinal a refused connection returns ncclRemoteError at once, with
- * errno ECONNREFUSED and no WARN (the caller knows what it means). */
+/* Connects, retrying while the listener is not up yet; nonblocking fd.
+ * With refusedIsFinal a refused connection returns ncclRemoteError at once,
+ * with errno ECONNREFUSED and no WARN (the caller knows what it means); a
+ * wait that gives up (ncclTimeout) leaves errno at the last attempt's error. */
 ncclResult_t sockConnect(const union sockAddr *addr, int *fd, struct waitState *w, int refusedIsFinal);
 /* Accepts one connection if one is pending: *fd = -1 when none. */
 /* 1 when nothing listens at addr any more (a connection attempt is
