@@ -32,12 +32,12 @@ ncclResult_t sockListen(union sockAddr *addr, int *fd);
  * with errno ECONNREFUSED and no WARN (the caller knows what it means); a
  * wait that gives up (ncclTimeout) leaves errno at the last attempt's error. */
 ncclResult_t sockConnect(const union sockAddr *addr, int *fd, struct waitState *w, int refusedIsFinal);
-/* Accepts one connection if one is pending: *fd = -1 when none. */
 /* 1 when nothing listens at addr any more (a connection attempt is
  * refused within waitMs), 0 otherwise (it connected, or is still on its
  * way); the probe is closed either way. A peer's listener is up from before
  * it checks in to its end: refused means the peer is gone. */
 int sockRefused(const union sockAddr *addr, int waitMs);
+/* Accepts one connection if one is pending: *fd = -1 when none. */
 ncclResult_t sockTryAccept(int listenFd, int *fd);
 ncclResult_t sockSendAll(int fd, const void *buf, size_t len, struct waitState *w);
 ncclResult_t sockRecvAll(int fd, void *buf, size_t len, struct waitState *w);
