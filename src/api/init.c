@@ -7,7 +7,6 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 #include "api/api.h"
 #include "api/comm.h"
@@ -60,26 +59,9 @@ static ncclResult_t checkInitArgs(ncclComm_t *comm, int nranks, int rank, const 
   return ncclSuccess;
 }
 
-static ncclResult_t initConfig(const ncclConfig_t *config, const char *call, int dflt, int *blocking);
-
-NCCL_API(ncclResult_t, ncclCommInitRank, ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank) {
-  CHECK(checkInitArgs(comm, nranks, rank, &commId, "ncclCommInitRank"));
-  int blocking;
-  CHECK(initConfig(NULL, "ncclCommInitRank", 1, &blocking));
-  struct initJob job = {.comm = comm, .nranks = nranks, .rank = rank, .blocking = blocking, .id = commId,
-                        .func = "ncclCommInitRank"};
-  chorusGetDevice(&job.cudaDev); /* the caller's, as NCCL's cudaGetDevice */
-  return groupInit(&job);
-}
-
 /* A config field that is a flag: unset, 0 or 1. */
 static int configFlag(int v) { return v == NCCL_CONFIG_UNDEF_INT || v == 0 || v == 1; }
 
-/* Checks what NCCL's parseCommConfig checks of config (any ncclConfig_t
- * size: the fields past it are unset) and gives its blocking flag, or
- * dflt when it sets none (no config: 1 for a new communicator, the
- * parent's for one made from a parent). chorus uses few of the fields, but
- * a value NCCL refuses is refused here too, before anything starts. */
 /* Fields newer than the version the caller's struct says it has are not
  * the caller's: they take their defaults, as NCCL's parseCommConfig does. */
 static void configFromVersion(ncclConfig_t *c) {
@@ -118,13 +100,11 @@ static void blockingFromEnv(int *blocking) {
   if (env == 0 || env == 1) *blocking = (int)env;
 }
 
-static ncclResult_t initConfig(const ncclConfig_t *config, const char *call, int dflt, int *blocking) {
-  *blocking = dflt;
-  paramReload(); /* the variables that override the config, as they are now (NCCL reads them at each init) */
-  if (!config) {
-    blockingFromEnv(blocking);
-    return ncclSuccess;
-  }
+/* Checks what NCCL's parseCommConfig checks of config (any ncclConfig_t
+ * size: the fields past it are unset) and sets *blocking when it says.
+ * chorus uses few of the fields, but a value NCCL refuses is refused here
+ * too, before anything starts. */
+static ncclResult_t configCheck(const ncclConfig_t *config, const char *call, int *blocking) {
   /* As NCCL's parseCommConfig: the caller's struct may be older (smaller)
    * than ours, so only its size's bytes are read, the magic among them. */
   ncclConfig_t c = NCCL_CONFIG_INITIALIZER;
@@ -170,14 +150,35 @@ static ncclResult_t initConfig(const ncclConfig_t *config, const char *call, int
    * and chorus has one, sockets. NCCL_NET, when set, overrides the field
    * (as NCCL's envConfigOverride does; the transport checks it at every
    * init). */
-  if (c.netName && !paramStr(paramNet)[0] && strcasecmp(c.netName, "Socket") != 0) {
+  if (c.netName && !paramStr(paramNet)[0] && !transportNetKnown(c.netName)) {
     WARN("%s : config.netName \"%s\": no such network transport (chorus has Socket only)", call, c.netName);
     return ncclInvalidUsage;
   }
   if (c.blocking != undef) *blocking = c.blocking;
+  return ncclSuccess;
+}
+
+/* The blocking flag of a communicator a call makes: config's (checked, see
+ * configCheck), else dflt (no config: 1 for a new communicator, the
+ * parent's for one made from a parent), and NCCL_COMM_BLOCKING over both. */
+static ncclResult_t initConfig(const ncclConfig_t *config, const char *call, int dflt, int *blocking) {
+  *blocking = dflt;
+  paramReload(); /* the variables that override the config, as they are now (NCCL reads them at each init) */
+  if (config) CHECK(configCheck(config, call, blocking));
   blockingFromEnv(blocking);
   return ncclSuccess;
 }
+
+NCCL_API(ncclResult_t, ncclCommInitRank, ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank) {
+  CHECK(checkInitArgs(comm, nranks, rank, &commId, "ncclCommInitRank"));
+  int blocking;
+  CHECK(initConfig(NULL, "ncclCommInitRank", 1, &blocking));
+  struct initJob job = {.comm = comm, .nranks = nranks, .rank = rank, .blocking = blocking, .id = commId,
+                        .func = "ncclCommInitRank"};
+  chorusGetDevice(&job.cudaDev); /* the caller's, as NCCL's cudaGetDevice */
+  return groupInit(&job);
+}
+
 
 NCCL_API(ncclResult_t, ncclCommInitRankConfig, ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank,
          ncclConfig_t *config) {

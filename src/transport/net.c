@@ -584,6 +584,8 @@ out:
   return res;
 }
 
+int transportNetKnown(const char *name) { return strcasecmp(name, "Socket") == 0; }
+
 static ncclResult_t netSetup(void **state, struct bootstrap *b, struct connTable *t, size_t buffSize,
                              const unsigned char *mine) {
   int me = b->rank, n = b->nranks, lanes = t->nch + 1;
@@ -605,7 +607,7 @@ static ncclResult_t netSetup(void **state, struct bootstrap *b, struct connTable
   /* As NCCL, which loads the network named by NCCL_NET at every init, a
    * host of its own or not. */
   const char *net = paramStr(paramNet);
-  if (net[0] && strcasecmp(net, "Socket") != 0) {
+  if (net[0] && !transportNetKnown(net)) {
     WARN("NCCL_NET=%s : no such network transport (chorus has Socket only)", net);
     res = ncclInvalidUsage;
     goto out;

@@ -85,5 +85,8 @@ int transportFor(const struct bootstrap *b, int peer);
 /* Sets up every transport (all ranks call it); state[TRANSPORT_COUNT]. */
 ncclResult_t transportSetupAll(void **state, struct bootstrap *b, struct connTable *t, size_t buffSize);
 void transportCloseAll(void **state);
+/* 1 when name is a network chorus has, as NCCL_NET and config.netName name
+ * one: "Socket", in any case (net.c). */
+int transportNetKnown(const char *name);
 
 #endif
