@@ -46,14 +46,20 @@ void faultTime(const char *fault, ncclResult_t res, double ms) {
 /* With CHORUS_TEST_COMM_ID=1 (make tsan) the id names a rendezvous that rank
  * 0 hosts, the way NCCL_COMM_ID does, so the parent runs no root thread:
  * ThreadSanitizer cannot follow children forked from a threaded process. */
-static int fixedCommId(ncclUniqueId *id) {
+int testFreePort(struct sockaddr_in *a) {
   int s = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in a = {0};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  if (s < 0 || bind(s, (struct sockaddr *)&a, sizeof a) < 0 || getsockname(s, (struct sockaddr *)&a, &len) < 0) return 1;
-  close(s);
+  memset(a, 0, sizeof *a);
+  a->sin_family = AF_INET;
+  a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof *a;
+  int bad = s < 0 || bind(s, (struct sockaddr *)a, sizeof *a) < 0 || getsockname(s, (struct sockaddr *)a, &len) < 0;
+  if (s >= 0) close(s);
+  return bad;
+}
+
+static int fixedCommId(ncclUniqueId *id) {
+  struct sockaddr_in a;
+  if (testFreePort(&a) != 0) return 1;
   /* Layout of chorus's id: 64-bit secret (the NCCL_COMM_ID one), then the address. */
   uint64_t secret = 0x0280028002800280ull;
   memset(id, 0, sizeof *id);

@@ -21,6 +21,10 @@ int runRanks(int nranks, rankFn fn, void *arg, int deadlineSec);
 int testCommId(ncclUniqueId *id);
 /* 1 once nobody listens at id's rendezvous address, within waitSec
  * (0: look once): its root has ended. */
+/* A loopback address whose port nothing listens on (bound, then closed):
+ * 0, or 1 when none could be had. */
+struct sockaddr_in;
+int testFreePort(struct sockaddr_in *a);
 int idRootGone(const ncclUniqueId *id, double waitSec);
 /* The same with an id the caller made. */
 int runRanksWithId(int nranks, ncclUniqueId id, rankFn fn, void *arg, int deadlineSec);

@@ -75,12 +75,8 @@ static int unknownNet(int rank, int n, ncclUniqueId id, void *arg) {
  * up at its timeout saying the address and why, not just that time ran out. */
 static int wrongRootPort(void) {
   int failed = 0;
-  int s = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  socklen_t len = sizeof a;
-  EXPECT(s >= 0 && bind(s, (struct sockaddr *)&a, sizeof a) == 0 && getsockname(s, (struct sockaddr *)&a, &len) == 0,
-         "a free port");
-  close(s); /* nothing listens there now */
+  struct sockaddr_in a;
+  EXPECT(testFreePort(&a) == 0, "a free port");
   pid_t child = fork();
   if (child == 0) {
     char addr[64];

@@ -54,8 +54,8 @@ ncclResult_t groupEnqueue(struct groupItem *item) {
                 collName(d->coll), d->count, d->dtype, d->root, (void *)item->stream);
     profApiCallEnd(&item->prof);
   }
-  if (groupDepth == 0 && d->count == 0) return launchItems(item, 1);
   if (groupDepth == 0) {
+    if (d->count == 0) return launchItems(item, 1); /* a no-op: numbered, no events */
     profApiGroupEndBegin();
     ncclResult_t res = launchItems(item, 1);
     profApiGroupEndDone();
