@@ -114,7 +114,14 @@ ncclComm_t Group::finishInit(ncclComm_t comm, ncclResult_t r, std::chrono::milli
 
 std::shared_ptr<Group> Group::rendezvous(const c10::intrusive_ptr<c10d::Store> &store, int rank, int size,
                                          std::chrono::milliseconds timeout, std::string name) {
-  static const std::string key = "chorus_unique_id";
+  // The store outlives a destroyed group, and a group made again (init_process_group after
+  // destroy_process_group under torchrun, the same store passed again) gets the same prefix:
+  // a rank reading a fixed key could find the last init's id, whose rendezvous has ended.
+  // So each init has a key of its own, numbered by a counter every rank adds to first: a
+  // rank reaches its next init only after this one completed, which every rank joined
+  // after its add, so the counter's values for init k all come before those for k + 1.
+  int64_t count = store->add("chorus_inits", 1);
+  const std::string key = c10::str("chorus_unique_id_", (count - 1) / size);
   ncclUniqueId id;
   if (rank == 0) {
     ncclResult_t r = ncclGetUniqueId(&id);

@@ -1,6 +1,6 @@
 """Process groups: every init_method, new_group (made from the default
 group's communicator, members only), split_group, subgroups used side by
-side with the default group: python3 test_groups.py [case ...]."""
+side with the default group, the default group made again on one store: python3 test_groups.py [case ...]."""
 import sys
 
 import torch
@@ -98,6 +98,21 @@ def bound_device(rank, size):
         assert g == dist.GroupMember.NON_GROUP_MEMBER
 
 
+def reinit(rank, size, port, collective):
+    # One store for every init, as torchrun's agent store is: each group made
+    # again gets the same prefix, and must not find the last init's id there.
+    import datetime
+
+    store = dist.TCPStore("127.0.0.1", port, size, rank == 0, timeout=datetime.timedelta(seconds=30))
+    for it in range(5):
+        dist.init_process_group("chorus", store=store, rank=rank, world_size=size)
+        if collective:  # without one, a rank can destroy and init again before the others finished
+            t = torch.full((5,), float(rank + it))
+            dist.all_reduce(t)
+            assert torch.all(t == sum(range(size)) + size * it), (it, t)
+        dist.destroy_process_group()
+
+
 def main():
     cases = {
         "init_env": lambda: [harness.run(n, init_methods, init="env") for n in (1, 2, 3)],
@@ -106,6 +121,7 @@ def main():
         "new_group": lambda: [harness.run(n, new_groups) for n in (1, 2, 3, 4)],
         "new_subgroups": lambda: [harness.run(n, subgroups) for n in (2, 3, 4)],
         "split_group": lambda: [harness.run(n, split_groups) for n in (1, 2, 3, 4)],
+        "reinit": lambda: [harness.run(n, reinit, harness.free_port(), c, backend=None) for n in (2, 3) for c in (0, 1)],
         "bound_device": lambda: [harness.run(n, bound_device, device_id="cpu:0") for n in (1, 3)],
     }
     harness.main(cases)
