@@ -1,7 +1,8 @@
 /* Nothing leaks: after ncclCommDestroy or ncclCommAbort (including an abort
  * of an init whose peers never came, and a communicator whose collective
  * failed), the process has the threads, file descriptors and memory
- * mappings it had before; the heap is checked by LeakSanitizer at exit in
+ * mappings it had before (and running out of descriptors part way through
+ * an init fails it at once); the heap is checked by LeakSanitizer at exit in
  * `make asan` builds. One process drives every rank (ncclCommInitAll and
  * ncclCommInitRank on threads), so all of it is visible here. Run it with
  * NCCL_SHM_DISABLE=1 too (sockets instead of shared memory). glibc keeps
@@ -11,6 +12,9 @@
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <pthread.h>
+#include <stdlib.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -157,8 +161,53 @@ static int failedCollective(void) {
   return rc;
 }
 
+/* Out of file descriptors part way through ncclCommInitAll (the root's
+ * accept, a rank's socket, a shared-memory segment's descriptor, at each
+ * limit another): every call fails at once with ncclSystemError and says
+ * why, none waits for the timeout (a rank whose root or peer in this process
+ * failed once waited for it), and with the limit back a communicator is
+ * made. In a child per limit, forked before this process has threads. */
+static int outOfDescriptors(void) {
+  int failed = 0;
+  for (int extra = 10; extra <= 80; extra += 7) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      alarm(30);
+      struct rlimit old, rl;
+      getrlimit(RLIMIT_NOFILE, &old);
+      rl = old; /* the soft limit only: a hard one lowered cannot be raised again without privilege */
+      rl.rlim_cur = (rlim_t)(countDir("/proc/self/fd") + extra);
+      if (rl.rlim_cur > old.rlim_cur) rl.rlim_cur = old.rlim_cur;
+      setrlimit(RLIMIT_NOFILE, &rl);
+      ncclComm_t comms[2 * 100];
+      int made = 0;
+      ncclResult_t res = ncclSuccess;
+      while (made < 100 && (res = ncclCommInitAll(comms + 2 * made, 2, NULL)) == ncclSuccess) made++;
+      const char *why = ncclGetLastError(NULL);
+      int bad = res != ncclSystemError || !strstr(why, "Too many open files");
+      if (bad) fprintf(stderr, "test_leaks: %d descriptors to spare: communicator %d: %s: %s\n", extra, made,
+                       ncclGetErrorString(res), why);
+      for (int i = 0; i < 2 * made; i++) bad |= ncclCommDestroy(comms[i]) != ncclSuccess;
+      setrlimit(RLIMIT_NOFILE, &old);
+      bad |= ncclCommInitAll(comms, 2, NULL) != ncclSuccess;
+      bad |= ncclCommDestroy(comms[0]) != ncclSuccess || ncclCommDestroy(comms[1]) != ncclSuccess;
+      fflush(stderr);
+      _exit(bad);
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+      fprintf(stderr, "test_leaks: out of descriptors (%d to spare) FAILED (%s %d)\n", extra,
+              WIFEXITED(st) ? "exit" : "signal", WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
+      failed++;
+    }
+  }
+  return failed;
+}
+
 int main(void) {
   int failed = 0;
+  failed += outOfDescriptors(); /* first: it forks */
   /* Every scenario once first: what the process keeps for good (the log,
    * this thread's caches, malloc's per-thread arenas) is made then. */
   failed += runAll(0) + abortedInit() + failedCollective();

@@ -376,6 +376,7 @@ static ncclResult_t commSetup(struct ncclComm *comm) {
        rank, comm->origin.func, (void *)comm, rank, nranks, cudaDev, cudaDev, commBusId(cudaDev),
        (unsigned long long)comm->commHash);
   ncclResult_t res;
+  int booted = 0;
   struct bootstrapHandle h;
   memcpy(&h, comm->initId.internal, sizeof h);
   if (!(h.flags & BOOTSTRAP_ROOT_UP) && rank == 0) CHECKGOTO(bootstrapStartRoot(&h, nranks), res, fail);
@@ -383,6 +384,7 @@ static ncclResult_t commSetup(struct ncclComm *comm) {
   struct bootstrapPeerInfo me;
   commPeerInfo(rank, cudaDev, &me);
   CHECKGOTO(bootstrapInit(&comm->boot, &h, rank, nranks, &me, &comm->abortFlag), res, fail);
+  booted = 1;
   comm->boot.timeoutMs = &comm->timeoutMs;
   uint64_t tBoot = clockNs();
 
@@ -512,6 +514,15 @@ fail: {
     snprintf(cause, sizeof cause, "%s", logThreadLastError()); /* not another thread's (nor the parent's) */
     WARN("%s : rank %d of %d failed to initialize: %s%s%s", comm->origin.func, rank, nranks, ncclGetErrorString(res),
          cause[0] ? ": " : "", cause);
+    /* A root in this process (ranks driven by its threads) would wait for
+     * this rank until the timeout, and the ranks that checked in with it:
+     * it refuses them now, saying why. */
+    if (!booted) {
+      char why[200];
+      snprintf(why, sizeof why, "rank %d of %d, in the root's process, failed before the rendezvous: %.120s", rank, nranks,
+               cause[0] ? cause : ncclGetErrorString(res));
+      bootstrapRefuseRoot(&h, why);
+    }
   }
   return res;
 }

@@ -15,12 +15,32 @@ static void *initJobThread(void *p) {
   struct initJob *j = p;
   struct commOrigin origin = {j->func, NULL, 0, 0, j->ids};
   j->res = j->run ? j->run(j) : commInit(j->comm, j->nranks, &j->id, j->rank, j->cudaDev, j->blocking, &origin);
+  if (j->res != ncclSuccess && j->res != ncclInProgress) snprintf(j->why, sizeof j->why, "%s", logThreadLastError());
   return NULL;
 }
 
+/* Of failed inits run together, the one that explains the others: a rank
+ * whose own system call failed (or chorus itself), before one refused
+ * because another rank failed (ncclInvalidUsage) or one that saw another
+ * rank go away (ncclRemoteError); the first of the most telling kind. */
+static int initJobsCause(const struct initJob *jobs, int started) {
+  int best = -1, bestRank = 0;
+  for (int i = 0; i < started; i++) {
+    ncclResult_t r = jobs[i].res;
+    if (r == ncclSuccess || r == ncclInProgress) continue;
+    int rank = r == ncclSystemError || r == ncclInternalError ? 3 : r == ncclRemoteError ? 1 : 2;
+    if (rank > bestRank) {
+      best = i;
+      bestRank = rank;
+    }
+  }
+  return best;
+}
+
 /* Ranks of one communicator in one process must rendezvous at the same
- * time, so each init runs on its own thread; returns the first error, and
- * on error no communicator is left behind. */
+ * time, so each init runs on its own thread; returns the error that
+ * explains the others (initJobsCause), whose WARN becomes the last error,
+ * and on error no communicator is left behind. */
 ncclResult_t initJobsRun(struct initJob *jobs, int n) {
   if (n == 1) {
     initJobThread(&jobs[0]);
@@ -43,7 +63,11 @@ ncclResult_t initJobsRun(struct initJob *jobs, int n) {
     pthread_join(th[i], NULL);
     /* ncclInProgress: a nonblocking communicator still joining. */
     if (jobs[i].res == ncclInProgress) inProgress = 1;
-    else if (jobs[i].res != ncclSuccess && res == ncclSuccess) res = jobs[i].res;
+  }
+  int cause = res == ncclSuccess ? initJobsCause(jobs, started) : -1;
+  if (cause >= 0) {
+    res = jobs[cause].res;
+    if (jobs[cause].why[0]) logSetLastError(jobs[cause].why); /* what ncclGetLastError says */
   }
   if (res != ncclSuccess)
     for (int i = 0; i < started; i++)

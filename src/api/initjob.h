@@ -25,6 +25,7 @@ struct initJob {
   int shrinkFlags;
   const char *func; /* the call, for the logs (commOrigin) */
   uint64_t ids;     /* ncclCommInitRankScalable's ids, hashed (commOrigin); 0: one id */
+  char why[512];    /* the init thread's last WARN when res is an error */
 };
 /* The shrink itself, on the init thread (shrink.c). */
 ncclResult_t commShrinkRun(struct initJob *job);
@@ -32,8 +33,9 @@ ncclResult_t commShrinkRun(struct initJob *job);
 ncclResult_t commGrowRun(struct initJob *job);
 /* The split itself, on the init thread (split.c). */
 ncclResult_t commSplitRun(struct initJob *job);
-/* Runs inits concurrently, one thread each; returns the first error, and
- * on error no communicator is left behind. */
+/* Runs inits concurrently, one thread each; returns the error that
+ * explains the others (see initjob.c), and on error no communicator is
+ * left behind. */
 ncclResult_t initJobsRun(struct initJob *jobs, int n);
 
 #endif

@@ -68,6 +68,16 @@ static struct {
 } rootsRunning[ROOTS_TRACKED];
 static pthread_mutex_t rootsLock = PTHREAD_MUTEX_INITIALIZER;
 
+/* The last roots of this process that failed on their own (accept failing:
+ * out of file descriptors, say), by secret: a rank of the same process sees
+ * only a closed or refused connection, and says the root's reason instead. */
+#define ROOTS_FAILED 8
+static struct {
+  uint64_t secret;
+  char why[200];
+} rootsFailed[ROOTS_FAILED];
+static int rootsFailedNext;
+
 static int rootTrack(uint64_t secret) {
   pthread_mutex_lock(&rootsLock);
   int slot = -1;
@@ -78,6 +88,8 @@ static int rootTrack(uint64_t secret) {
       rootsRunning[i].refuse = 0;
       slot = i;
     }
+  for (int i = 0; i < ROOTS_FAILED; i++) /* NCCL_COMM_ID's secret is the same for every root of its address */
+    if (rootsFailed[i].secret == secret) rootsFailed[i].secret = 0;
   pthread_mutex_unlock(&rootsLock);
   return slot;
 }
@@ -87,6 +99,27 @@ static void rootUntrack(int slot) {
   pthread_mutex_lock(&rootsLock);
   rootsRunning[slot].secret = 0;
   pthread_mutex_unlock(&rootsLock);
+}
+
+static void rootFailed(uint64_t secret, const char *why) {
+  pthread_mutex_lock(&rootsLock);
+  rootsFailed[rootsFailedNext].secret = secret;
+  snprintf(rootsFailed[rootsFailedNext].why, sizeof rootsFailed[0].why, "%s", why[0] ? why : "unknown error");
+  rootsFailedNext = (rootsFailedNext + 1) % ROOTS_FAILED;
+  pthread_mutex_unlock(&rootsLock);
+}
+
+/* 1, with why, when h's root ran in this process and failed on its own. */
+static int rootFailureOf(const struct bootstrapHandle *h, char *why, size_t len) {
+  int found = 0;
+  pthread_mutex_lock(&rootsLock);
+  for (int i = 0; i < ROOTS_FAILED && !found; i++)
+    if (h->secret && rootsFailed[i].secret == h->secret) {
+      snprintf(why, len, "%s", rootsFailed[i].why);
+      found = 1;
+    }
+  pthread_mutex_unlock(&rootsLock);
+  return found;
 }
 
 static int rootRetired(int slot) { return slot >= 0 && __atomic_load_n(&rootsRunning[slot].retire, __ATOMIC_ACQUIRE); }
@@ -263,7 +296,10 @@ static void *rootThread(void *argp) {
     int fd, progressed;
     struct rootHello hello;
     if (!refusal[0] && rootRefused(a.slot, refusal, sizeof refusal)) rootRefuseAll(fds, nranks, refusal, &w, &refusingUntil);
-    if (acceptorPoll(acc, &fd, &hello, &progressed) != ncclSuccess) break;
+    if (acceptorPoll(acc, &fd, &hello, &progressed) != ncclSuccess) {
+      rootFailed(a.secret, logThreadLastError()); /* before the listener closes: its ranks look here */
+      break;
+    }
     if (fd < 0) {
       if (got == 0 && rootRetired(a.slot)) { /* its id is not used: nobody comes */
         retired = 1;
@@ -621,6 +657,11 @@ ncclResult_t bootstrapInit(struct bootstrap *b, const struct bootstrapHandle *h,
          rank, nranks, sockAddrStr(&h->addr, buf, sizeof buf), strerror(err));
     return connected;
   }
+  char why[200];
+  if (connected == ncclRemoteError && errno == ECONNREFUSED && rootFailureOf(h, why, sizeof why)) {
+    WARN("Bootstrap : rank %d of %d: the root of this unique id, in this process, failed: %s", rank, nranks, why);
+    return ncclSystemError;
+  }
   if (connected != ncclSuccess) {
     if (connected != ncclRemoteError || errno != ECONNREFUSED) return connected; /* said by sockConnect */
     WARN("Bootstrap : rank %d of %d: the root %s of this unique id is not listening: its rendezvous has ended (a "
@@ -630,7 +671,12 @@ ncclResult_t bootstrapInit(struct bootstrap *b, const struct bootstrapHandle *h,
   }
   ncclResult_t res;
   CHECKGOTO(sockSendAll(rootFd, &hello, sizeof hello, &w), res, out);
-  CHECKGOTO(recvRootReply(b, rootFd, &h->addr, &w), res, out);
+  res = recvRootReply(b, rootFd, &h->addr, &w);
+  if (res == ncclRemoteError && rootFailureOf(h, why, sizeof why)) {
+    WARN("Bootstrap : rank %d of %d: the root of this unique id, in this process, failed: %s", rank, nranks, why);
+    res = ncclSystemError;
+  }
+  if (res != ncclSuccess) goto out;
   close(rootFd);
   rootFd = -1;
   char refusal[512];

@@ -315,8 +315,12 @@ static void oobFree(struct oob *o) {
 
 ncclResult_t oobStart(struct bootstrap *b, oobStatusFn status, oobRmaFn rma, void *arg, size_t statusBytes) {
   if (statusBytes > OOB_MAX_STATUS) return ncclInternalError;
+  errno = 0;
   struct oob *o = oobAlloc(b, status, rma, arg, statusBytes);
-  if (!o) return ncclSystemError;
+  if (!o) {
+    WARN("Bootstrap : cannot set up the monitor: %s", errno ? strerror(errno) : "out of memory");
+    return ncclSystemError;
+  }
   int err = pthread_create(&o->thread, NULL, monitorMain, o);
   if (err) {
     WARN("Bootstrap : cannot start the monitor thread: %s", strerror(err));

@@ -147,6 +147,13 @@ void logStartThreadErrors(void) { threadLastError[0] = 0; }
 
 const char *logThreadLastError(void) { return threadLastError; }
 
+void logSetLastError(const char *msg) {
+  snprintf(threadLastError, sizeof threadLastError, "%s", msg);
+  pthread_mutex_lock(&logLock);
+  snprintf(lastError, sizeof lastError, "%s", msg);
+  pthread_mutex_unlock(&logLock);
+}
+
 void logCopyLastError(char *buf, size_t len) {
   if (threadLastError[0]) {
     snprintf(buf, len, "%s", threadLastError);
@@ -195,12 +202,7 @@ void logReport(const char *file, int line, const char *fmt, ...) {
 
 static void logEmit(int level, unsigned subsys, const char *file, const char *func, int line, const char *msg,
                     int record) {
-  if (level == logWarn && record) {
-    snprintf(threadLastError, sizeof threadLastError, "%s", msg);
-    pthread_mutex_lock(&logLock);
-    snprintf(lastError, sizeof lastError, "%s", msg);
-    pthread_mutex_unlock(&logLock);
-  }
+  if (level == logWarn && record) logSetLastError(msg);
   if (logLevelCached < level) return;
   if (level != logWarn && level != logVersion && !(subsys & logSubsysMask)) return;
   static const char *names[] = {"", "VERSION", "WARN", "INFO", "ABORT", "TRACE"};

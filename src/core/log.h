@@ -52,6 +52,9 @@ const char *logLastError(void);
 void logCopyLastError(char *buf, size_t len);
 /* This thread's own last WARN since logStartThreadErrors ("" if none). */
 const char *logThreadLastError(void);
+/* Makes msg the last error of this thread and of the process, as a WARN
+ * would, without logging it again (a WARN other threads logged already). */
+void logSetLastError(const char *msg);
 /* Forgets this thread's earlier WARNs (a launch starts). */
 void logStartThreadErrors(void);
 

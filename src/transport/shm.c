@@ -129,7 +129,9 @@ static ssize_t sendWithFd(int sock, const void *data, size_t len, int fd, int fl
 
 /* Receives one message of up to len bytes without waiting, with the
  * descriptor it carries in *fd (-1: none); returns what recvmsg returns. */
-static ssize_t recvWithFd(int sock, void *buf, size_t len, int *fd) {
+/* *lost (unless NULL): a descriptor was sent but the kernel dropped it
+ * (MSG_CTRUNC: this process has no descriptor left). */
+static ssize_t recvWithFd(int sock, void *buf, size_t len, int *fd, int *lost) {
   struct iovec iov = {buf, len};
   union {
     char buf[CMSG_SPACE(sizeof(int))];
@@ -140,6 +142,7 @@ static ssize_t recvWithFd(int sock, void *buf, size_t len, int *fd) {
   struct cmsghdr *c = n > 0 ? CMSG_FIRSTHDR(&msg) : NULL;
   *fd = -1;
   if (c && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) memcpy(fd, CMSG_DATA(c), sizeof(int));
+  if (lost) *lost = n > 0 && (msg.msg_flags & MSG_CTRUNC) && *fd < 0;
   return n;
 }
 
@@ -153,10 +156,14 @@ static ncclResult_t sendFd(int sock, int fd) {
 }
 
 /* Returns 1 with *fd set, 0 if nothing arrived yet, -1 on error. */
+/* 1: got it; 0: not yet; -1: the peer closed without it; -2: it came, but
+ * this process could not take the descriptor (out of them: EMFILE). */
 static int tryRecvFd(int sock, int *fd) {
   char byte;
-  ssize_t n = recvWithFd(sock, &byte, 1, fd);
+  int lost = 0;
+  ssize_t n = recvWithFd(sock, &byte, 1, fd, &lost);
   if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return 0;
+  if (n == 1 && lost) return -2;
   if (n != 1 || *fd < 0) {
     if (*fd >= 0) close(*fd);
     return -1;
@@ -333,7 +340,7 @@ static void shmDrainNotes(struct shmState *s) {
     for (;;) {
       struct shmNote note;
       int fd;
-      ssize_t n = recvWithFd(s->chanIn[i], &note, sizeof note, &fd);
+      ssize_t n = recvWithFd(s->chanIn[i], &note, sizeof note, &fd, NULL);
       if (n <= 0) break;
       if (n == (ssize_t)sizeof note) shmTakeNote(s, &note, fd);
       if (fd >= 0) close(fd);
@@ -446,6 +453,10 @@ static ncclResult_t shmSetup(void **state, struct bootstrap *b, struct connTable
         if (res != ncclSuccess) goto out;
         toServe--;
         progressed = 1;
+      } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED) {
+        WARN("Call to accept failed: %s", strerror(errno)); /* EMFILE, say: waiting would not help */
+        res = ncclSystemError;
+        goto out;
       }
     }
     for (int p = 0; p < n; p++) {
@@ -454,6 +465,12 @@ static ncclResult_t shmSetup(void **state, struct bootstrap *b, struct connTable
       if (r == 0) continue;
       s->peers[p].chanOut = peerSock[p]; /* kept: this rank's notes go to the peer on it */
       peerSock[p] = -1;
+      if (r == -2) {
+        WARN("SHM : local rank %d's segment came, but this process could not take its descriptor (%s)", p,
+             strerror(EMFILE));
+        res = ncclSystemError;
+        goto out;
+      }
       if (r < 0) { /* it closed without handing it over: gone */
         res = bootstrapLiveness(b);
         WARN("SHM : local rank %d did not hand over its segment", p);
