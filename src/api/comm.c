@@ -516,8 +516,10 @@ fail: {
          cause[0] ? ": " : "", cause);
     /* A root in this process (ranks driven by its threads) would wait for
      * this rank until the timeout, and the ranks that checked in with it:
-     * it refuses them now, saying why. */
-    if (!booted) {
+     * when this rank failed on its own (a system call), it refuses them now,
+     * saying why. Not after an abort or a timeout: the others' own timeouts
+     * then say whom they waited for. */
+    if (!booted && (res == ncclSystemError || res == ncclInternalError)) {
       char why[200];
       snprintf(why, sizeof why, "rank %d of %d, in the root's process, failed before the rendezvous: %.120s", rank, nranks,
                cause[0] ? cause : ncclGetErrorString(res));
