@@ -58,16 +58,21 @@ static int childSetsTimeout(int rank, int n, ncclUniqueId id, void *arg) {
 }
 
 /* NCCL_NET naming a network chorus lacks fails the init, as NCCL's, on a
- * host whose ranks need no network too. */
+ * host whose ranks need no network too; set on one rank only (arg: which,
+ * -1: every rank), every rank fails saying whose it is. */
 static int unknownNet(int rank, int n, ncclUniqueId id, void *arg) {
-  (void)arg;
-  setenv("NCCL_NET", "bogusnet", 1);
+  int bad = *(int *)arg;
+  if (bad < 0 || bad == rank) setenv("NCCL_NET", "bogusnet", 1);
   ncclComm_t comm = NULL;
   ncclResult_t res = ncclCommInitRank(&comm, n, id, rank);
-  EXPECT(res != ncclSuccess, "rank %d: init with NCCL_NET=bogusnet succeeded", rank);
+  EXPECT(res == ncclInvalidUsage, "rank %d: init with NCCL_NET=bogusnet on rank %d: %s", rank, bad,
+         ncclGetErrorString(res));
   EXPECT(comm == NULL, "rank %d: a failed init left a communicator", rank);
-  EXPECT(strstr(ncclGetLastError(NULL), "NCCL_NET=bogusnet") != NULL, "rank %d: the last error does not name "
-         "NCCL_NET: '%s'", rank, ncclGetLastError(NULL));
+  char want[160];
+  snprintf(want, sizeof want, "NCCL_NET=bogusnet : no such network transport (chorus has Socket only), on rank %d",
+           bad < 0 ? 0 : bad);
+  EXPECT(strstr(ncclGetLastError(NULL), want) != NULL, "rank %d: the last error does not say '%s': '%s'", rank, want,
+         ncclGetLastError(NULL));
   return 0;
 }
 
@@ -186,8 +191,10 @@ int main(void) {
   EXPECT(paramInt(paramTimeout) != 2, "the parent's CHORUS_TIMEOUT is already 2");
   failed += runRanksWithId(2, id2, childSetsTimeout, NULL, 30);
   ncclUniqueId id3;
-  NCCLCHECK(ncclGetUniqueId(&id3));
-  failed += runRanksWithId(2, id3, unknownNet, NULL, 30);
+  for (int bad = -1; bad < 3; bad++) {
+    NCCLCHECK(ncclGetUniqueId(&id3));
+    failed += runRanksWithId(bad < 0 ? 2 : 3, id3, unknownNet, &bad, 30);
+  }
   failed += wrongRootPort();
   if (!failed) {
     char cmd[300];

@@ -147,6 +147,7 @@ struct commAgreement {
   struct topoRank topo; /* what the rank sees of its host (one exchange with the rest) */
   struct tuneConfig tune;
   uint64_t ids; /* commOrigin.ids */
+  char unknownNet[32]; /* NCCL_NET as this rank has it, when it names no network chorus has */
 };
 
 /* The topology the tuner's model reads, the same on every rank. */
@@ -405,6 +406,10 @@ static ncclResult_t commSetup(struct ncclComm *comm) {
   agree[rank].cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
   agree[rank].trace = traceWanted();
   agree[rank].ringByHost = strcasecmp(paramStr(paramRingOrder), "rank") != 0;
+  /* As NCCL, which loads the network NCCL_NET names at every init (a host
+   * of its own or not); checked here so that every rank hears whose it is. */
+  const char *net = paramStr(paramNet);
+  if (net[0] && !transportNetKnown(net)) snprintf(agree[rank].unknownNet, sizeof agree[rank].unknownNet, "%s", net);
   /* hwloc's view where someone reads it (the INFO log, the dump), sysfs's otherwise */
   topoDiscover(&agree[rank].topo, logLevelNow() >= logInfo || paramStr(paramTopoDumpFile)[0]);
   snprintf(agree[rank].topo.ifname, sizeof agree[rank].topo.ifname, "%.15s", comm->boot.ifname);
@@ -417,6 +422,9 @@ static ncclResult_t commSetup(struct ncclComm *comm) {
   for (int i = 0; res == ncclSuccess && i < nranks; i++)
     if (agree[i].version != a0.version) {
       WARN("Mismatched NCCL version detected : rank %d has %d, rank 0 has %d", i, agree[i].version, a0.version);
+      res = ncclInvalidUsage;
+    } else if (agree[i].unknownNet[0]) {
+      WARN("NCCL_NET=%s : no such network transport (chorus has Socket only), on rank %d", agree[i].unknownNet, i);
       res = ncclInvalidUsage;
     } else if (agree[i].ids != a0.ids) {
       WARN("%s : rank %d passed other unique ids than rank 0 (every rank must pass the same nId ids in the same "

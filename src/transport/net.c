@@ -604,14 +604,6 @@ static ncclResult_t netSetup(void **state, struct bootstrap *b, struct connTable
   if (!info) return ncclSystemError;
   ncclResult_t res = ncclSuccess;
   info[me].cut = netLocalCut();
-  /* As NCCL, which loads the network named by NCCL_NET at every init, a
-   * host of its own or not. */
-  const char *net = paramStr(paramNet);
-  if (net[0] && !transportNetKnown(net)) {
-    WARN("NCCL_NET=%s : no such network transport (chorus has Socket only)", net);
-    res = ncclInvalidUsage;
-    goto out;
-  }
   if (nremote > 0) {
     INFO(subsysNet | subsysInit, "NET/IB : InfiniBand is not supported%s; using sockets",
          paramInt(paramIbDisable) ? " (NCCL_IB_DISABLE=1)" : "");
