@@ -76,6 +76,28 @@ static int unknownNet(int rank, int n, ncclUniqueId id, void *arg) {
   return 0;
 }
 
+/* NCCL_SOCKET_IFNAME matching no interface on one rank (arg: which): that
+ * rank says so, and the others fail at once naming it, not at the timeout
+ * (20 s here) waiting for it. */
+static int badInterface(int rank, int n, ncclUniqueId id, void *arg) {
+  int bad = *(int *)arg;
+  setenv("CHORUS_TIMEOUT", "20", 1);
+  if (rank == bad) setenv("NCCL_SOCKET_IFNAME", "bogus0", 1);
+  ncclComm_t comm = NULL;
+  double t0 = nowSec();
+  ncclResult_t res = ncclCommInitRank(&comm, n, id, rank);
+  double took = nowSec() - t0;
+  EXPECT(res != ncclSuccess && comm == NULL, "rank %d: init with a bad NCCL_SOCKET_IFNAME on rank %d: %s", rank, bad,
+         ncclGetErrorString(res));
+  EXPECT(took < 5, "rank %d: the init failed after %.1f s", rank, took);
+  char want[160];
+  if (rank == bad) snprintf(want, sizeof want, "no socket interface found matching NCCL_SOCKET_IFNAME=bogus0");
+  else snprintf(want, sizeof want, "(rank %d of %d) found no network interface to use", bad, n);
+  EXPECT(strstr(ncclGetLastError(NULL), want) != NULL, "rank %d: the last error does not say '%s': '%s'", rank, want,
+         ncclGetLastError(NULL));
+  return 0;
+}
+
 /* A rank given a port where no root listens (a wrong NCCL_COMM_ID) gives
  * up at its timeout saying the address and why, not just that time ran out. */
 static int wrongRootPort(void) {
@@ -194,6 +216,10 @@ int main(void) {
   for (int bad = -1; bad < 3; bad++) {
     NCCLCHECK(ncclGetUniqueId(&id3));
     failed += runRanksWithId(bad < 0 ? 2 : 3, id3, unknownNet, &bad, 30);
+  }
+  for (int bad = 0; bad < 3; bad++) {
+    NCCLCHECK(ncclGetUniqueId(&id3));
+    failed += runRanksWithId(3, id3, badInterface, &bad, 30);
   }
   failed += wrongRootPort();
   if (!failed) {

@@ -225,6 +225,11 @@ static uint64_t rootProgressInterval(uint64_t timeoutNs) {
  * fds/infos: the ranks seen): another nranks, or a rank already claimed. */
 static int rootDisagrees(const struct rootHello *h, int nranks, const int *fds, const struct bootstrapPeerInfo *infos,
                          char *why, size_t len) {
+  if (h->info.listenAddr.sa.sa_family == AF_UNSPEC) { /* reportNoInterface */
+    snprintf(why, len, "host %s pid %d (rank %d of %d) found no network interface to use (NCCL_SOCKET_IFNAME or "
+             "NCCL_SOCKET_FAMILY there?)", h->info.hostname, h->info.pid, h->rank, h->nranks);
+    return 1;
+  }
   if (h->rank < 0 || h->rank >= h->nranks) { /* bootstrapReportBadRank */
     snprintf(why, len, "host %s pid %d asked for rank %d of %d (ranks are 0 to %d)", h->info.hostname, h->info.pid,
              h->rank, h->nranks, h->nranks - 1);
@@ -622,6 +627,35 @@ static ncclResult_t rootHelloFill(struct rootHello *hello, const struct bootstra
   return ncclSuccess;
 }
 
+/* Says hello to the root and waits until it refuses the rendezvous and
+ * closes (best effort, within a second: this rank fails anyway). */
+static void reportToRoot(const struct bootstrapHandle *h, const struct rootHello *hello) {
+  struct waitState w;
+  waitBegin(&w, NULL, NULL, NULL, "reporting a bad rank to the root");
+  w.timeoutNs = 1000000000ull;
+  int fd;
+  if (sockConnect(&h->addr, &fd, &w, (h->flags & BOOTSTRAP_ROOT_UP) != 0) != ncclSuccess) return;
+  if (sockSendAll(fd, hello, sizeof *hello, &w) == ncclSuccess) {
+    char sink[256]; /* until the root has refused the rendezvous and closed */
+    while (sockRecvAll(fd, sink, sizeof sink, &w) == ncclSuccess) {
+    }
+  }
+  close(fd);
+}
+
+/* A rank with no interface to listen on (NCCL_SOCKET_IFNAME matching
+ * nothing on its host) still reaches the root by the kernel's route and
+ * says so (an address of no family), so that every rank fails at once
+ * naming it instead of waiting for it until the timeout. */
+static void reportNoInterface(const struct bootstrapHandle *h, int rank, int nranks,
+                              const struct bootstrapPeerInfo *me) {
+  struct rootHello hello = {h->secret, rank, nranks, *me};
+  hello.info.rank = rank;
+  memset(&hello.info.listenAddr, 0, sizeof hello.info.listenAddr);
+  hello.info.listenAddr.sa.sa_family = AF_UNSPEC;
+  reportToRoot(h, &hello);
+}
+
 ncclResult_t bootstrapInit(struct bootstrap *b, const struct bootstrapHandle *h, int rank, int nranks,
                            const struct bootstrapPeerInfo *me, volatile int *abortFlag) {
   memset(b, 0, sizeof *b);
@@ -637,7 +671,11 @@ ncclResult_t bootstrapInit(struct bootstrap *b, const struct bootstrapHandle *h,
   for (int i = 0; i < nranks; i++) b->peerFd[i] = -1;
 
   struct rootHello hello;
-  CHECK(rootHelloFill(&hello, h, rank, nranks, me, b->ifname, sizeof b->ifname));
+  ncclResult_t picked = rootHelloFill(&hello, h, rank, nranks, me, b->ifname, sizeof b->ifname);
+  if (picked != ncclSuccess) {
+    if (rank >= 0 && rank < nranks) reportNoInterface(h, rank, nranks, me);
+    return picked;
+  }
   char buf[80];
   /* NCCL's line, the address without its port */
   sockAddrStr(&hello.info.listenAddr, buf, sizeof buf);
@@ -700,17 +738,7 @@ void bootstrapReportBadRank(const struct bootstrapHandle *h, int rank, int nrank
   struct rootHello hello;
   char ifname[64];
   if (rootHelloFill(&hello, h, rank, nranks, me, ifname, sizeof ifname) != ncclSuccess) return;
-  struct waitState w;
-  waitBegin(&w, NULL, NULL, NULL, "reporting a bad rank to the root");
-  w.timeoutNs = 1000000000ull; /* best effort: this rank fails anyway */
-  int fd;
-  if (sockConnect(&h->addr, &fd, &w, (h->flags & BOOTSTRAP_ROOT_UP) != 0) != ncclSuccess) return;
-  if (sockSendAll(fd, &hello, sizeof hello, &w) == ncclSuccess) {
-    char sink[256]; /* until the root has refused the rendezvous and closed */
-    while (sockRecvAll(fd, sink, sizeof sink, &w) == ncclSuccess) {
-    }
-  }
-  close(fd);
+  reportToRoot(h, &hello);
 }
 
 /* A wait of a message to or from peer, within the communicator's timeout

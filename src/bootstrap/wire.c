@@ -13,7 +13,7 @@ int wireRootHelloValid(struct rootHello *h, uint64_t secret) {
     return 0;
   }
   int family = h->info.listenAddr.sa.sa_family;
-  if (family != AF_INET && family != AF_INET6) {
+  if (family != AF_INET && family != AF_INET6 && family != AF_UNSPEC) { /* AF_UNSPEC: it has no interface */
     WARN("Bootstrap : root got rank %d with an address of unknown family %d", h->rank, family);
     return 0;
   }
