@@ -179,7 +179,6 @@ NCCL_API(ncclResult_t, ncclCommInitRank, ncclComm_t *comm, int nranks, ncclUniqu
   return groupInit(&job);
 }
 
-
 NCCL_API(ncclResult_t, ncclCommInitRankConfig, ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank,
          ncclConfig_t *config) {
   CHECK(checkInitArgs(comm, nranks, rank, &commId, "ncclCommInitRankConfig"));

@@ -24,14 +24,14 @@ static void *initJobThread(void *p) {
  * because another rank failed (ncclInvalidUsage) or one that saw another
  * rank go away (ncclRemoteError); the first of the most telling kind. */
 static int initJobsCause(const struct initJob *jobs, int started) {
-  int best = -1, bestRank = 0;
+  int best = -1, bestWeight = 0;
   for (int i = 0; i < started; i++) {
     ncclResult_t r = jobs[i].res;
     if (r == ncclSuccess || r == ncclInProgress) continue;
-    int rank = r == ncclSystemError || r == ncclInternalError ? 3 : r == ncclRemoteError ? 1 : 2;
-    if (rank > bestRank) {
+    int weight = r == ncclSystemError || r == ncclInternalError ? 3 : r == ncclRemoteError ? 1 : 2;
+    if (weight > bestWeight) {
       best = i;
-      bestRank = rank;
+      bestWeight = weight;
     }
   }
   return best;

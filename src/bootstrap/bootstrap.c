@@ -109,17 +109,17 @@ static void rootFailed(uint64_t secret, const char *why) {
   pthread_mutex_unlock(&rootsLock);
 }
 
-/* 1, with why, when h's root ran in this process and failed on its own. */
-static int rootFailureOf(const struct bootstrapHandle *h, char *why, size_t len) {
-  int found = 0;
+/* When h's root ran in this process and failed on its own: a WARN with
+ * its reason and ncclSystemError, else res (what this rank saw of it). */
+static ncclResult_t rootFailureOf(const struct bootstrapHandle *h, int rank, int nranks, ncclResult_t res) {
+  char why[sizeof rootsFailed[0].why] = "";
   pthread_mutex_lock(&rootsLock);
-  for (int i = 0; i < ROOTS_FAILED && !found; i++)
-    if (h->secret && rootsFailed[i].secret == h->secret) {
-      snprintf(why, len, "%s", rootsFailed[i].why);
-      found = 1;
-    }
+  for (int i = 0; i < ROOTS_FAILED && !why[0]; i++)
+    if (h->secret && rootsFailed[i].secret == h->secret) snprintf(why, sizeof why, "%s", rootsFailed[i].why);
   pthread_mutex_unlock(&rootsLock);
-  return found;
+  if (!why[0]) return res;
+  WARN("Bootstrap : rank %d of %d: the root of this unique id, in this process, failed: %s", rank, nranks, why);
+  return ncclSystemError;
 }
 
 static int rootRetired(int slot) { return slot >= 0 && __atomic_load_n(&rootsRunning[slot].retire, __ATOMIC_ACQUIRE); }
@@ -225,7 +225,7 @@ static uint64_t rootProgressInterval(uint64_t timeoutNs) {
  * fds/infos: the ranks seen): another nranks, or a rank already claimed. */
 static int rootDisagrees(const struct rootHello *h, int nranks, const int *fds, const struct bootstrapPeerInfo *infos,
                          char *why, size_t len) {
-  if (h->info.listenAddr.sa.sa_family == AF_UNSPEC) { /* reportNoInterface */
+  if (h->info.listenAddr.sa.sa_family == AF_UNSPEC) { /* rootHelloFill found no interface */
     snprintf(why, len, "host %s pid %d (rank %d of %d) found no network interface to use (NCCL_SOCKET_IFNAME or "
              "NCCL_SOCKET_FAMILY there?)", h->info.hostname, h->info.pid, h->rank, h->nranks);
     return 1;
@@ -621,7 +621,12 @@ static ncclResult_t rootHelloFill(struct rootHello *hello, const struct bootstra
                                   const struct bootstrapPeerInfo *me, char *ifname, size_t ifnameLen) {
   *hello = (struct rootHello){h->secret, rank, nranks, *me};
   hello->info.rank = rank;
-  CHECK(sockPickAddr(&h->addr, &hello->info.listenAddr, ifname, ifnameLen));
+  ncclResult_t picked = sockPickAddr(&h->addr, &hello->info.listenAddr, ifname, ifnameLen);
+  if (picked != ncclSuccess) { /* no interface to listen on: a hello that says so (an address of no family) */
+    memset(&hello->info.listenAddr, 0, sizeof hello->info.listenAddr);
+    hello->info.listenAddr.sa.sa_family = AF_UNSPEC;
+    return picked;
+  }
   if (hello->info.listenAddr.sa.sa_family == AF_INET) hello->info.listenAddr.sin.sin_port = 0;
   else hello->info.listenAddr.sin6.sin6_port = 0;
   return ncclSuccess;
@@ -643,19 +648,6 @@ static void reportToRoot(const struct bootstrapHandle *h, const struct rootHello
   close(fd);
 }
 
-/* A rank with no interface to listen on (NCCL_SOCKET_IFNAME matching
- * nothing on its host) still reaches the root by the kernel's route and
- * says so (an address of no family), so that every rank fails at once
- * naming it instead of waiting for it until the timeout. */
-static void reportNoInterface(const struct bootstrapHandle *h, int rank, int nranks,
-                              const struct bootstrapPeerInfo *me) {
-  struct rootHello hello = {h->secret, rank, nranks, *me};
-  hello.info.rank = rank;
-  memset(&hello.info.listenAddr, 0, sizeof hello.info.listenAddr);
-  hello.info.listenAddr.sa.sa_family = AF_UNSPEC;
-  reportToRoot(h, &hello);
-}
-
 ncclResult_t bootstrapInit(struct bootstrap *b, const struct bootstrapHandle *h, int rank, int nranks,
                            const struct bootstrapPeerInfo *me, volatile int *abortFlag) {
   memset(b, 0, sizeof *b);
@@ -673,7 +665,10 @@ ncclResult_t bootstrapInit(struct bootstrap *b, const struct bootstrapHandle *h,
   struct rootHello hello;
   ncclResult_t picked = rootHelloFill(&hello, h, rank, nranks, me, b->ifname, sizeof b->ifname);
   if (picked != ncclSuccess) {
-    if (rank >= 0 && rank < nranks) reportNoInterface(h, rank, nranks, me);
+    /* No interface to listen on (NCCL_SOCKET_IFNAME matching nothing here):
+     * the root is still reached by the kernel's route and told, so that every
+     * rank fails at once naming this one instead of waiting for it. */
+    reportToRoot(h, &hello);
     return picked;
   }
   char buf[80];
@@ -695,11 +690,8 @@ ncclResult_t bootstrapInit(struct bootstrap *b, const struct bootstrapHandle *h,
          rank, nranks, sockAddrStr(&h->addr, buf, sizeof buf), strerror(err));
     return connected;
   }
-  char why[200];
-  if (connected == ncclRemoteError && errno == ECONNREFUSED && rootFailureOf(h, why, sizeof why)) {
-    WARN("Bootstrap : rank %d of %d: the root of this unique id, in this process, failed: %s", rank, nranks, why);
+  if (connected == ncclRemoteError && errno == ECONNREFUSED && rootFailureOf(h, rank, nranks, connected) != connected)
     return ncclSystemError;
-  }
   if (connected != ncclSuccess) {
     if (connected != ncclRemoteError || errno != ECONNREFUSED) return connected; /* said by sockConnect */
     WARN("Bootstrap : rank %d of %d: the root %s of this unique id is not listening: its rendezvous has ended (a "
@@ -710,10 +702,7 @@ ncclResult_t bootstrapInit(struct bootstrap *b, const struct bootstrapHandle *h,
   ncclResult_t res;
   CHECKGOTO(sockSendAll(rootFd, &hello, sizeof hello, &w), res, out);
   res = recvRootReply(b, rootFd, &h->addr, &w);
-  if (res == ncclRemoteError && rootFailureOf(h, why, sizeof why)) {
-    WARN("Bootstrap : rank %d of %d: the root of this unique id, in this process, failed: %s", rank, nranks, why);
-    res = ncclSystemError;
-  }
+  if (res == ncclRemoteError) res = rootFailureOf(h, rank, nranks, res);
   if (res != ncclSuccess) goto out;
   close(rootFd);
   rootFd = -1;

@@ -128,8 +128,8 @@ static ssize_t sendWithFd(int sock, const void *data, size_t len, int fd, int fl
 }
 
 /* Receives one message of up to len bytes without waiting, with the
- * descriptor it carries in *fd (-1: none); returns what recvmsg returns. */
-/* *lost (unless NULL): a descriptor was sent but the kernel dropped it
+ * descriptor it carries in *fd (-1: none); returns what recvmsg returns.
+ * *lost (unless NULL): a descriptor was sent but the kernel dropped it
  * (MSG_CTRUNC: this process has no descriptor left). */
 static ssize_t recvWithFd(int sock, void *buf, size_t len, int *fd, int *lost) {
   struct iovec iov = {buf, len};
@@ -155,8 +155,7 @@ static ncclResult_t sendFd(int sock, int fd) {
   return ncclSuccess;
 }
 
-/* Returns 1 with *fd set, 0 if nothing arrived yet, -1 on error. */
-/* 1: got it; 0: not yet; -1: the peer closed without it; -2: it came, but
+/* 1: got it (*fd set); 0: not yet; -1: the peer closed without it; -2: it came, but
  * this process could not take the descriptor (out of them: EMFILE). */
 static int tryRecvFd(int sock, int *fd) {
   char byte;
@@ -446,17 +445,14 @@ static ncclResult_t shmSetup(void **state, struct bootstrap *b, struct connTable
   while (toReceive > 0 || toServe > 0) {
     int progressed = 0;
     if (toServe > 0) {
-      int c = accept4(listenFd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      int c;
+      CHECKGOTO(sockTryAccept(listenFd, &c), res, out); /* EMFILE, say: waiting would not help */
       if (c >= 0) {
         s->chanIn[s->nIn++] = c; /* kept: the peer's notes come on it */
         res = sendFd(c, memfd);
         if (res != ncclSuccess) goto out;
         toServe--;
         progressed = 1;
-      } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED) {
-        WARN("Call to accept failed: %s", strerror(errno)); /* EMFILE, say: waiting would not help */
-        res = ncclSystemError;
-        goto out;
       }
     }
     for (int p = 0; p < n; p++) {
