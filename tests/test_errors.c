@@ -2,6 +2,7 @@
  * ncclInvalidUsage, a WARN naming the argument (ncclGetLastError), and no
  * change to any buffer. */
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stddef.h>
 #include <string.h>
@@ -270,6 +271,48 @@ static int userOpsOfTwo(ncclComm_t comm, int n) {
   return failed;
 }
 
+static void *abortFromThread(void *comm) {
+  ncclCommAbort(*(ncclComm_t *)comm);
+  return NULL;
+}
+
+/* A communicator destroyed or aborted (by the group's thread or another)
+ * while an open group holds a call on it: ncclGroupEnd fails and none of
+ * the group's calls run, the parent's beside it included (before, the group
+ * read the freed communicator: ncclInternalError "cannot build it for 0
+ * ranks", and ASan's heap-use-after-free). Finalize while the group holds a
+ * call is refused and the group then runs. Each case on a child of the
+ * parent, every rank alike. */
+static int endedInGroup(int rank, int n, ncclUniqueId id, void *arg) {
+  (void)arg;
+  int failed = 0;
+  ncclComm_t parent, child;
+  NCCLCHECK(ncclCommInitRank(&parent, n, id, rank));
+  float send[16], recv[16];
+  for (int i = 0; i < 16; i++) send[i] = 1;
+  for (int how = 0; how < 3; how++) {
+    NCCLCHECK(ncclCommSplit(parent, 0, rank, &child, NULL));
+    for (int i = 0; i < 16; i++) recv[i] = -7;
+    NCCLCHECK(ncclGroupStart());
+    NCCLCHECK(ncclAllReduce(send, recv, 8, ncclFloat, ncclSum, parent, NULL));
+    NCCLCHECK(ncclAllReduce(send, recv + 8, 8, ncclFloat, ncclSum, child, NULL));
+    if (how == 0) NCCLCHECK(ncclCommDestroy(child));
+    if (how == 1) NCCLCHECK(ncclCommAbort(child));
+    pthread_t t;
+    if (how == 2 && (pthread_create(&t, NULL, abortFromThread, &child) != 0 || pthread_join(t, NULL) != 0)) return 1;
+    BAD(ncclGroupEnd(), ncclInvalidUsage, "destroyed or aborted while the group held its calls");
+    for (int i = 0; i < 16; i++) EXPECT(recv[i] == -7, "case %d: recv[%d] = %g: a call of the failed group ran", how, i, recv[i]);
+  }
+  NCCLCHECK(ncclGroupStart());
+  NCCLCHECK(ncclAllReduce(send, recv, 16, ncclFloat, ncclSum, parent, NULL));
+  BAD(ncclCommFinalize(parent), ncclInvalidUsage, "open group");
+  NCCLCHECK(ncclGroupEnd());
+  for (int i = 0; i < 16; i++) EXPECT(recv[i] == n, "recv[%d] = %g after the group", i, recv[i]);
+  NCCLCHECK(ncclCommFinalize(parent));
+  NCCLCHECK(ncclCommDestroy(parent));
+  return failed;
+}
+
 static int rankMain(int rank, int n, ncclUniqueId id, void *arg) {
   int failed = 0;
   ncclComm_t comm;
@@ -379,6 +422,7 @@ int main(void) {
   /* The forked ranks first: the root thread of the unused id below lives
    * on, and ThreadSanitizer cannot follow a fork taken while it runs. */
   for (int n = 1; n <= 3; n++) failed += runRanks(n, rankMain, NULL, 60);
+  for (int n = 1; n <= 3; n += 2) failed += runRanks(n, endedInGroup, NULL, 60);
   BAD(ncclGetVersion(NULL), ncclInvalidArgument, "version");
   NCCLCHECK(ncclGetVersion(&v));
   EXPECT(v == NCCL_VERSION_CODE && v == 21903, "version %d", v);

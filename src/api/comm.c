@@ -123,8 +123,17 @@ void commFree(struct ncclComm *comm, int graceful) {
   free(comm->sigTaken);
   pthread_mutex_destroy(&comm->winLock);
   comm->startMagic = comm->endMagic = 0;
-  free(comm);
+  if (__atomic_sub_fetch(&comm->holds, 1, __ATOMIC_ACQ_REL) == 0) free(comm);
 }
+
+void commGroupHold(struct ncclComm *comm, int hold) {
+  if (hold) __atomic_add_fetch(&comm->holds, 2, __ATOMIC_ACQ_REL);
+  else if (__atomic_sub_fetch(&comm->holds, 2, __ATOMIC_ACQ_REL) == 0) free(comm);
+}
+
+int commGone(const struct ncclComm *comm) { return !(__atomic_load_n(&comm->holds, __ATOMIC_ACQUIRE) & 1); }
+
+int commGroupHeld(const struct ncclComm *comm) { return __atomic_load_n(&comm->holds, __ATOMIC_ACQUIRE) > 1; }
 
 static int channelCount(void) {
   int64_t lo = paramInt(paramMinNChannels), hi = paramInt(paramMaxNChannels);
@@ -315,6 +324,7 @@ static struct ncclComm *commAlloc(int nranks, const ncclUniqueId *id, int rank, 
   struct ncclComm *comm = calloc(1, sizeof *comm);
   if (!comm) return NULL;
   comm->startMagic = comm->endMagic = COMM_MAGIC;
+  comm->holds = 1;
   static uint64_t serials;
   comm->serial = __atomic_add_fetch(&serials, 1, __ATOMIC_RELAXED);
   /* A user op handle of another communicator decodes to no op of this one

@@ -58,6 +58,12 @@ struct ncclComm {
   int suspended; /* ncclCommSuspend until ncclCommResume: operations refused */
   int64_t timeoutMs; /* chorusCommSetTimeout; 0: CHORUS_TIMEOUT */
   int busy;     /* calls in flight, so abort waits before freeing */
+  /* Who keeps the memory: 1 for the owner until ncclCommDestroy or
+   * ncclCommAbort, plus 2 for each call an open group holds (group.c).
+   * Whoever takes it to 0 frees it, so a communicator destroyed or aborted
+   * while a group (any thread's) holds its calls stays readable until that
+   * group ends, and the group then fails instead of running them. */
+  int holds;
   uint64_t opCount;
   /* What this rank is doing, for mismatch checks and for other ranks'
    * timeout diagnosis (watch.h). */
@@ -126,6 +132,13 @@ void commLogVersion(void);
 /* Frees a communicator and everything it owns; graceful says goodbye to
  * the peers first (destroy), else they see it as gone (abort, failure). */
 void commFree(struct ncclComm *comm, int graceful);
+/* A group holds (1) or lets go of (0) one call on comm; letting go of the
+ * last hold of a communicator already freed frees its memory. */
+void commGroupHold(struct ncclComm *comm, int hold);
+/* 1 when comm was destroyed or aborted (only a group still holds it). */
+int commGone(const struct ncclComm *comm);
+/* 1 while an open group (any thread's) holds calls on comm. */
+int commGroupHeld(const struct ncclComm *comm);
 /* Blocks (through the one wait) until no call is running on comm. */
 void commWaitIdle(struct ncclComm *comm);
 /* Ends the calls in flight (they see the abort flag at their next pause

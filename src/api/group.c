@@ -12,6 +12,7 @@
 /* Group state is per thread, as in NCCL. */
 static _Thread_local int groupDepth;
 static _Thread_local struct groupItem *groupItems;
+static _Thread_local struct ncclComm **groupHeld; /* each item's communicator, which the group holds (commGroupHold) */
 static _Thread_local int groupCount, groupCap;
 static _Thread_local ncclResult_t groupError;
 static _Thread_local struct initJob *groupInits;
@@ -24,8 +25,10 @@ static pthread_once_t threadCacheOnce = PTHREAD_ONCE_INIT;
 static void threadCacheFree(void *unused) {
   (void)unused;
   free(groupItems);
+  free(groupHeld);
   free(groupInits);
   groupItems = NULL;
+  groupHeld = NULL;
   groupInits = NULL;
   groupCap = groupInitCap = 0;
 }
@@ -65,14 +68,18 @@ ncclResult_t groupEnqueue(struct groupItem *item) {
     if (groupCap == 0) threadCacheInUse();
     int cap = groupCap ? 2 * groupCap : 16;
     struct groupItem *g = realloc(groupItems, sizeof *g * cap);
-    if (!g) {
+    if (g) groupItems = g;
+    struct ncclComm **h = g ? realloc(groupHeld, sizeof *h * cap) : NULL;
+    if (h) groupHeld = h;
+    if (!g || !h) {
       groupError = ncclSystemError;
       return ncclSystemError;
     }
-    groupItems = g;
     groupCap = cap;
   }
   CHECK(groupJoin(item->comm->blocking));
+  commGroupHold(item->comm, 1);
+  groupHeld[groupCount] = item->comm;
   groupItems[groupCount++] = *item;
   return ncclSuccess;
 }
@@ -114,6 +121,18 @@ NCCL_API(ncclResult_t, ncclGroupStart, void) {
   return ncclSuccess;
 }
 
+/* A communicator destroyed or aborted while the group held its calls (from
+ * this thread or another): then none of the group's calls run. */
+static ncclResult_t groupCommsLive(const char *call) {
+  for (int i = 0; i < groupCount; i++)
+    if (commGone(groupHeld[i])) {
+      WARN("%s : comm %p (rank %d) was destroyed or aborted while the group held its calls: none of the group's "
+           "calls ran", call, (void *)groupHeld[i], groupHeld[i]->rank);
+      return ncclInvalidUsage;
+    }
+  return ncclSuccess;
+}
+
 /* What ncclGroupEnd and ncclGroupSimulateEnd share, as NCCL's
  * ncclGroupEndInternal: the outermost end runs the group's inits, then
  * launches its operations, or with simInfo predicts their time instead
@@ -130,6 +149,7 @@ static ncclResult_t groupEnd(ncclSimInfo_t *simInfo, const char *call) {
     WARN("%s : simInfo argument not initialized via NCCL_SIM_INFO_INITIALIZER", call);
     res = ncclInvalidArgument;
   }
+  if (res == ncclSuccess) res = groupCommsLive(call);
   if (res == ncclSuccess && groupInitCount > 0) res = initJobsRun(groupInits, groupInitCount);
   if (res == ncclSuccess && !simInfo) res = launchItems(groupItems, groupCount);
   if (res == ncclSuccess && simInfo) {
@@ -141,6 +161,7 @@ static ncclResult_t groupEnd(ncclSimInfo_t *simInfo, const char *call) {
   }
   profApiGroupEndDone();
   for (int i = 0; i < groupInitCount; i++) free(groupInits[i].excluded);
+  for (int i = 0; i < groupCount; i++) commGroupHold(groupHeld[i], 0);
   groupCount = 0;
   groupInitCount = 0;
   groupError = ncclSuccess;

@@ -444,6 +444,11 @@ NCCL_API(ncclResult_t, ncclCommFinalize, ncclComm_t comm) {
     WARN("ncclCommFinalize : comm %p is already finalized", (void *)comm);
     return ncclInvalidArgument;
   }
+  if (commGroupHeld(comm)) { /* they would run after its goodbye */
+    WARN("ncclCommFinalize : comm %p rank %d has calls queued in an open group (ncclGroupStart): end the group "
+         "before finalizing", (void *)comm, comm->rank);
+    return ncclInvalidUsage;
+  }
   commWaitIdle(comm);
   comm->finalized = 1;
   /* Nothing more will come from this rank: a peer still waiting for it (in
