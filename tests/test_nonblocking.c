@@ -101,6 +101,58 @@ static int mixedGroup(void) {
   return 0;
 }
 
+static int waitReady(ncclComm_t comm) {
+  ncclResult_t r = ncclInProgress;
+  double end = nowSec() + 20;
+  while (r == ncclInProgress && nowSec() < end) NCCLCHECK(ncclCommGetAsyncError(comm, &r));
+  EXPECT(r == ncclSuccess, "init ended with %s", ncclGetErrorString(r));
+  return 0;
+}
+
+/* 1 when comm may join a group with a blocking communicator. */
+static int joinsBlocking(ncclComm_t comm, ncclComm_t blocking) {
+  int x = 1, y = 0;
+  NCCLCHECK(ncclGroupStart());
+  ncclResult_t a = ncclAllReduce(&x, &y, 1, ncclInt, ncclSum, blocking, NULL);
+  ncclResult_t b = ncclAllReduce(&x, &y, 1, ncclInt, ncclSum, comm, NULL);
+  ncclResult_t end = ncclGroupEnd();
+  return a == ncclSuccess && b == ncclSuccess && end == ncclSuccess;
+}
+
+/* A split of a nonblocking communicator without a config is nonblocking
+ * (NCCL copies the parent's config); with a config that leaves blocking
+ * unset it is blocking (NCCL's default); a rank that leaves
+ * (NCCL_SPLIT_NOCOLOR) gets no communicator, so its config is not read
+ * (before: the first inherited the parent's mode, the last was refused). */
+static int splitBlocking(void) {
+  ncclUniqueId a, b;
+  ncclComm_t blocking, parent, inherited = NULL, fresh = NULL, none = NULL;
+  NCCLCHECK(ncclGetUniqueId(&a));
+  NCCLCHECK(ncclGetUniqueId(&b));
+  NCCLCHECK(ncclCommInitRank(&blocking, 1, a, 0));
+  ncclResult_t r = initNonblocking(&parent, 1, b, 0);
+  EXPECT(r == ncclSuccess || r == ncclInProgress, "nonblocking init: %s", ncclGetErrorString(r));
+  if (waitReady(parent)) return 1;
+  r = ncclCommSplit(parent, 0, 0, &inherited, NULL);
+  EXPECT(r == ncclSuccess || r == ncclInProgress, "split without a config: %s", ncclGetErrorString(r));
+  if (waitReady(inherited)) return 1;
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  cfg.commName = "named";
+  r = ncclCommSplit(parent, 0, 0, &fresh, &cfg);
+  EXPECT(r == ncclSuccess, "split with a config leaving blocking unset returned %s", ncclGetErrorString(r));
+  ncclConfig_t garbage;
+  memset(&garbage, 0x5a, sizeof garbage);
+  r = ncclCommSplit(parent, NCCL_SPLIT_NOCOLOR, 0, &none, &garbage);
+  EXPECT(r == ncclSuccess && none == NULL, "NCCL_SPLIT_NOCOLOR with an unread config: %s", ncclGetErrorString(r));
+  EXPECT(!joinsBlocking(inherited, blocking), "the split without a config is blocking");
+  EXPECT(joinsBlocking(fresh, blocking), "the split with a config is nonblocking");
+  NCCLCHECK(ncclCommDestroy(fresh));
+  NCCLCHECK(ncclCommDestroy(inherited));
+  NCCLCHECK(ncclCommDestroy(parent));
+  NCCLCHECK(ncclCommDestroy(blocking));
+  return 0;
+}
+
 /* NCCL_COMM_BLOCKING overrides config.blocking, and the default of a call
  * without a config, as NCCL's envConfigOverride: 0 makes ncclCommInitRank
  * return ncclInProgress while its peer is late, 1 makes a config asking
@@ -137,6 +189,7 @@ int main(void) {
   for (int n = 1; n <= 4; n += 3) failed += runRanks(n, rankMain, NULL, 60);
   failed += runRanks(2, watchdogMain, NULL, 30);
   failed += mixedGroup();
+  failed += splitBlocking();
   printf("test_nonblocking: %s\n", failed ? "FAILED" : "passed");
   return failed != 0;
 }

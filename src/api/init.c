@@ -161,8 +161,12 @@ static ncclResult_t configCheck(const ncclConfig_t *config, const char *call, in
 /* The blocking flag of a communicator a call makes: config's (checked, see
  * configCheck), else dflt (no config: 1 for a new communicator, the
  * parent's for one made from a parent), and NCCL_COMM_BLOCKING over both. */
-static ncclResult_t initConfig(const ncclConfig_t *config, const char *call, int dflt, int *blocking) {
-  *blocking = dflt;
+/* The new communicator's blocking mode: config's, or NCCL's default (1)
+ * where config leaves it unset; a split, shrink or grow without a config
+ * (parent) keeps its parent's, as NCCL copies the parent's config then. */
+static ncclResult_t initConfig(const ncclConfig_t *config, const char *call, const struct ncclComm *parent,
+                               int *blocking) {
+  *blocking = parent && !config ? parent->blocking : 1;
   paramReload(); /* the variables that override the config, as they are now (NCCL reads them at each init) */
   if (config) CHECK(configCheck(config, call, blocking));
   blockingFromEnv(blocking);
@@ -172,7 +176,7 @@ static ncclResult_t initConfig(const ncclConfig_t *config, const char *call, int
 NCCL_API(ncclResult_t, ncclCommInitRank, ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank) {
   CHECK(checkInitArgs(comm, nranks, rank, &commId, "ncclCommInitRank"));
   int blocking;
-  CHECK(initConfig(NULL, "ncclCommInitRank", 1, &blocking));
+  CHECK(initConfig(NULL, "ncclCommInitRank", NULL, &blocking));
   struct initJob job = {.comm = comm, .nranks = nranks, .rank = rank, .blocking = blocking, .id = commId,
                         .func = "ncclCommInitRank"};
   chorusGetDevice(&job.cudaDev); /* the caller's, as NCCL's cudaGetDevice */
@@ -183,7 +187,7 @@ NCCL_API(ncclResult_t, ncclCommInitRankConfig, ncclComm_t *comm, int nranks, ncc
          ncclConfig_t *config) {
   CHECK(checkInitArgs(comm, nranks, rank, &commId, "ncclCommInitRankConfig"));
   int blocking;
-  CHECK(initConfig(config, "ncclCommInitRankConfig", 1, &blocking));
+  CHECK(initConfig(config, "ncclCommInitRankConfig", NULL, &blocking));
   /* Init completes before returning (or before ncclGroupEnd returns), so
    * nonblocking callers see success. */
   struct initJob job = {.comm = comm, .nranks = nranks, .rank = rank, .blocking = blocking, .id = commId,
@@ -212,7 +216,7 @@ NCCL_API(ncclResult_t, ncclCommInitRankScalable, ncclComm_t *newcomm, int nranks
   }
   CHECK(checkInitArgs(newcomm, nranks, myrank, &commIds[0], call));
   int blocking;
-  CHECK(initConfig(config, call, 1, &blocking));
+  CHECK(initConfig(config, call, NULL, &blocking));
   uint64_t ids = 0;
   if (nId > 1) {
     ids = 0xcbf29ce484222325ull ^ (uint64_t)nId;
@@ -279,7 +283,9 @@ NCCL_API(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key, ncclC
     return ncclInvalidArgument;
   }
   int blocking;
-  CHECK(initConfig(config, "ncclCommSplit", comm->blocking, &blocking));
+  /* A rank that leaves gets no communicator: its config is not read (NCCL
+   * parses only the joining ranks'). */
+  CHECK(initConfig(color == NCCL_SPLIT_NOCOLOR ? NULL : config, "ncclCommSplit", comm, &blocking));
   CHECK(commInitDone(comm, "ncclCommSplit"));
   ncclResult_t async = __atomic_load_n(&comm->asyncError, __ATOMIC_ACQUIRE);
   if (async != ncclSuccess) {
@@ -309,7 +315,7 @@ NCCL_API(ncclResult_t, ncclCommShrink, ncclComm_t comm, int *excludeRanksList, i
     return ncclInvalidArgument;
   }
   int blocking;
-  CHECK(initConfig(config, "ncclCommShrink", comm->blocking, &blocking));
+  CHECK(initConfig(config, "ncclCommShrink", comm, &blocking));
   CHECK(commInitDone(comm, "ncclCommShrink"));
   char *excluded = calloc((size_t)comm->nranks, 1);
   if (!excluded) return ncclSystemError;
@@ -380,7 +386,7 @@ NCCL_API(ncclResult_t, ncclCommGrow, ncclComm_t comm, int nRanks, const ncclUniq
     }
     CHECK(checkInitArgs(newcomm, nRanks, rank, uniqueId, call));
     int blocking;
-    CHECK(initConfig(config, call, 1, &blocking));
+    CHECK(initConfig(config, call, NULL, &blocking));
     struct initJob job = {.comm = newcomm, .nranks = nRanks, .rank = rank, .blocking = blocking, .id = *uniqueId,
                           .func = call};
     chorusGetDevice(&job.cudaDev);
@@ -403,7 +409,7 @@ NCCL_API(ncclResult_t, ncclCommGrow, ncclComm_t comm, int nRanks, const ncclUniq
     return ncclInvalidArgument;
   }
   int blocking;
-  CHECK(initConfig(config, call, comm->blocking, &blocking));
+  CHECK(initConfig(config, call, comm, &blocking));
   CHECK(growParentUp(comm, call));
   struct initJob job = {.run = commGrowRun, .comm = newcomm, .nranks = nRanks, .rank = comm->rank,
                         .cudaDev = comm->cudaDev, .blocking = blocking, .parent = comm, .func = call};
