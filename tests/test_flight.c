@@ -77,6 +77,10 @@ static int checkFile(int rank) {
     /* Every entry says when it was queued; a failed one how long it ran. */
     EXPECT(strstr(entry[i], "queued at ") && (!last || strstr(entry[i], ", ran ")), "rank %d entry %d times: %s", rank,
            i, entry[i]);
+    /* ...counted from the communicator's creation (an operation right after
+     * it read 18446744073.7 s when the coarse clock lagged the fine one) */
+    double at = atof(strstr(entry[i], "queued at ") + 10);
+    EXPECT(at >= 0 && at < 600, "rank %d entry %d queued at %g s: %s", rank, i, at, entry[i]);
   }
   int p2p = rank == 2 ? 2 : 1; /* where the Send and the Recv sit */
   EXPECT(strstr(entry[p2p], "Send #1 ") || strstr(entry[p2p], "Recv #1 "), "rank %d entry %d: %s", rank, p2p,

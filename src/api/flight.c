@@ -242,7 +242,9 @@ static void entryLine(const struct ncclComm *comm, const struct flightEntry *e, 
   char d[160];
   descStr(&e->desc, d, sizeof d);
   int p2p = e->desc.coll == collSend || e->desc.coll == collRecv;
-  double at = (double)(e->queuedNs - comm->createdNs) / 1e9;
+  /* The coarse clock (launchClock) may read up to a tick behind the fine
+   * one that stamped the creation: an operation queued right after it. */
+  double at = e->queuedNs > comm->createdNs ? (double)(e->queuedNs - comm->createdNs) / 1e9 : 0;
   int n = p2p ? snprintf(out, len, "%s: %s", d, stateName(state))
               : snprintf(out, len, "%s via %s/%s on %u channel(s): %s", d, algoName(e->algo), protoName(e->proto),
                          e->nch, stateName(state));
