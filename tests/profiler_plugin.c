@@ -48,7 +48,8 @@ static long parentId(const void *parent) {
   return e->magic == EVENT_MAGIC ? e->id : -1;
 }
 
-static ncclResult_t openContext(void **context, int *mask, uint64_t hash, int nNodes, int nranks, int rank) {
+static ncclResult_t openContext(void **context, int *mask, uint64_t hash, int nNodes, int nranks, int rank,
+                               const char *name) {
   const char *dir = getenv("CHORUS_TEST_PROFILE_DIR");
   const char *m = getenv("CHORUS_TEST_PROFILE_MASK");
   *mask = m ? (int)strtol(m, NULL, 0) : 0xfff; /* Group .. KernelLaunch */
@@ -59,7 +60,7 @@ static ncclResult_t openContext(void **context, int *mask, uint64_t hash, int nN
   c->out = fopen(path, "w");
   if (!c->out) return ncclSystemError;
   pthread_mutex_init(&c->lock, NULL);
-  fprintf(c->out, "init %d %d %d %llu\n", rank, nranks, nNodes, (unsigned long long)hash);
+  fprintf(c->out, "init %d %d %d %llu %s\n", rank, nranks, nNodes, (unsigned long long)hash, name ? name : "(null)");
   fflush(c->out);
   *context = c;
   return ncclSuccess;
@@ -224,23 +225,21 @@ static ncclResult_t finalize(void *context) {
 #if PLUGIN_VERSION >= 5
 static ncclResult_t init(void **context, uint64_t commId, int *mask, const char *commName, int nNodes, int nranks,
                          int rank, profLogFn logfn) {
-  (void)commName;
   logfn(3, 1, "test-plugin", __LINE__, "test profiler plugin v%d: init rank %d", PLUGIN_VERSION, rank);
-  return openContext(context, mask, commId, nNodes, nranks, rank);
+  return openContext(context, mask, commId, nNodes, nranks, rank, commName);
 }
 __attribute__((visibility("default"))) const struct profPluginV6 TABLE_NAME(PLUGIN_VERSION) = {
     "chorus-test", init, startEvent, stopEvent, recordEventState, finalize};
 #elif PLUGIN_VERSION == 4
 static ncclResult_t init(void **context, int *mask, const char *commName, uint64_t commHash, int nNodes, int nranks,
                          int rank, profLogFn logfn) {
-  (void)commName;
   logfn(3, 1, "test-plugin", __LINE__, "test profiler plugin v4: init rank %d", rank);
-  return openContext(context, mask, commHash, nNodes, nranks, rank);
+  return openContext(context, mask, commHash, nNodes, nranks, rank, commName);
 }
 __attribute__((visibility("default"))) const struct profPluginV4 ncclProfiler_v4 = {
     "chorus-test", init, startEvent, stopEvent, recordEventState, finalize};
 #else
-static ncclResult_t init(void **context, int *mask) { return openContext(context, mask, 0, -1, -1, -1); }
+static ncclResult_t init(void **context, int *mask) { return openContext(context, mask, 0, -1, -1, -1, NULL); }
 #define OLD_TABLE_(v) profPluginV##v
 #define OLD_TABLE(v) OLD_TABLE_(v)
 __attribute__((visibility("default"))) const struct OLD_TABLE(PLUGIN_VERSION) TABLE_NAME(PLUGIN_VERSION) = {

@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "api/comm.h" /* a communicator's channels */
 #include "bootstrap/bootstrap.h"
 #include "core/param.h"
 #include "harness.h"
@@ -54,6 +55,41 @@ static int childSetsTimeout(int rank, int n, ncclUniqueId id, void *arg) {
     for (int i = 0; i < 1000 && !*timedOut; i++) usleep(10000);
     ncclCommAbort(comm);
   }
+  return 0;
+}
+
+/* config.minCTAs / maxCTAs bound the channels as NCCL_MIN_NCHANNELS /
+ * NCCL_MAX_NCHANNELS do (the tighter of each pair counts), and
+ * NCCL_MIN_CTAS / NCCL_MAX_CTAS override the config, as NCCL's (before, the
+ * config's were checked and ignored). The ranks inherit NCCL_MAX_NCHANNELS=3. */
+static int ctaLimits(int rank, int n, ncclUniqueId id, void *arg) {
+  (void)arg;
+  ncclComm_t parent, c;
+  NCCLCHECK(ncclCommInitRank(&parent, n, id, rank));
+  EXPECT(parent->nch == 3, "NCCL_MAX_NCHANNELS=3 gave %d channels", parent->nch);
+  const struct {
+    int minCTAs, maxCTAs;
+    const char *envMax, *envMin;
+    int want;
+  } cases[] = {{0, 1, NULL, NULL, 1}, {4, 0, NULL, NULL, 4}, {0, 1, "2", NULL, 2}, {0, 8, NULL, NULL, 3},
+               {0, 0, NULL, "5", 5}};
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    if (cases[k].minCTAs) cfg.minCTAs = cases[k].minCTAs;
+    if (cases[k].maxCTAs) cfg.maxCTAs = cases[k].maxCTAs;
+    if (cases[k].envMax) setenv("NCCL_MAX_CTAS", cases[k].envMax, 1);
+    if (cases[k].envMin) setenv("NCCL_MIN_CTAS", cases[k].envMin, 1);
+    NCCLCHECK(ncclCommSplit(parent, 0, rank, &c, &cfg));
+    unsetenv("NCCL_MAX_CTAS");
+    unsetenv("NCCL_MIN_CTAS");
+    EXPECT(c->nch == cases[k].want, "case %zu: %d channels, expected %d", k, c->nch, cases[k].want);
+    static float x[100000], y[100000];
+    for (int i = 0; i < 100000; i++) x[i] = (float)(i % 9);
+    NCCLCHECK(ncclAllReduce(x, y, 100000, ncclFloat, ncclSum, c, NULL));
+    for (int i = 0; i < 100000; i++) EXPECT(y[i] == (float)(n * (i % 9)), "case %zu: y[%d] = %g", k, i, y[i]);
+    NCCLCHECK(ncclCommDestroy(c));
+  }
+  NCCLCHECK(ncclCommDestroy(parent));
   return 0;
 }
 
@@ -222,6 +258,8 @@ int main(void) {
     failed += runRanksWithId(3, id3, badInterface, &bad, 30);
   }
   failed += wrongRootPort();
+  NCCLCHECK(ncclGetUniqueId(&id3));
+  failed += runRanksWithId(2, id3, ctaLimits, NULL, 30);
   if (!failed) {
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", logDir);

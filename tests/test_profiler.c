@@ -38,7 +38,9 @@ static int64_t *lateStart; /* shared by the ranks: when rank 0 began its late se
 static int rankMain(int rank, int n, ncclUniqueId id, void *arg) {
   int late = arg != NULL && n >= 2;
   ncclComm_t comm;
-  NCCLCHECK(ncclCommInitRank(&comm, n, id, rank));
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  cfg.commName = "profiled"; /* handed to the plugin's init (version 4 on) */
+  NCCLCHECK(ncclCommInitRankConfig(&comm, n, id, rank, &cfg));
   float *a = guardAlloc(sizeof(float) * BIG), *b = guardAlloc(sizeof(float) * BIG);
   int *s = guardAlloc(sizeof(int) * 300), *r = guardAlloc(sizeof(int) * 300);
   for (int i = 0; i < BIG; i++) a[i] = (float)(rank + i % 7);
@@ -140,13 +142,14 @@ static int checkLog(const char *file, int n, int version, int late, int *rankOut
   char line[512];
   int inits = 0, finals = 0, rank = -1, nr = -1, nodes = -1;
   unsigned long long hash = 0;
+  char name[64] = "";
   nev = 0;
   while (fgets(line, sizeof line, f)) {
     long id, parent;
     int state, rk;
     char type[16];
     size_t ts;
-    if (sscanf(line, "init %d %d %d %llu", &rank, &nr, &nodes, &hash) == 4) {
+    if (sscanf(line, "init %d %d %d %llu %63s", &rank, &nr, &nodes, &hash, name) == 5) {
       inits++;
     } else if (strcmp(line, "finalize\n") == 0) {
       finals++;
@@ -194,6 +197,7 @@ static int checkLog(const char *file, int n, int version, int late, int *rankOut
   }
   fclose(f);
   CHECKF(inits == 1 && finals == 1, "%d init and %d finalize", inits, finals);
+  CHECKF(!strcmp(name, v3 ? "(null)" : "profiled"), "the plugin's init got commName %s", name);
   if (v3) { /* not told at init: the rank the task events carry */
     for (int i = 0; i < nev && rank < 0; i++)
       if (!strcmp(evs[i].type, "Coll")) sscanf(evs[i].fields, " start %*d %*s %*d %d", &rank);

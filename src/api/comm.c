@@ -135,8 +135,11 @@ int commGone(const struct ncclComm *comm) { return !(__atomic_load_n(&comm->hold
 
 int commGroupHeld(const struct ncclComm *comm) { return __atomic_load_n(&comm->holds, __ATOMIC_ACQUIRE) > 1; }
 
-static int channelCount(void) {
+static int channelCount(const struct commConfig *cfg) {
   int64_t lo = paramInt(paramMinNChannels), hi = paramInt(paramMaxNChannels);
+  /* config.minCTAs / maxCTAs (NCCL_MIN_CTAS / NCCL_MAX_CTAS): the tighter of each pair, as NCCL */
+  if (cfg->maxCTAs > 0 && (hi <= 0 || cfg->maxCTAs < hi)) hi = cfg->maxCTAs;
+  if (cfg->minCTAs > lo) lo = cfg->minCTAs;
   int64_t n = hi > 0 ? hi : 2; /* two channels by default */
   if (lo > 0 && n < lo) n = lo;
   if (n < 1) n = 1;
@@ -348,6 +351,8 @@ static struct ncclComm *commAlloc(int nranks, const ncclUniqueId *id, int rank, 
     return NULL;
   }
   comm->origin = *origin;
+  if (origin->config) comm->config = *origin->config;
+  comm->origin.config = NULL; /* the caller's */
   uint64_t h = 0xcbf29ce484222325ull;
   for (size_t i = 0; i < sizeof id->internal; i++) h = (h ^ (unsigned char)id->internal[i]) * 0x100000001b3ull;
   comm->commHash = h;
@@ -406,7 +411,7 @@ static ncclResult_t commSetup(struct ncclComm *comm) {
   }
   agree[rank].version = NCCL_VERSION_CODE;
   agree[rank].ids = comm->origin.ids;
-  agree[rank].nch = channelCount();
+  agree[rank].nch = channelCount(&comm->config);
   agree[rank].check = paramInt(paramCheck) != 0;
   /* 0: unset, the default then depends on the hosts (commBuffSize) */
   agree[rank].buffSize = paramFromEnv(paramBuffSize) && !paramRejected(paramBuffSize) ? paramInt(paramBuffSize) : 0;
@@ -515,7 +520,8 @@ static ncclResult_t commSetup(struct ncclComm *comm) {
     INFO(subsysInit, "%s comm %p rank %d nranks %d cudaDev %d nvmlDev %d busId %lx commId 0x%llx - Init COMPLETE",
          comm->origin.func, (void *)comm, rank, nranks, cudaDev, cudaDev, commBusId(cudaDev),
          (unsigned long long)comm->commHash);
-  profCommInit(&comm->prof, comm->commHash, NULL, comm->nhosts, nranks, rank);
+  const char *name = comm->config.name[0] ? comm->config.name : NULL; /* config.commName, as NCCL hands it */
+  profCommInit(&comm->prof, comm->commHash, name, comm->nhosts, nranks, rank);
   /* NCCL's phases; chorus has no kernels, topology search or graphs. */
   double total = (double)(clockNs() - comm->createdNs) / 1e9, alloc = (double)(t0 - comm->createdNs) / 1e9;
   double boot = (double)(tBoot - t0) / 1e9, gather = (double)(tGather - tBoot) / 1e9;

@@ -33,11 +33,20 @@ struct userRedOp {
 
 /* Which call made a communicator, for NCCL's Init START / Init COMPLETE
  * lines: a split's parent, color and key too. */
+/* What a communicator's config asks beyond blocking (a split, shrink or
+ * grow without a config: its parent's), with NCCL_MIN_CTAS / NCCL_MAX_CTAS
+ * over it, as NCCL's envConfigOverride. */
+struct commConfig {
+  int minCTAs, maxCTAs; /* channels, fewest and most (channelCount); 0: unset */
+  char name[256];       /* config.commName, for the profiler; "": none */
+};
+
 struct commOrigin {
   const char *func; /* "ncclCommInitRank", "ncclCommInitAll", "ncclCommSplit", ... */
   struct ncclComm *parent;
   int color, key;
   uint64_t ids; /* a hash of ncclCommInitRankScalable's nId ids, which every rank must pass alike; 0: one id */
+  const struct commConfig *config; /* NULL: nothing set */
 };
 
 struct ncclComm {
@@ -46,6 +55,7 @@ struct ncclComm {
   int rank, nranks, cudaDev;
   int nch; /* collective channels */
   int blocking;
+  struct commConfig config;
   struct bootstrap boot;
   void *transports[TRANSPORT_COUNT]; /* each transport's state (transport.h) */
   struct connTable conns;

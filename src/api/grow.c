@@ -96,7 +96,7 @@ ncclResult_t commGrowRun(struct initJob *j) {
   memcpy(j->id.internal, &id, sizeof id);
   INFO(subsysInit, "ncclCommGrow : rank %d of %d keeps its rank in a communicator of %d (rank %d coordinates)", me, n,
        j->nranks, coord);
-  struct commOrigin origin = {"ncclCommGrow", parent, 0, me, 0};
+  struct commOrigin origin = {"ncclCommGrow", parent, 0, me, 0, &j->config};
   __atomic_fetch_add(&parent->childCount, 1, __ATOMIC_RELAXED);
   return commInit(j->comm, j->nranks, &j->id, me, parent->cudaDev, j->blocking, &origin);
 }

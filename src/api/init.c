@@ -104,7 +104,8 @@ static void blockingFromEnv(int *blocking) {
  * size: the fields past it are unset) and sets *blocking when it says.
  * chorus uses few of the fields, but a value NCCL refuses is refused here
  * too, before anything starts. */
-static ncclResult_t configCheck(const ncclConfig_t *config, const char *call, int *blocking) {
+static ncclResult_t configCheck(const ncclConfig_t *config, const char *call, int *blocking,
+                                struct commConfig *out) {
   /* As NCCL's parseCommConfig: the caller's struct may be older (smaller)
    * than ours, so only its size's bytes are read, the magic among them. */
   ncclConfig_t c = NCCL_CONFIG_INITIALIZER;
@@ -155,29 +156,36 @@ static ncclResult_t configCheck(const ncclConfig_t *config, const char *call, in
     return ncclInvalidUsage;
   }
   if (c.blocking != undef) *blocking = c.blocking;
+  out->minCTAs = c.minCTAs != undef ? c.minCTAs : 0;
+  out->maxCTAs = c.maxCTAs != undef ? c.maxCTAs : 0;
+  snprintf(out->name, sizeof out->name, "%s", c.commName ? c.commName : "");
   return ncclSuccess;
 }
 
-/* The blocking flag of a communicator a call makes: config's (checked, see
- * configCheck), else dflt (no config: 1 for a new communicator, the
- * parent's for one made from a parent), and NCCL_COMM_BLOCKING over both. */
-/* The new communicator's blocking mode: config's, or NCCL's default (1)
- * where config leaves it unset; a split, shrink or grow without a config
- * (parent) keeps its parent's, as NCCL copies the parent's config then. */
+/* The new communicator's blocking mode and config: config's (checked, see
+ * configCheck), with NCCL's defaults (blocking) where it leaves a field
+ * unset; a split, shrink or grow without a config (parent) keeps its
+ * parent's, as NCCL copies the parent's config then. NCCL_COMM_BLOCKING,
+ * NCCL_MIN_CTAS and NCCL_MAX_CTAS override both. */
 static ncclResult_t initConfig(const ncclConfig_t *config, const char *call, const struct ncclComm *parent,
-                               int *blocking) {
+                               int *blocking, struct commConfig *out) {
   *blocking = parent && !config ? parent->blocking : 1;
+  memset(out, 0, sizeof *out);
+  if (parent && !config) *out = parent->config;
   paramReload(); /* the variables that override the config, as they are now (NCCL reads them at each init) */
-  if (config) CHECK(configCheck(config, call, blocking));
+  if (config) CHECK(configCheck(config, call, blocking, out));
   blockingFromEnv(blocking);
+  if (paramInt(paramMinCtas) > 0) out->minCTAs = (int)paramInt(paramMinCtas);
+  if (paramInt(paramMaxCtas) > 0) out->maxCTAs = (int)paramInt(paramMaxCtas);
   return ncclSuccess;
 }
 
 NCCL_API(ncclResult_t, ncclCommInitRank, ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank) {
   CHECK(checkInitArgs(comm, nranks, rank, &commId, "ncclCommInitRank"));
   int blocking;
-  CHECK(initConfig(NULL, "ncclCommInitRank", NULL, &blocking));
-  struct initJob job = {.comm = comm, .nranks = nranks, .rank = rank, .blocking = blocking, .id = commId,
+  struct commConfig cfg;
+  CHECK(initConfig(NULL, "ncclCommInitRank", NULL, &blocking, &cfg));
+  struct initJob job = {.comm = comm, .nranks = nranks, .rank = rank, .blocking = blocking, .config = cfg, .id = commId,
                         .func = "ncclCommInitRank"};
   chorusGetDevice(&job.cudaDev); /* the caller's, as NCCL's cudaGetDevice */
   return groupInit(&job);
@@ -187,10 +195,11 @@ NCCL_API(ncclResult_t, ncclCommInitRankConfig, ncclComm_t *comm, int nranks, ncc
          ncclConfig_t *config) {
   CHECK(checkInitArgs(comm, nranks, rank, &commId, "ncclCommInitRankConfig"));
   int blocking;
-  CHECK(initConfig(config, "ncclCommInitRankConfig", NULL, &blocking));
+  struct commConfig cfg;
+  CHECK(initConfig(config, "ncclCommInitRankConfig", NULL, &blocking, &cfg));
   /* Init completes before returning (or before ncclGroupEnd returns), so
    * nonblocking callers see success. */
-  struct initJob job = {.comm = comm, .nranks = nranks, .rank = rank, .blocking = blocking, .id = commId,
+  struct initJob job = {.comm = comm, .nranks = nranks, .rank = rank, .blocking = blocking, .config = cfg, .id = commId,
                         .func = "ncclCommInitRankConfig"};
   chorusGetDevice(&job.cudaDev);
   return groupInit(&job);
@@ -216,7 +225,8 @@ NCCL_API(ncclResult_t, ncclCommInitRankScalable, ncclComm_t *newcomm, int nranks
   }
   CHECK(checkInitArgs(newcomm, nranks, myrank, &commIds[0], call));
   int blocking;
-  CHECK(initConfig(config, call, NULL, &blocking));
+  struct commConfig cfg;
+  CHECK(initConfig(config, call, NULL, &blocking, &cfg));
   uint64_t ids = 0;
   if (nId > 1) {
     ids = 0xcbf29ce484222325ull ^ (uint64_t)nId;
@@ -231,8 +241,8 @@ NCCL_API(ncclResult_t, ncclCommInitRankScalable, ncclComm_t *newcomm, int nranks
     memcpy(&h, commIds[k].internal, sizeof h);
     bootstrapRetireRoot(&h);
   }
-  struct initJob job = {.comm = newcomm, .nranks = nranks, .rank = myrank, .blocking = blocking, .id = commIds[0],
-                        .func = call, .ids = ids};
+  struct initJob job = {.comm = newcomm, .nranks = nranks, .rank = myrank, .blocking = blocking, .config = cfg,
+                        .id = commIds[0], .func = call, .ids = ids};
   chorusGetDevice(&job.cudaDev);
   return groupInit(&job);
 }
@@ -285,7 +295,8 @@ NCCL_API(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key, ncclC
   int blocking;
   /* A rank that leaves gets no communicator: its config is not read (NCCL
    * parses only the joining ranks'). */
-  CHECK(initConfig(color == NCCL_SPLIT_NOCOLOR ? NULL : config, "ncclCommSplit", comm, &blocking));
+  struct commConfig cfg;
+  CHECK(initConfig(color == NCCL_SPLIT_NOCOLOR ? NULL : config, "ncclCommSplit", comm, &blocking, &cfg));
   CHECK(commInitDone(comm, "ncclCommSplit"));
   ncclResult_t async = __atomic_load_n(&comm->asyncError, __ATOMIC_ACQUIRE);
   if (async != ncclSuccess) {
@@ -293,7 +304,7 @@ NCCL_API(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key, ncclC
     return async;
   }
   struct initJob job = {.run = commSplitRun, .comm = newcomm, .cudaDev = comm->cudaDev, .blocking = blocking,
-                        .parent = comm, .color = color, .key = key, .func = "ncclCommSplit"};
+                        .config = cfg, .parent = comm, .color = color, .key = key, .func = "ncclCommSplit"};
   return groupInit(&job);
 }
 
@@ -315,7 +326,8 @@ NCCL_API(ncclResult_t, ncclCommShrink, ncclComm_t comm, int *excludeRanksList, i
     return ncclInvalidArgument;
   }
   int blocking;
-  CHECK(initConfig(config, "ncclCommShrink", comm, &blocking));
+  struct commConfig cfg;
+  CHECK(initConfig(config, "ncclCommShrink", comm, &blocking, &cfg));
   CHECK(commInitDone(comm, "ncclCommShrink"));
   char *excluded = calloc((size_t)comm->nranks, 1);
   if (!excluded) return ncclSystemError;
@@ -338,7 +350,8 @@ NCCL_API(ncclResult_t, ncclCommShrink, ncclComm_t comm, int *excludeRanksList, i
     commEndInFlight(comm); /* the parent is used again: the handoff, ncclCommDestroy */
   }
   struct initJob job = {.run = commShrinkRun, .comm = newcomm, .cudaDev = comm->cudaDev, .blocking = blocking,
-                        .parent = comm, .excluded = excluded, .shrinkFlags = shrinkFlags, .func = "ncclCommShrink"};
+                        .config = cfg, .parent = comm, .excluded = excluded, .shrinkFlags = shrinkFlags,
+                        .func = "ncclCommShrink"};
   return groupInit(&job);
 }
 
@@ -386,9 +399,10 @@ NCCL_API(ncclResult_t, ncclCommGrow, ncclComm_t comm, int nRanks, const ncclUniq
     }
     CHECK(checkInitArgs(newcomm, nRanks, rank, uniqueId, call));
     int blocking;
-    CHECK(initConfig(config, call, NULL, &blocking));
-    struct initJob job = {.comm = newcomm, .nranks = nRanks, .rank = rank, .blocking = blocking, .id = *uniqueId,
-                          .func = call};
+    struct commConfig cfg;
+    CHECK(initConfig(config, call, NULL, &blocking, &cfg));
+    struct initJob job = {.comm = newcomm, .nranks = nRanks, .rank = rank, .blocking = blocking, .config = cfg,
+                          .id = *uniqueId, .func = call};
     chorusGetDevice(&job.cudaDev);
     return groupInit(&job);
   }
@@ -409,10 +423,11 @@ NCCL_API(ncclResult_t, ncclCommGrow, ncclComm_t comm, int nRanks, const ncclUniq
     return ncclInvalidArgument;
   }
   int blocking;
-  CHECK(initConfig(config, call, comm, &blocking));
+  struct commConfig cfg;
+  CHECK(initConfig(config, call, comm, &blocking, &cfg));
   CHECK(growParentUp(comm, call));
   struct initJob job = {.run = commGrowRun, .comm = newcomm, .nranks = nRanks, .rank = comm->rank,
-                        .cudaDev = comm->cudaDev, .blocking = blocking, .parent = comm, .func = call};
+                        .cudaDev = comm->cudaDev, .blocking = blocking, .config = cfg, .parent = comm, .func = call};
   if (uniqueId) job.id = *uniqueId;
   return groupInit(&job);
 }

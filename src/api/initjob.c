@@ -13,7 +13,7 @@
 
 static void *initJobThread(void *p) {
   struct initJob *j = p;
-  struct commOrigin origin = {j->func, NULL, 0, 0, j->ids};
+  struct commOrigin origin = {j->func, NULL, 0, 0, j->ids, &j->config};
   j->res = j->run ? j->run(j) : commInit(j->comm, j->nranks, &j->id, j->rank, j->cudaDev, j->blocking, &origin);
   if (j->res != ncclSuccess && j->res != ncclInProgress) snprintf(j->why, sizeof j->why, "%s", logThreadLastError());
   return NULL;

@@ -12,6 +12,7 @@ struct initJob {
   ncclResult_t (*run)(struct initJob *job);
   ncclComm_t *comm;
   int nranks, rank, cudaDev, blocking;
+  struct commConfig config;
   ncclUniqueId id;
   ncclResult_t res;
   /* ncclCommSplit, ncclCommShrink, ncclCommGrow: a communicator made from

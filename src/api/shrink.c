@@ -64,7 +64,7 @@ ncclResult_t commShrinkRun(struct initJob *j) {
   j->nranks = m;
   j->rank = newRank;
   INFO(subsysInit, "ncclCommShrink : rank %d becomes rank %d of %d", me, newRank, m);
-  struct commOrigin origin = {"ncclCommShrink", parent, 0, me, 0};
+  struct commOrigin origin = {"ncclCommShrink", parent, 0, me, 0, &j->config};
   __atomic_fetch_add(&parent->childCount, 1, __ATOMIC_RELAXED);
   return commInit(j->comm, m, &j->id, newRank, parent->cudaDev, j->blocking, &origin);
 }

@@ -20,6 +20,8 @@
   X(HostId, "NCCL_HOSTID", 1, "", "overrides the host identity (default hostname + boot id)")     \
   X(MinNChannels, "NCCL_MIN_NCHANNELS", 0, "-2", "fewest channels (-2: auto)")                    \
   X(MaxNChannels, "NCCL_MAX_NCHANNELS", 0, "-2", "most channels (-2: auto)")                      \
+  X(MinCtas, "NCCL_MIN_CTAS", 0, "0", "fewest channels, over config.minCTAs (0: the config's)")  \
+  X(MaxCtas, "NCCL_MAX_CTAS", 0, "0", "most channels, over config.maxCTAs (0: the config's)")    \
   X(SocketIfname, "NCCL_SOCKET_IFNAME", 1, "", "interfaces for sockets: prefixes, ^ excludes, = exact") \
   X(SocketFamily, "NCCL_SOCKET_FAMILY", 1, "", "AF_INET or AF_INET6")                             \
   X(SocketNThreads, "NCCL_SOCKET_NTHREADS", 0, "-2", "helper threads per socket connection, 0..16 (-2: auto)") \
