@@ -335,6 +335,13 @@ static int rankMain(int rank, int n, ncclUniqueId id, void *arg) {
   BAD(ncclAllGather(send, NULL, 1, ncclFloat, comm, NULL), ncclInvalidArgument, "recvbuff");
   BAD(ncclReduceScatter(NULL, recv, 1, ncclFloat, ncclSum, comm, NULL), ncclInvalidArgument, "sendbuff");
   BAD(ncclAllReduce(send, recv, 16, ncclFloat, ncclSum, comm, (cudaStream_t)send), ncclInvalidArgument, "stream");
+  /* Buffers that overlap other than as one buffer or the in-place layout
+   * (before: success, with wrong data on some ranks). */
+  BAD(ncclAllReduce(send, send + 1, 8, ncclFloat, ncclSum, comm, NULL), ncclInvalidArgument, "overlap");
+  BAD(ncclAllGather(send + 1, send, 2, ncclFloat, comm, NULL), ncclInvalidArgument, "overlap");
+  BAD(ncclReduceScatter(send, send + 1, 2, ncclFloat, ncclSum, comm, NULL), ncclInvalidArgument, "overlap");
+  BAD(ncclAlltoAll(send + 1, send, 2, ncclFloat, comm, NULL), ncclInvalidArgument, "overlap");
+  BAD(ncclBroadcast(send, send + 2, 4, ncclFloat, rank, comm, NULL), ncclInvalidArgument, "overlap");
   /* A user op made for float cannot be used with double, nor after destroy. */
   ncclRedOp_t op;
   float two = 2;

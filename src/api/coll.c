@@ -1,5 +1,6 @@
 /* Collective and point-to-point entry points: check every argument, then
  * hand a group item to group.c. Bad input changes nothing. */
+#include <stdint.h>
 #include <string.h>
 
 #include "api/api.h"
@@ -25,6 +26,27 @@ struct callArgs {
 
 static int isReduction(int coll) {
   return coll == collAllReduce || coll == collReduce || coll == collReduceScatter;
+}
+
+/* 1 when the call's send and receive buffers overlap other than as the
+ * same buffer or the in-place layout NCCL documents (AllGather and Gather:
+ * sendbuff at recvbuff + rank * count; ReduceScatter and Scatter the other
+ * way round): no rank could then get the right data. Only where this rank
+ * reads sendbuff and writes recvbuff. */
+static int overlapsBadly(const struct callArgs *a, size_t bytes, int nranks, int rank) {
+  if (a->coll == collSend || a->coll == collRecv) return 0;
+  int root = a->root == rank;
+  if ((a->coll == collBroadcast || a->coll == collReduce || a->coll == collGather || a->coll == collScatter) && !root)
+    return 0;
+  uintptr_t s = (uintptr_t)a->sendbuff, r = (uintptr_t)a->recvbuff, mine = (uintptr_t)rank * bytes;
+  size_t sendBytes = bytes, recvBytes = bytes;
+  if (a->coll == collAllGather || a->coll == collGather) recvBytes *= (size_t)nranks;
+  if (a->coll == collReduceScatter || a->coll == collScatter) sendBytes *= (size_t)nranks;
+  if (a->coll == collAlltoAll) sendBytes = recvBytes = bytes * (size_t)nranks;
+  if (s + sendBytes <= r || r + recvBytes <= s || s == r) return 0;
+  if ((a->coll == collAllGather || a->coll == collGather) && s == r + mine) return 0;
+  if ((a->coll == collReduceScatter || a->coll == collScatter) && r == s + mine) return 0;
+  return 1;
 }
 
 static ncclResult_t enqueueCheckArgs(const struct callArgs *a) {
@@ -74,6 +96,11 @@ static ncclResult_t enqueueCheckArgs(const struct callArgs *a) {
     }
     if (needRecv && a->recvbuff == NULL) {
       WARN("%s : recvbuff argument is NULL with count %zu", name, a->count);
+      return ncclInvalidArgument;
+    }
+    if (needSend && needRecv && overlapsBadly(a, a->count * esz, comm->nranks, comm->rank)) {
+      WARN("%s : sendbuff %p and recvbuff %p overlap (count %zu) without being the same buffer or the in-place "
+           "layout", name, a->sendbuff, a->recvbuff, a->count);
       return ncclInvalidArgument;
     }
   }
