@@ -301,7 +301,8 @@ static int endedInGroup(int rank, int n, ncclUniqueId id, void *arg) {
     pthread_t t;
     if (how == 2 && (pthread_create(&t, NULL, abortFromThread, &child) != 0 || pthread_join(t, NULL) != 0)) return 1;
     BAD(ncclGroupEnd(), ncclInvalidUsage, "destroyed or aborted while the group held its calls");
-    for (int i = 0; i < 16; i++) EXPECT(recv[i] == -7, "case %d: recv[%d] = %g: a call of the failed group ran", how, i, recv[i]);
+    for (int i = 0; i < 16; i++)
+      EXPECT(recv[i] == -7, "case %d: recv[%d] = %g: a call of the failed group ran", how, i, recv[i]);
   }
   NCCLCHECK(ncclGroupStart());
   NCCLCHECK(ncclAllReduce(send, recv, 16, ncclFloat, ncclSum, parent, NULL));

@@ -31,8 +31,6 @@ struct userRedOp {
   struct redOp red;
 };
 
-/* Which call made a communicator, for NCCL's Init START / Init COMPLETE
- * lines: a split's parent, color and key too. */
 /* What a communicator's config asks beyond blocking (a split, shrink or
  * grow without a config: its parent's), with NCCL_MIN_CTAS / NCCL_MAX_CTAS
  * over it, as NCCL's envConfigOverride. */
@@ -41,6 +39,8 @@ struct commConfig {
   char name[256];       /* config.commName, for the profiler; "": none */
 };
 
+/* Which call made a communicator, for NCCL's Init START / Init COMPLETE
+ * lines: a split's parent, color and key too. */
 struct commOrigin {
   const char *func; /* "ncclCommInitRank", "ncclCommInitAll", "ncclCommSplit", ... */
   struct ncclComm *parent;

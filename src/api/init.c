@@ -185,8 +185,8 @@ NCCL_API(ncclResult_t, ncclCommInitRank, ncclComm_t *comm, int nranks, ncclUniqu
   int blocking;
   struct commConfig cfg;
   CHECK(initConfig(NULL, "ncclCommInitRank", NULL, &blocking, &cfg));
-  struct initJob job = {.comm = comm, .nranks = nranks, .rank = rank, .blocking = blocking, .config = cfg, .id = commId,
-                        .func = "ncclCommInitRank"};
+  struct initJob job = {.comm = comm, .nranks = nranks, .rank = rank, .blocking = blocking, .config = cfg,
+                        .id = commId, .func = "ncclCommInitRank"};
   chorusGetDevice(&job.cudaDev); /* the caller's, as NCCL's cudaGetDevice */
   return groupInit(&job);
 }
@@ -199,8 +199,8 @@ NCCL_API(ncclResult_t, ncclCommInitRankConfig, ncclComm_t *comm, int nranks, ncc
   CHECK(initConfig(config, "ncclCommInitRankConfig", NULL, &blocking, &cfg));
   /* Init completes before returning (or before ncclGroupEnd returns), so
    * nonblocking callers see success. */
-  struct initJob job = {.comm = comm, .nranks = nranks, .rank = rank, .blocking = blocking, .config = cfg, .id = commId,
-                        .func = "ncclCommInitRankConfig"};
+  struct initJob job = {.comm = comm, .nranks = nranks, .rank = rank, .blocking = blocking, .config = cfg,
+                        .id = commId, .func = "ncclCommInitRankConfig"};
   chorusGetDevice(&job.cudaDev);
   return groupInit(&job);
 }
