@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <stddef.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -284,7 +285,7 @@ static void *abortFromThread(void *comm) {
  * call is refused and the group then runs. Each case on a child of the
  * parent, every rank alike. */
 static int endedInGroup(int rank, int n, ncclUniqueId id, void *arg) {
-  (void)arg;
+  volatile int *queued = arg; /* shared by the ranks: so many have queued their calls */
   int failed = 0;
   ncclComm_t parent, child;
   NCCLCHECK(ncclCommInitRank(&parent, n, id, rank));
@@ -296,6 +297,10 @@ static int endedInGroup(int rank, int n, ncclUniqueId id, void *arg) {
     NCCLCHECK(ncclGroupStart());
     NCCLCHECK(ncclAllReduce(send, recv, 8, ncclFloat, ncclSum, parent, NULL));
     NCCLCHECK(ncclAllReduce(send, recv + 8, 8, ncclFloat, ncclSum, child, NULL));
+    /* Every rank's calls are queued before any rank ends the child (which
+     * a peer's next call would see, and fail on, at once). */
+    __atomic_add_fetch(queued, 1, __ATOMIC_SEQ_CST);
+    for (int k = 0; k < 30000 && __atomic_load_n(queued, __ATOMIC_SEQ_CST) < n * (how + 1); k++) usleep(100);
     if (how == 0) NCCLCHECK(ncclCommDestroy(child));
     if (how == 1) NCCLCHECK(ncclCommAbort(child));
     pthread_t t;
@@ -430,7 +435,12 @@ int main(void) {
   /* The forked ranks first: the root thread of the unused id below lives
    * on, and ThreadSanitizer cannot follow a fork taken while it runs. */
   for (int n = 1; n <= 3; n++) failed += runRanks(n, rankMain, NULL, 60);
-  for (int n = 1; n <= 3; n += 2) failed += runRanks(n, endedInGroup, NULL, 60);
+  int *queued = mmap(NULL, sizeof *queued, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  EXPECT(queued != MAP_FAILED, "mmap");
+  for (int n = 1; n <= 3; n += 2) {
+    *queued = 0;
+    failed += runRanks(n, endedInGroup, queued, 60);
+  }
   BAD(ncclGetVersion(NULL), ncclInvalidArgument, "version");
   NCCLCHECK(ncclGetVersion(&v));
   EXPECT(v == NCCL_VERSION_CODE && v == 21903, "version %d", v);
