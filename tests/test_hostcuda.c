@@ -48,6 +48,7 @@ static int errors(void) {
   EXPECT(strcmp(cudaGetErrorName(cudaErrorInvalidValue), "cudaErrorInvalidValue") == 0, "name");
   EXPECT(strstr(cudaGetErrorString(cudaErrorLaunchFailure), "ncclGetLastError") != NULL, "launch failure text");
   EXPECT(strcmp(cudaGetErrorString((cudaError_t)12345), "unrecognized error code") == 0, "unknown code");
+  EXPECT(strcmp(cudaGetErrorName((cudaError_t)12345), "unrecognized error code") == 0, "unknown code's name");
   EXPECT(cudaGetLastError() == cudaSuccess, "no error yet");
   EXPECT(cudaMalloc(NULL, 16) == cudaErrorInvalidValue, "NULL devPtr");
   EXPECT(cudaPeekAtLastError() == cudaErrorInvalidValue, "peek");
@@ -99,6 +100,11 @@ static int devices(void) {
   EXPECT(devicesUnder("3", "0,1,2,3,4", 3) == 0, "CHORUS_HOST_DEVICES first");
   EXPECT(devicesUnder(NULL, "2,5", 2) == 0, "CUDA_VISIBLE_DEVICES");
   EXPECT(devicesUnder(NULL, "", 0) == 0, "no visible devices");
+  /* As CUDA: the list ends at its first entry that is not a device */
+  EXPECT(devicesUnder(NULL, "-1", 0) == 0, "CUDA_VISIBLE_DEVICES=-1 hides every device");
+  EXPECT(devicesUnder(NULL, "none", 0) == 0, "CUDA_VISIBLE_DEVICES=none");
+  EXPECT(devicesUnder(NULL, "0,-1,1", 1) == 0, "CUDA_VISIBLE_DEVICES=0,-1,1");
+  EXPECT(devicesUnder(NULL, "GPU-8c4c7d2e,3", 2) == 0, "CUDA_VISIBLE_DEVICES with a UUID");
   int n;
   CUDAOK(cudaGetDeviceCount(&n));
   EXPECT(cudaSetDevice(n) == cudaErrorInvalidDevice, "device %d of %d", n, n);
@@ -318,6 +324,15 @@ static int failure(void) {
   CUDAOK(cudaMalloc((void **)&x, 64 * sizeof(float)));
   /* Rank 1 never joins: rank 0's AllReduce times out. */
   NCCLCHECK(ncclAllReduce(x, x, 64, ncclFloat, ncclSum, comms[0], s));
+  /* An event recorded after it reports the failure, as CUDA's after a
+   * failed kernel (before: cudaSuccess). */
+  cudaEvent_t after;
+  CUDAOK(cudaEventCreate(&after));
+  CUDAOK(cudaEventRecord(after, s));
+  EXPECT(cudaEventSynchronize(after) == cudaErrorLaunchFailure, "cudaEventSynchronize after the failed operation");
+  EXPECT(cudaEventQuery(after) == cudaErrorLaunchFailure, "cudaEventQuery after the failed operation");
+  CUDAOK(cudaEventDestroy(after));
+  cudaGetLastError();
   float out = -1;
   x[0] = 5;
   CUDAOK(cudaMemcpy(&out, x, sizeof out, cudaMemcpyDeviceToHost)); /* waits for s, then copies */
@@ -334,6 +349,36 @@ static int failure(void) {
   CUDAOK(cudaStreamDestroy(s));
   CUDAOK(cudaFree(x));
   cudaGetLastError();
+  return 0;
+}
+
+/* cudaFree waits for the streams of the device the memory was allocated
+ * on, whichever device is current (before: only the current one's, and a
+ * fill queued on device 1 wrote into freed memory). */
+static volatile int slowDone;
+static void slowHostFn(void *arg) {
+  (void)arg;
+  usleep(200 * 1000);
+  slowDone = 1;
+}
+static int freeOtherDevice(void) {
+  CUDAOK(cudaSetDevice(1));
+  cudaStream_t s;
+  CUDAOK(cudaStreamCreate(&s));
+  char *p;
+  CUDAOK(cudaMalloc((void **)&p, 1 << 20));
+  slowDone = 0;
+  CUDAOK(cudaLaunchHostFunc(s, slowHostFn, NULL));
+  CUDAOK(cudaMemsetAsync(p, 7, 1 << 20, s));
+  CUDAOK(cudaSetDevice(0));
+  CUDAOK(cudaFree(p));
+  EXPECT(slowDone, "cudaFree on device 0 returned before device 1's stream finished with the memory");
+  int dev = -1;
+  CUDAOK(cudaGetDevice(&dev));
+  EXPECT(dev == 0, "cudaFree changed the current device to %d", dev);
+  CUDAOK(cudaSetDevice(1));
+  CUDAOK(cudaStreamDestroy(s));
+  CUDAOK(cudaSetDevice(0));
   return 0;
 }
 
@@ -423,7 +468,8 @@ int main(int argc, char **argv) {
     int (*fn)(void);
   } cases[] = {{"errors", errors}, {"devices", devices}, {"memory", memory}, {"default stream", defaultStream},
                {"events", events}, {"device-wide waits", deviceWide}, {"failure", failure},
-               {"thread per device", threadPerDevice}, {"destroy while pending", destroyWhilePending}};
+               {"thread per device", threadPerDevice}, {"destroy while pending", destroyWhilePending},
+               {"free on another device", freeOtherDevice}};
   int failed = 0;
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     int bad = cases[i].fn();

@@ -39,8 +39,8 @@ void Completions::post(c10::intrusive_ptr<WorkChorus> w) {
   st_->starting++;
   st_->threads.emplace_back(run, st_);
   if (st_->threads.size() == kManyThreads)
-    TORCH_WARN("chorus: ", kManyThreads, " threads are completing futures at once: callbacks that wait for "
-               "later operations are piling up");
+    TORCH_WARN("chorus: ", kManyThreads, " threads are completing futures at once: a burst of operations ended "
+               "together (they go after a second idle), or callbacks that wait for later operations are piling up");
 }
 
 void Completions::run(std::shared_ptr<State> st) {

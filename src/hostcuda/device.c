@@ -30,12 +30,21 @@ static void countDevices(void) {
     fprintf(stderr, "chorus-hostcuda: CHORUS_HOST_DEVICES=%s is not a count from 0 to 4096: using %d\n", n,
             DEFAULT_DEVICES);
   } else if (visible) {
+    /* As CUDA reads it: entries up to the first that is not a device (a
+     * number from 0, or a GPU-/MIG- UUID), so "-1", "none" and "" hide
+     * every device, and "0,-1,1" shows one. */
     int entries = 0;
-    for (const char *p = visible; *p;) {
+    for (const char *p = visible;; entries++) {
       const char *comma = strchr(p, ',');
       size_t len = comma ? (size_t)(comma - p) : strlen(p);
-      if (len > 0) entries++;
-      p += len + (comma != NULL);
+      size_t digits = strspn(p, "0123456789");
+      int uuid = (len > 4 && (!strncmp(p, "GPU-", 4) || !strncmp(p, "MIG-", 4)));
+      if (!uuid && (len == 0 || digits != len)) break;
+      if (!comma) {
+        entries++;
+        break;
+      }
+      p = comma + 1;
     }
     deviceCount = entries;
     return;
@@ -47,6 +56,12 @@ static int devices(void) {
   pthread_once(&countOnce, countDevices);
   return deviceCount;
 }
+
+/* The count for the shim's driver part (libcuda.so.1), which may not call
+ * cudaGetDeviceCount: in a program linked with the real CUDA runtime that
+ * name is the runtime's, which calls back into libcuda (and waited for
+ * itself forever). */
+__attribute__((visibility("default"))) int chorusHostCudaDevices(void) { return devices(); }
 
 cudaError_t cudaGetDeviceCount(int *count) {
   if (count == NULL) return hcReturn(cudaErrorInvalidValue);

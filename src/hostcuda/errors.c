@@ -53,7 +53,7 @@ const char *cudaGetErrorString(cudaError_t error) {
 
 const char *cudaGetErrorName(cudaError_t error) {
   int i = errorIndex(error);
-  return i < 0 ? "cudaErrorUnknown" : errorTable[i].name;
+  return i < 0 ? "unrecognized error code" : errorTable[i].name; /* as CUDA's, name and string alike */
 }
 
 cudaError_t cudaGetLastError(void) {

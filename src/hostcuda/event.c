@@ -16,6 +16,7 @@ struct record {
   int refs;
   chorusEvent_t point;
   uint64_t reachedNs; /* written by the stamp before the point is passed */
+  int status;         /* ncclResult_t of the stream's work before the point (the stamp's), with reachedNs */
 };
 
 struct CUevent_st {
@@ -38,8 +39,8 @@ static void recordUnref(struct record *r) {
 }
 
 static void recordStamp(void *arg, ncclResult_t status) {
-  (void)status;
   struct record *r = arg;
+  __atomic_store_n(&r->status, (int)status, __ATOMIC_RELEASE);
   __atomic_store_n(&r->reachedNs, nowNs(), __ATOMIC_RELEASE);
   recordUnref(r);
 }
@@ -93,22 +94,30 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   return cudaSuccess;
 }
 
+/* What waiting for r's point gave (res), or once it was passed, the
+ * failure of the stream's work before it: an event recorded after a failed
+ * NCCL call reports it, as CUDA's after a failed kernel (before, success). */
+static cudaError_t recordResult(struct record *r, ncclResult_t res) {
+  if (res == ncclSuccess) res = (ncclResult_t)__atomic_load_n(&r->status, __ATOMIC_ACQUIRE);
+  return hcStreamError(res);
+}
+
 cudaError_t cudaEventQuery(cudaEvent_t event) {
   if (!validEvent(event)) return hcReturn(cudaErrorInvalidResourceHandle);
   struct record *r = lastRecord(event);
   if (r == NULL) return cudaSuccess; /* as CUDA: an event never recorded has nothing to wait for */
-  ncclResult_t res = chorusEventQuery(r->point);
+  cudaError_t e = recordResult(r, chorusEventQuery(r->point));
   recordUnref(r);
-  return hcStreamError(res);
+  return e;
 }
 
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   if (!validEvent(event)) return hcReturn(cudaErrorInvalidResourceHandle);
   struct record *r = lastRecord(event);
   if (r == NULL) return cudaSuccess;
-  ncclResult_t res = chorusEventSynchronize(r->point);
+  cudaError_t e = recordResult(r, chorusEventSynchronize(r->point));
   recordUnref(r);
-  return res == ncclSuccess ? cudaSuccess : hcReturn(cudaErrorNotSupported);
+  return e;
 }
 
 cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end) {

@@ -18,6 +18,7 @@ struct allocation {
   struct allocation *next;
   void *ptr;
   enum family family;
+  int device; /* current when it was allocated: its streams finish before it is freed */
 };
 
 static pthread_mutex_t tableLock = PTHREAD_MUTEX_INITIALIZER;
@@ -37,6 +38,7 @@ static cudaError_t allocate(void **ptr, size_t size, enum family family) {
   }
   a->ptr = p;
   a->family = family;
+  chorusGetDevice(&a->device);
   pthread_mutex_lock(&tableLock);
   a->next = table[bucketOf(p)];
   table[bucketOf(p)] = a;
@@ -45,19 +47,35 @@ static cudaError_t allocate(void **ptr, size_t size, enum family family) {
   return cudaSuccess;
 }
 
-/* Frees p after the current device's streams have finished their work
- * (cudaFree synchronizes the device in CUDA too: an operation still reading
- * p must finish first). */
-static cudaError_t release(void *p, enum family family) {
-  if (p == NULL) return cudaSuccess;
-  (void)chorusDeviceSynchronize(); /* its errors stay with their streams */
-  pthread_mutex_lock(&tableLock);
+static struct allocation **linkOf(void *p, enum family family) {
   struct allocation **link = &table[bucketOf(p)];
   while (*link && !((*link)->ptr == p && (*link)->family == family)) link = &(*link)->next;
-  struct allocation *a = *link;
-  if (a) *link = a->next;
+  return link;
+}
+
+/* Frees p after the streams of the device it was allocated on have
+ * finished their work, whichever device is current (cudaFree synchronizes
+ * the pointer's device in CUDA too: an operation still using p must finish
+ * first; before, a fill queued on another device's stream wrote into freed
+ * memory). */
+static cudaError_t release(void *p, enum family family) {
+  if (p == NULL) return cudaSuccess;
+  pthread_mutex_lock(&tableLock);
+  struct allocation *a = *linkOf(p, family);
+  int device = a ? a->device : -1;
   pthread_mutex_unlock(&tableLock);
   if (a == NULL) return hcReturn(cudaErrorInvalidValue);
+  int current = device;
+  chorusGetDevice(&current);
+  if (current != device) chorusSetDevice(device);
+  (void)chorusDeviceSynchronize(); /* its errors stay with their streams */
+  if (current != device) chorusSetDevice(current);
+  pthread_mutex_lock(&tableLock);
+  struct allocation **link = linkOf(p, family);
+  a = *link;
+  if (a) *link = a->next;
+  pthread_mutex_unlock(&tableLock);
+  if (a == NULL) return hcReturn(cudaErrorInvalidValue); /* freed meanwhile by another thread */
   free(a->ptr);
   free(a);
   return cudaSuccess;

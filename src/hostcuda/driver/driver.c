@@ -23,23 +23,29 @@ typedef struct {
 
 #define EXPORT __attribute__((visibility("default")))
 
+/* The shim's device count (device.c). Not cudaGetDeviceCount or any cuda*
+ * name: a program linked with the real CUDA runtime binds those to it, and
+ * the runtime calls this library back. */
+int chorusHostCudaDevices(void);
+
 EXPORT CUresult cuInit(unsigned int flags) { return flags == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE; }
 
 EXPORT CUresult cuDriverGetVersion(int *version) {
   if (!version) return CUDA_ERROR_INVALID_VALUE;
-  return cudaDriverGetVersion(version) == cudaSuccess ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+  *version = CUDART_VERSION;
+  return CUDA_SUCCESS;
 }
 
 EXPORT CUresult cuDeviceGetCount(int *count) {
   if (!count) return CUDA_ERROR_INVALID_VALUE;
-  if (cudaGetDeviceCount(count) != cudaSuccess) *count = 0;
+  *count = chorusHostCudaDevices();
   return CUDA_SUCCESS;
 }
 
 EXPORT CUresult cuDeviceGet(CUdevice *device, int ordinal) {
-  int n = 0;
   if (!device) return CUDA_ERROR_INVALID_VALUE;
-  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) return CUDA_ERROR_NO_DEVICE;
+  int n = chorusHostCudaDevices();
+  if (n == 0) return CUDA_ERROR_NO_DEVICE;
   if (ordinal < 0 || ordinal >= n) return CUDA_ERROR_INVALID_DEVICE;
   *device = ordinal;
   return CUDA_SUCCESS;
@@ -48,9 +54,8 @@ EXPORT CUresult cuDeviceGet(CUdevice *device, int ordinal) {
 /* A UUID per host and device: the host name's hash and the device number,
  * so ranks on one host agree on it and hosts differ. */
 EXPORT CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice device) {
-  int n = 0;
   if (!uuid) return CUDA_ERROR_INVALID_VALUE;
-  if (cudaGetDeviceCount(&n) != cudaSuccess || device < 0 || device >= n) return CUDA_ERROR_INVALID_DEVICE;
+  if (device < 0 || device >= chorusHostCudaDevices()) return CUDA_ERROR_INVALID_DEVICE;
   char host[256] = "";
   gethostname(host, sizeof host - 1);
   uint64_t h = 0xcbf29ce484222325ull;
@@ -64,9 +69,8 @@ EXPORT CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice device) {
 EXPORT CUresult cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice device) { return cuDeviceGetUuid(uuid, device); }
 
 EXPORT CUresult cuDeviceGetName(char *name, int len, CUdevice device) {
-  int n = 0;
   if (!name || len <= 0) return CUDA_ERROR_INVALID_VALUE;
-  if (cudaGetDeviceCount(&n) != cudaSuccess || device < 0 || device >= n) return CUDA_ERROR_INVALID_DEVICE;
+  if (device < 0 || device >= chorusHostCudaDevices()) return CUDA_ERROR_INVALID_DEVICE;
   snprintf(name, (size_t)len, "chorus host device %d", device);
   return CUDA_SUCCESS;
 }
