@@ -149,9 +149,17 @@ int main(int argc, char **argv) {
   sigaction(SIGHUP, &sa, NULL);
 
   pids = calloc(nranks, sizeof *pids);
-  int (*pipes)[2] = calloc(nranks * 2, sizeof *pipes);
-  struct tagBuf *bufs = calloc(nranks * 2, sizeof *bufs);
+  int (*pipes)[2] = calloc((size_t)nranks * 2, sizeof *pipes);
+  struct tagBuf *bufs = tag ? calloc((size_t)nranks * 2, sizeof *bufs) : NULL;
+  struct pollfd *pfd = calloc((size_t)nranks * 2, sizeof *pfd);
+  if (!pids || !pipes || (tag && !bufs) || !pfd) {
+    fprintf(stderr, "chorusrun: out of memory for %d ranks\n", nranks);
+    return 1;
+  }
   fflush(NULL);
+  /* A rank that cannot be started (fork fails: the process limit) stops
+   * the job like a rank that fails: the others started get SIGTERM. */
+  int started = nranks, status = 0, failedRank = -1;
   for (int r = 0; r < nranks; r++) {
     if (tag && (pipe(pipes[2 * r]) < 0 || pipe(pipes[2 * r + 1]) < 0)) {
       perror("chorusrun: pipe");
@@ -159,6 +167,16 @@ int main(int argc, char **argv) {
       return 1;
     }
     pids[r] = fork();
+    if (pids[r] < 0) {
+      fprintf(stderr, "chorusrun: cannot start rank %d of %d: %s; stopping the others\n", r, nranks, strerror(errno));
+      pids[r] = 0;
+      if (tag) close(pipes[2 * r][0]), close(pipes[2 * r][1]), close(pipes[2 * r + 1][0]), close(pipes[2 * r + 1][1]);
+      started = r;
+      failedRank = r;
+      status = 1;
+      killAll(SIGTERM);
+      break;
+    }
     if (pids[r] == 0) {
       snprintf(buf, sizeof buf, "%d", r);
       setenv("CHORUS_RANK", buf, 1);
@@ -179,10 +197,9 @@ int main(int argc, char **argv) {
     }
     if (tag) close(pipes[2 * r][1]), close(pipes[2 * r + 1][1]);
   }
-  int left = nranks, status = 0, failedRank = -1, open = tag ? 2 * nranks : 0;
-  struct pollfd *pfd = calloc(2 * nranks, sizeof *pfd);
-  for (int k = 0; tag && k < 2 * nranks; k++) pfd[k] = (struct pollfd){pipes[k][0], POLLIN, 0};
-  time_t killAt = 0;
+  int left = started, open = tag ? 2 * started : 0;
+  for (int k = 0; tag && k < 2 * started; k++) pfd[k] = (struct pollfd){pipes[k][0], POLLIN, 0};
+  time_t killAt = failedRank >= 0 ? time(NULL) + 5 : 0;
   while (left > 0 || open > 0) {
     if (pendingSignal) {
       killAll(pendingSignal);
@@ -190,8 +207,8 @@ int main(int argc, char **argv) {
       if (!killAt) killAt = time(NULL) + 5;
       pendingSignal = 0;
     }
-    if (open > 0 && poll(pfd, 2 * nranks, 20) > 0)
-      for (int k = 0; k < 2 * nranks; k++)
+    if (open > 0 && poll(pfd, 2 * started, 20) > 0)
+      for (int k = 0; k < 2 * started; k++)
         if (pfd[k].fd >= 0 && (pfd[k].revents & (POLLIN | POLLHUP)))
           if (!pumpTagged(pfd[k].fd, k / 2, &bufs[k], k % 2 ? stderr : stdout)) {
             close(pfd[k].fd);
@@ -204,6 +221,7 @@ int main(int argc, char **argv) {
     int poll20 = open == 0 && killAt;
     pid_t p = left > 0 ? waitpid(-1, &st, open > 0 || killAt ? WNOHANG : 0) : 0;
     if (p < 0 && errno == EINTR) continue;
+    if (p < 0 && errno == ECHILD) left = 0; /* none left to wait for (never a busy loop) */
     if (p == 0 && poll20) poll(NULL, 0, 20);
     if (p > 0) {
       left--;
