@@ -382,6 +382,37 @@ static int freeOtherDevice(void) {
   return 0;
 }
 
+/* cudaMemcpyAsync from and to pageable memory (what the shim did not
+ * allocate) on a stream, as CUDA's: the source is taken at the call, the
+ * destination written before the call returns, after the stream's earlier
+ * work (before: both ran later, in the stream's order). */
+static int pageable(void) {
+  cudaStream_t s;
+  CUDAOK(cudaStreamCreate(&s));
+  int *d, *pinned;
+  CUDAOK(cudaMalloc((void **)&d, 4 * sizeof(int)));
+  CUDAOK(cudaMallocHost((void **)&pinned, 4 * sizeof(int)));
+  int src[4] = {7, 7, 7, 7}, dst[4] = {0, 0, 0, 0};
+  slowDone = 0;
+  CUDAOK(cudaLaunchHostFunc(s, slowHostFn, NULL));
+  CUDAOK(cudaMemcpyAsync(d, src, sizeof src, cudaMemcpyHostToDevice, s));
+  src[0] = -1; /* the copy took 7 */
+  CUDAOK(cudaMemcpyAsync(dst, d, sizeof dst, cudaMemcpyDeviceToHost, s));
+  EXPECT(slowDone, "a copy into pageable memory returned before the stream's earlier work ran");
+  EXPECT(dst[0] == 7 && dst[3] == 7, "pageable copies gave %d %d", dst[0], dst[3]);
+  /* Page-locked memory stays asynchronous, in the stream's order. */
+  slowDone = 0;
+  CUDAOK(cudaLaunchHostFunc(s, slowHostFn, NULL));
+  CUDAOK(cudaMemcpyAsync(pinned, d, sizeof dst, cudaMemcpyDeviceToHost, s));
+  EXPECT(!slowDone, "a copy into page-locked memory waited for the stream");
+  CUDAOK(cudaStreamSynchronize(s));
+  EXPECT(pinned[0] == 7, "the page-locked copy gave %d", pinned[0]);
+  CUDAOK(cudaStreamDestroy(s));
+  CUDAOK(cudaFree(d));
+  CUDAOK(cudaFreeHost(pinned));
+  return 0;
+}
+
 /* One thread per device, each with a cudaStreamCreate stream: rank 1's
  * AllReduce is queued first, then rank 0 allocates, copies and frees on the
  * default stream before its own. The default stream's waits are rank 0's
@@ -469,7 +500,7 @@ int main(int argc, char **argv) {
   } cases[] = {{"errors", errors}, {"devices", devices}, {"memory", memory}, {"default stream", defaultStream},
                {"events", events}, {"device-wide waits", deviceWide}, {"failure", failure},
                {"thread per device", threadPerDevice}, {"destroy while pending", destroyWhilePending},
-               {"free on another device", freeOtherDevice}};
+               {"free on another device", freeOtherDevice}, {"pageable copies", pageable}};
   int failed = 0;
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     int bad = cases[i].fn();

@@ -1,7 +1,9 @@
 /* The shim's memory: host memory, remembered so that a free of something
  * else is an error rather than heap corruption; copies and fills, at once
  * on the default stream (after the blocking streams' earlier work, as
- * CUDA's legacy stream) or in order on a stream. */
+ * CUDA's legacy stream) or in order on a stream, where copies to and from
+ * pageable memory (what the shim did not allocate) behave as CUDA's: the
+ * source is taken at the call, the destination written before it returns. */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -106,6 +108,7 @@ struct transfer {
   const void *src; /* NULL: a fill with value */
   int value;
   size_t count;
+  void *staged; /* a copy of pageable source memory, freed once copied */
 };
 
 static void transferDo(const struct transfer *t) {
@@ -115,14 +118,54 @@ static void transferDo(const struct transfer *t) {
 
 static void transferRun(void *arg, ncclResult_t status) {
   (void)status; /* like a CUDA stream's copy, it runs whatever came before */
-  transferDo(arg);
-  free(arg);
+  struct transfer *t = arg;
+  transferDo(t);
+  free(t->staged);
+  free(t);
 }
 
-static cudaError_t transfer(struct transfer t, cudaStream_t stream) {
+/* 1 when p starts memory the shim allocated (device or page-locked);
+ * anything else is pageable host memory to CUDA. */
+static int allocated(const void *p) {
+  pthread_mutex_lock(&tableLock);
+  struct allocation *a = table[bucketOf(p)];
+  while (a && a->ptr != p) a = a->next;
+  pthread_mutex_unlock(&tableLock);
+  return a != NULL;
+}
+
+/* Until the stream's work issued so far has run (its errors stay with it). */
+static void streamReached(cudaStream_t stream) {
+  chorusEvent_t point;
+  if (chorusEventCreate(&point) != ncclSuccess) {
+    (void)chorusStreamSynchronize(stream);
+    return;
+  }
+  if (chorusEventRecord(point, stream) == ncclSuccess) (void)chorusEventSynchronize(point);
+  chorusEventDestroy(point);
+}
+
+static cudaError_t transfer(struct transfer t, cudaStream_t stream, enum cudaMemcpyKind kind) {
   if (t.count == 0) return cudaSuccess;
   if (t.dst == NULL) return hcReturn(cudaErrorInvalidValue);
-  if (stream == NULL || stream == cudaStreamLegacy) {
+  int onStream = stream != NULL && stream != cudaStreamLegacy;
+  if (onStream && t.src && kind == cudaMemcpyDeviceToHost && !allocated(t.dst)) {
+    /* Into pageable memory CUDA copies before returning, after the stream's
+     * earlier work: the caller may read it at once. */
+    streamReached(stream);
+    transferDo(&t);
+    return cudaSuccess;
+  }
+  void *staged = NULL;
+  if (onStream && t.src && kind == cudaMemcpyHostToDevice && !allocated(t.src)) {
+    /* From pageable memory CUDA stages the source before returning: the
+     * caller may change it at once. */
+    staged = malloc(t.count);
+    if (staged == NULL) return hcReturn(cudaErrorMemoryAllocation);
+    memcpy(staged, t.src, t.count);
+    t.src = staged;
+  }
+  if (!onStream) {
     /* The default stream: after this device's blocking streams' earlier
      * work. An NCCL failure there is not this copy's (in CUDA it is no CUDA
      * error at all): it stays with its stream, for cudaStreamSynchronize. */
@@ -131,10 +174,17 @@ static cudaError_t transfer(struct transfer t, cudaStream_t stream) {
     return cudaSuccess;
   }
   struct transfer *later = malloc(sizeof *later);
-  if (later == NULL) return hcReturn(cudaErrorMemoryAllocation);
+  if (later == NULL) {
+    free(staged);
+    return hcReturn(cudaErrorMemoryAllocation);
+  }
   *later = t;
+  later->staged = staged;
   ncclResult_t res = chorusLaunchHostFunc(stream, transferRun, later);
-  if (res != ncclSuccess) free(later);
+  if (res != ncclSuccess) {
+    free(staged);
+    free(later);
+  }
   return hcStreamError(res);
 }
 
@@ -148,11 +198,11 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count, enum cudaM
                             cudaStream_t stream) {
   if (!validKind(kind)) return hcReturn(cudaErrorInvalidMemcpyDirection);
   if (count > 0 && src == NULL) return hcReturn(cudaErrorInvalidValue);
-  return transfer((struct transfer){dst, src, 0, count}, stream);
+  return transfer((struct transfer){dst, src, 0, count, NULL}, stream, kind);
 }
 
 cudaError_t cudaMemset(void *devPtr, int value, size_t count) { return cudaMemsetAsync(devPtr, value, count, NULL); }
 
 cudaError_t cudaMemsetAsync(void *devPtr, int value, size_t count, cudaStream_t stream) {
-  return transfer((struct transfer){devPtr, NULL, value & 0xff, count}, stream);
+  return transfer((struct transfer){devPtr, NULL, value & 0xff, count, NULL}, stream, cudaMemcpyDeviceToDevice);
 }
