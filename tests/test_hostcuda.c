@@ -400,6 +400,11 @@ static int pageable(void) {
   CUDAOK(cudaMemcpyAsync(dst, d, sizeof dst, cudaMemcpyDeviceToHost, s));
   EXPECT(slowDone, "a copy into pageable memory returned before the stream's earlier work ran");
   EXPECT(dst[0] == 7 && dst[3] == 7, "pageable copies gave %d %d", dst[0], dst[3]);
+  int bogus[8];
+  EXPECT(cudaMemcpyAsync(dst, d, sizeof dst, cudaMemcpyDeviceToHost, (cudaStream_t)bogus) ==
+             cudaErrorInvalidResourceHandle,
+         "a pageable copy on a stream that is none");
+  cudaGetLastError();
   /* Page-locked memory stays asynchronous, in the stream's order. */
   slowDone = 0;
   CUDAOK(cudaLaunchHostFunc(s, slowHostFn, NULL));

@@ -134,15 +134,15 @@ static int allocated(const void *p) {
   return a != NULL;
 }
 
-/* Until the stream's work issued so far has run (its errors stay with it). */
-static void streamReached(cudaStream_t stream) {
+/* Until the stream's work issued so far has run (its errors stay with it);
+ * an error only for a stream that is none. */
+static ncclResult_t streamReached(cudaStream_t stream) {
   chorusEvent_t point;
-  if (chorusEventCreate(&point) != ncclSuccess) {
-    (void)chorusStreamSynchronize(stream);
-    return;
-  }
-  if (chorusEventRecord(point, stream) == ncclSuccess) (void)chorusEventSynchronize(point);
+  if (chorusEventCreate(&point) != ncclSuccess) return ncclSystemError;
+  ncclResult_t res = chorusEventRecord(point, stream);
+  if (res == ncclSuccess) (void)chorusEventSynchronize(point);
   chorusEventDestroy(point);
+  return res;
 }
 
 static cudaError_t transfer(struct transfer t, cudaStream_t stream, enum cudaMemcpyKind kind) {
@@ -152,7 +152,8 @@ static cudaError_t transfer(struct transfer t, cudaStream_t stream, enum cudaMem
   if (onStream && t.src && kind == cudaMemcpyDeviceToHost && !allocated(t.dst)) {
     /* Into pageable memory CUDA copies before returning, after the stream's
      * earlier work: the caller may read it at once. */
-    streamReached(stream);
+    ncclResult_t res = streamReached(stream);
+    if (res != ncclSuccess) return res == ncclSystemError ? hcReturn(cudaErrorMemoryAllocation) : hcStreamError(res);
     transferDo(&t);
     return cudaSuccess;
   }
