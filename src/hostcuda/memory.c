@@ -14,7 +14,7 @@
 #define ALIGNMENT 256 /* cudaMalloc's guarantee */
 #define BUCKETS 4096
 
-enum family { deviceMemory, hostMemory };
+enum family { deviceMemory, hostMemory, anyMemory /* a lookup of either */ };
 
 struct allocation {
   struct allocation *next;
@@ -49,9 +49,11 @@ static cudaError_t allocate(void **ptr, size_t size, enum family family) {
   return cudaSuccess;
 }
 
-static struct allocation **linkOf(void *p, enum family family) {
+/* Where the table holds p's allocation of that family (*link NULL: none);
+ * the caller holds tableLock. */
+static struct allocation **linkOf(const void *p, enum family family) {
   struct allocation **link = &table[bucketOf(p)];
-  while (*link && !((*link)->ptr == p && (*link)->family == family)) link = &(*link)->next;
+  while (*link && !((*link)->ptr == p && (family == anyMemory || (*link)->family == family))) link = &(*link)->next;
   return link;
 }
 
@@ -128,10 +130,9 @@ static void transferRun(void *arg, ncclResult_t status) {
  * anything else is pageable host memory to CUDA. */
 static int allocated(const void *p) {
   pthread_mutex_lock(&tableLock);
-  struct allocation *a = table[bucketOf(p)];
-  while (a && a->ptr != p) a = a->next;
+  int found = *linkOf(p, anyMemory) != NULL;
   pthread_mutex_unlock(&tableLock);
-  return a != NULL;
+  return found;
 }
 
 /* Until the stream's work issued so far has run (its errors stay with it);
