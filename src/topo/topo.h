@@ -22,6 +22,7 @@ struct topoNic {
 struct topoRank {
   /* its host */
   int16_t packages, numaNodes, cores, pus;
+  uint64_t kernel; /* the running kernel's boot id, hashed: hosts (namespaces, containers) with the same one share CPUs */
   uint32_t l3KiB, l2KiB;
   int16_t nnics;
   struct topoNic nics[TOPO_MAX_NICS];
