@@ -24,7 +24,7 @@ for s in "$src"/bench/*; do
   check "bench/$(basename "$s")" "$s"
 done
 # chorus-info refuses what it does not take, with the usage and status 2.
-for args in "--bogus" "--params extra" "--tune abc" "--tune 4 x" "--tune 4 2 9"; do
+for args in "--bogus" "--params extra" "--tune abc" "--tune 4 x" "--tune 4 2 x" "--tune 4 2 1 9"; do
   # shellcheck disable=SC2086
   out=$(timeout 5 "$bin/chorus-info" $args 2>&1); rc=$?
   if [ $rc -ne 2 ] || ! grep -q "usage" <<<"$out"; then

@@ -164,16 +164,20 @@ struct commAgreement {
 
 /* The topology the tuner's model reads, the same on every rank. */
 static struct tuneTopo tuneTopoOf(const struct bootstrap *b, const struct commAgreement *agree) {
-  struct tuneTopo t = {b->nranks, 0, 0, 0, 0};
+  struct tuneTopo t = {b->nranks, 0, 0, 0, 0, 0};
   for (int i = 0; i < b->nranks; i++) {
-    int same = 0, first = 1;
-    for (int j = 0; j < b->nranks; j++)
+    int same = 0, first = 1, machine = 0;
+    for (int j = 0; j < b->nranks; j++) {
       if (b->peers[j].hostHash == b->peers[i].hostHash) {
         same++;
         if (j < i) first = 0;
       }
+      machine += agree[i].topo.kernel && agree[j].topo.kernel == agree[i].topo.kernel;
+    }
     t.nhosts += first;
     if (same > t.localRanks) t.localRanks = same;
+    if (same > t.machineRanks) t.machineRanks = same;
+    if (machine > t.machineRanks) t.machineRanks = machine;
     if (t.cores == 0 || (agree[i].cores > 0 && agree[i].cores < t.cores)) t.cores = agree[i].cores;
     if (transportTable[transportFor(b, i)] == &netTransport) t.net = 1;
   }

@@ -6,7 +6,13 @@
  * README, "Tuning"): a hop through shared memory and over loopback TCP,
  * the rates at which one core copies and reduces through the FIFOs, and
  * what more ranks than cores cost: a scheduling round per hop, and each
- * rank's bytes moved at a share of a core. */
+ * rank's bytes moved at a share of a core. Over sockets a message costs
+ * its two ranks about a hop's worth of CPU (system calls, the kernel's TCP
+ * work, a wake-up), so where hosts share a machine's cores (namespaces,
+ * containers) a step that every rank takes at once lasts a hop per rank
+ * that each core runs (bench/tune_net, 8 ranks on 4 namespaces of 2
+ * cores: a ring step 64 us, a round of recursive doubling 65, a tree level,
+ * where few ranks move at once, 17). */
 #include "algo/algo.h"
 #include "engine/desc.h"
 #include "tune/tune.h"
@@ -38,10 +44,11 @@
 struct link {
   double hop, copy, reduce;
   double share; /* ranks per core when a host has more ranks than cores, else 1 */
+  double busy;  /* over sockets, ranks per core when their machine has more ranks than cores, else 1 */
 };
 
 static struct link linkOf(const struct tuneTopo *t, int proto) {
-  struct link l = {proto == protoLL ? SHM_LL_HOP_US : SHM_HOP_US, SHM_COPY_BPUS, SHM_REDUCE_BPUS, 1.0};
+  struct link l = {proto == protoLL ? SHM_LL_HOP_US : SHM_HOP_US, SHM_COPY_BPUS, SHM_REDUCE_BPUS, 1.0, 1.0};
   if (proto == protoLL) {
     l.copy /= LL_BYTE_FACTOR;
     l.reduce /= LL_BYTE_FACTOR;
@@ -53,6 +60,7 @@ static struct link linkOf(const struct tuneTopo *t, int proto) {
   if (t->net) { /* over sockets every protocol is the transport's framing */
     l.hop = NET_HOP_US;
     l.copy = l.reduce = NET_BPUS;
+    if (t->machineRanks > t->cores && t->cores > 0) l.busy = (double)t->machineRanks / t->cores;
   }
   l.copy /= l.share;
   l.reduce /= l.share;
@@ -70,18 +78,20 @@ double tuneModelUs(const struct tuneTopo *topo, int coll, int algo, int proto, i
   (void)nch;
   struct link l = linkOf(topo, proto);
   double n = topo->nranks, b = (double)bytes;
+  double hopAll = l.hop * l.busy; /* a hop of a step that every rank takes at once */
   switch (algo) {
     case algoLocal: return b / SHM_COPY_BPUS;
     case algoOneHop: /* one hop; each rank posts its input (a block) n-1 times and reduces (or,
                       * AllGather, copies out) n-1, and when ranks share cores all those copies
                       * queue for them; a Broadcast's root alone posts (under CHORUS_CHECK in
                       * the agreement's tokens, which the other algorithms send as well) */
-      if (coll == collBroadcast) return l.hop + l.share * (n - 1) * b / l.copy + (topo->net ? (n - 2) * NET_MSG_US : 0);
-      return l.hop + l.share * ((n - 1) * b / l.copy + (n - 1) * b / (coll == collAllGather ? l.copy : l.reduce)) +
-             (topo->net ? 2 * (n - 2) * NET_MSG_US : 0);
+      if (coll == collBroadcast)
+        return l.hop + l.share * (n - 1) * b / l.copy + (topo->net ? (n - 2) * NET_MSG_US : 0);
+      return hopAll + l.share * ((n - 1) * b / l.copy + (n - 1) * b / (coll == collAllGather ? l.copy : l.reduce)) +
+             (topo->net ? 2 * (n - 2) * NET_MSG_US * l.busy : 0);
     case algoRing:
-      if (coll == collAllReduce) return 2 * (n - 1) * (l.hop + RING_STEP_US) + 2 * (n - 1) / n * b / l.reduce;
-      return (n - 1) * (l.hop + RING_STEP_US) + (n - 1) * b / (coll == collReduceScatter ? l.reduce : l.copy);
+      if (coll == collAllReduce) return 2 * (n - 1) * (hopAll + RING_STEP_US) + 2 * (n - 1) / n * b / l.reduce;
+      return (n - 1) * (hopAll + RING_STEP_US) + (n - 1) * b / (coll == collReduceScatter ? l.reduce : l.copy);
     case algoChain: /* pipelined: the whole message once, plus filling the chain */
       return (n - 1) * (l.hop + RING_STEP_US) + b / (coll == collReduce ? l.reduce : l.copy);
     case algoTree: { /* log2(n) levels, up and down for AllReduce; across hosts log2(hosts)
@@ -99,14 +109,14 @@ double tuneModelUs(const struct tuneTopo *topo, int coll, int algo, int proto, i
                              * bytes at a share of a share (measured: 2-3x a ring's time at
                              * 128 KiB-512 KiB, 4 ranks on 2 cores; even on 2) */
       double rounds = log2Floor(topo->nranks), fold = (1 << (int)rounds) != topo->nranks ? 2 : 0;
-      double lat = (rounds + fold) * (l.hop + RING_STEP_US);
+      double lat = (rounds + fold) * (hopAll + RING_STEP_US);
       if (coll == collAllReduce) return lat + l.share * (rounds + fold) * (b / l.copy + b / l.reduce);
       return lat + l.share * (n - 1 + fold) * b / (coll == collReduceScatter ? l.reduce : l.copy);
     }
     case algoRabenseifner: { /* halving then doubling: 2 log2 rounds (two more hops to fold), moving
                               * 2 (p - 1) / p of the message and reducing (p - 1) / p of it */
       double rounds = log2Floor(topo->nranks), p = (double)(1 << (int)rounds), fold = p != n ? 2 : 0;
-      return (2 * rounds + fold) * (l.hop + RING_STEP_US) +
+      return (2 * rounds + fold) * (hopAll + RING_STEP_US) +
              l.share * ((p - 1) / p * b * (2 / l.copy + 1 / l.reduce) + fold * b / l.copy);
     }
     case algoP2p: return l.hop + b / l.copy;

@@ -30,6 +30,7 @@ struct tuneTopo {
   int localRanks;    /* most ranks on one host */
   int cores;         /* fewest online cores of any rank's host */
   int net;           /* some pair of ranks talks over sockets */
+  int machineRanks;  /* most ranks on one machine: hosts on one kernel (namespaces, containers) count together */
 };
 
 /* The collectives NCCL_ALGO / NCCL_PROTO name (NCCL's functions); the
