@@ -5,6 +5,7 @@
 # expression nccl-tests log parsers use for the v2.13-2.17 row format.
 set -uo pipefail
 bin=$1
+corrupt=${2:-} # a preloaded AllReduce that spoils element 0 on rank $PERF_CORRUPT_RANK (tests/perf_corrupt.c)
 row='^ +[0-9]+ +[0-9]+ +[a-z0-9]+ +[a-z]+ +-?[0-9]+( +[0-9.]+ +[0-9.]+ +[0-9.]+ +([0-9]+|N/A)){2}$'
 fail=0
 run() {
@@ -128,4 +129,54 @@ check "-T expiry worded as nccl-tests" test_timeout
 # One process with -g ranks asks for no launcher, so nothing is warned.
 quiet_g() { ! NCCL_DEBUG=WARN "$bin/all_reduce_perf" -g 2 -b 8 -e 8 -n 1 2>&1 | grep -q "NCCL WARN"; }
 check "no WARN in -g mode" quiet_g
+# Sizes and counts as nccl-tests has them: each buffer at most maxBytes
+# (AllGather's output is the size; 4 ranks of 128 MiB fit in 3 GB of
+# address space), -b 0 runs the size 0 and steps on, the error count is
+# the job's wrong elements (not times -g), and -a 0 is rank 0's time.
+ag_memory() { sh -c 'ulimit -v 3000000; exec "$0" -g 4 -b 128M -e 128M -n 1 -w 0 -c 0' "$bin/all_gather_perf" >/dev/null 2>&1; }
+check "all_gather buffers of maxBytes" ag_memory
+zero_start() {
+  local sizes
+  sizes=$("$bin/all_reduce_perf" -g 2 -b 0 -e 512 -i 256 -n 1 -w 0 | grep -E "$row" | awk '{ printf "%s ", $1 }')
+  [ "$sizes" = "0 256 512 " ] || { echo "sizes: $sizes"; return 1; }
+}
+check "-b 0 steps from 0" zero_start
+refused() { # refused ARGS...: exit status 255 and a message naming what
+  local out
+  out=$("$bin/all_reduce_perf" "$@" 2>&1)
+  [ $? -eq 255 ] && grep -q "^invalid" <<<"$out" || { echo "$*: $out"; return 1; }
+}
+for args in "-a 7" "-z 4" "-y 2" "-f -2" "-N -1" "-w x" "-b 1e30" "-e 17179869184G"; do
+  # shellcheck disable=SC2086
+  check "refused: $args" refused $args
+done
+min_bw() {
+  local out j
+  j=$(mktemp -u /tmp/chorus-perf-XXXXXX.json)
+  out=$(NCCL_TESTS_MIN_BW=1e9 "$bin/all_reduce_perf" -b 8 -e 8 -n 1 -J "$j" 2>&1)
+  local rc=$?
+  python3 -c 'import json, sys; assert json.load(open(sys.argv[1]))["average_bus_bandwidth"]["okay"] is False' "$j" &&
+    rm -f "$j"* && [ $rc -eq 1 ] && grep -qE '^# Avg bus bandwidth    : [0-9.e+-]+ FAILED$' <<<"$out" &&
+     NCCL_TESTS_MIN_BW=1e-12 "$bin/all_reduce_perf" -g 2 -b 8 -e 8 -n 1 | grep -qE '^# Avg bus bandwidth    : [0-9.e+-]+ OK$'
+}
+check "NCCL_TESTS_MIN_BW" min_bw
+if [ -n "$corrupt" ]; then
+  wrong_g() { # rank 1's in-place input is spoiled inside the group: element 0 wrong on all 4 ranks
+    local out
+    out=$(PERF_CORRUPT_RANK=1 LD_PRELOAD=$corrupt "$bin/all_reduce_perf" -g 4 -b 8 -e 8 -y 1 -n 1 -w 0 2>&1)
+    [ $? -eq 1 ] && [ "$(grep -E "$row" <<<"$out" | awk '{ print $13 }')" = 4 ] &&
+      grep -q '^# Out of bounds values : 1 FAILED$' <<<"$out" || { echo "$out" | tail -4; return 1; }
+  }
+  check "#wrong with -g 4" wrong_g
+  footer() { # the failing rank is not the printing one: the footer must still come out, every time
+    for i in 1 2 3; do
+      local out
+      out=$(PERF_CORRUPT_RANK=1 "$bin/chorusrun" -n 2 env LD_PRELOAD="$corrupt" "$bin/all_reduce_perf" -b 8 -e 8 -y 1 \
+        -n 1 -w 0 2>&1)
+      [ $? -ne 0 ] && grep -qE '^# Out of bounds values : [1-9][0-9]* FAILED$' <<<"$out" &&
+        grep -q '^# Avg bus bandwidth' <<<"$out" || { echo "run $i: $out" | tail -4; return 1; }
+    done
+  }
+  check "footer when another rank fails" footer
+fi
 exit $fail

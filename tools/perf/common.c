@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -128,6 +129,7 @@ struct threadState {
   double time;
   int64_t wrong;
   int errors;
+  int slow; /* the average busbw fell short of NCCL_TESTS_MIN_BW (thread 0 of process 0) */
   double bwSum;
   int bwCount;
 };
@@ -184,14 +186,16 @@ static void exchangeAtRoot(struct threadState *ts, void *mine, void *all, size_t
   CK(ncclGroupEnd());
 }
 
-/* A value combined over all ranks (Sum, Min or Max). */
-static double combine(struct threadState *ts, double v, ncclRedOp_t op) {
+/* A value combined over all ranks (Sum, Min or Max): v is each of this
+ * thread's ranks' value, or with perThread the thread's own (a count or
+ * a time for all of its -g ranks), which a Sum takes once. */
+static double combine(struct threadState *ts, double v, ncclRedOp_t op, int perThread) {
   double *mine = malloc(sizeof(double) * opt.nGpus), *all = malloc(sizeof(double) * totalRanks);
   if (!mine || !all) {
     fprintf(stderr, "%s: out of memory\n", coll->name);
     exit(2);
   }
-  for (int g = 0; g < opt.nGpus; g++) mine[g] = v;
+  for (int g = 0; g < opt.nGpus; g++) mine[g] = perThread && op == ncclSum && g > 0 ? 0 : v;
   exchangeAtRoot(ts, mine, all, sizeof(double), 0);
   if (ts->firstRank == 0) { /* rank 0 is this thread's first */
     double r = all[0];
@@ -206,7 +210,7 @@ static double combine(struct threadState *ts, double v, ncclRedOp_t op) {
   return r;
 }
 
-static void barrier(struct threadState *ts) { combine(ts, 0, ncclSum); }
+static void barrier(struct threadState *ts) { combine(ts, 0, ncclSum, 0); }
 
 static void runOnce(struct threadState *ts, size_t pc, int type, int root, int inPlace, size_t sendOff,
                     size_t recvOff) {
@@ -291,7 +295,7 @@ static double timeCell(struct threadState *ts, size_t pc, int type, int root, in
   runOnce(ts, pc, type, root, inPlace, sendOff, recvOff);
   syncAll(ts);
   barrier(ts);
-  double t0 = nowSec(), cpu = 0;
+  double t0 = nowSec(), cpu = 0, excluded = 0;
   for (int it = 0; it < opt.iters; it++) {
     /* The clock per iteration only for -C 1: reading it costs as much as a
      * tenth of an 8-byte call here, which the wall time would then count. */
@@ -300,18 +304,23 @@ static double timeCell(struct threadState *ts, size_t pc, int type, int root, in
     for (int a = 0; a < opt.aggIters; a++) runOnce(ts, pc, type, root, inPlace, sendOff, recvOff);
     if (opt.aggIters > 1) CK(ncclGroupEnd());
     if (opt.cputime) cpu += nowSec() - c0;
-    if (opt.blocking) {
+    if (opt.blocking) { /* -z 1: complete, then a barrier; 2: complete; 3: a barrier the time leaves out */
       syncAll(ts);
       if (opt.blocking == 1) barrier(ts);
+      if (opt.blocking == 3) {
+        double b0 = nowSec();
+        barrier(ts);
+        excluded += nowSec() - b0;
+      }
     }
   }
   syncAll(ts);
-  double sec = (opt.cputime ? cpu : nowSec() - t0) / ((double)opt.iters * opt.aggIters);
+  double sec = (opt.cputime ? cpu : nowSec() - t0 - excluded) / ((double)opt.iters * opt.aggIters);
   /* -a: 0 rank 0, 1 average, 2 min, 3 max across ranks */
-  if (opt.average == 2) return combine(ts, sec, ncclMin);
-  if (opt.average == 3) return combine(ts, sec, ncclMax);
-  if (opt.average == 0) return combine(ts, ts->firstRank == 0 ? sec : 0, ncclSum);
-  return combine(ts, sec, ncclSum) / totalRanks;
+  if (opt.average == 2) return combine(ts, sec, ncclMin, 0);
+  if (opt.average == 3) return combine(ts, sec, ncclMax, 0);
+  if (opt.average == 0) return combine(ts, ts->firstRank == 0 ? sec : 0, ncclSum, 1);
+  return combine(ts, sec, ncclSum, 0) / totalRanks;
 }
 
 static void jsonRow(size_t bytes, size_t count, const char *type, const char *op, int root, double t[2], double alg[2],
@@ -343,7 +352,7 @@ static void runSize(struct threadState *ts, size_t bytes, int type, int op, int 
     if (opt.check) {
       int64_t w = 0;
       for (int c = 0; c < opt.check && w == 0; c++) w = checkOnce(ts, sc, rc, pc, type, op, root, inPlace, so, ro);
-      wrong[inPlace] = (int64_t)combine(ts, (double)w, ncclSum);
+      wrong[inPlace] = (int64_t)combine(ts, (double)w, ncclSum, 1); /* w: the thread's ranks' together */
       if (wrong[inPlace]) ts->errors++;
     }
     ts->bwSum += bus[inPlace];
@@ -372,7 +381,19 @@ static void runSize(struct threadState *ts, size_t bytes, int type, int op, int 
   jsonRow(size, pc, typeNames[type], coll->reduction ? opNames[op] : "none", coll->rooted ? root : -1, t, alg, bus, wrong);
 }
 
-static size_t nextSize(size_t s) { return opt.stepFactor > 1 ? s * opt.stepFactor : s + opt.stepBytes; }
+/* The sweep's next size, as nccl-tests steps (times -f, else plus -i);
+ * after 0 a factor goes on from 1. SIZE_MAX when it would wrap, which ends
+ * the sweep (no maxBytes is that large: parseSize). */
+static size_t nextSize(size_t s) {
+  size_t next;
+  if (opt.stepFactor > 1) {
+    if (s == 0) return 1;
+    if (__builtin_mul_overflow(s, opt.stepFactor, &next)) return SIZE_MAX;
+  } else if (__builtin_add_overflow(s, opt.stepBytes, &next)) {
+    return SIZE_MAX;
+  }
+  return next;
+}
 
 /* Process 0, once every rank's device is known: the device lines, the
  * table's header, and the JSON file's start (with the devices). */
@@ -456,6 +477,31 @@ static void gatherDevices(struct threadState *ts) {
   free(all);
 }
 
+/* Thread 0 of process 0, after the sweep: the error count, the average
+ * busbw (checked against NCCL_TESTS_MIN_BW when set: below 0.9 of it
+ * fails the run, as nccl-tests does) and the JSON file's end. Every rank
+ * counted the same rows, so this thread's counts are the job's. */
+static void printFooter(struct threadState *ts) {
+  double avgBw = ts->bwCount ? ts->bwSum / ts->bwCount : 0;
+  const char *minEnv = getenv("NCCL_TESTS_MIN_BW"), *bwCheck = "";
+  if (minEnv && *minEnv) {
+    ts->slow = avgBw < 0.9 * strtod(minEnv, NULL);
+    bwCheck = ts->slow ? "FAILED" : "OK";
+  }
+  printf("# %-20s : %d %s\n", "Out of bounds values", ts->errors, ts->errors ? "FAILED" : "OK");
+  printf("# %-20s : %g %s\n", "Avg bus bandwidth", avgBw, bwCheck);
+  printf("#\n# Collective test concluded: %s\n#\n\n", coll->name);
+  fflush(stdout);
+  if (jsonOut) {
+    fprintf(jsonOut, "\n  ],\n  \"out_of_bounds\": {\"count\": %d, \"okay\": %s},\n", ts->errors,
+            ts->errors ? "false" : "true");
+    fprintf(jsonOut, "  \"average_bus_bandwidth\": {\"bandwidth\": %g, \"okay\": %s}\n}\n", avgBw,
+            !*bwCheck ? "\"unchecked\"" : ts->slow ? "false" : "true");
+    fclose(jsonOut);
+    jsonOut = NULL;
+  }
+}
+
 static void *threadMain(void *arg) {
   struct threadState *ts = arg;
   int G = opt.nGpus;
@@ -472,14 +518,14 @@ static void *threadMain(void *arg) {
     CK(ncclCommInitRank(&ts->comms[g], totalRanks, commId, ts->firstRank + g));
   }
   CK(ncclGroupEnd());
-  size_t bufBytes; /* ReduceScatter sends n blocks */
-  if (__builtin_mul_overflow(opt.maxBytes, (size_t)totalRanks, &bufBytes) || bufBytes + 4096 < bufBytes) {
-    fprintf(stderr, "%s: maxBytes %zu times %d ranks does not fit in memory\n", coll->name, opt.maxBytes, totalRanks);
+  /* A size is the larger of the send and receive buffers, as nccl-tests
+   * counts it (AllGather: the gathered output, each rank sending a 1/n
+   * block of it), so no buffer exceeds maxBytes. */
+  size_t bufBytes = opt.maxBytes + 4096;
+  if (bufBytes < opt.maxBytes) {
+    fprintf(stderr, "%s: maxBytes %zu does not fit in memory\n", coll->name, opt.maxBytes);
     exit(2);
   }
-  bufBytes += 4096;
-  if (coll == &allReduceColl || coll == &broadcastColl || coll == &reduceColl || coll == &sendRecvColl)
-    bufBytes = opt.maxBytes + 4096;
   for (int g = 0; g < G; g++) {
     if (!opt.streamNull) CK(chorusStreamCreate(&ts->streams[g]));
     ts->sendBufs[g] = allocBuffer(bufBytes, "send", ts->firstRank + g, ts->comms[g], &ts->sendRegs[g]);
@@ -491,7 +537,7 @@ static void *threadMain(void *arg) {
   int o0 = !loopOps ? 0 : opt.op < 0 ? 0 : opt.op, o1 = !loopOps ? 0 : opt.op < 0 ? PERF_OP_MULSUM : opt.op;
   int r0 = !coll->rooted ? 0 : opt.root < 0 ? 0 : opt.root, r1 = !coll->rooted ? 0 : opt.root < 0 ? totalRanks - 1 : opt.root;
   /* Warm-up at every size, out of place. */
-  for (size_t b = opt.minBytes; b <= opt.maxBytes && b > 0; b = nextSize(b)) {
+  for (size_t b = opt.minBytes; b <= opt.maxBytes; b = nextSize(b)) {
     size_t sc, rc, pc, so, ro, esz = typeSize(t0);
     perfCollsSetEltSize(esz);
     coll->getCounts(b / esz, totalRanks, &sc, &rc, &pc, &so, &ro);
@@ -505,12 +551,17 @@ static void *threadMain(void *arg) {
       for (int o = o0; o <= o1; o++)
         for (int r = r0; r <= r1; r++) {
           makeOps(ts, t, o);
-          for (size_t b = opt.minBytes; b <= opt.maxBytes && b > 0; b = nextSize(b)) {
+          for (size_t b = opt.minBytes; b <= opt.maxBytes; b = nextSize(b)) {
             runSize(ts, b, t, o, r);
             if (opt.stepFactor <= 1 && opt.stepBytes == 0) break;
           }
           freeOps(ts, o);
         }
+  /* The footer before any rank can leave: a launcher that stops the job
+   * when a rank exits with an error (chorusrun, mpirun) would otherwise
+   * cut rank 0 off before it, and parsers look for it. */
+  if (isMain && ts->thread == 0) printFooter(ts);
+  barrier(ts);
   for (int g = 0; g < G; g++) {
     if (ts->streams[g]) CK(chorusStreamDestroy(ts->streams[g]));
     if (opt.localRegister) {
@@ -542,11 +593,23 @@ static size_t parseSize(const char *s, const char *what) {
   if (*end == 'K' || *end == 'k') v *= 1024, end++;
   else if (*end == 'M' || *end == 'm') v *= 1024 * 1024, end++;
   else if (*end == 'G' || *end == 'g') v *= 1024.0 * 1024 * 1024, end++;
-  if (*end || v < 0) {
+  if (*end || end == s || !(v >= 0) || v >= 0x1p63) { /* 2^63 bytes: past any memory, and no sweep wraps */
     fprintf(stderr, "invalid size specified for '%s'\n", what);
     exit(-1);
   }
   return (size_t)v;
+}
+
+/* A whole number from lo to hi for flag -c, else a clear end (atoi would
+ * take "-2" or "x" silently). */
+static int parseRange(const char *s, int c, long lo, long hi) {
+  char *end;
+  long v = strtol(s, &end, 0);
+  if (end == s || *end || v < lo || v > hi) {
+    fprintf(stderr, "invalid value '%s' for -%c (%ld to %ld)\n", s, c, lo, hi);
+    exit(-1);
+  }
+  return (int)v;
 }
 
 static void usage(const char *prog) {
@@ -555,7 +618,7 @@ static void usage(const char *prog) {
          "\t[-n,--iters <iteration count>] \n\t[-m,--agg_iters <aggregated iteration count>] \n\t[-w,--warmup_iters <warmup iteration count>] \n"
          "\t[-N,--run_cycles <cycle count> run & print each cycle (default: 1; 0=infinite)] \n"
          "\t[-c,--check <check iteration count>] \n\t[-o,--op <sum/prod/min/max/avg/mulsum/all>] \n"
-         "\t[-d,--datatype <nccltype/all>] \n\t[-r,--root <root>] \n\t[-z,--blocking <0/1/2>] \n"
+         "\t[-d,--datatype <nccltype/all>] \n\t[-r,--root <root>] \n\t[-z,--blocking <0/1/2/3>] \n"
          "\t[-y,--stream_null <0/1>] \n\t[-T,--timeout <time in seconds>] \n\t[-C,--report_cputime <0/1>] \n"
          "\t[-a,--average <0/1/2/3> report average iteration time <0=RANK0/1=AVG/2=MIN/3=MAX>] \n"
          "\t[-R,--local_register <0/1> buffers from ncclMemAlloc, registered (local peers read them in place)] \n"
@@ -592,13 +655,13 @@ static void parseArgs(int argc, char **argv) {
       case 'b': opt.minBytes = parseSize(optarg, "minbytes"); break;
       case 'e': opt.maxBytes = parseSize(optarg, "maxbytes"); break;
       case 'i': opt.stepBytes = parseSize(optarg, "stepbytes"); break;
-      case 'f': opt.stepFactor = strtoul(optarg, NULL, 0); break;
+      case 'f': opt.stepFactor = (size_t)parseRange(optarg, c, 0, 1 << 30); break;
       case 'n': opt.iters = atoi(optarg); break;
       case 'm': opt.aggIters = atoi(optarg); break;
-      case 'w': opt.warmup = atoi(optarg); break;
-      case 'N': opt.cycles = atoi(optarg); break;
+      case 'w': opt.warmup = parseRange(optarg, c, 0, INT_MAX); break;
+      case 'N': opt.cycles = parseRange(optarg, c, 0, INT_MAX); break;
       case 'p': opt.parallelInit = atoi(optarg); break; /* every thread inits its own ranks anyway */
-      case 'c': opt.check = atoi(optarg); break;
+      case 'c': opt.check = parseRange(optarg, c, 0, INT_MAX); break;
       case 'o':
         opt.op = -2;
         if (!strcmp(optarg, "all")) opt.op = -1;
@@ -621,14 +684,14 @@ static void parseArgs(int argc, char **argv) {
         }
         break;
       case 'r': opt.root = (int)strtol(optarg, NULL, 0); break;
-      case 'z': opt.blocking = atoi(optarg); break;
-      case 'y': opt.streamNull = atoi(optarg); break;
+      case 'z': opt.blocking = parseRange(optarg, c, 0, 3); break;
+      case 'y': opt.streamNull = parseRange(optarg, c, 0, 1); break;
       case 'T': opt.timeout = atoi(optarg); break;
       case 'G':
         if (atoi(optarg)) printf("Option -G (CUDA graph) not supported, ignoring\n");
         break;
       case 'C': opt.cputime = atoi(optarg); break;
-      case 'a': opt.average = atoi(optarg); break;
+      case 'a': opt.average = parseRange(optarg, c, 0, 3); break;
       case 'R':
         opt.localRegister = atoi(optarg) != 0;
         if (atoi(optarg) > 1) printf("Option -R %d (symmetric windows) not supported, registering locally (-R 1)\n",
@@ -763,22 +826,11 @@ int perfMain(int argc, char **argv, const struct testColl *c) {
     bwCount += ts[t].bwCount;
   }
   /* Every rank counted the same rows; thread 0's view is the report. */
-  double avgBw = ts[0].bwCount ? ts[0].bwSum / ts[0].bwCount : 0;
-  errors = ts[0].errors;
+  errors = ts[0].errors + ts[0].slow;
   free(ts);
   free(th);
   (void)bwSum;
   (void)bwCount;
-  if (isMain) {
-    printf("# %-20s : %d %s\n", "Out of bounds values", errors, errors ? "FAILED" : "OK");
-    printf("# %-20s : %g %s\n", "Avg bus bandwidth", avgBw, "");
-    printf("#\n# Collective test concluded: %s\n#\n\n", coll->name);
-    if (jsonOut) {
-      fprintf(jsonOut, "\n  ],\n  \"out_of_bounds\": {\"count\": %d, \"okay\": %s},\n", errors, errors ? "false" : "true");
-      fprintf(jsonOut, "  \"average_bus_bandwidth\": {\"bandwidth\": %g, \"okay\": \"unchecked\"}\n}\n", avgBw);
-      fclose(jsonOut);
-    }
-  }
 #ifdef CHORUS_PERF_MPI
   if (getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK")) MPI_Finalize();
 #endif
