@@ -92,6 +92,8 @@ struct ev {
   char type[16];
   char fields[256];
   int started, stopped, states, lastState, children, kernelChs;
+  int seq[4];          /* its first states, in order */
+  size_t flushBytes;   /* a receive step's RecvFlushWait transSize */
   unsigned long long sendWaitNs, stopNs;
   unsigned long long kchMask;
 };
@@ -135,6 +137,11 @@ static long ifield(const struct ev *e, const char *name) {
 /* version: the plugin's. Below 5: no API events, Coll hangs off Group;
  * below 4: told nothing at init, no channel counts for P2p, no KernelCh
  * timer or KernelChStop; below 3: no KernelCh events at all. */
+/* kchOnly: the plugin asked for KernelCh events alone (mask 64), so it must
+ * get them and the events above them, as NCCL enables those, and nothing
+ * below a Coll or P2p but them. */
+static int kchOnly;
+
 static int checkLog(const char *file, int n, int version, int late, int *rankOut, unsigned long long *hashOut) {
   int v4 = version <= 4, v3 = version <= 3, kch = version >= 3;
   FILE *f = fopen(file, "r");
@@ -180,6 +187,8 @@ static int checkLog(const char *file, int n, int version, int late, int *rankOut
     } else if (sscanf(line, "state %ld %d %zu", &id, &state, &ts) == 3) {
       struct ev *e = find(id);
       CHECKF(e && !e->stopped, "state of an event not open: %s", line);
+      if (e->states < 4) e->seq[e->states] = state;
+      if (state == 11) e->flushBytes = ts;
       e->states++;
       e->lastState = state;
       const char *t = strstr(line, " t=");
@@ -242,7 +251,7 @@ static int checkLog(const char *file, int n, int version, int late, int *rankOut
         CHECKF(!strcmp(field(p, "func", b, sizeof b), funcs[ncoll]), "CollApi func %s", b);
         CHECKF(ifield(p, "count") == counts[ncoll], "CollApi count");
       }
-      if (n > 1) CHECKF(e->children >= 1, "Coll %d has no ProxyOp events", ncoll);
+      if (n > 1 && !kchOnly) CHECKF(e->children >= 1, "Coll %d has no ProxyOp events", ncoll);
       CHECKF(e->kernelChs == (kch ? ifield(e, "nch") : 0), "Coll %d: %d KernelCh events, nChannels %ld", ncoll, e->kernelChs,
              ifield(e, "nch"));
       ncoll++;
@@ -276,6 +285,20 @@ static int checkLog(const char *file, int n, int version, int late, int *rankOut
       int send = ifield(p, "send");
       CHECKF(e->states >= 1 && e->lastState == (send ? 9 : 12), "a %s step's last state is %d", send ? "send" : "recv",
              e->lastState);
+      /* Every step in NCCL's network proxy's order, whose intervals
+       * plugins build from one state to the next: SendGpuWait, SendPeerWait
+       * (which versions 3 to 1 do not know), SendWait; RecvWait,
+       * RecvFlushWait with the bytes, RecvGpuWait. */
+      if (send && v3)
+        CHECKF(e->states == 2 && e->seq[0] == 8 && e->seq[1] == 9, "a send step's states %d %d (%d)", e->seq[0],
+               e->seq[1], e->states);
+      else if (send)
+        CHECKF(e->states == 3 && e->seq[0] == 8 && e->seq[1] == 20 && e->seq[2] == 9, "a send step's states %d %d %d (%d)",
+               e->seq[0], e->seq[1], e->seq[2], e->states);
+      else
+        CHECKF(e->states == 3 && e->seq[0] == 10 && e->seq[1] == 11 && e->seq[2] == 12 && (e->flushBytes > 0 || v3),
+               "a receive step's states %d %d %d (%d), RecvFlushWait of %zu bytes", e->seq[0], e->seq[1], e->seq[2],
+               e->states, e->flushBytes);
       if (send) CHECKF(e->stopNs >= e->sendWaitNs, "a send step stopped before its SendWait");
       if (send && e->stopNs - e->sendWaitNs > longestSend) longestSend = e->stopNs - e->sendWaitNs;
     }
@@ -284,7 +307,8 @@ static int checkLog(const char *file, int n, int version, int late, int *rankOut
   CHECKF((nsend == 1 && nrecv == 1) || n == 1, "%d Send and %d Recv events", nsend, nrecv);
   int bare = 4 + (late && rank < 2); /* the late send or receive is a bare call too */
   if (!v4) CHECKF(ngroupApi == bare + 1, "%d GroupApi events: %d bare calls and one group", ngroupApi, bare);
-  if (n > 1) CHECKF(nproxyOp >= 2 && nstep > nproxyOp, "%d ProxyOp and %d ProxyStep events", nproxyOp, nstep);
+  if (kchOnly) CHECKF(nproxyOp == 0 && nstep == 0, "%d ProxyOp and %d ProxyStep events, none asked for", nproxyOp, nstep);
+  else if (n > 1) CHECKF(nproxyOp >= 2 && nstep > nproxyOp, "%d ProxyOp and %d ProxyStep events", nproxyOp, nstep);
   if (late) CHECKF(nlate == (rank < 2), "%d late P2p events on rank %d", nlate, rank);
   /* Rank 0's last slots wait in its FIFO until rank 1 reads: a step that
    * ended at the hand-off to the socket would last no time at all. */
@@ -297,7 +321,7 @@ static int checkLog(const char *file, int n, int version, int late, int *rankOut
 
 int main(int argc, char **argv) {
   if (argc < 3) {
-    fprintf(stderr, "usage: %s NRANKS PLUGIN.so [v4|v3|v2|v1|absent]\n", argv[0]);
+    fprintf(stderr, "usage: %s NRANKS PLUGIN.so [v4|v3|v2|v1|absent|sockets|kernelch]\n", argv[0]);
     return 2;
   }
   const char *mode = argc > 3 ? argv[3] : "";
@@ -305,7 +329,9 @@ int main(int argc, char **argv) {
   int version = mode[0] == 'v' && mode[1] >= '1' && mode[1] <= '4' && !mode[2] ? mode[1] - '0' : 6;
   int late = !strcmp(mode, "sockets");
   if (late) setenv("NCCL_SHM_DISABLE", "1", 1);
-  if (mode[0] && !absent && !late && version == 6) {
+  kchOnly = !strcmp(mode, "kernelch");
+  if (kchOnly) setenv("CHORUS_TEST_PROFILE_MASK", "64", 1);
+  if (mode[0] && !absent && !late && !kchOnly && version == 6) {
     fprintf(stderr, "unknown mode %s\n", mode);
     return 2;
   }

@@ -386,14 +386,19 @@ static _Thread_local struct {
   int gen; /* the plugin load it belongs to */
 } api;
 
-#define PROF_API_EVENTS (profGroupApi | profCollApi | profP2pApi | profKernelLaunch)
-#define PROF_TASK_EVENTS (profGroup | profColl | profP2p | profProxyOp | profProxyStep)
+/* An event starts when the mask asks for it or for an event below it, as
+ * NCCL enables them (src/plugin/profiler.cc): a plugin that asks only for
+ * KernelCh still gets the GroupApi, CollApi, Group and Coll events its
+ * KernelCh events hang from. */
+#define PROF_BELOW_TASK (profProxyOp | profProxyStep | profKernelCh | profNetPlugin)
+#define PROF_TASK_EVENTS (profGroup | profColl | profP2p | PROF_BELOW_TASK)
+#define PROF_API_EVENTS (profGroupApi | profCollApi | profP2pApi | profKernelLaunch | PROF_TASK_EVENTS)
 
 void profApiCall(const struct profComm *p, struct profCall *out, int depth, int p2p, const char *func, size_t count,
                  int dtype, int root, void *stream) {
   memset(out, 0, sizeof *out);
   int mask = maskNow();
-  if (!p->ctx || !(mask & (PROF_API_EVENTS | PROF_TASK_EVENTS))) return;
+  if (!p->ctx || !(mask & PROF_API_EVENTS)) return;
   out->ctx = p->ctx;
   if (api.groupApi && api.gen != __atomic_load_n(&loadGen, __ATOMIC_RELAXED)) api.groupApi = NULL;
   if (!api.groupApi) {
@@ -428,7 +433,8 @@ void profApiCall(const struct profComm *p, struct profCall *out, int depth, int 
     d.collApi.root = root;
     d.collApi.stream = stream;
   }
-  if (api.groupApi) out->callApi = startEvent(p->ctx, &d);
+  int callMask = (p2p ? profP2pApi | profP2p : profCollApi | profColl) | PROF_BELOW_TASK;
+  if (api.groupApi && (mask & callMask)) out->callApi = startEvent(p->ctx, &d);
 }
 
 void profApiCallEnd(const struct profCall *call) { profStop(call->callApi); }
@@ -458,7 +464,7 @@ void *profOpStart(struct profComm *p, int funcIndex, const struct profCall *call
                   const struct profOp *op) {
   uint64_t seq = funcIndex >= 0 && funcIndex < 16 ? p->seq[funcIndex]++ : 0;
   int mask = maskNow();
-  int wanted = (op->p2p ? profP2p : profColl) | profProxyOp | profProxyStep | profKernelCh;
+  int wanted = (op->p2p ? profP2p : profColl) | PROF_BELOW_TASK;
   if (!call->ctx || !(mask & wanted)) return NULL;
   struct profDescrV6 d;
   memset(&d, 0, sizeof d);
@@ -570,20 +576,31 @@ void profStepBegin(struct profTask *t, int dir, int rank, int channel, int peer,
     d.proxyStep.step = t->stepNo[dir];
     t->step[dir] = startEvent(t->ctx, &d);
     t->waited[dir] = 0;
-    /* A send step first waits for its data (NCCL: the GPU's). */
-    if (t->step[dir] && dir == 0) recordState(t->step[dir], profStateStepSendGpuWait, 0);
+    /* A send step first waits for its data (NCCL: the GPU's), a receive
+     * for the peer's (NCCL: once the network receive is posted). */
+    if (t->step[dir]) recordState(t->step[dir], dir ? profStateStepRecvWait : profStateStepSendGpuWait, 0);
   }
 }
 
+/* The states every step goes through, as NCCL's network proxy records
+ * them (plugins such as NCCL's example build their intervals from one to
+ * the next): a send's SendPeerWait before it is handed over, even when
+ * there was room at once; a receive's RecvFlushWait, with its bytes, once
+ * they are there. */
+static void sendPeerWait(struct profTask *t) {
+  if (!t->waited[0]) recordState(t->step[0], profStateStepSendPeerWait, 0);
+  t->waited[0] = 1;
+}
+
 void profStepWait(struct profTask *t, int dir) {
-  if (!t->step[dir] || t->waited[dir]) return;
-  recordState(t->step[dir], dir ? profStateStepRecvWait : profStateStepSendPeerWait, 0);
-  t->waited[dir] = 1;
+  if (t->step[dir] && dir == 0) sendPeerWait(t); /* a receive has been in RecvWait since it began */
 }
 
 void profStepEnd(struct profTask *t, int dir, size_t bytes) {
   if (t->step[dir]) {
     /* Send: handed to the transport; receive: arrived and used. */
+    if (dir) recordState(t->step[dir], profStateStepRecvFlushWait, bytes);
+    else sendPeerWait(t);
     recordState(t->step[dir], dir ? profStateStepRecvGpuWait : profStateStepSendWait, bytes);
     profStop(t->step[dir]);
     t->step[dir] = NULL;
@@ -596,6 +613,7 @@ void profStepPosted(struct profTask *t, size_t bytes, const void *key, uint64_t 
     t->stepNo[0]++;
     return;
   }
+  sendPeerWait(t);
   recordState(t->step[0], profStateStepSendWait, bytes);
   if (t->flyCount == PROF_FLYING) profFlyingDone(t); /* the oldest ends early rather than never */
   int i = (t->flyHead + t->flyCount) % PROF_FLYING;
