@@ -47,6 +47,29 @@ else
 fi
 cc "$prefix/prog.c" $flags $san -o "$prefix/prog" || fail "cannot link with -lnccl ($flags)"
 [ "$("$prefix/prog")" = "11 22 33" ] || fail "the -lnccl program gave $("$prefix/prog" 2>&1)"
+# Linked statically, the program sees chorus's public API alone: functions
+# of its own that share a name with one inside chorus do not clash.
+cat > "$prefix/clash.c" <<'C'
+#include <nccl.h>
+#include <stdio.h>
+void logMessage(const char *s) { printf("%s ", s); }
+int paramInt(const char *name) { return name[0]; }
+int main(void) {
+  int v;
+  float x = 2;
+  ncclComm_t c;
+  if (ncclGetVersion(&v) != ncclSuccess || ncclCommInitAll(&c, 1, NULL) != ncclSuccess) return 1;
+  if (ncclAllReduce(&x, &x, 1, ncclFloat, ncclSum, c, NULL) != ncclSuccess || ncclCommDestroy(c) != ncclSuccess) return 1;
+  logMessage("mine");
+  printf("%d %g\n", paramInt("*"), x);
+  return 0;
+}
+C
+private=$(sed -n 's/^Libs.private: *//p' "$prefix/lib/pkgconfig/chorus.pc")
+# shellcheck disable=SC2086
+cc "$prefix/clash.c" -I"$prefix/include" "$prefix/lib/libchorus.a" $private $san -o "$prefix/clash" ||
+  fail "a program with its own logMessage and paramInt does not link with libchorus.a"
+[ "$("$prefix/clash")" = "mine 42 2" ] || fail "the static program gave $("$prefix/clash" 2>&1)"
 # An NCCL documentation example, unchanged, through the installed host-CUDA
 # shim (pkg-config chorus-hostcuda, or its flags by hand).
 if command -v pkg-config >/dev/null 2>&1; then
