@@ -93,7 +93,9 @@ d = json.load(open(sys.argv[1]))
 r = d["results"]
 assert r and all(isinstance(x["root"], int) and x["root"] == 1 for x in r), r
 assert all(isinstance(x[k]["nwrong"], int) for x in r for k in ("out_of_place", "in_place")), r
-assert d["out_of_bounds"]["okay"] is True and len(d["config"]["devices"]) == 2, d' "$json"
+assert d["out_of_bounds"]["okay"] is True and len(d["config"]["devices"]) == 2, d
+assert d["args"][-2:] == ["-J", sys.argv[1]] and d["errors"] == [] and d["start_time"] <= d["end_time"], d
+assert any(e.startswith("CHORUS_RANK=") for e in d["env"]), d["env"]' "$json"
 }
 check "-J output" json_ok
 rm -f "$json"*

@@ -63,6 +63,30 @@ struct deviceInfo {
 #define DEVICE_NAME "host memory (chorus)"
 static FILE *jsonOut;
 static int jsonRows;
+static int mainArgc; /* the command line as given, for the JSON file's "args" */
+static char **mainArgv;
+extern char **environ;
+
+/* s as a JSON string: quoted, with quotes, backslashes and control
+ * characters escaped. */
+static void jsonString(FILE *f, const char *s) {
+  fputc('"', f);
+  for (; *s; s++) {
+    unsigned char ch = (unsigned char)*s;
+    if (ch == '"' || ch == '\\') fprintf(f, "\\%c", ch);
+    else if (ch < 0x20) fprintf(f, "\\u%04x", ch);
+    else fputc(ch, f);
+  }
+  fputc('"', f);
+}
+
+/* Now as nccl-tests stamps its JSON file: local time, to the second. */
+static void jsonNow(FILE *f) {
+  char stamp[32];
+  time_t now = time(NULL);
+  strftime(stamp, sizeof stamp, "%Y-%m-%d %H:%M:%S", localtime(&now));
+  jsonString(f, stamp);
+}
 
 /* ---- values: exact in every datatype, so any reduction order gives the same bits ---- */
 /* Each thread sets these the same way (same sequence of checks). */
@@ -420,7 +444,20 @@ static void printDevices(const struct deviceInfo *all) {
   printf("# Writing JSON output to %s\n", path);
   int ver;
   ncclGetVersion(&ver);
-  fprintf(jsonOut, "{\n  \"version\": 3,\n  \"nccl_version\": %d,\n  \"collective\": \"%s\",\n", ver, coll->name);
+  /* nccl-tests' preamble: when, the command line, the environment. */
+  fprintf(jsonOut, "{\n  \"version\": 3,\n  \"start_time\": ");
+  jsonNow(jsonOut);
+  fprintf(jsonOut, ",\n  \"args\": [");
+  for (int i = 0; i < mainArgc; i++) {
+    if (i) fprintf(jsonOut, ", ");
+    jsonString(jsonOut, mainArgv[i]);
+  }
+  fprintf(jsonOut, "],\n  \"env\": [");
+  for (char **e = environ; e && *e; e++) {
+    if (e != environ) fprintf(jsonOut, ", ");
+    jsonString(jsonOut, *e);
+  }
+  fprintf(jsonOut, "],\n  \"nccl_version\": %d,\n  \"collective\": \"%s\",\n", ver, coll->name);
   fprintf(jsonOut, "  \"config\": {\"nthreads\": %d, \"ngpus\": %d, \"nranks\": %d, \"minimum_bytes\": %zu, "
                    "\"maximum_bytes\": %zu, \"%s\": %zu, \"warmup_iters\": %d, \"iterations\": %d, "
                    "\"aggregated_iterations\": %d, \"validation\": %d, \"graph\": 0, \"blocking_collectives\": %d, "
@@ -490,13 +527,22 @@ static void printFooter(struct threadState *ts) {
   }
   printf("# %-20s : %d %s\n", "Out of bounds values", ts->errors, ts->errors ? "FAILED" : "OK");
   printf("# %-20s : %g %s\n", "Avg bus bandwidth", avgBw, bwCheck);
-  printf("#\n# Collective test concluded: %s\n#\n\n", coll->name);
+  printf("#\n# Collective test concluded: %s\n", coll->name);
+  /* The library's last error, as nccl-tests ends (an empty line if none). */
+  const char *lastError = ncclGetLastError(NULL);
+  if (lastError && *lastError) printf("# error: %s\n", lastError);
+  else printf("\n");
+  printf("#\n");
   fflush(stdout);
   if (jsonOut) {
     fprintf(jsonOut, "\n  ],\n  \"out_of_bounds\": {\"count\": %d, \"okay\": %s},\n", ts->errors,
             ts->errors ? "false" : "true");
-    fprintf(jsonOut, "  \"average_bus_bandwidth\": {\"bandwidth\": %g, \"okay\": %s}\n}\n", avgBw,
+    fprintf(jsonOut, "  \"average_bus_bandwidth\": {\"bandwidth\": %g, \"okay\": %s},\n  \"errors\": [", avgBw,
             !*bwCheck ? "\"unchecked\"" : ts->slow ? "false" : "true");
+    if (lastError && *lastError) jsonString(jsonOut, lastError);
+    fprintf(jsonOut, "],\n  \"end_time\": ");
+    jsonNow(jsonOut);
+    fprintf(jsonOut, "\n}\n");
     fclose(jsonOut);
     jsonOut = NULL;
   }
@@ -784,6 +830,10 @@ static void setupProcesses(int *argc, char ***argv) {
 
 int perfMain(int argc, char **argv, const struct testColl *c) {
   coll = c;
+  mainArgc = argc;
+  mainArgv = malloc(sizeof(char *) * (size_t)(argc + 1));
+  if (mainArgv) memcpy(mainArgv, argv, sizeof(char *) * (size_t)(argc + 1)); /* before getopt permutes argv */
+  else mainArgc = 0;
   parseArgs(argc, argv);
   if (opt.timeout > 0) {
     char buf[32];
