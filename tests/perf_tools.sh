@@ -28,6 +28,9 @@ for t in all_reduce all_gather broadcast reduce reduce_scatter sendrecv; do
   run "$bin/${t}_perf" -t 2 -g 2 -b 1K -e 256K -f 16 -n 2 -w 1
 done
 run "$bin/chorusrun" -n 4 "$bin/hypercube_perf" -b 64 -e 64K -f 32 -n 2
+# Several ranks per thread: each dependent step grouped on its own.
+run "$bin/hypercube_perf" -g 4 -b 8 -e 64K -f 8 -n 2
+run "$bin/chorusrun" -n 2 "$bin/hypercube_perf" -g 2 -b 64 -e 64K -f 32 -n 2
 # A forced algorithm that runs only AllReduce (and Broadcast/Reduce): the
 # tools' own exchanges must not need another collective.
 for a in Tree OneHop Rabenseifner; do

@@ -239,20 +239,24 @@ static void barrier(struct threadState *ts) { combine(ts, 0, ncclSum, 0); }
 static void runOnce(struct threadState *ts, size_t pc, int type, int root, int inPlace, size_t sendOff,
                     size_t recvOff) {
   size_t esz = typeSize(type);
-  /* Grouped only with several ranks per thread, as nccl-tests does: a tool
-   * made of dependent steps (hypercube) needs each of its groups to end. */
-  if (opt.nGpus > 1) CK(ncclGroupStart());
-  for (int g = 0; g < opt.nGpus; g++) {
-    int rank = ts->firstRank + g;
-    char *send = ts->sendBufs[g], *recv = ts->recvBufs[g];
-    if (inPlace) {
-      if (sendOff) send = recv + (size_t)rank * sendOff * esz; /* AllGather: sendbuff inside recvbuff */
-      else if (recvOff) recv = send + (size_t)rank * recvOff * esz; /* ReduceScatter */
-      else send = recv;
+  /* Grouped only with several ranks per thread, as nccl-tests does; a tool
+   * made of dependent steps, one group per step. */
+  int steps = opt.nGpus > 1 && coll->steps ? coll->steps(totalRanks) : 1;
+  for (int k = 0; k < steps; k++) {
+    if (opt.nGpus > 1) CK(ncclGroupStart());
+    for (int g = 0; g < opt.nGpus; g++) {
+      int rank = ts->firstRank + g;
+      char *send = ts->sendBufs[g], *recv = ts->recvBufs[g];
+      if (inPlace) {
+        if (sendOff) send = recv + (size_t)rank * sendOff * esz; /* AllGather: sendbuff inside recvbuff */
+        else if (recvOff) recv = send + (size_t)rank * recvOff * esz; /* ReduceScatter */
+        else send = recv;
+      }
+      if (steps > 1) CK(coll->runStep(send, recv, pc, type, rank, totalRanks, ts->comms[g], ts->streams[g], k));
+      else CK(coll->run(send, recv, pc, type, ts->ops[g], root, rank, totalRanks, ts->comms[g], ts->streams[g]));
     }
-    CK(coll->run(send, recv, pc, type, ts->ops[g], root, rank, totalRanks, ts->comms[g], ts->streams[g]));
+    if (opt.nGpus > 1) CK(ncclGroupEnd());
   }
-  if (opt.nGpus > 1) CK(ncclGroupEnd());
 }
 
 static void makeOps(struct threadState *ts, int type, int op) {

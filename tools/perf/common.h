@@ -22,6 +22,14 @@ struct testColl {
   void (*getBw)(size_t paramCount, size_t eltSize, double sec, int nranks, double *algBw, double *busBw);
   ncclResult_t (*run)(const void *sendbuff, void *recvbuff, size_t paramCount, ncclDataType_t type, ncclRedOp_t op,
                       int root, int rank, int nranks, ncclComm_t comm, cudaStream_t stream);
+  /* A tool made of dependent steps (hypercube): how many, and step k of
+   * run alone. With several ranks per thread each step is grouped across
+   * them and ends before the next begins (one group around all of run's
+   * steps would let a step send what an earlier one has not received
+   * yet). NULL: run is one step. */
+  int (*steps)(int nranks);
+  ncclResult_t (*runStep)(const void *sendbuff, void *recvbuff, size_t paramCount, ncclDataType_t type, int rank,
+                          int nranks, ncclComm_t comm, cudaStream_t stream, int step);
 };
 
 /* Runs the tool; returns the process exit status. */
