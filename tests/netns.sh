@@ -11,6 +11,9 @@
 #   netns.sh BIN shaped    the same AllReduce check over a 1 Gbit/s tbf link
 #   netns.sh BIN linkdown  eth0 of one host goes down mid-run: every rank
 #                          must fail (not hang) within the timeout
+#   netns.sh BIN drain     an AllReduce, then destroy at once, over a 10 Mbit/s
+#                          link: every rank succeeds (the goodbye never
+#                          overtakes the last bytes)
 #
 # Exit 77 (ctest: skipped) when namespaces cannot be made here: never a
 # silent pass. Everything made is removed on exit, failure included.
@@ -91,6 +94,20 @@ shaped)
   launch 2 1 10.77.0.1 300 "$bin/all_reduce_perf" -b 8 -e 32M -f 4 -n 3 -w 1 -c 1
   cat "$logs/rank0"
   launch 2 2 10.77.0.1 300 "$bin/test_coll" 4 fork quick
+  ;;
+drain)
+  # A rank returns from its last AllReduce with bytes still queued for the
+  # slow link and destroys at once; its goodbye, on another connection,
+  # must not reach the peer before them (before, 2 runs in 4 failed the
+  # peer with "destroyed its communicator while rank 0 waited": the short
+  # tbf queue drops, and retransmissions leave the link quiet for a while).
+  ip netns exec ${tag}h1 tc qdisc add dev eth0 root tbf rate 10mbit burst 16kb latency 20ms ||
+    skip "tc tbf is not available"
+  ip netns exec ${tag}sw tc qdisc add dev p1 root tbf rate 10mbit burst 16kb latency 20ms
+  for run in 1 2; do
+    launch 2 2 10.77.0.1 120 "$bin/test_lastcall" 2097152
+  done
+  launch 2 2 10.77.0.1 120 "$bin/test_lastcall" 1048576 finalize
   ;;
 linkdown)
   # Host 1's link goes down while AllReduce runs: every rank must end with

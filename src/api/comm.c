@@ -103,6 +103,9 @@ void commFree(struct ncclComm *comm, int graceful) {
   flightFree(comm);
   statsReport(comm);
   traceCommClose(&comm->trace);
+  /* What this rank sent reaches its peers before its goodbye can (a
+   * finalized one has waited already). */
+  if (graceful && !comm->finalized) transportDrainAll(comm->transports, &comm->boot, commTimeoutNs(comm));
   bootstrapClose(&comm->boot, graceful);
   transportCloseAll(comm->transports);
   free(comm->conns.send);

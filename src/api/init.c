@@ -19,6 +19,7 @@
 #include "core/log.h"
 #include "core/param.h"
 #include "transport/memshare.h"
+#include "transport/transport.h"
 
 NCCL_API(ncclResult_t, ncclGetUniqueId, ncclUniqueId *uniqueId) {
   if (uniqueId == NULL) {
@@ -473,7 +474,9 @@ NCCL_API(ncclResult_t, ncclCommFinalize, ncclComm_t comm) {
   commWaitIdle(comm);
   comm->finalized = 1;
   /* Nothing more will come from this rank: a peer still waiting for it (in
-   * an operation this rank never called) fails at once, naming it. */
+   * an operation this rank never called) fails at once, naming it; what it
+   * did send reaches the peers first. */
+  transportDrainAll(comm->transports, &comm->boot, commTimeoutNs(comm));
   if (comm->boot.oob) oobSayGoodbye(&comm->boot, oobFinalized);
   return comm->asyncError;
 }

@@ -17,31 +17,20 @@
 #include "core/clock.h"
 #include "core/err.h"
 #include "core/log.h"
+#include "core/machine.h"
 #include "core/param.h"
 
 static const uint64_t goodbyeMagic = 0x6579622d73756f72ull; /* "rous-bye" */
 static const char rootLeaveNotice = 'L'; /* a rank gives up on the rendezvous before the root replied */
 
 
-static uint64_t fnv1a(uint64_t h, const char *s) {
-  for (; *s; s++) h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
-  return h;
-}
-
 uint64_t bootstrapHostHash(void) {
   const char *id = paramStr(paramHostId);
-  uint64_t h = 0xcbf29ce484222325ull;
+  uint64_t h = FNV1A_INIT;
   if (id[0]) return fnv1a(h, id);
   char host[256] = "";
   gethostname(host, sizeof host - 1);
-  h = fnv1a(h, host);
-  FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
-  if (f) {
-    char boot[64] = "";
-    if (fgets(boot, sizeof boot, f)) h = fnv1a(h, boot);
-    fclose(f);
-  }
-  return h;
+  return machineBootHash(fnv1a(h, host));
 }
 
 /* ---- root: collects every rank's info, then sends everyone the table ---- */

@@ -10,6 +10,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/machine.h"
+
 #ifdef CHORUS_HAVE_HWLOC
 #include <hwloc.h>
 #endif
@@ -109,21 +111,9 @@ static void discoverHwloc(struct topoRank *h) {
 }
 #endif
 
-/* FNV-1a of the kernel's boot id (0 when unreadable): the same on every
- * network namespace and container of one machine. */
-static uint64_t kernelId(void) {
-  char boot[64] = "";
-  FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
-  if (!f) return 0;
-  if (!fgets(boot, sizeof boot, f)) boot[0] = 0;
-  fclose(f);
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (const char *c = boot; *c; c++) h = (h ^ (unsigned char)*c) * 0x100000001b3ull;
-  return boot[0] ? h : 0;
-}
-
 static void hostDefaults(struct topoRank *h) {
-  h->kernel = kernelId();
+  uint64_t boot = machineBootHash(FNV1A_INIT);
+  h->kernel = boot == FNV1A_INIT ? 0 : boot; /* 0: unknown, shared with no one */
   sysfsNics(h);
   if (h->pus <= 0) h->pus = (int16_t)sysconf(_SC_NPROCESSORS_ONLN);
   if (h->cores <= 0) h->cores = h->pus;

@@ -9,15 +9,19 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/mman.h>
+#include <linux/sockios.h>
 #include <sys/eventfd.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
 #include "bootstrap/acceptor.h"
+#include "core/clock.h"
 #include "core/err.h"
 #include "core/log.h"
 #include "core/param.h"
+#include "core/wait.h"
 #include "transport/transport.h"
 
 #define NET(c) ((struct netConn *)(c)->tpConn)
@@ -706,6 +710,41 @@ static void netClose(void *state) {
   free(s);
 }
 
+/* Bytes the kernel holds for a socket that the peer's host has not yet
+ * acknowledged (0 when it cannot say: a broken socket sends nothing more). */
+static int unacked(int fd) {
+  int n = 0;
+  return ioctl(fd, SIOCOUTQ, &n) == 0 ? n : 0;
+}
+
+/* Destroy and finalize say goodbye on the bootstrap's connection, which
+ * may reach the peer before the last bytes on these (a slow or lossy link:
+ * a ring AllReduce's last step still queued when its sender returned and
+ * destroyed, and the peer failed at the goodbye with the data on its way).
+ * Waits until the peers' hosts have acknowledged every byte. */
+static void netDrain(void *state, struct bootstrap *b, uint64_t timeoutNs) {
+  struct netState *s = state;
+  struct waitState w;
+  waitBegin(&w, NULL, NULL, NULL, "sent bytes to reach the peers");
+  w.timeoutNs = 0; /* bounded below, quietly: the goodbye follows either way */
+  uint64_t t0 = clockNs();
+  for (;;) {
+    int left = 0;
+    for (int i = 0; i < s->nconns && !left; i++) {
+      struct netConn *n = NET(s->conns[i]);
+      if (!n || !n->isSend || n->err != ncclSuccess || bootstrapPeerDeparted(b, s->conns[i]->peer)) continue;
+      for (int k = 0; k < n->nsocks && !left; k++) left = n->socks[k].fd >= 0 && unacked(n->socks[k].fd) > 0;
+    }
+    if (!left || bootstrapGoneCount(b) > 0) return; /* a failed job's destroy waits for nothing */
+    if (timeoutNs && clockNs() - t0 > timeoutNs) {
+      INFO(subsysNet, "NET/Socket : gave up waiting %.3g s for peers to receive what this rank sent",
+           (double)(clockNs() - t0) / 1e9);
+      return;
+    }
+    waitPause(&w);
+  }
+}
+
 /* The sender published a slot: its size for the header, and on the wire at once. */
 static void netPosted(struct conn *c, size_t bytes) {
   NET(c)->sizes[(c->step - 1) % c->nslots] = (uint32_t)bytes;
@@ -733,6 +772,7 @@ const struct transport netTransport = {
     .canConnect = netCanConnect,
     .setup = netSetup,
     .close = netClose,
+    .drain = netDrain,
     .progress = netProgress,
     .posted = netPosted,
     .postFrom = netPostFrom,

@@ -24,6 +24,11 @@ ncclResult_t transportSetupAll(void **state, struct bootstrap *b, struct connTab
   return res;
 }
 
+void transportDrainAll(void **state, struct bootstrap *b, uint64_t timeoutNs) {
+  for (int i = 0; i < TRANSPORT_COUNT; i++)
+    if (state[i] && transportTable[i]->drain) transportTable[i]->drain(state[i], b, timeoutNs);
+}
+
 void transportCloseAll(void **state) {
   for (int i = TRANSPORT_COUNT - 1; i >= 0; i--) {
     transportTable[i]->close(state[i]);

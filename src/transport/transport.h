@@ -27,6 +27,12 @@ struct transport {
   ncclResult_t (*setup)(void **state, struct bootstrap *b, struct connTable *t, size_t buffSize,
                         const unsigned char *mine);
   void (*close)(void *state); /* state may be NULL (setup failed early) */
+  /* Before a goodbye (destroy, finalize): waits until every byte this rank
+   * has sent is on its peer's host, or the peer is gone or has said
+   * goodbye itself, or timeoutNs has passed, so that the goodbye, on
+   * another connection, never overtakes the data the peer still reads.
+   * NULL where a published slot is at once the peer's (shared memory). */
+  void (*drain)(void *state, struct bootstrap *b, uint64_t timeoutNs);
 
   /* Per connection; NULL where the transport has nothing to do: the peer
    * reads and writes the FIFO itself (shared memory, self). */
@@ -85,6 +91,8 @@ int transportFor(const struct bootstrap *b, int peer);
 /* Sets up every transport (all ranks call it); state[TRANSPORT_COUNT]. */
 ncclResult_t transportSetupAll(void **state, struct bootstrap *b, struct connTable *t, size_t buffSize);
 void transportCloseAll(void **state);
+/* Every transport's drain (see struct transport). */
+void transportDrainAll(void **state, struct bootstrap *b, uint64_t timeoutNs);
 /* 1 when name is a network chorus has, as NCCL_NET and config.netName name
  * one: "Socket", in any case (net.c). */
 int transportNetKnown(const char *name);
