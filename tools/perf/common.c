@@ -173,7 +173,8 @@ static double nowSec(void) {
       if (r_ == ncclTimeout && opt.timeout > 0) /* -T's, worded as nccl-tests' */                    \
         fprintf(stderr, "%s: Test timeout (%ds) %s:%d\n", h_, opt.timeout, __FILE__, __LINE__);       \
       else                                                                                              \
-        fprintf(stderr, "%s: Test NCCL failure %s:%d '%s'\n", h_, __FILE__, __LINE__, ncclGetErrorString(r_)); \
+        fprintf(stderr, "%s: Test NCCL failure %s:%d '%s / %s'\n", h_, __FILE__, __LINE__, /* and why, as */    \
+                ncclGetErrorString(r_), ncclGetLastError(NULL)); /* nccl-tests from 2.13 */                     \
       exit(2);                                                                                          \
     }                                                                                                   \
   } while (0)
