@@ -11,6 +11,10 @@
 #   netns.sh BIN shaped    the same AllReduce check over a 1 Gbit/s tbf link
 #   netns.sh BIN linkdown  eth0 of one host goes down mid-run: every rank
 #                          must fail (not hang) within the timeout
+#   netns.sh BIN ifname    one rank's NCCL_SOCKET_IFNAME picks an interface the
+#                          other hosts cannot reach: every rank fails soon
+#                          (not at the timeout), the rank named by those
+#                          that cannot reach it
 #   netns.sh BIN drain     an AllReduce, then destroy at once, over a 10 Mbit/s
 #                          link: every rank succeeds (the goodbye never
 #                          overtakes the last bytes)
@@ -94,6 +98,44 @@ shaped)
   launch 2 1 10.77.0.1 300 "$bin/all_reduce_perf" -b 8 -e 32M -f 4 -n 3 -w 1 -c 1
   cat "$logs/rank0"
   launch 2 2 10.77.0.1 300 "$bin/test_coll" 4 fork quick
+  ;;
+ifname)
+  # Host 1 gets eth1 on 10.89.0.0/24, a veth left off the bridge: a subnet
+  # no other host has a route to. NCCL_SOCKET_IFNAME=eth1 (or lo) on one
+  # rank, CHORUS_TIMEOUT=30: every rank must fail within 15 s, and some
+  # rank must say it cannot reach that one, naming it.
+  ip -n ${tag}h1 link add eth1 type veth peer name q1 netns ${tag}sw || skip "cannot create a second veth"
+  ip -n ${tag}h1 addr add 10.89.0.2/24 dev eth1
+  ip -n ${tag}h1 link set eth1 up
+  ip -n ${tag}sw link set q1 up
+  misconfigured() { # misconfigured HOSTS RANKS_PER_HOST BAD_RANK IFNAME
+    local n=$(($1 * $2)) pids=() r t0=$SECONDS named=0
+    port=$((port + 1))
+    for ((r = 0; r < n; r++)); do
+      local h=$((r / $2)) ifn=
+      [ $r = "$3" ] && ifn="NCCL_SOCKET_IFNAME=$4"
+      hostrun $h env $ifn NCCL_HOSTID=host$h NCCL_COMM_ID=10.77.0.1:$port CHORUS_RANK=$r CHORUS_NRANKS=$n \
+        NCCL_DEBUG=WARN CHORUS_TIMEOUT=30 timeout 60 "$bin/all_reduce_perf" -b 8 -e 8 -n 1 >"$logs/rank$r" 2>&1 &
+      pids+=($!)
+    done
+    for ((r = 0; r < n; r++)); do
+      if wait ${pids[$r]}; then
+        echo "FAILED: rank $r succeeded with rank $3 on $4"
+        fail=1
+      fi
+      grep -qE "cannot (reach|connect to) rank $3 " "$logs/rank$r" && named=1
+    done
+    if [ $((SECONDS - t0)) -gt 15 ] || [ $named = 0 ]; then
+      echo "FAILED: rank $3 on $4 ($1 hosts x $2 ranks): $((SECONDS - t0)) s, named: $named"
+      grep -h -m1 'NCCL WARN' "$logs"/rank*
+      fail=1
+    else
+      echo "ok: rank $3 on $4 ($1 hosts x $2 ranks): every rank failed within $((SECONDS - t0)) s, $4's rank named"
+    fi
+  }
+  misconfigured 3 1 1 eth1 # the bootstrap mesh
+  misconfigured 2 2 2 eth1 # the socket transport (the bootstrap's own interface reaches the others)
+  misconfigured 2 1 1 lo
   ;;
 drain)
   # A rank returns from its last AllReduce with bytes still queued for the

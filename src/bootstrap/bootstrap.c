@@ -487,14 +487,33 @@ ncclResult_t bootstrapStartRoot(const struct bootstrapHandle *h, int nranks) {
 /* ---- ranks ---- */
 
 /* Rank j, which checked in at the root (so its listener was up), refuses
- * connections now: it is gone (killed during init). */
+ * connections now: it is gone (killed during init, or it gave up). */
 static ncclResult_t meshPeerGone(const struct bootstrap *b, int j) {
   char addr[80];
+  if (sockIsLoopback(&b->peers[j].listenAddr) && b->peers[j].hostHash != b->peers[b->rank].hostHash) {
+    WARN("Bootstrap : rank %d of %d (host %s) cannot reach rank %d (host %s, pid %d): it listens on %s, a loopback "
+         "address, which only its own host reaches (NCCL_SOCKET_IFNAME picks lo on that host?)",
+         b->rank, b->nranks, b->peers[b->rank].hostname, j, b->peers[j].hostname, b->peers[j].pid,
+         sockAddrStr(&b->peers[j].listenAddr, addr, sizeof addr));
+    return ncclInvalidUsage;
+  }
   WARN("Bootstrap : rank %d of %d: rank %d (host %s, pid %d) is gone: it checked in at the root, but %s refuses "
-       "connections now (it died during init?)",
+       "connections now (it died during init, or failed it: see its log)",
        b->rank, b->nranks, j, b->peers[j].hostname, b->peers[j].pid, sockAddrStr(&b->peers[j].listenAddr, addr,
                                                                                    sizeof addr));
   return ncclRemoteError;
+}
+
+/* Rank j checked in at the root with an address this rank cannot reach:
+ * its interface (NCCL_SOCKET_IFNAME, NCCL_SOCKET_FAMILY on its host) is
+ * one no route from here leads to. err: the last attempt's. */
+static ncclResult_t meshPeerUnreachable(const struct bootstrap *b, int j, int err, ncclResult_t res) {
+  char addr[80];
+  WARN("Bootstrap : rank %d of %d (host %s) cannot reach rank %d (host %s, pid %d) at %s, the address it listens on: "
+       "%s (rank %d's interface, from NCCL_SOCKET_IFNAME / NCCL_SOCKET_FAMILY on its host, is none this host reaches?)",
+       b->rank, b->nranks, b->peers[b->rank].hostname, j, b->peers[j].hostname, b->peers[j].pid,
+       sockAddrStr(&b->peers[j].listenAddr, addr, sizeof addr), err == ETIMEDOUT ? "no answer" : strerror(err), j);
+  return res;
 }
 
 /* The mesh's liveness check while this rank waits for higher ranks to
@@ -526,6 +545,8 @@ static ncclResult_t meshConnect(struct bootstrap *b) {
   for (int j = 0; j < b->rank; j++) {
     ncclResult_t res = sockConnect(&b->peers[j].listenAddr, &b->peerFd[j], &w, 1);
     if (res == ncclRemoteError && errno == ECONNREFUSED) return meshPeerGone(b, j);
+    if ((res == ncclRemoteError && (errno == EHOSTUNREACH || errno == ENETUNREACH)) || res == ncclTimeout)
+      return meshPeerUnreachable(b, j, errno, res);
     CHECK(res);
     struct meshHello hello = {b->secret, b->rank, 0};
     CHECK(sockSendAll(b->peerFd[j], &hello, sizeof hello, &w));
@@ -586,7 +607,8 @@ static ncclResult_t recvRootReply(struct bootstrap *b, int rootFd, const union s
   }
   if (res == ncclTimeout && !checkedIn && (!timeoutNs || timeoutNs > WIRE_CHECKIN_NS)) {
     WARN("Bootstrap : rank %d of %d: no answer from %s within %.0f s of this rank's hello: what listens there is not a "
-         "chorus root (is the port taken by another program? the rank that hosts the root could not listen then)",
+         "chorus root, or its process is stopped or frozen (is the port taken by another program? the rank that hosts "
+         "the root could not listen then)",
          b->rank, b->nranks, sockAddrStr(root, addr, sizeof addr), (double)WIRE_CHECKIN_NS / 1e9);
     return ncclRemoteError;
   }

@@ -15,6 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/clock.h"
 #include "core/err.h"
 #include "core/log.h"
 #include "core/param.h"
@@ -206,21 +207,61 @@ ncclResult_t sockListen(union sockAddr *addr, int *fd) {
   return ncclSuccess;
 }
 
-ncclResult_t sockConnect(const union sockAddr *addr, int *fd, struct waitState *w, int refusedIsFinal) {
-  for (;;) {
-    int s = socket(addr->sa.sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    SYSCHECK(s, "socket");
-    if (connect(s, &addr->sa, addrLen(addr)) == 0) {
-      ncclResult_t res = setNonblocking(s);
-      if (res != ncclSuccess) close(s);
-      else *fd = s;
-      return res;
+/* One attempt, nonblocking, so that an address nothing answers for (no ARP
+ * reply, a black hole) waits no longer than the one wait allows: 0 with the
+ * connected socket in *fd, else the attempt's errno (or -1 with *res set
+ * when the wait gave up). */
+static int connectOnce(const union sockAddr *addr, int *fd, struct waitState *w, ncclResult_t *res) {
+  int s = socket(addr->sa.sa_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (s < 0) return errno;
+  int err = connect(s, &addr->sa, addrLen(addr)) == 0 ? 0 : errno;
+  while (err == EINPROGRESS) {
+    struct pollfd p = {s, POLLOUT, 0};
+    int ready = poll(&p, 1, 100);
+    if (ready > 0) {
+      socklen_t len = sizeof err;
+      if (getsockopt(s, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
+    } else if (ready < 0 && errno != EINTR) {
+      err = errno;
+    } else if ((*res = waitPause(w)) != ncclSuccess) {
+      close(s);
+      return -1;
     }
-    int err = errno;
-    close(s);
+  }
+  if (err == 0 && (*res = setNonblocking(s)) == ncclSuccess) {
+    *fd = s;
+    return 0;
+  }
+  close(s);
+  return err ? err : EIO;
+}
+
+/* How long a listener known to be up may stay unreachable (no route, no
+ * ARP reply) before the connect gives up: routes do not come back by
+ * themselves, and its peers should learn why before their timeout. */
+#define SOCK_UNREACHABLE_NS 5000000000ull
+
+ncclResult_t sockConnect(const union sockAddr *addr, int *fd, struct waitState *w, int refusedIsFinal) {
+  uint64_t unreachableSince = 0;
+  for (;;) {
+    ncclResult_t waited = ncclSuccess;
+    int err = connectOnce(addr, fd, w, &waited);
+    if (err == 0) return ncclSuccess;
+    if (err < 0) { /* the wait gave up during an attempt nothing answered */
+      errno = waited == ncclTimeout ? ETIMEDOUT : 0;
+      return waited;
+    }
     if (err == ECONNREFUSED && refusedIsFinal) {
       errno = err;
       return ncclRemoteError;
+    }
+    if ((err == EHOSTUNREACH || err == ENETUNREACH) && refusedIsFinal) {
+      uint64_t now = clockNs();
+      if (!unreachableSince) unreachableSince = now;
+      if (now - unreachableSince > SOCK_UNREACHABLE_NS) {
+        errno = err;
+        return ncclRemoteError;
+      }
     }
     if (err != ECONNREFUSED && err != ETIMEDOUT && err != EHOSTUNREACH && err != ENETUNREACH &&
         err != EINTR && err != EAGAIN) {
@@ -233,11 +274,16 @@ ncclResult_t sockConnect(const union sockAddr *addr, int *fd, struct waitState *
     for (int i = 0; i < 64; i++) {
       ncclResult_t res = waitPause(w);
       if (res != ncclSuccess) {
-        errno = err;
+        errno = res == ncclTimeout ? err : 0; /* else the wait's own reason (abort, a gone peer), said */
         return res;
       }
     }
   }
+}
+
+int sockIsLoopback(const union sockAddr *addr) {
+  if (addr->sa.sa_family == AF_INET) return (ntohl(addr->sin.sin_addr.s_addr) >> 24) == 127;
+  return addr->sa.sa_family == AF_INET6 && IN6_IS_ADDR_LOOPBACK(&addr->sin6.sin6_addr);
 }
 
 int sockRefused(const union sockAddr *addr, int waitMs) {

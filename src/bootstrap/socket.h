@@ -27,11 +27,17 @@ ncclResult_t sockAddrParse(const char *text, union sockAddr *out);
 ncclResult_t sockPickAddr(const union sockAddr *reach, union sockAddr *out, char *ifname, size_t ifnameLen);
 /* Listens on addr (port 0: any); writes the bound address back. Nonblocking. */
 ncclResult_t sockListen(union sockAddr *addr, int *fd);
-/* Connects, retrying while the listener is not up yet; nonblocking fd.
- * With refusedIsFinal a refused connection returns ncclRemoteError at once,
- * with errno ECONNREFUSED and no WARN (the caller knows what it means); a
- * wait that gives up (ncclTimeout) leaves errno at the last attempt's error. */
+/* Connects, retrying while the listener is not up yet; nonblocking fd. No
+ * attempt outlasts the wait (an address nothing answers for). With
+ * refusedIsFinal (the listener is known to be up) a refused connection
+ * returns ncclRemoteError at once, with errno ECONNREFUSED, and one that
+ * stays unreachable (EHOSTUNREACH, ENETUNREACH) for 5 s likewise, with
+ * that errno; no WARN (the caller knows whom it tried). A wait that gives
+ * up (ncclTimeout) leaves errno at the last attempt's error. */
 ncclResult_t sockConnect(const union sockAddr *addr, int *fd, struct waitState *w, int refusedIsFinal);
+/* 1 for 127.0.0.0/8 and ::1: an address only its own host (network
+ * namespace) reaches. */
+int sockIsLoopback(const union sockAddr *addr);
 /* 1 when nothing listens at addr any more (a connection attempt is
  * refused within waitMs), 0 otherwise (it connected, or is still on its
  * way); the probe is closed either way. A peer's listener is up from before

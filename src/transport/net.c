@@ -669,7 +669,20 @@ static ncclResult_t netSetup(void **state, struct bootstrap *b, struct connTable
     for (int l = 0; l < lanes; l++) {
       struct netConn *nc = NET(connSend(t, p, l));
       for (int i = 0; i < nc->nsocks; i++) {
-        CHECKGOTO(sockConnect(&info[p].addr, &nc->socks[i].fd, &w, 0), res, out);
+        res = sockConnect(&info[p].addr, &nc->socks[i].fd, &w, 1); /* it listens already */
+        int err = errno;
+        if ((res == ncclRemoteError && err != 0) || res == ncclTimeout) { /* not a gone peer the wait has named */
+          char addr[80], peer[128];
+          WARN("NET/Socket : rank %d (host %s) cannot connect to %s at %s, the address it listens on: %s (%s)", me,
+               b->peers[me].hostname, bootstrapDescribePeer(b, p, peer, sizeof peer),
+               sockAddrStr(&info[p].addr, addr, sizeof addr), err == ETIMEDOUT || err == 0 ? "no answer" : strerror(err),
+               err == ECONNREFUSED && sockIsLoopback(&info[p].addr)
+                   ? "a loopback address, which only its own host reaches: NCCL_SOCKET_IFNAME picks lo there?"
+               : err == ECONNREFUSED ? "it has closed it: failed or gone"
+                                     : "its interface, from NCCL_SOCKET_IFNAME / NCCL_SOCKET_FAMILY on its host, is "
+                                       "none this host reaches?");
+        }
+        if (res != ncclSuccess) goto out;
         sockTune(nc->socks[i].fd);
         struct netHello h = {b->secret, b->peers[0].nonce, me, l, i, 0};
         CHECKGOTO(sockSendAll(nc->socks[i].fd, &h, sizeof h, &w), res, out);
