@@ -6,6 +6,8 @@
  * (tag: a ring of chorusSendTag/chorusRecvTag, one receive with another tag)
  * (roots: Broadcast, Reduce, Gather and Scatter with the last rank's root
  * another, on 2, 3 and 5 ranks)
+ * (zeros: each collective and Send/Recv with the last rank's count 0, a
+ * no-op it passes at once: the others fail in that call, it in its next)
  * Each rank's mismatched collective fails within 2 s, in that call, with a
  * WARN that names both calls; of mismatched Send/Recv (p2p, tag) a rank
  * whose part ended before anyone noticed succeeds and then its next call
@@ -101,9 +103,8 @@ static int mismatchRank(int rank, int n, ncclUniqueId id, void *arg) {
 enum { mAllReduce, mBroadcast, mReduce, mAllGather, mReduceScatter, mAlltoAll, mGather, mScatter, mSendRecv, mColls };
 static const char *mName[mColls] = {"AllReduce", "Broadcast", "Reduce", "AllGather", "ReduceScatter",
                                     "AlltoAll", "Gather", "Scatter", "Send/Recv"};
-static ncclResult_t mCall(int coll, int odd, int byDtype, float *in, float *out, int rank, int n, ncclComm_t c) {
-  size_t cnt = odd && !byDtype ? 37 : 40;
-  ncclDataType_t t = odd && byDtype ? ncclInt32 : ncclFloat;
+static ncclResult_t mCallCount(int coll, size_t cnt, ncclDataType_t t, float *in, float *out, int rank, int n,
+                               ncclComm_t c) {
   switch (coll) {
     case mAllReduce: return ncclAllReduce(in, out, cnt, t, ncclSum, c, NULL);
     case mBroadcast: return ncclBroadcast(in, out, cnt, t, 0, c, NULL);
@@ -119,6 +120,9 @@ static ncclResult_t mCall(int coll, int odd, int byDtype, float *in, float *out,
       ncclRecv(out, 40, ncclFloat, (rank + n - 1) % n, c, NULL);
       return ncclGroupEnd();
   }
+}
+static ncclResult_t mCall(int coll, int odd, int byDtype, float *in, float *out, int rank, int n, ncclComm_t c) {
+  return mCallCount(coll, odd && !byDtype ? 37 : 40, odd && byDtype ? ncclInt32 : ncclFloat, in, out, rank, n, c);
 }
 
 /* A mismatched call (what) on communicator c ended as it must: with
@@ -187,6 +191,25 @@ static int everyRank(int rank, int n, ncclUniqueId id, void *arg) {
   return splitCases(rank, n, id, 40 * (size_t)n, 2 * mColls, everyCase);
 }
 
+/* Case k: collective k (or Send/Recv) with the last rank's count 0. Its
+ * call is a no-op, done at once, as in NCCL; the others' wait for its part
+ * ends within 2 s (a look at what it last called, or its descriptor of 0),
+ * never at the timeout, and the last rank's next call fails too. */
+static int zerosCase(struct mismatchCall *m) {
+  int odd = m->rank == m->n - 1;
+  m->res = mCallCount(m->k, odd ? 0 : 40, ncclFloat, m->in, m->out, m->rank, m->n, m->c);
+  EXPECT(odd || m->k == mSendRecv || m->res != ncclSuccess, "%s, rank %d: the call against a count of 0 succeeded",
+         mName[m->k], m->rank);
+  if (m->res == ncclSuccess) m->res = ncclAllReduce(m->in, m->out, 1, ncclFloat, ncclSum, m->c, NULL);
+  snprintf(m->what, sizeof m->what, "%s against a count of 0", mName[m->k]);
+  return 0;
+}
+
+static int zerosRank(int rank, int n, ncclUniqueId id, void *arg) {
+  (void)arg;
+  return splitCases(rank, n, id, 40 * (size_t)n, mColls, zerosCase);
+}
+
 /* Each rooted collective with the last rank's root another than the
  * others': every rank's call fails (none may finish, none may wait for data
  * nobody sends). */
@@ -239,6 +262,7 @@ int main(int argc, char **argv) {
   else if (strcmp(which, "roots") == 0)
     failed = runRanks(2, rootsRank, NULL, 60) + runRanks(3, rootsRank, NULL, 60) + runRanks(5, rootsRank, NULL, 60);
   else if (strcmp(which, "kinds") == 0) failed = runRanks(2, kindsRank, NULL, 60) + runRanks(4, kindsRank, NULL, 60);
+  else if (strcmp(which, "zeros") == 0) failed = runRanks(3, zerosRank, NULL, 60) + runRanks(2, zerosRank, NULL, 60);
   else failed = runRanks(3, mismatchRank, NULL, 30);
   printf("test_mismatch %s: %s\n", which, failed ? "FAILED" : "passed");
   return failed != 0;

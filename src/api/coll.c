@@ -117,10 +117,13 @@ static ncclResult_t enqueueCheckArgs(const struct callArgs *a) {
   if (p2p) c->tag = (uint16_t)a->tag;
   c->root = rooted || p2p ? a->root : -1;
   c->rank = comm->rank;
-  if (a->count == 0) /* a no-op, as in NCCL; a collective keeps its number (every rank calls it), taken
-                       * where its group launches (a group only simulated takes none), a send or receive
-                       * takes none (its peer need not call anything) */
-    return p2p ? ncclSuccess : groupEnqueue(&item);
+  /* Count 0: a collective is a no-op, as in NCCL, and keeps its number
+   * (every rank calls it), taken where its group launches (a group only
+   * simulated takes none). A send or receive to a peer still meets its peer's
+   * (a token carries its descriptor, p2p.c), so that one side's 0 against
+   * the other's count fails instead of matching the next call's data; to
+   * itself it is a no-op (checkSelfP2p pairs the calls). */
+  if (a->count == 0 && (!p2p || a->root == comm->rank)) return p2p ? ncclSuccess : groupEnqueue(&item);
   /* Chosen now: a choice NCCL_ALGO / NCCL_PROTO leave impossible fails the
    * call (or the group) and changes nothing. */
   size_t smallCap = comm->slotBytes < COMM_SCRATCH_BYTES ? comm->slotBytes : COMM_SCRATCH_BYTES;

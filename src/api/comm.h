@@ -85,6 +85,7 @@ struct ncclComm {
   uint32_t doneSeq;   /* last collective completed */
   int inCall;         /* launches running */
   struct opDesc current; /* the operation last started */
+  struct opDesc lastNoop; /* the last count-0 collective (done at once, seen by no peer) */
   int timedOut;       /* the last launch timed out: still "waits" there, for the others' diagnosis */
   uint64_t probedNs;  /* when a stalled wait last asked the peers what they called (watchProbe) */
   int *laneLast;   /* for the schedule being built (see algoCtx) */

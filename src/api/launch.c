@@ -490,11 +490,13 @@ static ncclResult_t launchJoined(struct groupItem *items, int n, struct streamJo
 
 /* Count-0 collectives (no-ops, numbered like the rest) leave the launch:
  * returns how many items are left. A launch of no-ops only marks them
- * done; beside other operations they end with them. */
+ * done; beside other operations they end with them. A count-0 send or
+ * receive stays: it meets its peer's (p2p.c). */
 static int dropNoops(struct groupItem *items, int n) {
   int kept = 0;
   for (int i = 0; i < n; i++)
-    if (items[i].desc.count > 0) items[kept++] = items[i];
+    if (items[i].desc.count > 0 || items[i].desc.coll == collSend || items[i].desc.coll == collRecv)
+      items[kept++] = items[i];
   if (kept == 0)
     for (int i = 0; i < n; i++) watchNoop(&items[i]);
   return kept;

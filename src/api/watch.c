@@ -16,6 +16,7 @@ struct watchReply {
   uint32_t doneSeq;
   int32_t inCall;
   struct opDesc current;
+  struct opDesc lastNoop;
 };
 
 size_t watchStatusBytes(void) { return sizeof(struct watchReply); }
@@ -28,6 +29,7 @@ void watchStatus(void *arg, void *out, size_t size) {
   r.doneSeq = comm->doneSeq;
   r.inCall = comm->inCall || comm->timedOut;
   r.current = comm->current;
+  r.lastNoop = comm->lastNoop;
   spinUnlock(&comm->statusLock);
   memcpy(out, &r, size < sizeof r ? size : sizeof r);
 }
@@ -47,6 +49,7 @@ void watchNoop(const struct groupItem *item) {
   if (c->coll == collSend || c->coll == collRecv || c->seq <= comm->doneSeq) return;
   spinLock(&comm->statusLock);
   comm->doneSeq = c->seq;
+  comm->lastNoop = *c;
   spinUnlock(&comm->statusLock);
 }
 
@@ -199,8 +202,12 @@ ncclResult_t watchProbe(void *arg) {
   if (rep && answered) {
     oobQueryStatus(&comm->boot, rep, answered, WATCH_PROBE_WAIT_MS);
     for (int i = 0; i < comm->nranks && res == ncclSuccess; i++) {
-      const struct opDesc *t = &rep[i].current;
-      if (i == comm->rank || !answered[i] || !rep[i].inCall || t->seq != mine.current.seq || t->coll == collSend ||
+      /* The peer's call under this number: the one it is in, or a count-0
+       * one it passed at once (its part in this one's data path is none,
+       * so nothing else would ever tell). */
+      const struct opDesc *t = rep[i].inCall && rep[i].current.seq == mine.current.seq ? &rep[i].current
+                                                                                       : &rep[i].lastNoop;
+      if (i == comm->rank || !answered[i] || t->seq != mine.current.seq || t->coll == collSend ||
           t->coll == collRecv || descMatch(&mine.current, t))
         continue;
       char a[160], b[160], text[400];

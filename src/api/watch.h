@@ -25,8 +25,9 @@ void watchEnd(const struct groupItem *items, int n, cudaStream_t stream, ncclRes
  * second under CHORUS_CHECK: asks the peers what they last called, and
  * when one called another collective under the same number (AllReduce #3
  * here, Broadcast #3 there: paths that never meet, so the data path's own
- * check never sees it), fails at once with ncclInvalidUsage naming both,
- * and tells the others, instead of waiting out the timeout. */
+ * check never sees it), or the same with a count of 0 (a no-op it passed
+ * at once), fails at once with ncclInvalidUsage naming both, and tells the
+ * others, instead of waiting out the timeout. */
 ncclResult_t watchProbe(void *comm);
 /* A peer that died or reported a fault while no call ran: makes it the
  * communicator's async error (with the WARN) and returns it. */
