@@ -42,4 +42,10 @@ grep -q "CHORUS_SECRET set by environment to (a value not logged)" <<<"$msg" || 
 msg=$(env -u CHORUS_SECRET CHORUS_RANK=0 CHORUS_NRANKS=1 NCCL_COMM_ID=127.0.0.1:$((20000 + RANDOM % 20000)) \
   NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=BOOTSTRAP "$bin/test_launch" 2>&1)
 [ "$(grep -c "uses the well-known secret" <<<"$msg")" -eq 1 ] || { echo "well-known secret not said once: $msg"; exit 1; }
+# A rendezvous set for a job across hosts is not the one chorusrun's ranks
+# use (they form a job of this host alone): it says so, and the job runs.
+msg=$(NCCL_COMM_ID=10.1.2.3:29500 "$bin/chorusrun" -n 2 "$bin/test_launch" 2>&1) ||
+  { echo "chorusrun with NCCL_COMM_ID set failed: $msg"; exit 1; }
+grep -q "chorusrun: NCCL_COMM_ID=10.1.2.3:29500 is replaced by this job's own rendezvous" <<<"$msg" ||
+  { echo "chorusrun did not say it replaced NCCL_COMM_ID: $msg"; exit 1; }
 echo "launch: passed"

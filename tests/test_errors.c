@@ -366,9 +366,13 @@ static int rankMain(int rank, int n, ncclUniqueId id, void *arg) {
   BAD(ncclRedOpCreatePreMulSum(&op, NULL, ncclFloat, ncclScalarHostImmediate, comm), ncclInvalidArgument, "scalar");
   /* Nothing above touched the output. */
   for (int i = 0; i < 16; i++) EXPECT(recv[i] == -7, "recv[%d] changed to %g by a rejected call", i, recv[i]);
-  /* Zero counts are no-ops, even with NULL buffers. */
+  /* Zero counts with NULL buffers: a collective is a no-op; a send or
+   * receive of 0 still meets its peer's (NCCL synchronizes on them too). */
   NCCLCHECK(ncclAllReduce(NULL, NULL, 0, ncclFloat, ncclSum, comm, NULL));
+  NCCLCHECK(ncclGroupStart());
   NCCLCHECK(ncclSend(NULL, 0, ncclFloat, (rank + 1) % n, comm, NULL));
+  NCCLCHECK(ncclRecv(NULL, 0, ncclFloat, (rank + n - 1) % n, comm, NULL));
+  NCCLCHECK(ncclGroupEnd());
   /* A bad call inside a group fails ncclGroupEnd and the group is dropped. */
   NCCLCHECK(ncclGroupStart());
   BAD(ncclAllReduce(send, recv, 16, ncclFloat, (ncclRedOp_t)99, comm, NULL), ncclInvalidArgument, "operation");

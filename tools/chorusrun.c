@@ -119,6 +119,14 @@ int main(int argc, char **argv) {
   int port = freePort();
   char buf[64];
   snprintf(buf, sizeof buf, "127.0.0.1:%d", port);
+  /* One job on this host: a rendezvous the caller set (to join ranks on
+   * other hosts) is not what its ranks use, which it must say. */
+  const char *was = getenv("NCCL_COMM_ID");
+  if (was && *was && strcmp(was, buf) != 0)
+    fprintf(stderr, "chorusrun: NCCL_COMM_ID=%s is replaced by this job's own rendezvous (%s): chorusrun starts %d "
+            "rank(s) on this host alone; to join ranks on other hosts, start each rank with NCCL_COMM_ID, "
+            "CHORUS_RANK and CHORUS_NRANKS set (see the README, \"Running on several hosts\")\n",
+            was, buf, nranks);
   setenv("NCCL_COMM_ID", buf, 1);
   /* A secret per job, so that nobody else who reaches the port joins or
    * disturbs it (one the caller set is kept, to join ranks started

@@ -104,8 +104,10 @@ void commFree(struct ncclComm *comm, int graceful) {
   statsReport(comm);
   traceCommClose(&comm->trace);
   /* What this rank sent reaches its peers before its goodbye can (a
-   * finalized one has waited already). */
-  if (graceful && !comm->finalized) transportDrainAll(comm->transports, &comm->boot, commTimeoutNs(comm));
+   * finalized one has waited already; a failed one has nothing its peers
+   * still wait for). */
+  if (graceful && !comm->finalized && __atomic_load_n(&comm->asyncError, __ATOMIC_ACQUIRE) == ncclSuccess)
+    transportDrainAll(comm->transports, &comm->boot, commTimeoutNs(comm));
   bootstrapClose(&comm->boot, graceful);
   transportCloseAll(comm->transports);
   free(comm->conns.send);

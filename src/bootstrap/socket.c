@@ -210,10 +210,14 @@ ncclResult_t sockListen(union sockAddr *addr, int *fd) {
 /* One attempt, nonblocking, so that an address nothing answers for (no ARP
  * reply, a black hole) waits no longer than the one wait allows: 0 with the
  * connected socket in *fd, else the attempt's errno (or -1 with *res set
- * when the wait gave up). */
+ * when the wait gave up, or no socket could be made). */
 static int connectOnce(const union sockAddr *addr, int *fd, struct waitState *w, ncclResult_t *res) {
   int s = socket(addr->sa.sa_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  if (s < 0) return errno;
+  if (s < 0) {
+    WARN("Call to socket failed: %s", strerror(errno));
+    *res = ncclSystemError;
+    return -1;
+  }
   int err = connect(s, &addr->sa, addrLen(addr)) == 0 ? 0 : errno;
   while (err == EINPROGRESS) {
     struct pollfd p = {s, POLLOUT, 0};
@@ -247,7 +251,7 @@ ncclResult_t sockConnect(const union sockAddr *addr, int *fd, struct waitState *
     ncclResult_t waited = ncclSuccess;
     int err = connectOnce(addr, fd, w, &waited);
     if (err == 0) return ncclSuccess;
-    if (err < 0) { /* the wait gave up during an attempt nothing answered */
+    if (err < 0) { /* the wait gave up during an attempt nothing answered (or no socket) */
       errno = waited == ncclTimeout ? ETIMEDOUT : 0;
       return waited;
     }
