@@ -734,34 +734,34 @@ static int unacked(int fd) {
  * may reach the peer before the last bytes on these (a slow or lossy link:
  * a ring AllReduce's last step still queued when its sender returned and
  * destroyed, and the peer failed at the goodbye with the data on its way).
- * Waits until the peers' hosts have acknowledged every byte. Meanwhile it
- * reads (and drops) whatever comes in, which nothing will use any more:
- * two ranks that each left bytes the other never read (a send nobody
- * received) would otherwise each wait for the other's window to open. */
+ * Waits until the peers' hosts have acknowledged every byte, while that
+ * goes on: bytes a peer will never read (a send nobody received, which
+ * fills its window) stop it after 5 s without progress. What comes in is
+ * left alone: a peer's send to this rank must fail, not vanish. */
+#define NET_DRAIN_STALL_NS 5000000000ull
 static void netDrain(void *state, struct bootstrap *b, uint64_t timeoutNs) {
   struct netState *s = state;
   struct waitState w;
   waitBegin(&w, NULL, NULL, NULL, "sent bytes to reach the peers");
   w.timeoutNs = 0; /* bounded below, quietly: the goodbye follows either way */
-  uint64_t t0 = clockNs();
-  char sink[4096];
+  uint64_t t0 = clockNs(), moved = t0, least = UINT64_MAX;
   for (;;) {
-    int left = 0;
+    uint64_t left = 0;
     for (int i = 0; i < s->nconns; i++) {
       struct netConn *n = NET(s->conns[i]);
-      if (!n || n->err != ncclSuccess || bootstrapPeerDeparted(b, s->conns[i]->peer)) continue;
-      for (int k = 0; k < n->nsocks; k++) {
-        if (n->socks[k].fd < 0) continue;
-        if (n->isSend) left |= unacked(n->socks[k].fd) > 0;
-        else
-          while (recv(n->socks[k].fd, sink, sizeof sink, MSG_DONTWAIT) > 0) {
-          }
-      }
+      if (!n || !n->isSend || n->err != ncclSuccess || bootstrapPeerDeparted(b, s->conns[i]->peer)) continue;
+      for (int k = 0; k < n->nsocks; k++)
+        if (n->socks[k].fd >= 0) left += (uint64_t)unacked(n->socks[k].fd);
     }
     if (!left || bootstrapGoneCount(b) > 0) return; /* a failed job's destroy waits for nothing */
-    if (timeoutNs && clockNs() - t0 > timeoutNs) {
-      INFO(subsysNet, "NET/Socket : gave up waiting %.3g s for peers to receive what this rank sent",
-           (double)(clockNs() - t0) / 1e9);
+    uint64_t now = clockNs();
+    if (left < least) {
+      least = left;
+      moved = now;
+    }
+    if ((timeoutNs && now - t0 > timeoutNs) || now - moved > NET_DRAIN_STALL_NS) {
+      INFO(subsysNet, "NET/Socket : gave up after %.3g s on %llu bytes the peers have not received",
+           (double)(now - t0) / 1e9, (unsigned long long)left);
       return;
     }
     waitPause(&w);
