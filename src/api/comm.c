@@ -17,6 +17,7 @@
 #include "bootstrap/oob.h"
 #include "core/clock.h"
 #include "core/err.h"
+#include "core/hash.h"
 #include "core/log.h"
 #include "core/param.h"
 #include "core/wait.h"
@@ -248,14 +249,21 @@ static int commMachineRanks(const struct ncclComm *comm) {
   return n;
 }
 
-/* 1 when this rank's host, or its machine, runs more of its ranks than it
- * has CPUs. Hosts on one machine that spin as if each had the CPUs to
- * itself took the cores their peers needed: 8 ranks on 4 namespaces of
- * this 2-core machine, each spinning 50 rounds of recv() before it slept,
- * 8-byte AllReduce 630 us, yielding after 2 rounds 180 us. */
+/* The ranks that share this rank's CPUs: its host's, or its machine's
+ * when more. */
+static int commCoreRanks(const struct ncclComm *comm) {
+  int local = commLocalRanks(comm), machine = commMachineRanks(comm);
+  return machine > local ? machine : local;
+}
+
+/* 1 when they are more than the CPUs. Hosts on one machine that spin as if
+ * each had the CPUs to itself took the cores their peers needed: 8 ranks
+ * on 4 namespaces of this 2-core machine, each spinning 50 rounds of
+ * recv() before it slept, 8-byte AllReduce 630 us, yielding after 2 rounds
+ * 180 us. */
 static int commSharesCores(const struct ncclComm *comm) {
-  int pus = comm->topo[comm->rank].pus, machine = commMachineRanks(comm);
-  return pus > 0 && (commLocalRanks(comm) > pus || machine > pus);
+  int pus = comm->topo[comm->rank].pus;
+  return pus > 0 && commCoreRanks(comm) > pus;
 }
 
 /* CHORUS_NT_STORES: from what size an operation's output goes past the
@@ -376,9 +384,7 @@ static struct ncclComm *commAlloc(int nranks, const ncclUniqueId *id, int rank, 
   comm->origin = *origin;
   if (origin->config) comm->config = *origin->config;
   comm->origin.config = NULL; /* the caller's */
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (size_t i = 0; i < sizeof id->internal; i++) h = (h ^ (unsigned char)id->internal[i]) * 0x100000001b3ull;
-  comm->commHash = h;
+  comm->commHash = fnv1aBytes(FNV1A_INIT, id->internal, sizeof id->internal);
   flightInit(comm);
   statsInit(comm);
   return comm;
@@ -501,11 +507,10 @@ static ncclResult_t commSetup(struct ncclComm *comm) {
   CHECKGOTO(commTopology(comm), res, fail);
   comm->ntStoreBytes = commNtStoreBytes(comm);
   commSingleCopy(comm);
-  int machine = commMachineRanks(comm);
   if (commSharesCores(comm)) {
     waitSharedCores();
     INFO(subsysInit, "chorus : %d ranks on this machine's %d CPUs (%d on this host): waits yield after a few spins",
-         machine > commLocalRanks(comm) ? machine : commLocalRanks(comm), comm->topo[rank].pus, commLocalRanks(comm));
+         commCoreRanks(comm), comm->topo[rank].pus, commLocalRanks(comm));
   }
   if (a0.ringByHost && comm->nhosts > 1) { /* rank 0's choice holds: every rank builds the same rings */
     comm->ringOrder = malloc(sizeof(int) * nranks);

@@ -16,6 +16,7 @@
 #include "bootstrap/oob.h"
 #include "chorus.h"
 #include "core/err.h"
+#include "core/hash.h"
 #include "core/log.h"
 #include "core/param.h"
 #include "transport/memshare.h"
@@ -230,10 +231,8 @@ NCCL_API(ncclResult_t, ncclCommInitRankScalable, ncclComm_t *newcomm, int nranks
   CHECK(initConfig(config, call, NULL, &blocking, &cfg));
   uint64_t ids = 0;
   if (nId > 1) {
-    ids = 0xcbf29ce484222325ull ^ (uint64_t)nId;
-    for (int k = 0; k < nId; k++)
-      for (size_t i = 0; i < sizeof commIds[k].internal; i++)
-        ids = (ids ^ (unsigned char)commIds[k].internal[i]) * 0x100000001b3ull;
+    ids = FNV1A_INIT ^ (uint64_t)nId;
+    for (int k = 0; k < nId; k++) ids = fnv1aBytes(ids, commIds[k].internal, sizeof commIds[k].internal);
     ids |= 1; /* never 0, which means one id */
   }
   for (int k = 1; k < nId; k++) {

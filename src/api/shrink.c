@@ -12,6 +12,7 @@
 #include "api/initjob.h"
 #include "bootstrap/oob.h"
 #include "core/err.h"
+#include "core/hash.h"
 #include "core/log.h"
 #include "core/wait.h"
 
@@ -21,10 +22,8 @@ struct shrinkHandoff {
   int32_t nranks;
 };
 
-static uint64_t excludeDigest(const char *excluded, int n) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (int i = 0; i < n; i++) h = (h ^ (unsigned char)(excluded[i] ? 1 : 0)) * 0x100000001b3ull;
-  return h;
+static uint64_t excludeDigest(const char *excluded, int n) { /* entries 0 or 1 (ncclCommShrink) */
+  return fnv1aBytes(FNV1A_INIT, excluded, (size_t)n);
 }
 
 ncclResult_t commShrinkRun(struct initJob *j) {

@@ -417,7 +417,7 @@ static ncclResult_t spawnRoot(int listenFd, uint64_t secret, int nranks) {
 
 /* A 64-bit secret from the shared text (never 0 nor the well-known one). */
 static uint64_t secretFromText(const char *text) {
-  uint64_t h = fnv1a(0xcbf29ce484222325ull, text);
+  uint64_t h = fnv1a(FNV1A_INIT, text);
   h ^= h >> 33;
   h *= 0xff51afd7ed558ccdull;
   h ^= h >> 33;

@@ -223,7 +223,7 @@ static int connectOnce(const union sockAddr *addr, int *fd, struct waitState *w,
     struct pollfd p = {s, POLLOUT, 0};
     /* Not asleep while the wait still spins (its first rounds are meant to
      * be quick: the stall's clock starts after them). */
-    int ready = poll(&p, 1, w->rounds < 64 ? 0 : 100);
+    int ready = poll(&p, 1, waitSpinning(w) ? 0 : 100);
     if (ready > 0) {
       socklen_t len = sizeof err;
       if (getsockopt(s, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;

@@ -19,6 +19,10 @@ enum { waitSpinAlone = 50, waitSpinShared = 2, waitYieldRounds = 20000 };
 static int waitSpinRounds = waitSpinAlone;
 
 void waitSharedCores(void) { __atomic_store_n(&waitSpinRounds, waitSpinShared, __ATOMIC_RELAXED); }
+
+int waitSpinning(const struct waitState *w) {
+  return w->rounds < (uint32_t)__atomic_load_n(&waitSpinRounds, __ATOMIC_RELAXED);
+}
 #define WAIT_CHECK_INTERVAL_NS 50000000ull /* 50 ms between liveness checks */
 
 void waitBegin(struct waitState *w, volatile int *abortFlag, waitLivenessFn liveness, void *arg,

@@ -49,6 +49,9 @@ static inline void waitSetBlock(struct waitState *w, void (*fn)(void *, uint64_t
   w->block = fn;
   w->blockArg = arg;
 }
+/* 1 while the wait is still in its first, spinning rounds: the stall's
+ * clock starts after them, so a round that sleeps should not come yet. */
+int waitSpinning(const struct waitState *w);
 /* Call after a round that made progress. */
 static inline void waitProgress(struct waitState *w) { w->rounds = 0; }
 /* Call after a round without progress. ncclSuccess means "try again";
