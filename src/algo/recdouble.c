@@ -212,16 +212,31 @@ static ncclResult_t rhReduceScatter(struct schedule *s, struct algoCtx *c, const
   return ncclSuccess;
 }
 
+/* x's lowest bits bits in reverse order. */
+static int bitReverse(int x, int bits) {
+  int y = 0;
+  for (int b = 0; b < bits; b++) y |= ((x >> b) & 1) << (bits - 1 - b);
+  return y;
+}
+
 /* Rabenseifner's AllReduce of elements [off, off + cnt): the 2^k indices
  * reduce-scatter the piece, cut into 2^k segments, by recursive halving
  * (each round sends half of what it holds and adds the other half's
  * partial sums into the output buffer; the first round reads the input),
- * so that index i holds segment i's sum, then all-gather the segments by
+ * so that index i holds a segment's sum, then all-gather the segments by
  * recursive doubling (the last halving round and the first doubling round
  * have the same partner and segment: one step adds and sends on). Each
  * rank moves 2 (2^k - 1) / 2^k of the piece instead of recursive
  * doubling's log2 2^k times all of it, and each segment's sum is made
- * once: all ranks get the same bits. */
+ * once: all ranks get the same bits.
+ * The rounds run on the index's bits reversed (j below; j ^ bit is index
+ * i ^ reverse(bit)), so the first halving round, which moves half the
+ * piece, pairs neighbouring indices, and the rounds between far ranks move
+ * the least. Ranks are numbered host by host, so where a host has several
+ * ranks the large rounds stay inside it: with L ranks on each of H hosts a
+ * host sends 2 (H - 1) / H of the piece over its network, where rounds in
+ * the other order (and a ring, whose host sends 2 (n - 1) / n) send more
+ * (bench/tune_net, 8 ranks on 4 namespaces). */
 static ncclResult_t rbAllReduce(struct schedule *s, struct algoCtx *c, const struct collDesc *d, int ch, size_t off,
                                 size_t cnt) {
   int n = c->nranks, r = c->rank;
@@ -234,7 +249,9 @@ static ncclResult_t rbAllReduce(struct schedule *s, struct algoCtx *c, const str
   CHECK(rdFold(s, c, ch, &sh, src, dst, bytes, &out));
   if (out) return ncclSuccess;
   int paired = r < 2 * sh.extra; /* then the rounds read the pair's sum in dst */
-  int p = sh.pow2, i = sh.index, lo = 0;
+  int k = 0;
+  while ((2 << k) <= sh.pow2) k++;
+  int p = sh.pow2, i = bitReverse(sh.index, k), lo = 0;
   size_t seg[128 + 1]; /* segment j starts at element seg[j] of the piece; seg[p] = cnt */
   if (p > 128) return ncclInternalError; /* rabSupports keeps it to 255 ranks */
   for (int j = 0; j <= p; j++) {
@@ -243,7 +260,7 @@ static ncclResult_t rbAllReduce(struct schedule *s, struct algoCtx *c, const str
   }
 #define SEG(a, w) ((seg[(a) + (w)] - seg[a]) * esz) /* bytes of segments a .. a+w-1 */
   for (int bit = p / 2; bit >= 1; bit /= 2) {
-    int peer = rdRank(&sh, i ^ bit), first = bit == p / 2 && !paired;
+    int peer = rdRank(&sh, bitReverse(i ^ bit, k)), first = bit == p / 2 && !paired;
     int mine = (i & bit) ? lo + bit : lo, theirs = (i & bit) ? lo : lo + bit;
     const char *from = first ? src : dst; /* partial sums so far */
     int pre = first ? REDUCE_PRE : 0;
@@ -257,7 +274,7 @@ static ncclResult_t rbAllReduce(struct schedule *s, struct algoCtx *c, const str
     lo = mine;
   }
   for (int bit = 1; bit < p; bit *= 2) {
-    int peer = rdRank(&sh, i ^ bit), mine = i & ~(bit - 1), theirs = (i ^ bit) & ~(bit - 1);
+    int peer = rdRank(&sh, bitReverse(i ^ bit, k)), mine = i & ~(bit - 1), theirs = (i ^ bit) & ~(bit - 1);
     if (bit > 1) ADD(s, stepSend, 0, NULL, connSend(c->conns, peer, ch), dst + seg[mine] * esz, NULL, SEG(mine, bit));
     ADD(s, stepRecv, 0, connRecv(c->conns, peer, ch), NULL, NULL, dst + seg[theirs] * esz, SEG(theirs, bit));
   }
