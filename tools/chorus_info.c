@@ -31,7 +31,7 @@ static int printTune(int nranks, int hosts, int machines) {
     return 2;
   }
   struct tuneTopo topo = {nranks, hosts, (nranks + hosts - 1) / hosts, (int)sysconf(_SC_NPROCESSORS_ONLN), hosts > 1,
-                          (nranks + machines - 1) / machines};
+                          (nranks + machines - 1) / machines, 0};
   struct tuneConfig cfg;
   tuneConfigFromEnv(&cfg);
   struct tuneTable t;

@@ -40,15 +40,38 @@
  * an inner node moves its two children's data through one core. */
 #define TREE_LEVEL_FACTOR 2.0
 #define TREE_COPY_PASSES 4.0
+/* Rabenseifner across hosts moves its bytes over a host's link at about
+ * 1/1.5 of a ring's rate (bench/tune_net with -b 512K -e 2M, 8 ranks on 4
+ * namespaces at 1 Gbit/s: 1.04-1.34x the ring's time for 0.86x its bytes). */
+#define RAB_NET_FACTOR 1.5
 
 struct link {
   double hop, copy, reduce;
+  double local; /* a hop between two ranks of one host (hop where hosts are one rank or all is sockets) */
   double share; /* ranks per core when a host has more ranks than cores, else 1 */
   double busy;  /* over sockets, ranks per core when their machine has more ranks than cores, else 1 */
 };
 
+/* Over sockets, the share of a step's hop its ranks pay when a fraction f
+ * of them move at once: only those compete for the machine's cores (a
+ * small message leaves most blocks of a ring or segments of Rabenseifner
+ * empty, and a step with nothing to move sends nothing; bench/tune_net:
+ * a ring AllReduce of 8 B, one block, 160 us, of 512 B, eight, 750). */
+static double busyAt(const struct link *l, double f) {
+  double b = l->busy * f;
+  return b > 1 ? b : 1;
+}
+
+/* Blocks of a message cut into n, each a multiple of 64 bytes
+ * (channelPart), that hold something. */
+static double blocksUsed(size_t bytes, int n) {
+  size_t per = (bytes + n - 1) / n;
+  per = (per + 63) / 64 * 64;
+  return per ? (double)((bytes + per - 1) / per) : 0;
+}
+
 static struct link linkOf(const struct tuneTopo *t, int proto) {
-  struct link l = {proto == protoLL ? SHM_LL_HOP_US : SHM_HOP_US, SHM_COPY_BPUS, SHM_REDUCE_BPUS, 1.0, 1.0};
+  struct link l = {proto == protoLL ? SHM_LL_HOP_US : SHM_HOP_US, SHM_COPY_BPUS, SHM_REDUCE_BPUS, 0, 1.0, 1.0};
   if (proto == protoLL) {
     l.copy /= LL_BYTE_FACTOR;
     l.reduce /= LL_BYTE_FACTOR;
@@ -57,8 +80,12 @@ static struct link linkOf(const struct tuneTopo *t, int proto) {
     l.hop += OVERSUB_HOP_US * (double)(t->localRanks - t->cores);
     l.share = (double)t->localRanks / t->cores;
   }
+  l.local = l.hop;
   if (t->net) { /* over sockets every protocol is the transport's framing */
     l.hop = NET_HOP_US;
+    if (t->nhosts == 1 || t->localRanks == 1 || t->hostNet) l.local = l.hop;
+    else if (t->machineRanks > t->cores && t->cores > 0) /* the peer a shared-memory hop wakes waits its turn */
+      l.local += OVERSUB_HOP_US * (double)(t->machineRanks - t->cores);
     l.copy = l.reduce = NET_BPUS;
     if (t->machineRanks > t->cores && t->cores > 0) l.busy = (double)t->machineRanks / t->cores;
   }
@@ -89,20 +116,32 @@ double tuneModelUs(const struct tuneTopo *topo, int coll, int algo, int proto, i
         return l.hop + l.share * (n - 1) * b / l.copy + (topo->net ? (n - 2) * NET_MSG_US : 0);
       return hopAll + l.share * ((n - 1) * b / l.copy + (n - 1) * b / (coll == collAllGather ? l.copy : l.reduce)) +
              (topo->net ? 2 * (n - 2) * NET_MSG_US * l.busy : 0);
-    case algoRing:
-      if (coll == collAllReduce) return 2 * (n - 1) * (hopAll + RING_STEP_US) + 2 * (n - 1) / n * b / l.reduce;
+    case algoRing: {
+      /* AllReduce's blocks are the message's n parts; over sockets a step
+       * moves as many blocks at once as hold something, and one that moves
+       * a single block across a host's ranks costs a hop within the host
+       * (the ring visits a host's ranks together: one hop in localRanks
+       * leaves the host) */
+      double ringHop = hopAll;
+      if (coll == collAllReduce && topo->net) {
+        double used = blocksUsed(bytes, topo->nranks), across = used * topo->nhosts / n;
+        ringHop = l.hop * busyAt(&l, used / n);
+        if (across < 1) ringHop = across * ringHop + (1 - across) * l.local;
+      }
+      if (coll == collAllReduce) return 2 * (n - 1) * (ringHop + RING_STEP_US) + 2 * (n - 1) / n * b / l.reduce;
       return (n - 1) * (hopAll + RING_STEP_US) + (n - 1) * b / (coll == collReduceScatter ? l.reduce : l.copy);
+    }
     case algoChain: /* pipelined: the whole message once, plus filling the chain */
       return (n - 1) * (l.hop + RING_STEP_US) + b / (coll == collReduce ? l.reduce : l.copy);
     case algoTree: { /* log2(n) levels, up and down for AllReduce; across hosts log2(hosts)
                       * levels and a chain of each host's ranks */
-      double depth = 0;
+      double depth = 0, chain = 0;
       int nodes = topo->nhosts > 1 && topo->nhosts < topo->nranks ? topo->nhosts : topo->nranks;
       while ((1 << (int)depth) < nodes) depth++;
-      if (nodes < topo->nranks) depth += topo->localRanks - 1;
-      double level = TREE_LEVEL_FACTOR * (l.hop + RING_STEP_US);
-      if (coll == collAllReduce) return 2 * depth * level + b / l.reduce + TREE_COPY_PASSES * b / l.copy;
-      return depth * level + (coll == collReduce ? 2 * b / l.reduce : TREE_COPY_PASSES / 2 * b / l.copy);
+      if (nodes < topo->nranks) chain = topo->localRanks - 1;
+      double lat = TREE_LEVEL_FACTOR * (depth * (l.hop + RING_STEP_US) + chain * (l.local + RING_STEP_US));
+      if (coll == collAllReduce) return 2 * lat + b / l.reduce + TREE_COPY_PASSES * b / l.copy;
+      return lat + (coll == collReduce ? 2 * b / l.reduce : TREE_COPY_PASSES / 2 * b / l.copy);
     }
     case algoRecDoubling: { /* log2 rounds (two more hops when n is no power of two); a round's
                              * partners must run at once, so ranks sharing cores move its
@@ -116,8 +155,25 @@ double tuneModelUs(const struct tuneTopo *topo, int coll, int algo, int proto, i
     case algoRabenseifner: { /* halving then doubling: 2 log2 rounds (two more hops to fold), moving
                               * 2 (p - 1) / p of the message and reducing (p - 1) / p of it */
       double rounds = log2Floor(topo->nranks), p = (double)(1 << (int)rounds), fold = p != n ? 2 : 0;
-      return (2 * rounds + fold) * (hopAll + RING_STEP_US) +
-             l.share * ((p - 1) / p * b * (2 / l.copy + 1 / l.reduce) + fold * b / l.copy);
+      double lat = (2 * rounds + fold) * (hopAll + RING_STEP_US);
+      if (topo->net) { /* halving round t moves segments to half the ranks, or to every rank that
+                        * holds a segment with something in it, whichever is more; doubling
+                        * mirrors it; the first rounds pair neighbours: within a host */
+        double used = blocksUsed(bytes, (int)p), within = log2Floor(topo->localRanks);
+        lat = fold * (l.local + RING_STEP_US);
+        for (int t = 1; t <= (int)rounds; t++) {
+          double f = used * (1 << t) / p, hop = t <= within && topo->nhosts > 1 ? l.local : l.hop;
+          lat += 2 * (hop * busyAt(&l, (f > 1 ? f : 1) / (1 << t)) + RING_STEP_US);
+        }
+      }
+      if (topo->net && topo->nhosts > 1) { /* the large rounds stay within a host (recdouble.c): a host
+                                             * sends 2 (hosts - 1) / hosts of the message over its link,
+                                             * a ring's host 2 (n - 1) / n; but the rounds run one after
+                                             * another, the link idle in those within a host */
+        double h = topo->nhosts;
+        return lat + RAB_NET_FACTOR * 2 * (h - 1) / h * b / l.copy + (p - 1) / p * b / SHM_REDUCE_BPUS;
+      }
+      return lat + l.share * ((p - 1) / p * b * (2 / l.copy + 1 / l.reduce) + fold * b / l.copy);
     }
     case algoP2p: return l.hop + b / l.copy;
     case algoPairwise: /* every pair at once: each rank posts n-1 blocks */

@@ -31,6 +31,7 @@ struct tuneTopo {
   int cores;         /* fewest online cores of any rank's host */
   int net;           /* some pair of ranks talks over sockets */
   int machineRanks;  /* most ranks on one machine: hosts on one kernel (namespaces, containers) count together */
+  int hostNet;       /* ranks of one host talk over sockets too (NCCL_SHM_DISABLE) */
 };
 
 /* The collectives NCCL_ALGO / NCCL_PROTO name (NCCL's functions); the
