@@ -24,7 +24,7 @@ for s in "$src"/bench/*; do
   check "bench/$(basename "$s")" "$s"
 done
 # chorus-info refuses what it does not take, with the usage and status 2.
-for args in "--bogus" "--params extra" "--tune abc" "--tune 4 x" "--tune 4 2 x" "--tune 4 2 1 9"; do
+for args in "--bogus" "--params extra" "--tune abc" "--tune 4 x" "--tune 4 2 x" "--tune 4 2 1 x" "--tune 4 2 1 1000 9"; do
   # shellcheck disable=SC2086
   out=$(timeout 5 "$bin/chorus-info" $args 2>&1); rc=$?
   if [ $rc -ne 2 ] || ! grep -q "usage" <<<"$out"; then
@@ -32,5 +32,15 @@ for args in "--bogus" "--params extra" "--tune abc" "--tune 4 x" "--tune 4 2 x" 
     fail=1
   fi
 done
+# LINK_MBPS reaches the model: over 100 Mb/s links a 128 MiB AllReduce
+# across 4 hosts takes longer than over the default (a socket's 1 GB/s),
+# and the hosts' links are named in the header.
+ringAt() { "$bin/chorus-info" --tune "$@" | awk '/^# AllReduce/ { on = 1 } on && $1 == 134217728 { print $2; exit }'; }
+slow=$(ringAt 8 4 4 100) fast=$(ringAt 8 4 4)
+if ! awk -v s="$slow" -v f="$fast" 'BEGIN { exit !(s > 5 * f && f > 0) }'; then
+  echo "help: chorus-info --tune 8 4 4 100: Ring at 128 MiB predicted '$slow' us, without a speed '$fast'"
+  fail=1
+fi
+"$bin/chorus-info" --tune 8 4 4 100 | grep -q ", 100 Mb/s links" || { echo "help: --tune 8 4 4 100: no link speed in the header"; fail=1; }
 [ $fail = 0 ] && echo "help: passed"
 exit $fail

@@ -1,12 +1,14 @@
 /* chorus-info: what this build is, which parameters are in effect, and
  * what the tuner would choose.
  *   chorus-info [--params]
- *   chorus-info --tune [NRANKS [HOSTS [MACHINES]]]   the cost model's
- *       table: for each collective and size, the predicted time of every
- *       algorithm/protocol and the tuner's choice (NCCL_ALGO / NCCL_PROTO /
- *       CHORUS_* as set); MACHINES (default HOSTS): how many machines the
- *       hosts run on, each with this one's cores (hosts that are network
- *       namespaces or containers of one machine share its cores)
+ *   chorus-info --tune [NRANKS [HOSTS [MACHINES [LINK_MBPS]]]]   the cost
+ *       model's table: for each collective and size, the predicted time of
+ *       every algorithm/protocol and the tuner's choice (NCCL_ALGO /
+ *       NCCL_PROTO / CHORUS_* as set); MACHINES (default HOSTS): how many
+ *       machines the hosts run on, each with this one's cores (hosts that
+ *       are network namespaces or containers of one machine share its
+ *       cores); LINK_MBPS: the hosts' link speed in Mb/s (default unknown,
+ *       as for an interface whose speed sysfs does not give)
  *   chorus-info --topo   under a launcher (chorusrun, mpirun, srun,
  *       torchrun): how each pair of ranks is connected and what each rank
  *       sees of its host, printed by rank 0 (nvidia-smi topo -m's shape) */
@@ -25,13 +27,13 @@
 #include "transport/transport.h"
 #include "tune/tune.h"
 
-static int printTune(int nranks, int hosts, int machines) {
+static int printTune(int nranks, int hosts, int machines, int linkMbps) {
   if (nranks < 1 || hosts < 1 || hosts > nranks || machines < 1 || machines > hosts) {
     fprintf(stderr, "chorus-info --tune: need 1 <= MACHINES <= HOSTS <= NRANKS\n");
     return 2;
   }
   struct tuneTopo topo = {nranks, hosts, (nranks + hosts - 1) / hosts, (int)sysconf(_SC_NPROCESSORS_ONLN), hosts > 1,
-                          (nranks + machines - 1) / machines, 0};
+                          (nranks + machines - 1) / machines, 0, linkMbps};
   struct tuneConfig cfg;
   tuneConfigFromEnv(&cfg);
   struct tuneTable t;
@@ -43,6 +45,7 @@ static int printTune(int nranks, int hosts, int machines) {
   int nch = (int)(paramInt(paramMaxNChannels) > 0 ? paramInt(paramMaxNChannels) : 2);
   printf("# %d rank(s) on %d host(s), at most %d per host, %d core(s)", nranks, hosts, topo.localRanks, topo.cores);
   if (machines < hosts) printf(" per machine, %d machine(s)", machines);
+  if (hosts > 1 && linkMbps > 0) printf(", %d Mb/s links", linkMbps);
   printf("; times in us predicted by the model\n");
   for (int coll = 0; coll < tuneFuncCount; coll++) {
     int cand[algoCount * protoCount][2], nc = 0;
@@ -152,7 +155,7 @@ static int printTopo(void) {
 }
 
 static const char usage[] =
-    "usage: chorus-info [--params | --tune [NRANKS [HOSTS [MACHINES]]] | --topo]\n"
+    "usage: chorus-info [--params | --tune [NRANKS [HOSTS [MACHINES [LINK_MBPS]]]] | --topo]\n"
     "  --topo  under a launcher (chorusrun -n 4 chorus-info --topo): how each pair of ranks is\n"
     "          connected (SELF, SHM/NUMA distance, NET/interface) and each rank's host, NUMA node, CPUs, NICs\n";
 
@@ -176,7 +179,7 @@ int main(int argc, char **argv) {
     return 0;
   }
   const char *mode = argc > 1 ? argv[1] : "";
-  int most = strcmp(mode, "--tune") == 0 ? 5 : 2; /* --tune takes NRANKS, HOSTS and MACHINES, the others nothing */
+  int most = strcmp(mode, "--tune") == 0 ? 6 : 2; /* --tune takes NRANKS, HOSTS, MACHINES and LINK_MBPS */
   if (mode[0] && strcmp(mode, "--params") != 0 && strcmp(mode, "--tune") != 0 && strcmp(mode, "--topo") != 0)
     return badUsage("unknown option", mode);
   if (argc > most) return badUsage("unexpected argument", argv[most]);
@@ -184,7 +187,8 @@ int main(int argc, char **argv) {
     if (count(argv[k]) < 0)
       return badUsage(k == 2   ? "NRANKS is not a positive number:"
                       : k == 3 ? "HOSTS is not a positive number:"
-                               : "MACHINES is not a positive number:",
+                      : k == 4 ? "MACHINES is not a positive number:"
+                               : "LINK_MBPS is not a positive number:",
                       argv[k]);
   if (strcmp(mode, "--topo") == 0) return printTopo();
   ncclGetVersion(&v);
@@ -193,7 +197,8 @@ int main(int argc, char **argv) {
   if (strcmp(mode, "--params") == 0) paramPrintAll(stdout);
   if (strcmp(mode, "--tune") == 0) {
     int hosts = argc > 3 ? count(argv[3]) : 1;
-    return printTune(argc > 2 ? count(argv[2]) : 2, hosts, argc > 4 ? count(argv[4]) : hosts);
+    return printTune(argc > 2 ? count(argv[2]) : 2, hosts, argc > 4 ? count(argv[4]) : hosts,
+                     argc > 5 ? count(argv[5]) : 0);
   }
   return 0;
 }

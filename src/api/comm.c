@@ -170,7 +170,7 @@ struct commAgreement {
 
 /* The topology the tuner's model reads, the same on every rank. */
 static struct tuneTopo tuneTopoOf(const struct bootstrap *b, const struct commAgreement *agree) {
-  struct tuneTopo t = {b->nranks, 0, 0, 0, 0, 0, 0};
+  struct tuneTopo t = {b->nranks, 0, 0, 0, 0, 0, 0, 0};
   for (int i = 0; i < b->nranks; i++) {
     int same = 0, first = 1, machine = 0;
     for (int j = 0; j < b->nranks; j++) {
@@ -187,6 +187,11 @@ static struct tuneTopo tuneTopoOf(const struct bootstrap *b, const struct commAg
     if (t.cores == 0 || (agree[i].cores > 0 && agree[i].cores < t.cores)) t.cores = agree[i].cores;
     if (transportTable[transportFor(b, i)] == &netTransport) t.net = 1;
     if (same > 1 && b->peers[i].shmDisable) t.hostNet = 1;
+    const struct topoRank *r = &agree[i].topo;
+    for (int k = 0; k < r->nnics && k < TOPO_MAX_NICS; k++)
+      if (r->nics[k].speedMbps > 0 && strcmp(r->nics[k].name, r->ifname) == 0 &&
+          (t.netMbps == 0 || r->nics[k].speedMbps < t.netMbps))
+        t.netMbps = r->nics[k].speedMbps;
   }
   return t;
 }

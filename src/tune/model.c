@@ -86,7 +86,8 @@ static struct link linkOf(const struct tuneTopo *t, int proto) {
     if (t->nhosts == 1 || t->localRanks == 1 || t->hostNet) l.local = l.hop;
     else if (t->machineRanks > t->cores && t->cores > 0) /* the peer a shared-memory hop wakes waits its turn */
       l.local += OVERSUB_HOP_US * (double)(t->machineRanks - t->cores);
-    l.copy = l.reduce = NET_BPUS;
+    l.copy = l.reduce = NET_BPUS; /* what a socket moves: a core's work, or the link's speed */
+    if (t->netMbps > 0 && t->netMbps / 8.0 < l.copy) l.copy = l.reduce = t->netMbps / 8.0;
     if (t->machineRanks > t->cores && t->cores > 0) l.busy = (double)t->machineRanks / t->cores;
   }
   l.copy /= l.share;

@@ -32,6 +32,8 @@ struct tuneTopo {
   int net;           /* some pair of ranks talks over sockets */
   int machineRanks;  /* most ranks on one machine: hosts on one kernel (namespaces, containers) count together */
   int hostNet;       /* ranks of one host talk over sockets too (NCCL_SHM_DISABLE) */
+  int netMbps;       /* the slowest link the ranks' sockets use, Mb/s (its NIC's speed in sysfs, as NCCL's
+                      * socket network reads it; 0: unknown) */
 };
 
 /* The collectives NCCL_ALGO / NCCL_PROTO name (NCCL's functions); the
