@@ -81,6 +81,10 @@ suite)
   # Trees across hosts, each host's ranks a chain (a head with up to three children).
   NCCL_ALGO="allreduce,broadcast,reduce:tree" launch 2 3 10.77.0.1 300 "$bin/test_coll" 6 fork quick
   NCCL_ALGO="allreduce,broadcast,reduce:tree" launch 3 2 10.77.0.1 120 "$bin/reduce_perf" -b 8 -e 1M -f 8 -n 2 -w 1 -c 1 -r -1
+  # Recursive doubling AllReduce among the hosts' first ranks, each adding its host's
+  # inputs and handing back the result; hosts of consecutive and of alternate ranks.
+  NCCL_ALGO="allreduce:recdoubling" launch 2 3 10.77.0.1 300 "$bin/test_coll" 6 fork quick
+  PLACE=alternate NCCL_ALGO="allreduce:recdoubling" launch 3 2 10.77.0.1 300 "$bin/test_coll" 6 fork quick
   # IPv6 all the way: rendezvous, bootstrap mesh and transport.
   NCCL_SOCKET_FAMILY=AF_INET6 launch 2 1 "[fd77::1]" 120 "$bin/all_reduce_perf" -b 8 -e 4M -f 8 -n 2 -c 1 -o all
   NCCL_SOCKET_FAMILY=AF_INET6 launch 3 1 "[fd77::1]" 120 "$bin/test_p2p" 3

@@ -625,9 +625,12 @@ int main(int argc, char **argv) {
             if (runCase(algo, proto, coll, n, counts[k], inPlace, nch, -1, 0, 0) != 0) goto out; /* fail fast */
           }
         }
-        /* Across hosts: trees (chains inside each host) and host-aware rings and chains, 2 and
-         * 3 ranks a host, consecutive or interleaved. */
-        for (int k = 0; (algo == algoTree || algo == algoRing || algo == algoChain) && k < 4 && n >= 4; k++) {
+        /* Across hosts: trees (chains inside each host), host-aware rings and chains, and
+         * recursive doubling among the hosts' first ranks, 2 and 3 ranks a host, consecutive
+         * or interleaved. */
+        for (int k = 0;
+             (algo == algoTree || algo == algoRing || algo == algoChain || algo == algoRecDoubling) && k < 4 && n >= 4;
+             k++) {
           static const int per[4] = {2, 3, -2, -3};
           cases++;
           if (runCase(algo, n % protoCount, coll, n, 2600, 0, 2, -1, 0, per[k]) != 0) goto out;

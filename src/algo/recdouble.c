@@ -10,6 +10,8 @@
  * so every rank gets the same result. Each exchange sends before it
  * receives, so a piece must fit half a FIFO (pieceElems): messages are cut
  * into such pieces, each running all rounds. */
+#include <stdlib.h>
+
 #include "algo/build.h"
 
 static int rdSupports(int coll, int nranks) {
@@ -46,45 +48,47 @@ static int rdRun(const struct algoCtx *c, size_t bytes, size_t blk) {
   return most < 1 ? 1 : most > (size_t)c->nranks ? c->nranks : (int)most;
 }
 
-/* An AllReduce piece's folding: a folded-out rank hands its input (scaled)
- * to its partner and gets the result back, and is done (*out = 1); its
- * partner adds the input into dst first. rdUnfold: the partner hands the
- * result back. */
-static ncclResult_t rdFold(struct schedule *s, struct algoCtx *c, int ch, const struct rdShape *sh, const char *src,
-                           char *dst, size_t bytes, int *out) {
-  int r = c->rank;
+/* The rank of participant i: who[i], or i itself where all ranks take part. */
+static int rdWho(const int *who, int i) { return who ? who[i] : i; }
+
+/* An AllReduce piece's folding among participants (rank rdWho(who, i) for
+ * participant i; this rank is participant me): a folded-out one hands its
+ * partial sum cur (its input, scaled: pre REDUCE_PRE) to its partner and
+ * gets the result back, and is done (*out = 1); its partner adds it into
+ * dst first. rdUnfold: the partner hands the result back. */
+static ncclResult_t rdFold(struct schedule *s, struct algoCtx *c, int ch, const struct rdShape *sh, const int *who,
+                           int me, const char *cur, int pre, char *dst, size_t bytes, int *out) {
   *out = sh->index < 0;
   if (*out) {
-    ADD(s, stepSend, REDUCE_PRE, NULL, connSend(c->conns, r + 1, ch), src, NULL, bytes);
-    ADD(s, stepRecv, 0, connRecv(c->conns, r + 1, ch), NULL, NULL, dst, bytes);
-  } else if (r < 2 * sh->extra) {
-    ADD(s, stepRecvReduceCopy, REDUCE_PRE, connRecv(c->conns, r - 1, ch), NULL, src, dst, bytes);
+    int partner = rdWho(who, me + 1);
+    ADD(s, stepSend, pre, NULL, connSend(c->conns, partner, ch), cur, NULL, bytes);
+    ADD(s, stepRecv, 0, connRecv(c->conns, partner, ch), NULL, NULL, dst, bytes);
+  } else if (me < 2 * sh->extra) {
+    ADD(s, stepRecvReduceCopy, pre, connRecv(c->conns, rdWho(who, me - 1), ch), NULL, cur, dst, bytes);
   }
   return ncclSuccess;
 }
-static ncclResult_t rdUnfold(struct schedule *s, struct algoCtx *c, int ch, const struct rdShape *sh, const char *dst,
-                             size_t bytes) {
-  if (c->rank < 2 * sh->extra) ADD(s, stepSend, 0, NULL, connSend(c->conns, c->rank - 1, ch), dst, NULL, bytes);
+static ncclResult_t rdUnfold(struct schedule *s, struct algoCtx *c, int ch, const struct rdShape *sh, const int *who,
+                             int me, const char *dst, size_t bytes) {
+  if (me < 2 * sh->extra) ADD(s, stepSend, 0, NULL, connSend(c->conns, rdWho(who, me - 1), ch), dst, NULL, bytes);
   return ncclSuccess;
 }
 
-static ncclResult_t rdAllReduce(struct schedule *s, struct algoCtx *c, const struct collDesc *d, int ch, size_t off,
-                                size_t cnt) {
-  int n = c->nranks, r = c->rank;
-  struct rdShape sh = rdShapeOf(r, n);
-  size_t esz = dtypeSize(d->dtype), bytes = cnt * esz;
-  const char *src = (const char *)d->sendbuff + off * esz;
-  char *dst = (char *)d->recvbuff + off * esz;
-  CHECK(laneTask(s, c, d, ch));
+/* Recursive doubling AllReduce of one piece among np participants, this
+ * rank participant me; acc: its partial sum is in dst already (scaled),
+ * else it is src. */
+static ncclResult_t rdAmong(struct schedule *s, struct algoCtx *c, int ch, const int *who, int np, int me,
+                            const char *src, int acc, char *dst, size_t bytes) {
+  struct rdShape sh = rdShapeOf(me, np);
   int out;
-  CHECK(rdFold(s, c, ch, &sh, src, dst, bytes, &out));
+  CHECK(rdFold(s, c, ch, &sh, who, me, acc ? dst : src, acc ? 0 : REDUCE_PRE, dst, bytes, &out));
   if (out) return ncclSuccess;
   /* A rank that folded nothing in sends its input itself in the first
    * round and reduces the partner's into the output (one pass over the
    * input fewer than copying it there first); from then on dst. */
-  int fresh = r >= 2 * sh.extra;
+  int fresh = !acc && me >= 2 * sh.extra;
   for (int bit = 1; bit < sh.pow2; bit <<= 1) {
-    int peer = rdRank(&sh, sh.index ^ bit), post = bit * 2 == sh.pow2 ? REDUCE_POST : 0;
+    int peer = rdWho(who, rdRank(&sh, sh.index ^ bit)), post = bit * 2 == sh.pow2 ? REDUCE_POST : 0;
     struct conn *to = connSend(c->conns, peer, ch), *from = connRecv(c->conns, peer, ch);
     if (fresh && bit == 1) {
       ADD(s, stepSend, REDUCE_PRE, NULL, to, src, NULL, bytes);
@@ -94,7 +98,60 @@ static ncclResult_t rdAllReduce(struct schedule *s, struct algoCtx *c, const str
     ADD(s, stepSend, 0, NULL, to, dst, NULL, bytes);
     ADD(s, stepRecvAcc, post, from, NULL, NULL, dst, bytes);
   }
-  return rdUnfold(s, c, ch, &sh, dst, bytes);
+  return rdUnfold(s, c, ch, &sh, who, me, dst, bytes);
+}
+
+/* Across hosts, where some host has several ranks: each host's first rank
+ * (its leader) adds the others' inputs, in rank order, to its own; the
+ * leaders, one per host, run recursive doubling among themselves; each
+ * hands the result to its host's other ranks. Only one rank per host
+ * crosses hosts, in log2(hosts) rounds, where all ranks would cross in
+ * most of log2(n) (bench/tune_net, 8 ranks on 4 namespaces). */
+static ncclResult_t rdHostsAllReduce(struct schedule *s, struct algoCtx *c, int ch, const char *src, char *dst,
+                                     size_t bytes) {
+  int n = c->nranks, r = c->rank, h = c->hostOf[r], nh = c->nhosts;
+  int *leaders = malloc(sizeof *leaders * (size_t)nh);
+  if (!leaders) return ncclSystemError;
+  for (int k = 0; k < nh; k++) leaders[k] = -1;
+  for (int k = 0; k < n; k++) /* hosts are numbered in the order of their first rank */
+    if (leaders[c->hostOf[k]] < 0) leaders[c->hostOf[k]] = k;
+  int lead = leaders[h], acc = 0;
+  ncclResult_t res = ncclSuccess;
+  if (r != lead) {
+    if (scheduleAddStep(s, stepSend, REDUCE_PRE, NULL, connSend(c->conns, lead, ch), src, NULL, bytes) < 0 ||
+        scheduleAddStep(s, stepRecv, 0, connRecv(c->conns, lead, ch), NULL, NULL, dst, bytes) < 0)
+      res = ncclSystemError;
+    free(leaders);
+    return res;
+  }
+  for (int m = r + 1; m < n && res == ncclSuccess; m++)
+    if (c->hostOf[m] == h) {
+      struct conn *from = connRecv(c->conns, m, ch);
+      if ((acc ? scheduleAddStep(s, stepRecvAcc, 0, from, NULL, NULL, dst, bytes)
+               : scheduleAddStep(s, stepRecvReduceCopy, REDUCE_PRE, from, NULL, src, dst, bytes)) < 0)
+        res = ncclSystemError;
+      acc = 1;
+    }
+  if (res == ncclSuccess) res = rdAmong(s, c, ch, leaders, nh, h, src, acc, dst, bytes);
+  for (int m = r + 1; m < n && res == ncclSuccess; m++)
+    if (c->hostOf[m] == h && scheduleAddStep(s, stepSend, 0, NULL, connSend(c->conns, m, ch), dst, NULL, bytes) < 0)
+      res = ncclSystemError;
+  free(leaders);
+  return res;
+}
+
+/* Whether an AllReduce goes host by host: ranks on several hosts, and
+ * fewer hosts than ranks. */
+static int rdByHost(const struct algoCtx *c) { return c->hostOf && c->nhosts > 1 && c->nhosts < c->nranks; }
+
+static ncclResult_t rdAllReduce(struct schedule *s, struct algoCtx *c, const struct collDesc *d, int ch, size_t off,
+                                size_t cnt) {
+  size_t esz = dtypeSize(d->dtype), bytes = cnt * esz;
+  const char *src = (const char *)d->sendbuff + off * esz;
+  char *dst = (char *)d->recvbuff + off * esz;
+  CHECK(laneTask(s, c, d, ch));
+  if (rdByHost(c)) return rdHostsAllReduce(s, c, ch, src, dst, bytes);
+  return rdAmong(s, c, ch, NULL, c->nranks, c->rank, src, 0, dst, bytes);
 }
 
 /* AllGather of elements [off, off + cnt) of every rank's block: block b
@@ -246,7 +303,7 @@ static ncclResult_t rbAllReduce(struct schedule *s, struct algoCtx *c, const str
   char *dst = (char *)d->recvbuff + off * esz;
   CHECK(laneTask(s, c, d, ch));
   int out;
-  CHECK(rdFold(s, c, ch, &sh, src, dst, bytes, &out));
+  CHECK(rdFold(s, c, ch, &sh, NULL, r, src, REDUCE_PRE, dst, bytes, &out));
   if (out) return ncclSuccess;
   int paired = r < 2 * sh.extra; /* then the rounds read the pair's sum in dst */
   int k = 0;
@@ -279,7 +336,7 @@ static ncclResult_t rbAllReduce(struct schedule *s, struct algoCtx *c, const str
     ADD(s, stepRecv, 0, connRecv(c->conns, peer, ch), NULL, NULL, dst + seg[theirs] * esz, SEG(theirs, bit));
   }
 #undef SEG
-  return rdUnfold(s, c, ch, &sh, dst, bytes);
+  return rdUnfold(s, c, ch, &sh, NULL, r, dst, bytes);
 }
 
 static ncclResult_t rdBuild(struct schedule *s, struct algoCtx *c, const struct collDesc *d, int nch) {
