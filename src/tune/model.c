@@ -40,10 +40,11 @@
  * an inner node moves its two children's data through one core. */
 #define TREE_LEVEL_FACTOR 2.0
 #define TREE_COPY_PASSES 4.0
-/* Rabenseifner across hosts moves its bytes over a host's link at about
- * 1/1.5 of a ring's rate (bench/tune_net with -b 512K -e 2M, 8 ranks on 4
- * namespaces at 1 Gbit/s: 1.04-1.34x the ring's time for 0.86x its bytes). */
-#define RAB_NET_FACTOR 1.5
+/* Recursive doubling among hosts sends the whole message each round, the
+ * rounds one after another: at 128 KiB it took 3.7x Rabenseifner's time for
+ * 1.3x its bytes per host, at 32 KiB the same as Tree and Rabenseifner
+ * (the same runs, /tmp/tn2/ab2.sh). */
+#define RD_NET_FACTOR 2.0
 
 struct link {
   double hop, copy, reduce;
@@ -148,6 +149,16 @@ double tuneModelUs(const struct tuneTopo *topo, int coll, int algo, int proto, i
                              * partners must run at once, so ranks sharing cores move its
                              * bytes at a share of a share (measured: 2-3x a ring's time at
                              * 128 KiB-512 KiB, 4 ranks on 2 cores; even on 2) */
+      if (coll == collAllReduce && topo->nhosts > 1 && topo->nhosts < topo->nranks) {
+        /* host by host (recdouble.c): a hop within each host to its first rank and back, which
+         * every rank takes at once, and log2(hosts) rounds of those first ranks, one per host,
+         * over the hosts' links (bench/tune_net: at 512 B-2 KiB 0.8x a tree's time, at 8-32 B
+         * 1.2x Rabenseifner's, whose empty segments leave most ranks idle) */
+        double h = topo->nhosts, local = topo->localRanks - 1;
+        double rounds = log2Floor(topo->nhosts), fold = (1 << (int)rounds) != topo->nhosts ? 2 : 0;
+        return 2 * (l.local * busyAt(&l, 1) + RING_STEP_US) + (rounds + fold) * (l.hop * busyAt(&l, h / n) + RING_STEP_US) +
+               RD_NET_FACTOR * (rounds + fold) * b / l.copy + l.share * local * b * (1 / SHM_REDUCE_BPUS + 1 / SHM_COPY_BPUS);
+      }
       double rounds = log2Floor(topo->nranks), fold = (1 << (int)rounds) != topo->nranks ? 2 : 0;
       double lat = (rounds + fold) * (hopAll + RING_STEP_US);
       if (coll == collAllReduce) return lat + l.share * (rounds + fold) * (b / l.copy + b / l.reduce);
@@ -166,13 +177,6 @@ double tuneModelUs(const struct tuneTopo *topo, int coll, int algo, int proto, i
           double f = used * (1 << t) / p, hop = t <= within && topo->nhosts > 1 ? l.local : l.hop;
           lat += 2 * (hop * busyAt(&l, (f > 1 ? f : 1) / (1 << t)) + RING_STEP_US);
         }
-      }
-      if (topo->net && topo->nhosts > 1) { /* the large rounds stay within a host (recdouble.c): a host
-                                             * sends 2 (hosts - 1) / hosts of the message over its link,
-                                             * a ring's host 2 (n - 1) / n; but the rounds run one after
-                                             * another, the link idle in those within a host */
-        double h = topo->nhosts;
-        return lat + RAB_NET_FACTOR * 2 * (h - 1) / h * b / l.copy + (p - 1) / p * b / SHM_REDUCE_BPUS;
       }
       return lat + l.share * ((p - 1) / p * b * (2 / l.copy + 1 / l.reduce) + fold * b / l.copy);
     }
