@@ -12,7 +12,10 @@
  *                           Broadcast still works
  *   test_tuning N impossible-proto  the same with NCCL_PROTO="allreduce:LL128"
  *   test_tuning N badname   NCCL_ALGO=Rnig on rank 0 only: init fails on every rank
- *                           with ncclInvalidUsage                               */
+ *                           with ncclInvalidUsage
+ *   test_tuning N noprefix  NCCL_ALGO="allreduce:tree;ring" on rank 0 only (an entry
+ *                           after the first without a collective): the same, with
+ *                           NCCL's "All entries except the first must have a prefix" */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,9 +71,12 @@ static int impossibleRank(int rank, int n, ncclComm_t comm) {
 static int tuningRank(int rank, int n, ncclUniqueId id) {
   ncclComm_t comm;
   ncclResult_t res = ncclCommInitRank(&comm, n, id, rank);
-  if (strcmp(mode, "badname") == 0) {
-    EXPECT(res == ncclInvalidUsage, "rank %d: init with rank 0's NCCL_ALGO=Rnig returned %s", rank,
-           ncclGetErrorString(res));
+  if (strcmp(mode, "badname") == 0 || strcmp(mode, "noprefix") == 0) {
+    EXPECT(res == ncclInvalidUsage, "rank %d: init with rank 0's NCCL_ALGO=%s returned %s", rank,
+           mode[0] == 'b' ? "Rnig" : "allreduce:tree;ring", ncclGetErrorString(res));
+    const char *err = ncclGetLastError(NULL);
+    EXPECT(mode[0] == 'b' || strstr(err, "All entries except the first must have a prefix"), "rank %d: last error '%s'",
+           rank, err);
     return 0;
   }
   NCCLCHECK(res);
@@ -94,7 +100,7 @@ static int execRank(int rank, int n, ncclUniqueId id, void *arg) {
   } else if (strcmp(mode, "impossible-proto") == 0) {
     setenv("NCCL_PROTO", "allreduce:LL128", 1); /* a name NCCL knows, a protocol chorus does not have */
   } else if (rank == 0) {
-    setenv("NCCL_ALGO", "Rnig", 1);
+    setenv("NCCL_ALGO", strcmp(mode, "noprefix") == 0 ? "allreduce:tree;ring" : "Rnig", 1);
   }
   execl("/proc/self/exe", "test_tuning", "rank", r, nr, hex, mode, (char *)NULL);
   perror("exec");

@@ -40,6 +40,7 @@ static int printTune(int nranks, int hosts, int machines, int linkMbps) {
   if (tuneSetup(&t, &cfg, &topo) != ncclSuccess) return 1;
   struct conn geometry; /* the FIFO slots NCCL_BUFFSIZE gives */
   int64_t buff = paramInt(paramBuffSize);
+  if (buff > COMM_MAX_BUFFSIZE) buff = strtoll(paramDefault(paramBuffSize), NULL, 10); /* as a communicator does */
   connLayout(&geometry, NULL, (size_t)(buff < 65536 ? 65536 : buff), 0);
   size_t slot = geometry.slotBytes < COMM_SCRATCH_BYTES ? geometry.slotBytes : COMM_SCRATCH_BYTES;
   int nch = (int)(paramInt(paramMaxNChannels) > 0 ? paramInt(paramMaxNChannels) : 2);

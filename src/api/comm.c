@@ -128,6 +128,7 @@ void commFree(struct ncclComm *comm, int graceful) {
   free(comm->sigGot);
   free(comm->sigTaken);
   pthread_mutex_destroy(&comm->winLock);
+  commLiveRemove(comm);
   comm->startMagic = comm->endMagic = 0;
   if (__atomic_sub_fetch(&comm->holds, 1, __ATOMIC_ACQ_REL) == 0) free(comm);
 }
@@ -143,10 +144,11 @@ int commGroupHeld(const struct ncclComm *comm) { return __atomic_load_n(&comm->h
 
 static int channelCount(const struct commConfig *cfg) {
   int64_t lo = paramInt(paramMinNChannels), hi = paramInt(paramMaxNChannels);
-  /* config.minCTAs / maxCTAs (NCCL_MIN_CTAS / NCCL_MAX_CTAS): the tighter of each pair, as NCCL */
-  if (cfg->maxCTAs > 0 && (hi <= 0 || cfg->maxCTAs < hi)) hi = cfg->maxCTAs;
+  /* config.minCTAs / maxCTAs (NCCL_MIN_CTAS / NCCL_MAX_CTAS): the tighter of each pair, as NCCL;
+   * -2 is unset, and a maximum set below 1 is 1, as in NCCL */
+  if (cfg->maxCTAs > 0 && (hi == -2 || cfg->maxCTAs < hi)) hi = cfg->maxCTAs;
   if (cfg->minCTAs > lo) lo = cfg->minCTAs;
-  int64_t n = hi > 0 ? hi : 2; /* two channels by default */
+  int64_t n = hi != -2 ? hi : 2; /* two channels by default */
   if (lo > 0 && n < lo) n = lo;
   if (n < 1) n = 1;
   if (n > COMM_MAX_CHANNELS) n = COMM_MAX_CHANNELS;
@@ -380,7 +382,7 @@ static struct ncclComm *commAlloc(int nranks, const ncclUniqueId *id, int rank, 
   comm->sigGot = calloc((size_t)nranks, sizeof *comm->sigGot);
   comm->sigTaken = calloc((size_t)nranks, sizeof *comm->sigTaken);
   comm->rmaEarly = calloc((size_t)nranks, sizeof *comm->rmaEarly);
-  if (!comm->sigGot || !comm->sigTaken || !comm->rmaEarly) {
+  if (!comm->sigGot || !comm->sigTaken || !comm->rmaEarly || !commLiveAdd(comm)) {
     free(comm->sigGot);
     free(comm->sigTaken);
     free(comm->rmaEarly);
@@ -408,7 +410,11 @@ static struct ncclComm *commAlloc(int nranks, const ncclUniqueId *id, int rank, 
  * 64 KiB-1 MiB but 27% slower at 16 MiB, so hosts with several ranks keep
  * 4 MiB. */
 static size_t commBuffSize(const struct ncclComm *comm, int64_t rank0) {
-  if (rank0 > 0) return rank0 < 64 * 1024 ? 64 * 1024 : (size_t)rank0;
+  if (rank0 > COMM_MAX_BUFFSIZE)
+    WARN("NCCL_BUFFSIZE=%lld (rank 0's) is more than a FIFO can be (%lld): using the default", (long long)rank0,
+         COMM_MAX_BUFFSIZE);
+  else if (rank0 > 0)
+    return rank0 < 64 * 1024 ? 64 * 1024 : (size_t)rank0;
   /* the table's default, not this rank's setting: rank 0's holds */
   int socketsOnly = comm->nhosts > 1 && comm->nhosts == comm->nranks;
   return socketsOnly ? 512 * 1024 : (size_t)strtoll(paramDefault(paramBuffSize), NULL, 10);
@@ -456,6 +462,8 @@ static ncclResult_t commSetup(struct ncclComm *comm) {
   agree[rank].cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
   agree[rank].trace = traceWanted();
   agree[rank].ringByHost = strcasecmp(paramStr(paramRingOrder), "rank") != 0;
+  if (agree[rank].ringByHost && strcasecmp(paramStr(paramRingOrder), "host") != 0)
+    WARN("CHORUS_RING_ORDER=%s is neither host nor rank: using host", paramStr(paramRingOrder));
   /* As NCCL, which loads the network NCCL_NET names at every init (a host
    * of its own or not); checked here so that every rank hears whose it is. */
   const char *net = paramStr(paramNet);

@@ -159,6 +159,14 @@ void commEndInFlight(struct ncclComm *comm);
 /* ncclInvalidArgument with a WARN naming the call when comm is NULL,
  * corrupted or destroyed. */
 ncclResult_t commCheck(const struct ncclComm *comm, const char *call);
+/* The largest NCCL_BUFFSIZE a FIFO can take: a slot's offsets are 32 bits
+ * (transport/conn.c). */
+#define COMM_MAX_BUFFSIZE (4ll << 30)
+
+/* The set of communicators not yet freed (errors.c): commLiveAdd returns 0
+ * when out of memory. */
+int commLiveAdd(const struct ncclComm *comm);
+void commLiveRemove(const struct ncclComm *comm);
 /* ncclSuccess when comm takes operations; else why not, in a WARN naming
  * the call: revoked, suspended, failed (a peer's death included), still
  * initializing (ncclInvalidArgument, as NCCL), finalized. */

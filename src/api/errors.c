@@ -1,6 +1,10 @@
 /* What every entry point shares and that calls nothing else of the api
- * layer: versions, error strings, the last error, and the check that a
- * communicator handle is one. */
+ * layer: versions, error strings, the last error, the check that a
+ * communicator handle is one, and the set of live communicators. */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "api/api.h"
 #include "api/comm.h"
 #include "chorus.h"
@@ -52,15 +56,58 @@ NCCL_API(const char *, ncclGetErrorString, ncclResult_t result) {
   }
 }
 
+/* The communicators not yet freed, so that a call that takes any pointer
+ * (ncclGetLastError, which NCCL lets take a destroyed one) reads only
+ * those. Added at allocation, removed before the free; a process has few. */
+static pthread_mutex_t liveLock = PTHREAD_MUTEX_INITIALIZER;
+static const struct ncclComm **live;
+static int nlive, liveCap;
+
+int commLiveAdd(const struct ncclComm *comm) {
+  pthread_mutex_lock(&liveLock);
+  int ok = 1;
+  if (nlive == liveCap) {
+    int cap = liveCap ? 2 * liveCap : 16;
+    const struct ncclComm **l = realloc(live, sizeof *l * (size_t)cap);
+    if (l) {
+      live = l;
+      liveCap = cap;
+    } else {
+      ok = 0;
+    }
+  }
+  if (ok) live[nlive++] = comm;
+  pthread_mutex_unlock(&liveLock);
+  return ok;
+}
+
+void commLiveRemove(const struct ncclComm *comm) {
+  pthread_mutex_lock(&liveLock);
+  for (int i = 0; i < nlive; i++)
+    if (live[i] == comm) {
+      live[i] = live[--nlive];
+      break;
+    }
+  pthread_mutex_unlock(&liveLock);
+}
+
 NCCL_API(const char *, ncclGetLastError, ncclComm_t comm) {
   /* NCCL gives the process's last WARN, whatever comm is. A communicator
    * that has failed gives the WARN that explained its failure instead, so
    * that a process with several communicators and threads (a framework's
-   * process groups) gets its own. */
-  if (comm && comm->startMagic == COMM_MAGIC && comm->endMagic == COMM_MAGIC &&
-      __atomic_load_n(&comm->asyncError, __ATOMIC_ACQUIRE) != ncclSuccess && comm->failText[0])
-    return comm->failText;
-  return logLastError();
+   * process groups) gets its own: copied here, since the caller may free
+   * the communicator while it reads the text. */
+  static _Thread_local char text[sizeof comm->failText];
+  int found = 0;
+  pthread_mutex_lock(&liveLock);
+  for (int i = 0; comm && i < nlive && !found; i++)
+    if (live[i] == comm && comm->startMagic == COMM_MAGIC &&
+        __atomic_load_n(&comm->asyncError, __ATOMIC_ACQUIRE) != ncclSuccess && comm->failText[0]) {
+      snprintf(text, sizeof text, "%s", comm->failText);
+      found = 1;
+    }
+  pthread_mutex_unlock(&liveLock);
+  return found ? text : logLastError();
 }
 
 /* NCCL's deprecated (and Linux-only) reset of its logging: the next line

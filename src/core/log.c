@@ -19,7 +19,7 @@
 int logLevelCached = -1;
 static unsigned logSubsysMask;
 static FILE *logFile;
-static int logFilePid; /* the process that opened logFile: a forked child opens its own */
+static int logFilePid; /* with %p in NCCL_DEBUG_FILE, the process that opened logFile: a forked child opens its own */
 static char logHost[64];
 static pthread_mutex_t logInitLock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_mutex_t logLock = PTHREAD_MUTEX_INITIALIZER;
@@ -32,22 +32,53 @@ static const struct {
 } subsysNames[] = {{"INIT", subsysInit},   {"COLL", subsysColl},           {"P2P", subsysP2p},
                    {"SHM", subsysShm},     {"NET", subsysNet},             {"BOOTSTRAP", subsysBootstrap},
                    {"ENV", subsysEnv},     {"ALLOC", subsysAlloc},         {"TUNING", subsysTuning},
-                   {"PROFILE", subsysProfile},
+                   {"PROFILE", subsysProfile}, {"GRAPH", subsysGraph},     {"ALLOC_HOST", subsysAllocHost},
+                   {"CALL", subsysCall},   {"PROXY", subsysProxy},         {"NVLS", subsysNvls},
+                   {"REG", subsysReg},     {"RAS", subsysRas},             {"DESTROY", subsysDestroy},
                    {"ALL", subsysAll}};
 
+static char subsysUnknown[64]; /* a name NCCL_DEBUG_SUBSYS had that is none (logParams says so) */
+
+/* s without the blanks around it, into buf. */
+static char *trimInto(char *buf, size_t len, const char *s) {
+  while (*s == ' ' || *s == '	') s++;
+  snprintf(buf, len, "%s", s);
+  size_t n = strlen(buf);
+  while (n > 0 && (buf[n - 1] == ' ' || buf[n - 1] == '	')) buf[--n] = 0;
+  return buf;
+}
+
+/* NCCL_DEBUG_SUBSYS as NCCL 2.30 parses it: names separated by commas,
+ * blanks around them ignored, a leading ^ inverting the whole list; a name
+ * that is none makes it the default. */
 static unsigned parseSubsys(const char *s) {
-  int invert = 0;
-  if (*s == '^') {
-    invert = 1;
-    s++;
-  }
-  unsigned mask = 0;
   char buf[256];
-  snprintf(buf, sizeof buf, "%s", s);
-  for (char *save, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
-    for (size_t i = 0; i < sizeof subsysNames / sizeof subsysNames[0]; i++)
-      if (strcasecmp(tok, subsysNames[i].name) == 0) mask |= subsysNames[i].bit;
+  s = trimInto(buf, sizeof buf, s);
+  int invert = *s == '^';
+  unsigned mask = 0;
+  char *save;
+  for (char *tok = strtok_r(buf + invert, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+    char name[64];
+    trimInto(name, sizeof name, tok);
+    size_t i = 0, count = sizeof subsysNames / sizeof subsysNames[0];
+    while (i < count && strcasecmp(name, subsysNames[i].name) != 0) i++;
+    if (i == count) {
+      snprintf(subsysUnknown, sizeof subsysUnknown, "%s", name);
+      return subsysInit | subsysBootstrap | subsysEnv;
+    }
+    mask |= subsysNames[i].bit;
+  }
   return invert ? ~mask : mask;
+}
+
+/* NCCL_DEBUG_FILE with %p: each process writes its own file. */
+static int logFilePerProcess(const char *pattern) {
+  for (const char *p = pattern; *p; p++)
+    if (p[0] == '%' && p[1]) {
+      if (p[1] == 'p') return 1;
+      p++; /* %% and %h */
+    }
+  return 0;
 }
 
 /* NCCL_DEBUG_FILE: %h is the host name, %p the pid. */
@@ -63,7 +94,8 @@ static int debugUnknown; /* NCCL_DEBUG named no level (logParams says so) */
 static uint64_t logEpochNs; /* TRACE lines give milliseconds since logging started */
 
 static void logInit(void) {
-  const char *lvl = paramStr(paramDebug);
+  char lvlBuf[64];
+  const char *lvl = trimInto(lvlBuf, sizeof lvlBuf, paramStr(paramDebug));
   int level = logNone;
   if (strcasecmp(lvl, "VERSION") == 0) level = logVersion;
   else if (strcasecmp(lvl, "WARN") == 0) level = logWarn;
@@ -71,6 +103,7 @@ static void logInit(void) {
   else if (strcasecmp(lvl, "ABORT") == 0) level = logAbort;
   else if (strcasecmp(lvl, "TRACE") == 0) level = logTrace;
   else if (lvl[0] && strcasecmp(lvl, "NONE") != 0) debugUnknown = 1;
+  subsysUnknown[0] = 0;
   logSubsysMask = parseSubsys(paramStr(paramDebugSubsys));
   logEpochNs = clockNs();
   gethostname(logHost, sizeof logHost);
@@ -82,7 +115,7 @@ static void logInit(void) {
   if (file[0] && level > logVersion) {
     FILE *f = openLogFile(file);
     if (f) logFile = f;
-    logFilePid = getpid();
+    if (f && logFilePerProcess(file)) logFilePid = getpid();
   }
   __atomic_store_n(&logLevelCached, level, __ATOMIC_RELEASE);
 }
@@ -99,7 +132,8 @@ static void logEnsureInit(void) {
 void logResetInit(void) {
   pthread_mutex_lock(&logInitLock);
   pthread_mutex_lock(&logLock); /* no line is being written to the file closed here */
-  if (logFile && logFile != stdout && logFilePid == getpid()) fclose(logFile);
+  if (logFile && logFile != stdout && (!logFilePid || logFilePid == getpid())) fclose(logFile);
+  logFilePid = 0;
   logFile = stdout;
   debugUnknown = 0;
   __atomic_store_n(&logLevelCached, -1, __ATOMIC_RELEASE);
@@ -120,6 +154,10 @@ static void logParamsOnce(void) {
     fprintf(stderr, "%s NCCL WARN NCCL_DEBUG=%s is not a level (VERSION, WARN, INFO, ABORT, TRACE): logging stays off\n",
             logHost, paramStr(paramDebug));
   }
+  if (subsysUnknown[0])
+    WARN("NCCL_DEBUG_SUBSYS=%s: '%s' is no subsystem (INIT, COLL, P2P, SHM, NET, GRAPH, TUNING, ENV, ALLOC, "
+         "ALLOC_HOST, CALL, PROXY, NVLS, BOOTSTRAP, REG, PROFILE, RAS, DESTROY, ALL): using the default %s",
+         paramStr(paramDebugSubsys), subsysUnknown, paramDefault(paramDebugSubsys));
   for (int i = 0; i < paramCount; i++) {
     const char *bad = paramRejected((enum paramId)i);
     if (bad) WARN("%s=%s is not a number: using the default %s", paramName((enum paramId)i), bad,
@@ -210,7 +248,10 @@ static void logEmit(int level, unsigned subsys, const char *file, const char *fu
   snprintf(head, sizeof head, "%s:%d:%d [%d]", logHost, (int)getpid(), (int)syscall(SYS_gettid),
            logRank >= 0 ? logRank : 0);
   pthread_mutex_lock(&logLock);
-  if (logFilePid && logFilePid != getpid()) { /* %p must name this process */
+  /* %p must name this process: a forked child opens its own file. Without
+   * %p it keeps the parent's, whose offset all of them share, so that every
+   * line lands after the last (reopening it would truncate the others'). */
+  if (logFilePid && logFilePid != getpid()) {
     FILE *f = openLogFile(paramStr(paramDebugFile));
     if (f) logFile = f;
     logFilePid = getpid();

@@ -17,6 +17,15 @@ enum logSubsys {
   subsysAlloc = 1 << 7,
   subsysTuning = 1 << 8,
   subsysProfile = 1 << 9,
+  /* NCCL's others, which chorus logs nothing under: accepted, as NCCL does */
+  subsysGraph = 1 << 10,
+  subsysAllocHost = 1 << 11,
+  subsysCall = 1 << 12,
+  subsysProxy = 1 << 13,
+  subsysNvls = 1 << 14,
+  subsysReg = 1 << 15,
+  subsysRas = 1 << 16,
+  subsysDestroy = 1 << 17,
   subsysAll = ~0
 };
 

@@ -17,6 +17,8 @@ void pathExpand(const char *pattern, int rank, char *out, size_t len) {
       w = snprintf(out + o, len - o, "%s", host);
     } else if (p[0] == '%' && p[1] == 'p') {
       w = snprintf(out + o, len - o, "%d", (int)getpid());
+    } else if (p[0] == '%' && p[1] == '%') {
+      w = snprintf(out + o, len - o, "%%");
     } else if (p[0] == '%' && p[1] == 'r' && rank >= 0) {
       w = snprintf(out + o, len - o, "%d", rank);
     }

@@ -42,7 +42,8 @@ void waitBegin(struct waitState *w, volatile int *abortFlag, waitLivenessFn live
 
 uint64_t waitDefaultTimeoutNs(void) {
   int64_t t = paramInt(paramTimeout); /* as of the latest communicator's creation */
-  return t > 0 ? (uint64_t)t * 1000000000ull : 0;
+  /* beyond what nanoseconds in 64 bits hold (584 years): none, as 0 */
+  return t > 0 && (uint64_t)t <= UINT64_MAX / 1000000000ull ? (uint64_t)t * 1000000000ull : 0;
 }
 
 uint64_t waitDiagnosisNs(uint64_t timeoutNs) {

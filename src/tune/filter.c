@@ -75,6 +75,10 @@ static ncclResult_t parseVar(const char *var, const char *value, const struct tu
   snprintf(buf, sizeof buf, "%s", value);
   for (char *save = NULL, *item = strtok_r(buf, ";", &save); item; item = strtok_r(NULL, ";", &save)) {
     char *colon = strchr(item, ':');
+    if (!colon && item != buf) { /* as NCCL: it would undo every entry before it */
+      WARN("All entries except the first must have a prefix: \"%s\" (%s)", value, var);
+      return ncclInvalidUsage;
+    }
     uint32_t funcs = BIT(tuneFuncCount) - 1, mask;
     char *list = item;
     if (colon) {
@@ -96,7 +100,6 @@ static ncclResult_t parseVar(const char *var, const char *value, const struct tu
     for (int c = 0; c < tuneFuncCount; c++)
       if (funcs & BIT(c)) masks[c] = mask;
   }
-  INFO(subsysTuning | subsysEnv, "%s set by environment to %s", var, value);
   return ncclSuccess;
 }
 
