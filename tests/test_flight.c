@@ -8,6 +8,7 @@
  * the Recv. And first: a SIGUSR1 while a communicator is still in its
  * rendezvous dumps an empty record (and crashes nothing). */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -129,6 +130,34 @@ static int dumpDuringInit(void) {
   return 0;
 }
 
+/* The dumps in the ranks' logs (NCCL_DEBUG_FILE log.%p) show the rank
+ * they are of in the line's head, whatever thread wrote them: "[1] ...
+ * Flight recorder of rank 1". Removes the logs. */
+static int checkLogs(void) {
+  DIR *d = opendir(dir);
+  int dumps = 0, failed = 0;
+  for (struct dirent *e; d && (e = readdir(d));) {
+    if (strncmp(e->d_name, "log.", 4) != 0) continue;
+    char path[512], line[2048];
+    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    FILE *f = fopen(path, "r");
+    while (f && fgets(line, sizeof line, f)) {
+      const char *at = strstr(line, "Flight recorder of rank ");
+      if (!at) continue;
+      char head[32];
+      snprintf(head, sizeof head, " [%d] ", atoi(at + 24));
+      const char *h = strstr(line, head);
+      EXPECT(h && h < at, "a dump's line shows another rank: %s", line);
+      dumps++;
+    }
+    if (f) fclose(f);
+    unlink(path);
+  }
+  if (d) closedir(d);
+  EXPECT(dumps >= 3, "%d dumps in the ranks' logs, not one per rank", dumps);
+  return failed;
+}
+
 int main(void) {
   snprintf(dir, sizeof dir, "/tmp/chorus-fr-XXXXXX");
   if (!mkdtemp(dir)) return 1;
@@ -138,9 +167,15 @@ int main(void) {
   setenv("CHORUS_FLIGHT_RECORDER_FILE", pattern, 1);
   if (dumpDuringInit()) return 1;
   setenv("CHORUS_TIMEOUT", "2", 1);
+  char logs[128];
+  snprintf(logs, sizeof logs, "%s/log.%%p", dir);
+  setenv("NCCL_DEBUG", "WARN", 1);
+  setenv("NCCL_DEBUG_FILE", logs, 1);
+  ncclResetDebugInit();
   int failed = runRanks(3, rankMain, NULL, 30);
   int bad = failed;
   for (int r = 0; r < 3 && !failed; r++) bad |= checkFile(r);
+  bad |= checkLogs();
   for (int r = 0; r < 3; r++) {
     char path[128];
     snprintf(path, sizeof path, "%s/fr.%d", dir, r);

@@ -262,7 +262,18 @@ static void entryLine(const struct ncclComm *comm, const struct flightEntry *e, 
     snprintf(out + n, len - (size_t)n, ", ran %.6f s", (double)(e->endedNs - e->startedNs) / 1e9);
 }
 
+static void flightWrite(struct ncclComm *comm, const char *why);
+
+/* Its lines show the communicator's rank, whatever thread dumps it (a
+ * signal's, a watcher's). */
 void flightDump(struct ncclComm *comm, const char *why) {
+  int was = logGetRank();
+  logSetRank(comm->rank);
+  flightWrite(comm, why);
+  logSetRank(was);
+}
+
+static void flightWrite(struct ncclComm *comm, const char *why) {
   struct flightRecorder *f = &comm->flight;
   if (!f->ring) return;
   const char *pattern = paramStr(paramFlightRecorderFile);

@@ -143,6 +143,8 @@ void logResetInit(void) {
 
 void logSetRank(int rank) { logRank = rank; }
 
+int logGetRank(void) { return logRank; }
+
 int logLevelNow(void) {
   logEnsureInit();
   return logLevelCached;

@@ -53,6 +53,8 @@ void logResetInit(void);
 int logLevelNow(void);
 /* The rank shown in brackets on this thread's log lines (-1: none). */
 void logSetRank(int rank);
+/* The rank this thread's lines show (-1: none, shown as 0). */
+int logGetRank(void);
 /* Text of the last WARN (ncclGetLastError). */
 const char *logLastError(void);
 /* A copy of this thread's last WARN since logStartThreadErrors (the
