@@ -615,8 +615,13 @@ static ncclResult_t engineRunTasks(struct schedule *s) {
     s->tasks[i].departMoved = 0;
     remaining += !s->tasks[i].done;
   }
+  /* What a wait's message calls it: the operation (Send, AllReduce, ...), or
+   * "grouped operations" when the schedule holds several kinds. */
+  const char *label = s->ntasks ? s->tasks[0].what : "operation";
+  for (int i = 1; i < s->ntasks; i++)
+    if (strcmp(s->tasks[i].what, label) != 0) label = "grouped operations";
   struct waitState w;
-  waitBegin(&w, s->ntasks ? s->tasks[0].abortFlag : NULL, scheduleLiveness, s, "collective operation");
+  waitBegin(&w, s->ntasks ? s->tasks[0].abortFlag : NULL, scheduleLiveness, s, label);
   if (s->timeoutNs) w.timeoutNs = s->timeoutNs;
   uint64_t diagnosis = waitDiagnosisNs(w.timeoutNs);
   if (w.timeoutNs > diagnosis) w.timeoutNs -= diagnosis; /* then the diagnosis (api/watch.c) */
