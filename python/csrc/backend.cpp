@@ -712,14 +712,30 @@ c10::intrusive_ptr<c10d::Backend> ProcessGroupChorus::split(const c10::intrusive
                                                             const std::vector<int> &ranks,
                                                             const c10::intrusive_ptr<Options> &opts) {
   auto me = std::find(ranks.begin(), ranks.end(), rank_);
-  // Disjoint groups have distinct smallest ranks: that is the color.
-  int color = me == ranks.end() ? -1 : *std::min_element(ranks.begin(), ranks.end());
+  // The color is a hash of the sorted ranks (as torch's NCCL backend makes
+  // it), so that groups made at once from one parent split apart even when
+  // they overlap (use_local_synchronization); a collision is caught below.
+  std::vector<int> sorted(ranks);
+  std::sort(sorted.begin(), sorted.end());
+  uint32_t hash = 2166136261u;  // FNV-1a
+  for (int r : sorted)
+    for (int b = 0; b < 4; b++) hash = (hash ^ ((static_cast<uint32_t>(r) >> (8 * b)) & 0xff)) * 16777619u;
+  int color = me == ranks.end() ? -1 : static_cast<int>(hash & 0x7fffffff);
   int key = static_cast<int>(me - ranks.begin());
   std::chrono::milliseconds timeout = opts ? opts->timeout : options_->timeout;
   std::string name = opts && !opts->group_name.empty() ? opts->group_name : c10::str(options_->group_name, ":split");
   std::shared_ptr<Group> child;
   withoutGil([&] { child = group_->split(color, key, timeout, name); });
   if (!child) return nullptr;
+  if (child->size() != static_cast<int>(ranks.size())) {
+    int got = child->size();
+    withoutGil([&] { child->shutdown(); });
+    C10_THROW_ERROR(DistBackendError,
+                    c10::str("chorus: split of group '", options_->group_name, "' into '", name, "' made a group of ",
+                             got, " ranks where ", ranks.size(),
+                             " were given: the ranks given did not all take part in this split (groups that overlap, "
+                             "made at once with use_local_synchronization?)"));
+  }
   std::vector<uint64_t> granks;
   for (int r : ranks) granks.push_back(r < static_cast<int>(options_->global_ranks_in_group.size())
                                            ? options_->global_ranks_in_group[r]

@@ -46,11 +46,9 @@ void WorkChorus::markEnqueued(cudaStream_t stream) {
   coalesced_.store(false);
 }
 
-void WorkChorus::checkNotCoalesced(const char *call) {
-  TORCH_CHECK(!coalesced_.load() || done(), "chorus: ", call, " on ", name_, " #", seq_,
-              ", which was issued inside a coalescing block: it runs with the block, so wait for the Work "
-              "that ends the block instead");
-}
+// Issued inside a coalescing block that has not ended: it runs with the
+// block, when the block ends.
+bool WorkChorus::pendingInBlock() { return coalesced_.load() && !done(); }
 
 bool WorkChorus::done() {
   std::lock_guard<std::mutex> g(mutex_);
@@ -121,7 +119,7 @@ void WorkChorus::completeFuture() {
 }
 
 bool WorkChorus::isCompleted() {
-  checkNotCoalesced("isCompleted");
+  if (pendingInBlock()) return false;
   if (deferred_.load()) group_->flush();
   if (!done()) return false;
   completeFuture();  // here rather than later on a completion thread, so that its value is there
@@ -129,7 +127,11 @@ bool WorkChorus::isCompleted() {
 }
 
 bool WorkChorus::wait(std::chrono::milliseconds timeout) {
-  checkNotCoalesced("wait");
+  // As torch's NCCL backend, whose Work inside a block has no end event
+  // until the block ends: waiting returns at once, and the result is there
+  // once the block has run. (torch waits so on a blocking call inside
+  // _coalescing_manager, and raising there would strand the block open.)
+  if (pendingInBlock()) return true;
   if (deferred_.load()) group_->flush();
   if (timeout == kNoTimeout && enqueued_.load()) {
     // Runs the stream up to this work on this thread: no thread switch.

@@ -62,7 +62,7 @@ class WorkChorus : public c10d::Work {
  private:
   // Leaves completeFuture to the waiting thread or the completion threads.
   void settle();
-  void checkNotCoalesced(const char *call);
+  bool pendingInBlock();
 
   std::shared_ptr<Group> group_;
   uint64_t seq_;

@@ -182,18 +182,31 @@ def callback_waits_on_later(rank, size):
 
 
 def coalescing_block(rank, size):
+    # As with torch's NCCL backend: waiting for an operation inside the block
+    # returns at once (it runs with the block), and so does a blocking call
+    # there, which torch waits for itself; the block then runs them all.
     t = torch.full((5,), float(rank))
     with dist._coalescing_manager(device=torch.device("cpu"), async_ops=True) as cm:
         w = dist.broadcast(t, src=0, async_op=True)
-        try:
-            w.wait()
-        except RuntimeError as e:
-            assert "coalescing block" in str(e), str(e)
-        else:
-            raise AssertionError("waiting for an operation inside a coalescing block returned")
+        w.wait()
+        assert not w.is_completed()
     cm.wait()
     assert torch.all(t == 0)
-    w.wait()  # fine once the block has run
+    w.wait()
+    assert w.is_completed()
+    u = torch.full((3,), float(rank + 1))
+    with dist._coalescing_manager(device=torch.device("cpu")):
+        dist.broadcast(u, src=size - 1)  # blocking: torch calls wait() on its Work inside the block
+    assert torch.all(u == size), u
+    # The group is out of the block: a plain call, a barrier and another block run.
+    v = torch.ones(2)
+    dist.all_reduce(v)
+    assert torch.all(v == size), v
+    dist.barrier()
+    with dist._coalescing_manager(device=torch.device("cpu"), async_ops=True) as cm:
+        dist.all_reduce(v, async_op=True)
+    cm.wait()
+    assert torch.all(v == size * size), v
 
 
 def chained(rank, size):
