@@ -309,11 +309,12 @@ static int runCase(int algo, int proto, int coll, int n, size_t count, int inPla
            collName(coll), n, count, inPlace ? " in place" : "", nch, oddRoot ? ", the last rank's root another" : "",
            perHost > 0 ? ", hosts of consecutive ranks" : perHost < 0 ? ", hosts of interleaved ranks" : "");
   /* perHost > 0: ranks r / perHost share a host; < 0: ranks r % -perHost do */
-  int hostOf[MAX_RANKS], nhosts = 1;
+  int hostOf[MAX_RANKS], hostFirst[MAX_RANKS], nhosts = 1;
   for (int r = 0; r < n && perHost; r++) {
     hostOf[r] = perHost > 0 ? r / perHost : r % -perHost;
     if (hostOf[r] + 1 > nhosts) nhosts = hostOf[r] + 1;
   }
+  if (perHost) algoHostFirst(hostOf, n, nhosts, hostFirst);
   int root = isRooted(coll) ? n / 3 : -1;
   int firstTask[MAX_RANKS + 1];
   struct world w;
@@ -326,7 +327,7 @@ static int runCase(int algo, int proto, int coll, int n, size_t count, int inPla
   if (perHost) algoRingOrder(hostOf, n, order, pos);
   for (int r = 0; r < n && rc == 0; r++) {
     struct algoCtx ctx = {r, n, &w.t[r], NULL, NULL, w.scratch[r], w.laneLast[r], 1, perHost ? hostOf : NULL, nhosts,
-                          perHost ? order : NULL, perHost ? pos : NULL};
+                          perHost ? order : NULL, perHost ? pos : NULL, perHost ? hostFirst : NULL};
     if (oddRoot && r == n - 1) root = (root + 1) % n;
     struct collDesc d = {0};
     d.coll = coll;
@@ -445,7 +446,7 @@ static void checkOneHopBroadcastAlone(void) {
       struct schedule s = {0};
       int32_t in[8], out[8];
       for (int r = 0; r < n; r++) {
-        struct algoCtx ctx = {r, n, &w.t[r], NULL, NULL, w.scratch[r], w.laneLast[r], check, NULL, 1, NULL, NULL};
+        struct algoCtx ctx = {r, n, &w.t[r], NULL, NULL, w.scratch[r], w.laneLast[r], check, NULL, 1, NULL, NULL, NULL};
         struct collDesc d = {0};
         d.coll = collBroadcast;
         d.sendbuff = in;
@@ -490,7 +491,7 @@ static void checkProtoMismatch(void) {
     for (int r = 0; r < 2; r++) {
       int proto = r == 0 ? lead : (lead + 1) % protoCount;
       for (int i = 0; i < 64; i++) in[r][i] = r + 1;
-      struct algoCtx ctx = {r, 2, &w.t[r], NULL, NULL, w.scratch[r], w.laneLast[r], 1, NULL, 1, NULL, NULL};
+      struct algoCtx ctx = {r, 2, &w.t[r], NULL, NULL, w.scratch[r], w.laneLast[r], 1, NULL, 1, NULL, NULL, NULL};
       struct collDesc d = {0};
       d.coll = coll;
       d.sendbuff = in[r];
@@ -546,6 +547,8 @@ static int checkRingOrder(void) {
       int hostOf[MAX_RANKS], order[MAX_RANKS], pos[MAX_RANKS], seen[MAX_RANKS] = {0};
       for (int r = 0; r < n; r++) hostOf[r] = r % hosts; /* interleaved: the worst rank order */
       algoRingOrder(hostOf, n, order, pos);
+      int first[MAX_RANKS];
+      algoHostFirst(hostOf, n, hosts, first);
       int crossings = 0;
       for (int i = 0; i < n; i++) {
         int r = order[i], next = order[(i + 1) % n];
@@ -566,7 +569,7 @@ static int checkRingOrder(void) {
       struct world w;
       worldInit(&w, n, 1);
       for (int r = 0; r < n; r++) {
-        struct algoCtx ctx = {r, n, &w.t[r], NULL, NULL, w.scratch[r], w.laneLast[r], 0, hostOf, hosts, order, pos};
+        struct algoCtx ctx = {r, n, &w.t[r], NULL, NULL, w.scratch[r], w.laneLast[r], 0, hostOf, hosts, order, pos, first};
         struct schedule s = {0};
         struct collDesc d = {0};
         static int32_t in[64], out[64 * MAX_RANKS];
@@ -650,7 +653,7 @@ int main(int argc, char **argv) {
       bufs[2 * r] = malloc(100 * 4);
       bufs[2 * r + 1] = calloc(100, 4);
       for (int i = 0; i < 100; i++) bufs[2 * r][i] = inputValue(r, (size_t)i);
-      struct algoCtx ctx = {r, n, &w.t[r], NULL, NULL, w.scratch[r], w.laneLast[r], 1, NULL, 1, NULL, NULL};
+      struct algoCtx ctx = {r, n, &w.t[r], NULL, NULL, w.scratch[r], w.laneLast[r], 1, NULL, 1, NULL, NULL, NULL};
       struct collDesc d = {0};
       d.count = 100;
       d.dtype = d.red.dtype = ncclInt32;

@@ -38,6 +38,7 @@ struct algoCtx {
   /* The order rings and chains visit the ranks in: position -> rank and
    * rank -> position (NULL: rank order). algoRingOrder makes it. */
   const int *ringOrder, *ringPos;
+  const int *hostFirst; /* each host's first rank (algoHostFirst); NULL where hostOf is */
 };
 
 struct algoFamily {
@@ -72,6 +73,10 @@ void algoTreeLinks(const struct algoCtx *c, int ch, int *parent, int kids[3]);
  * ring crosses between hosts once per host, not once per rank. Fills
  * order[pos] = rank and pos[rank]. */
 void algoRingOrder(const int *hostOf, int n, int *order, int *pos);
+
+/* first[h] = the first rank of host h, for the nhosts hosts of hostOf
+ * (numbered in the order of their first rank). */
+void algoHostFirst(const int *hostOf, int n, int nhosts, int *first);
 
 /* The family of an algorithm (enum algoId, named in engine/desc.h), or NULL. */
 const struct algoFamily *algoFamily(int algo);

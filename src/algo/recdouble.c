@@ -10,8 +10,6 @@
  * so every rank gets the same result. Each exchange sends before it
  * receives, so a piece must fit half a FIFO (pieceElems): messages are cut
  * into such pieces, each running all rounds. */
-#include <stdlib.h>
-
 #include "algo/build.h"
 
 static int rdSupports(int coll, int nranks) {
@@ -109,40 +107,29 @@ static ncclResult_t rdAmong(struct schedule *s, struct algoCtx *c, int ch, const
  * most of log2(n) (bench/tune_net, 8 ranks on 4 namespaces). */
 static ncclResult_t rdHostsAllReduce(struct schedule *s, struct algoCtx *c, int ch, const char *src, char *dst,
                                      size_t bytes) {
-  int n = c->nranks, r = c->rank, h = c->hostOf[r], nh = c->nhosts;
-  int *leaders = malloc(sizeof *leaders * (size_t)nh);
-  if (!leaders) return ncclSystemError;
-  for (int k = 0; k < nh; k++) leaders[k] = -1;
-  for (int k = 0; k < n; k++) /* hosts are numbered in the order of their first rank */
-    if (leaders[c->hostOf[k]] < 0) leaders[c->hostOf[k]] = k;
-  int lead = leaders[h], acc = 0;
-  ncclResult_t res = ncclSuccess;
+  int n = c->nranks, r = c->rank, h = c->hostOf[r], lead = c->hostFirst[h], acc = 0;
   if (r != lead) {
-    if (scheduleAddStep(s, stepSend, REDUCE_PRE, NULL, connSend(c->conns, lead, ch), src, NULL, bytes) < 0 ||
-        scheduleAddStep(s, stepRecv, 0, connRecv(c->conns, lead, ch), NULL, NULL, dst, bytes) < 0)
-      res = ncclSystemError;
-    free(leaders);
-    return res;
+    ADD(s, stepSend, REDUCE_PRE, NULL, connSend(c->conns, lead, ch), src, NULL, bytes);
+    ADD(s, stepRecv, 0, connRecv(c->conns, lead, ch), NULL, NULL, dst, bytes);
+    return ncclSuccess;
   }
-  for (int m = r + 1; m < n && res == ncclSuccess; m++)
+  for (int m = r + 1; m < n; m++)
     if (c->hostOf[m] == h) {
-      struct conn *from = connRecv(c->conns, m, ch);
-      if ((acc ? scheduleAddStep(s, stepRecvAcc, 0, from, NULL, NULL, dst, bytes)
-               : scheduleAddStep(s, stepRecvReduceCopy, REDUCE_PRE, from, NULL, src, dst, bytes)) < 0)
-        res = ncclSystemError;
+      if (acc) ADD(s, stepRecvAcc, 0, connRecv(c->conns, m, ch), NULL, NULL, dst, bytes);
+      else ADD(s, stepRecvReduceCopy, REDUCE_PRE, connRecv(c->conns, m, ch), NULL, src, dst, bytes);
       acc = 1;
     }
-  if (res == ncclSuccess) res = rdAmong(s, c, ch, leaders, nh, h, src, acc, dst, bytes);
-  for (int m = r + 1; m < n && res == ncclSuccess; m++)
-    if (c->hostOf[m] == h && scheduleAddStep(s, stepSend, 0, NULL, connSend(c->conns, m, ch), dst, NULL, bytes) < 0)
-      res = ncclSystemError;
-  free(leaders);
-  return res;
+  CHECK(rdAmong(s, c, ch, c->hostFirst, c->nhosts, h, src, acc, dst, bytes));
+  for (int m = r + 1; m < n; m++)
+    if (c->hostOf[m] == h) ADD(s, stepSend, 0, NULL, connSend(c->conns, m, ch), dst, NULL, bytes);
+  return ncclSuccess;
 }
 
 /* Whether an AllReduce goes host by host: ranks on several hosts, and
  * fewer hosts than ranks. */
-static int rdByHost(const struct algoCtx *c) { return c->hostOf && c->nhosts > 1 && c->nhosts < c->nranks; }
+static int rdByHost(const struct algoCtx *c) {
+  return c->hostOf && c->hostFirst && c->nhosts > 1 && c->nhosts < c->nranks;
+}
 
 static ncclResult_t rdAllReduce(struct schedule *s, struct algoCtx *c, const struct collDesc *d, int ch, size_t off,
                                 size_t cnt) {

@@ -100,6 +100,12 @@ void algoRingOrder(const int *hostOf, int n, int *order, int *pos) {
   for (int i = 0; i < n; i++) pos[order[i]] = i;
 }
 
+void algoHostFirst(const int *hostOf, int n, int nhosts, int *first) {
+  for (int h = 0; h < nhosts; h++) first[h] = -1;
+  for (int r = 0; r < n; r++)
+    if (first[hostOf[r]] < 0) first[hostOf[r]] = r;
+}
+
 /* AllGather sends its input and output blocks it wrote once; AllReduce and
  * ReduceScatter send sums (and in place AllReduce overwrites a block it sent). */
 static int ringStableSends(int coll) { return coll == collAllGather; }

@@ -115,6 +115,7 @@ void commFree(struct ncclComm *comm, int graceful) {
   free(comm->conns.recv);
   free(comm->laneLast);
   free(comm->hostOf);
+  free(comm->hostFirst);
   free(comm->ringOrder);
   free(comm->topo);
   free(comm->ringPos);
@@ -215,7 +216,7 @@ static void logTopology(struct ncclComm *comm) {
     INFO(subsysInit, "Channel %02d/%02d :%s", c, comm->nch, line);
   }
   struct algoCtx ctx = {comm->rank, n, NULL, NULL, NULL, NULL, NULL, 0, comm->hostOf, comm->nhosts,
-                        comm->ringOrder, comm->ringPos};
+                        comm->ringOrder, comm->ringPos, comm->hostFirst};
   int o = 0;
   for (int c = 0; c < comm->nch && o < (int)sizeof line - 64; c++) {
     int up, kids[3];
@@ -506,9 +507,11 @@ static ncclResult_t commSetup(struct ncclComm *comm) {
   comm->conns.recv = calloc(nconn, sizeof(struct conn));
   comm->laneLast = malloc(sizeof(int) * (comm->nch + 2 * nranks));
   comm->hostOf = malloc(sizeof(int) * nranks);
+  comm->hostFirst = malloc(sizeof(int) * nranks);
   comm->scratch = malloc(COMM_SCRATCH_BYTES);
   comm->p2pSeq = calloc(2 * (size_t)nranks, sizeof *comm->p2pSeq);
-  if (!comm->p2pSeq || !comm->conns.send || !comm->conns.recv || !comm->laneLast || !comm->hostOf || !comm->scratch) {
+  if (!comm->p2pSeq || !comm->conns.send || !comm->conns.recv || !comm->laneLast || !comm->hostOf || !comm->hostFirst ||
+      !comm->scratch) {
     res = ncclSystemError;
     goto fail;
   }
@@ -518,6 +521,7 @@ static ncclResult_t commSetup(struct ncclComm *comm) {
     while (j < i && comm->boot.peers[j].hostHash != comm->boot.peers[i].hostHash) j++;
     comm->hostOf[i] = j < i ? comm->hostOf[j] : comm->nhosts++;
   }
+  algoHostFirst(comm->hostOf, nranks, comm->nhosts, comm->hostFirst);
   CHECKGOTO(commTopology(comm), res, fail);
   comm->ntStoreBytes = commNtStoreBytes(comm);
   commSingleCopy(comm);

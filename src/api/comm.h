@@ -92,6 +92,7 @@ struct ncclComm {
   int *hostOf;     /* each rank's host, numbered in order of their first rank */
   int nhosts;
   int *ringOrder, *ringPos; /* the rings' order (algoRingOrder) and each rank's place; NULL: rank order */
+  int *hostFirst;           /* each host's first rank (algoHostFirst) */
   uint64_t ntStoreBytes; /* operations this large (bytes, as nccl-tests counts) write their output past the cache; 0: none */
   uint64_t singleCopyBytes;    /* from this size local peers read a collective's sends where they are; 0: never */
   uint64_t singleCopyP2pBytes; /* the same for Send/Recv and the collectives made of them (AlltoAll, Gather, Scatter) */

@@ -101,8 +101,7 @@ NCCL_API(const char *, ncclGetLastError, ncclComm_t comm) {
   int found = 0;
   pthread_mutex_lock(&liveLock);
   for (int i = 0; comm && i < nlive && !found; i++)
-    if (live[i] == comm && comm->startMagic == COMM_MAGIC &&
-        __atomic_load_n(&comm->asyncError, __ATOMIC_ACQUIRE) != ncclSuccess && comm->failText[0]) {
+    if (live[i] == comm && __atomic_load_n(&comm->asyncError, __ATOMIC_ACQUIRE) != ncclSuccess && comm->failText[0]) {
       snprintf(text, sizeof text, "%s", comm->failText);
       found = 1;
     }

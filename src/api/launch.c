@@ -81,7 +81,8 @@ static ncclResult_t buildItem(struct schedule *s, const struct groupItem *it, ui
   }
   const struct tuneChoice c = it->plan;
   struct algoCtx ctx = {comm->rank, comm->nranks, &comm->conns, &comm->boot, &comm->abortFlag, comm->scratch,
-                        comm->laneLast, comm->check, comm->hostOf, comm->nhosts, comm->ringOrder, comm->ringPos};
+                        comm->laneLast, comm->check, comm->hostOf, comm->nhosts, comm->ringOrder, comm->ringPos,
+                        comm->hostFirst};
   int firstTask = s->ntasks;
   uint64_t timeoutNs = commTimeoutNs(comm);
   if (timeoutNs && (s->timeoutNs == 0 || timeoutNs < s->timeoutNs)) s->timeoutNs = timeoutNs;
