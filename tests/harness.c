@@ -4,6 +4,7 @@
 #include "bootstrap/bootstrap.h"
 #include "chorus.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
@@ -244,10 +245,41 @@ void guardFree(void *q) {
   else free(p);
 }
 
+enum { tempDirsMax = 4 };
+static char tempDirs[tempDirsMax][64];
+static pid_t tempDirOwner[tempDirsMax];
+static int tempDirCount;
+
+static void tempDirsRemove(void) {
+  for (int i = 0; i < tempDirCount; i++) {
+    if (tempDirOwner[i] != getpid()) continue;
+    if (getenv("CHORUS_TEST_KEEP")) {
+      fprintf(stderr, "kept %s (CHORUS_TEST_KEEP)\n", tempDirs[i]);
+      continue;
+    }
+    DIR *d = opendir(tempDirs[i]);
+    for (struct dirent *e; d && (e = readdir(d));) {
+      char path[600];
+      snprintf(path, sizeof path, "%s/%s", tempDirs[i], e->d_name);
+      if (e->d_name[0] != '.') unlink(path);
+    }
+    if (d) closedir(d);
+    rmdir(tempDirs[i]);
+  }
+}
+
+int tempDir(char *dir, const char *name) {
+  snprintf(dir, 64, "/tmp/chorus-%s-XXXXXX", name);
+  if (tempDirCount == tempDirsMax || !mkdtemp(dir)) return -1;
+  if (tempDirCount == 0) atexit(tempDirsRemove);
+  tempDirOwner[tempDirCount] = getpid();
+  snprintf(tempDirs[tempDirCount++], sizeof tempDirs[0], "%s", dir);
+  return 0;
+}
+
 int logPerProcess(char *dir, const char *name, const char *subsys) {
   char pattern[128];
-  snprintf(dir, 64, "/tmp/chorus-%s-XXXXXX", name);
-  if (!mkdtemp(dir)) return -1;
+  if (tempDir(dir, name) != 0) return -1;
   snprintf(pattern, sizeof pattern, "%s/log.%%p", dir);
   setenv("NCCL_DEBUG", "INFO", 1);
   setenv("NCCL_DEBUG_SUBSYS", subsys, 1);

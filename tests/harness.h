@@ -55,6 +55,11 @@ void *guardAlloc(size_t bytes);
 void *guardMemAlloc(size_t bytes);
 int guardCheck(void *p); /* 0 when both guards are intact */
 void guardFree(void *p);
+/* A new directory /tmp/chorus-NAME-XXXXXX in dir (at least 64 bytes) that
+ * this process removes, with the files in it, when it exits (forked ranks
+ * leave it alone): a test leaves nothing behind, pass or fail, unless
+ * CHORUS_TEST_KEEP is set (for a look at a failure's logs). 0 on success. */
+int tempDir(char *dir, const char *name);
 /* Logging to a file per process (NCCL_DEBUG=INFO, NCCL_DEBUG_SUBSYS=subsys,
  * NCCL_DEBUG_FILE=dir/log.%p) in a new directory dir (at least 64 bytes)
  * named after name; call it before the first NCCL call, which starts the

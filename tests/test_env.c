@@ -17,7 +17,7 @@
 #include "core/param.h"
 #include "harness.h"
 
-static char logDir[] = "/tmp/chorus-test-env-XXXXXX";
+static char logDir[64];
 
 static int rankMain(int rank, int n, ncclUniqueId id, void *arg) {
   ncclComm_t comm;
@@ -165,7 +165,7 @@ static int wrongRootPort(void) {
 
 int main(void) {
   int failed = 0;
-  if (!mkdtemp(logDir)) return 1;
+  if (tempDir(logDir, "test-env") != 0) return 1;
   char conf[256], logPattern[256];
   snprintf(conf, sizeof conf, "%s/nccl.conf", logDir);
   FILE *f = fopen(conf, "w");
@@ -260,11 +260,6 @@ int main(void) {
   failed += wrongRootPort();
   NCCLCHECK(ncclGetUniqueId(&id3));
   failed += runRanksWithId(2, id3, ctaLimits, NULL, 30);
-  if (!failed) {
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", logDir);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", logDir);
-  }
   printf("test_env: %s\n", failed ? "FAILED" : "passed");
   return failed != 0;
 }

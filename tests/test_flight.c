@@ -159,8 +159,7 @@ static int checkLogs(void) {
 }
 
 int main(void) {
-  snprintf(dir, sizeof dir, "/tmp/chorus-fr-XXXXXX");
-  if (!mkdtemp(dir)) return 1;
+  if (tempDir(dir, "fr") != 0) return 1;
   char pattern[128];
   snprintf(pattern, sizeof pattern, "%s/fr.%%r", dir);
   setenv("CHORUS_FLIGHT_RECORDER", "4", 1);
@@ -176,12 +175,6 @@ int main(void) {
   int bad = failed;
   for (int r = 0; r < 3 && !failed; r++) bad |= checkFile(r);
   bad |= checkLogs();
-  for (int r = 0; r < 3; r++) {
-    char path[128];
-    snprintf(path, sizeof path, "%s/fr.%d", dir, r);
-    if (!getenv("CHORUS_TEST_KEEP")) unlink(path);
-  }
-  if (!getenv("CHORUS_TEST_KEEP")) rmdir(dir);
   if (bad) return 1;
   printf("flight recorder: timed-out ranks and a SIGUSR1 dump show each rank's last 4 operations\n");
   return 0;

@@ -185,10 +185,8 @@ static int warnLinesLikeNccl(const char *dir) {
       found += regexec(&re, line, 0, NULL, 0) == 0;
     }
     if (f) fclose(f);
-    if (f) unlink(path);
   }
   if (d) closedir(d);
-  rmdir(dir);
   regfree(&re);
   if (!found || bad) fprintf(stderr, "WARN lines: %d in NCCL's shape, %d naming a build path\n", found, bad);
   return !found || bad;
@@ -202,8 +200,8 @@ static int part(const char *name) { return only == NULL || strcmp(only, name) ==
 int main(int argc, char **argv) {
   only = argc > 1 ? argv[1] : NULL;
   setenv("CHORUS_TIMEOUT", "3", 1); /* a rank left waiting fails in seconds */
-  char logDir[] = "/tmp/chorus-initcheck-XXXXXX", logPattern[64];
-  if (!mkdtemp(logDir)) return 1;
+  char logDir[64], logPattern[80];
+  if (tempDir(logDir, "initcheck") != 0) return 1;
   snprintf(logPattern, sizeof logPattern, "%s/log.%%p", logDir);
   setenv("NCCL_DEBUG", "WARN", 1);
   setenv("NCCL_DEBUG_FILE", logPattern, 1);

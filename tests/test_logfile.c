@@ -47,8 +47,8 @@ static int wholeLines(const char *path, const char *host) {
 }
 
 int main(void) {
-  char dir[] = "/tmp/chorus-logfile-XXXXXX";
-  if (!mkdtemp(dir)) return 1;
+  char dir[64];
+  if (tempDir(dir, "logfile") != 0) return 1;
   char path[256], host[64] = "";
   gethostname(host, sizeof host - 1);
   char *dot = strchr(host, '.');

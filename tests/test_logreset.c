@@ -8,8 +8,8 @@
 #include "harness.h"
 
 int main(void) {
-  char dir[] = "/tmp/chorus-logreset-XXXXXX";
-  if (!mkdtemp(dir)) return 1;
+  char dir[64];
+  if (tempDir(dir, "logreset") != 0) return 1;
   char pattern[128], first[128], second[128];
   snprintf(pattern, sizeof pattern, "%s/log.%%p", dir);
   snprintf(first, sizeof first, "%s/log.%d", dir, (int)getpid());

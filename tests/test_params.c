@@ -11,8 +11,8 @@
 #include "harness.h"
 
 int main(void) {
-  char dir[] = "/tmp/chorus-params-XXXXXX", pattern[128], log[128];
-  if (!mkdtemp(dir)) return 1;
+  char dir[64], pattern[128], log[128];
+  if (tempDir(dir, "params") != 0) return 1;
   snprintf(pattern, sizeof pattern, "%s/log.%%p", dir);
   snprintf(log, sizeof log, "%s/log.%d", dir, (int)getpid());
   setenv("NCCL_BUFFSIZE", "65536", 1);

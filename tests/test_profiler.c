@@ -335,8 +335,8 @@ int main(int argc, char **argv) {
     fprintf(stderr, "unknown mode %s\n", mode);
     return 2;
   }
-  char dir[] = "/tmp/chorus-prof-XXXXXX";
-  if (!mkdtemp(dir)) return 1;
+  char dir[64];
+  if (tempDir(dir, "prof") != 0) return 1;
   setenv("CHORUS_TEST_PROFILE_DIR", dir, 1);
   setenv("NCCL_PROFILER_PLUGIN", argv[2], 1);
   evs = calloc(MAX_EVENTS, sizeof *evs);
@@ -363,11 +363,8 @@ int main(int argc, char **argv) {
       if (hash != hash0 || seen[rank]++) bad = 1, fprintf(stderr, "%s: rank %d, hash %llu\n", path, rank, hash);
     }
     logs++;
-    if (!getenv("CHORUS_TEST_PROFILE_KEEP")) unlink(path);
   }
   if (d) closedir(d);
-  if (!getenv("CHORUS_TEST_PROFILE_KEEP")) rmdir(dir);
-  else printf("logs kept in %s\n", dir);
   if (absent) {
     if (logs) fprintf(stderr, "%d plugin logs from a plugin that does not exist\n", logs);
     else printf("no plugin %s: the ranks ran without one\n", argv[2]);
