@@ -41,7 +41,8 @@ uint64_t waitDiagnosisNs(uint64_t timeoutNs);
 void waitBegin(struct waitState *w, volatile int *abortFlag, waitLivenessFn liveness, void *arg,
                const char *what);
 /* From now on every wait of this process spins only a few rounds before it
- * yields: a communicator found more ranks on its host than cores. */
+ * yields, and one that can sleep until woken yields a little while first: a
+ * communicator found more ranks on its machine than cores. */
 void waitSharedCores(void);
 /* Sleeps through fn instead of nanosleep, e.g. in poll() on sockets, so
  * that the sleep ends as soon as there is something to do. */
