@@ -178,12 +178,12 @@ for name in "${selected[@]}"; do
     runSuite "$log.$batch" --stop-on-failure -R "$(join "${tests[@]}")"
     cat "$log.$batch" >>"$log"
     rm -f "$log.$batch"
-    results "$log" | grep -qv ' Passed$' && break
+    grep -qv ' Passed$' <<<"$(results "$log")" && break
   done
   wall=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b - a}')
   # The killer: the quickest test that failed a check; one that ran into its
   # deadline (ctest's Timeout, or the harness's own at the deadline) is not.
-  first=$(results "$log" | awk -v d="$deadline" '$3 != "Passed" && $3 !~ /Timeout/ && $2 < d * 0.95' | sort -k2,2g | head -1)
+  first=$(results "$log" | awk -v d="$deadline" '$3 != "Passed" && $3 !~ /Timeout/ && $2 < d * 0.95' | sort -k2,2g | sed -n 1p)
   timedOut=$(results "$log" | awk -v d="$deadline" '$3 != "Passed" && ($3 ~ /Timeout/ || $2 >= d * 0.95) {print $1; exit}')
   if [ -n "$first" ]; then
     read -r tname tsec tstatus <<<"$first"

@@ -15,7 +15,7 @@ run() {
   local rows=$(grep -cE "$row" <<<"$out")
   if [ $rc -ne 0 ] || [ "$rows" -eq 0 ] || ! grep -q '^# Out of bounds values : 0 OK$' <<<"$out" ||
      ! grep -qE '^# Avg bus bandwidth    : [0-9.e+-]+ ?$' <<<"$out" ||
-     grep -vE "$row" <<<"$out" | grep -qvE '^#|^$|ignoring$|^invalid (op|type) .*, defaulting to'; then
+     grep -qvE '^#|^$|ignoring$|^invalid (op|type) .*, defaulting to' <<<"$(grep -vE "$row" <<<"$out")"; then
     echo "FAILED (rc $rc, $rows rows): $*"
     echo "$out" | tail -20
     fail=1
@@ -83,7 +83,7 @@ torchrun2() { # two processes with torchrun's variables only: torchrun2 PROGRAM 
   rm -rf "$d"
 }
 check "device lines, torchrun's variables" devices_ok 2 torchrun2 "$bin/all_reduce_perf"
-if command -v mpirun >/dev/null && ldd "$bin/all_reduce_perf" | grep -q libmpi; then
+if command -v mpirun >/dev/null && grep -q libmpi <<<"$(ldd "$bin/all_reduce_perf")"; then
   mpi2() { timeout 60 mpirun --allow-run-as-root --oversubscribe --mca btl self,tcp -np 2 "$@"; }
   check "device lines, mpirun -np 2" devices_ok 2 mpi2 "$bin/all_reduce_perf"
 fi
@@ -132,7 +132,7 @@ test_timeout() {
 }
 check "-T expiry worded as nccl-tests" test_timeout
 # One process with -g ranks asks for no launcher, so nothing is warned.
-quiet_g() { ! NCCL_DEBUG=WARN "$bin/all_reduce_perf" -g 2 -b 8 -e 8 -n 1 2>&1 | grep -q "NCCL WARN"; }
+quiet_g() { ! grep -q "NCCL WARN" <<<"$(NCCL_DEBUG=WARN "$bin/all_reduce_perf" -g 2 -b 8 -e 8 -n 1 2>&1)"; }
 check "no WARN in -g mode" quiet_g
 # Sizes and counts as nccl-tests has them: each buffer at most maxBytes
 # (AllGather's output is the size; 4 ranks of 128 MiB fit in 3 GB of
@@ -162,7 +162,7 @@ min_bw() {
   local rc=$?
   python3 -c 'import json, sys; assert json.load(open(sys.argv[1]))["average_bus_bandwidth"]["okay"] is False' "$j" &&
     rm -f "$j"* && [ $rc -eq 1 ] && grep -qE '^# Avg bus bandwidth    : [0-9.e+-]+ FAILED$' <<<"$out" &&
-     NCCL_TESTS_MIN_BW=1e-12 "$bin/all_reduce_perf" -g 2 -b 8 -e 8 -n 1 | grep -qE '^# Avg bus bandwidth    : [0-9.e+-]+ OK$'
+     grep -qE '^# Avg bus bandwidth    : [0-9.e+-]+ OK$' <<<"$(NCCL_TESTS_MIN_BW=1e-12 "$bin/all_reduce_perf" -g 2 -b 8 -e 8 -n 1)"
 }
 check "NCCL_TESTS_MIN_BW" min_bw
 if [ -n "$corrupt" ]; then
