@@ -233,16 +233,17 @@ static void bufferCounts(int coll, size_t count, int n, int rank, int root, size
 static int32_t inputValue(int rank, size_t i) { return (int32_t)((i * 7 + 3) % 1009) * (rank + 1) - rank; }
 
 /* What rank `rank` must hold at out[i]. */
-static int32_t expected(int coll, size_t count, int n, int rank, int root, size_t i) {
+/* scale: reductions are PreMulSum's, each input times scale (1: a plain sum). */
+static int32_t expected(int coll, size_t count, int n, int rank, int root, size_t i, int scale) {
   int64_t sum = 0;
   switch (coll) {
     case collAllReduce:
     case collReduce:
       for (int r = 0; r < n; r++) sum += inputValue(r, i);
-      return (int32_t)sum;
+      return (int32_t)(sum * scale);
     case collReduceScatter:
       for (int r = 0; r < n; r++) sum += inputValue(r, (size_t)rank * count + i);
-      return (int32_t)sum;
+      return (int32_t)(sum * scale);
     case collBroadcast: return inputValue(root, i);
     case collAllGather:
     case collGather: return inputValue((int)(i / count), i % count);
@@ -315,6 +316,10 @@ static int runCase(int algo, int proto, int coll, int n, size_t count, int inPla
     if (hostOf[r] + 1 > nhosts) nhosts = hostOf[r] + 1;
   }
   if (perHost) algoHostFirst(hostOf, n, nhosts, hostFirst);
+  /* Across hosts the reductions are PreMulSum's (x3): the algorithms that
+   * go host by host scale each input once, wherever it is first sent or
+   * reduced, and that is checked there. */
+  int scale = perHost ? 3 : 1;
   int root = isRooted(coll) ? n / 3 : -1;
   int firstTask[MAX_RANKS + 1];
   struct world w;
@@ -336,13 +341,14 @@ static int runCase(int algo, int proto, int coll, int n, size_t count, int inPla
     d.count = count;
     d.dtype = ncclInt32;
     d.red.dtype = ncclInt32;
-    d.red.kind = redSum;
+    d.red.kind = scale > 1 ? redPreMulSum : redSum;
+    d.red.scaleI = scale;
     d.root = root;
     d.check.count = count;
     d.check.seq = 1;
     d.check.coll = (uint8_t)coll;
     d.check.dtype = ncclInt32;
-    d.check.op = reduces(coll) ? ncclSum : OPDESC_NO_OP;
+    d.check.op = !reduces(coll) ? OPDESC_NO_OP : scale > 1 ? OPDESC_USER_OP : ncclSum;
     d.check.algo = (uint8_t)algo;
     d.check.proto = (uint8_t)proto;
     d.check.nch = (uint8_t)nch;
@@ -393,7 +399,7 @@ static int runCase(int algo, int proto, int coll, int n, size_t count, int inPla
   for (int r = 0; r < n && rc == 0 && !oddRoot; r++) {
     const int32_t *o = (const int32_t *)bufs[r].out;
     for (size_t i = 0; i < bufs[r].outN && rc == 0; i++) {
-      int32_t want = expected(coll, count, n, r, root, i);
+      int32_t want = expected(coll, count, n, r, root, i, scale);
       if (o[i] != want) {
         FAIL("%s: rank %d out[%zu] = %d, want %d", what, r, i, o[i], want);
         rc = -1;
