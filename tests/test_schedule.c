@@ -232,8 +232,8 @@ static void bufferCounts(int coll, size_t count, int n, int rank, int root, size
 
 static int32_t inputValue(int rank, size_t i) { return (int32_t)((i * 7 + 3) % 1009) * (rank + 1) - rank; }
 
-/* What rank `rank` must hold at out[i]. */
-/* scale: reductions are PreMulSum's, each input times scale (1: a plain sum). */
+/* What rank `rank` must hold at out[i]; reductions are PreMulSum's, each
+ * input times scale (1: a plain sum). */
 static int32_t expected(int coll, size_t count, int n, int rank, int root, size_t i, int scale) {
   int64_t sum = 0;
   switch (coll) {

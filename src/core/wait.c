@@ -27,12 +27,8 @@ static int waitSpinRounds = waitSpinAlone;
  * With a core each, the wait sleeps at once after spinning: yielding there
  * only delayed the next message (2 ranks, 2 namespaces, 8 B 9.1 -> 11.2). */
 #define WAIT_BLOCK_YIELD_SHARED_NS 50000ull
-static uint64_t waitBlockYieldNs;
 
-void waitSharedCores(void) {
-  __atomic_store_n(&waitSpinRounds, waitSpinShared, __ATOMIC_RELAXED);
-  __atomic_store_n(&waitBlockYieldNs, WAIT_BLOCK_YIELD_SHARED_NS, __ATOMIC_RELAXED);
-}
+void waitSharedCores(void) { __atomic_store_n(&waitSpinRounds, waitSpinShared, __ATOMIC_RELAXED); }
 
 int waitSpinning(const struct waitState *w) {
   return w->rounds < (uint32_t)__atomic_load_n(&waitSpinRounds, __ATOMIC_RELAXED);
@@ -94,7 +90,8 @@ ncclResult_t waitPause(struct waitState *w) {
       return ncclTimeout;
     }
   }
-  if (w->block && w->blockNow && now - w->stallStartNs >= __atomic_load_n(&waitBlockYieldNs, __ATOMIC_RELAXED)) {
+  uint64_t yieldFirstNs = spin == waitSpinShared ? WAIT_BLOCK_YIELD_SHARED_NS : 0; /* shared cores: see above */
+  if (w->block && w->blockNow && now - w->stallStartNs >= yieldFirstNs) {
     /* What is awaited wakes block() itself (bytes on a socket): sleep in it
      * rather than yield, which would burn a core other ranks need (after a
      * short spell of yielding where ranks share cores, see above). */
