@@ -16,6 +16,13 @@
  *   unregistered - a put that comes before the target registers its
  *              window is kept: the target's wait times out saying so, and
  *              once it registers, the data lands and the signal counts.
+ *   streams  - calls on streams run in the stream's order, not when made:
+ *              each rank waits on one stream and puts on another (which
+ *              would deadlock if the wait ran at its call); a put reads
+ *              its buffer when it runs, after a host function of its
+ *              stream filled it; a group's wait and put on one stream
+ *              (puts go first); a wait that times out on a stream fails
+ *              that stream's synchronize and the communicator.
  *   threads  - 3 ranks driven by one thread (ncclCommInitAll).
  *   args     - bad arguments: ncclInvalidArgument, nothing sent.
  *   test_rma <case> */
@@ -80,7 +87,7 @@ static int alltoall(int rank, int n, ncclUniqueId id, void *arg) {
   ncclComm_t comm = initComm(rank, n, id);
   EXPECT(comm, "rank %d: init", rank);
   enum { COUNT = 1001 };
-  int *send = guardAlloc(sizeof(int) * COUNT), *recv = guardAlloc(sizeof(int) * COUNT * n);
+  int *send = guardAlloc(sizeof(int) * COUNT * n), *recv = guardAlloc(sizeof(int) * COUNT * n);
   for (int i = 0; i < COUNT * n; i++) recv[i] = -1;
   ncclWindow_t w;
   NCCLCHECK(ncclCommWindowRegister(comm, recv, sizeof(int) * COUNT * n, &w, NCCL_WIN_COLL_SYMMETRIC));
@@ -88,9 +95,10 @@ static int alltoall(int rank, int n, ncclUniqueId id, void *arg) {
   for (int r = 0; r < n; r++) descs[r] = (ncclWaitSignalDesc_t){1, r, 0, 0};
   NCCLCHECK(ncclGroupStart());
   for (int r = 0; r < n; r++) {
-    for (int i = 0; i < COUNT; i++) send[i] = rank * 100000 + r * 1000 + i;
-    /* each put is done with send when it returns (here: at once) */
-    NCCLCHECK(ncclPutSignal(send, COUNT, ncclInt32, r, w, (size_t)rank * COUNT * sizeof(int), 0, 0, 0, comm, NULL));
+    /* a block per peer: the group's puts read their buffers at its end */
+    for (int i = 0; i < COUNT; i++) send[r * COUNT + i] = rank * 100000 + r * 1000 + i;
+    NCCLCHECK(ncclPutSignal(send + r * COUNT, COUNT, ncclInt32, r, w, (size_t)rank * COUNT * sizeof(int), 0, 0, 0,
+                            comm, NULL));
   }
   NCCLCHECK(ncclGroupEnd());
   NCCLCHECK(ncclWaitSignal(n, descs, comm, NULL));
@@ -191,6 +199,75 @@ static int unregistered(int rank, int n, ncclUniqueId id, void *arg) {
   return 0;
 }
 
+struct fill {
+  unsigned char *buf;
+  size_t bytes;
+  int from, iter;
+};
+
+/* A host function: fills the send buffer as the stream reaches it. */
+static void fillLater(void *arg, ncclResult_t status) {
+  struct fill *f = arg;
+  usleep(20000); /* the put queued behind this must wait for it */
+  if (status == ncclSuccess)
+    for (size_t i = 0; i < f->bytes; i++) f->buf[i] = pattern(f->from, f->iter, i);
+}
+
+static int streams(int rank, int n, ncclUniqueId id, void *arg) {
+  (void)arg;
+  ncclComm_t comm = initComm(rank, n, id);
+  EXPECT(comm, "rank %d: init", rank);
+  enum { BYTES = 5003 };
+  int peer = 1 - rank;
+  unsigned char *send = guardAlloc(BYTES), *win = guardAlloc(BYTES);
+  memset(win, 0, BYTES);
+  memset(send, 0, BYTES);
+  ncclWindow_t w;
+  NCCLCHECK(ncclCommWindowRegister(comm, win, BYTES, &w, NCCL_WIN_COLL_SYMMETRIC));
+  cudaStream_t s1, s2;
+  NCCLCHECK(chorusStreamCreate(&s1));
+  NCCLCHECK(chorusStreamCreate(&s2));
+  ncclWaitSignalDesc_t desc = {.opCnt = 1, .peer = peer, .sigIdx = 0, .ctx = 0};
+  /* Round 0: both ranks wait on s1 before they put on s2. Round 1: a
+   * group holds a wait and then a put, both on s1. */
+  for (int round = 0; round < 2; round++) {
+    struct fill f = {send, BYTES, rank, round};
+    cudaStream_t putOn = round == 0 ? s2 : s1;
+    if (round == 1) NCCLCHECK(ncclGroupStart());
+    NCCLCHECK(ncclWaitSignal(1, &desc, comm, s1));
+    NCCLCHECK(chorusLaunchHostFunc(putOn, fillLater, &f));
+    NCCLCHECK(ncclPutSignal(send, BYTES, ncclUint8, peer, w, 0, 0, 0, 0, comm, putOn));
+    if (round == 1) NCCLCHECK(ncclGroupEnd());
+    NCCLCHECK(chorusStreamSynchronize(s1));
+    NCCLCHECK(chorusStreamSynchronize(s2));
+    for (size_t i = 0; i < BYTES; i++)
+      EXPECT(win[i] == pattern(peer, round, i), "rank %d round %d: byte %zu is %u", rank, round, i, win[i]);
+    /* neither rank puts again before the other has checked its window */
+    NCCLCHECK(ncclSignal(peer, 0, 0, 0, comm, s1));
+    NCCLCHECK(ncclWaitSignal(1, &desc, comm, s1));
+    NCCLCHECK(chorusStreamSynchronize(s1));
+  }
+  EXPECT(!guardCheck(send) && !guardCheck(win), "rank %d: guard bytes", rank);
+  /* A wait for a signal nobody sends returns at its call and fails its
+   * stream at the timeout (3 s); the communicator reports it too. */
+  double t0 = nowSec();
+  NCCLCHECK(ncclWaitSignal(1, &desc, comm, s2));
+  EXPECT(nowSec() - t0 < 1, "rank %d: ncclWaitSignal on a stream blocked its caller", rank);
+  ncclResult_t res = chorusStreamSynchronize(s2);
+  /* the rank whose wait ends first aborts; the other may see it go first */
+  EXPECT(res == ncclTimeout || res == ncclRemoteError, "rank %d: the stream of a wait that timed out says %s", rank,
+         ncclGetErrorString(res));
+  ncclResult_t async = ncclSuccess;
+  NCCLCHECK(ncclCommGetAsyncError(comm, &async));
+  EXPECT(async == res, "rank %d: ncclCommGetAsyncError says %s", rank, ncclGetErrorString(async));
+  NCCLCHECK(chorusStreamDestroy(s1));
+  chorusStreamDestroy(s2);
+  NCCLCHECK(ncclCommAbort(comm));
+  guardFree(send);
+  guardFree(win);
+  return 0;
+}
+
 static int threads(void) {
   enum { N = 3, COUNT = 77 };
   ncclComm_t comms[N];
@@ -264,10 +341,11 @@ int main(int argc, char **argv) {
   } else if (!strcmp(c, "passive")) failed = runRanks(2, passive, NULL, 60);
   else if (!strcmp(c, "dead")) failed = runRanks(2, dead, NULL, 60);
   else if (!strcmp(c, "unregistered")) failed = runRanks(2, unregistered, NULL, 60);
+  else if (!strcmp(c, "streams")) failed = runRanks(2, streams, NULL, 60);
   else if (!strcmp(c, "threads")) failed = threads();
   else if (!strcmp(c, "args")) failed = args();
   else {
-    fprintf(stderr, "usage: test_rma pingpong|alltoall|passive|dead|unregistered|threads|args\n");
+    fprintf(stderr, "usage: test_rma pingpong|alltoall|passive|dead|unregistered|streams|threads|args\n");
     return 2;
   }
   printf("test_rma %s: %s\n", c, failed ? "FAILED" : "passed");

@@ -17,6 +17,8 @@ static _Thread_local int groupCount, groupCap;
 static _Thread_local ncclResult_t groupError;
 static _Thread_local struct initJob *groupInits;
 static _Thread_local int groupInitCount, groupInitCap;
+static _Thread_local struct groupLater *groupLaters;
+static _Thread_local int groupLaterCount, groupLaterCap;
 static _Thread_local int groupBlocking = -1; /* the group's communicators' (config.blocking); -1: none yet */
 
 /* The per-thread buffers above are freed when their thread exits. */
@@ -27,10 +29,12 @@ static void threadCacheFree(void *unused) {
   free(groupItems);
   free(groupHeld);
   free(groupInits);
+  free(groupLaters);
   groupItems = NULL;
   groupHeld = NULL;
   groupInits = NULL;
-  groupCap = groupInitCap = 0;
+  groupLaters = NULL;
+  groupCap = groupInitCap = groupLaterCap = 0;
 }
 static void threadCacheKeyCreate(void) { pthread_key_create(&threadCacheKey, threadCacheFree); }
 /* Called before a thread first allocates any of them. */
@@ -111,6 +115,42 @@ ncclResult_t groupInit(const struct initJob *job) {
   return ncclSuccess;
 }
 
+ncclResult_t groupDefer(const struct groupLater *later) {
+  if (groupDepth == 0) return later->issue(later->arg);
+  ncclResult_t res = groupJoin(later->comm->blocking);
+  if (res == ncclSuccess && groupLaterCount == groupLaterCap) {
+    if (groupLaterCap == 0) threadCacheInUse();
+    int cap = groupLaterCap ? 2 * groupLaterCap : 8;
+    struct groupLater *g = realloc(groupLaters, sizeof *g * cap);
+    if (g) {
+      groupLaters = g;
+      groupLaterCap = cap;
+    } else {
+      res = groupNoteError(ncclSystemError);
+    }
+  }
+  if (res != ncclSuccess) {
+    later->drop(later->arg);
+    return res;
+  }
+  commGroupHold(later->comm, 1);
+  groupLaters[groupLaterCount++] = *later;
+  return ncclSuccess;
+}
+
+/* Issues the held calls that are early (or not) when run, each once; the
+ * first error is kept in *res, and once there is one (or with run 0) the
+ * rest are dropped. */
+static void groupIssueLaters(int early, int run, ncclResult_t *res) {
+  for (int i = 0; i < groupLaterCount; i++) {
+    struct groupLater *l = &groupLaters[i];
+    if (l->early != early || !l->arg) continue;
+    if (run && *res == ncclSuccess) *res = l->issue(l->arg);
+    else l->drop(l->arg);
+    l->arg = NULL;
+  }
+}
+
 ncclResult_t groupNoteError(ncclResult_t res) {
   if (res != ncclSuccess && groupDepth > 0 && groupError == ncclSuccess) groupError = res;
   return res;
@@ -123,13 +163,16 @@ NCCL_API(ncclResult_t, ncclGroupStart, void) {
 
 /* A communicator destroyed or aborted while the group held its calls (from
  * this thread or another): then none of the group's calls run. */
+static ncclResult_t groupCommGone(const struct ncclComm *comm, const char *call) {
+  if (!commGone(comm)) return ncclSuccess;
+  WARN("%s : comm %p (rank %d) was destroyed or aborted while the group held its calls: none of the group's calls "
+       "ran", call, (void *)comm, comm->rank);
+  return ncclInvalidUsage;
+}
+
 static ncclResult_t groupCommsLive(const char *call) {
-  for (int i = 0; i < groupCount; i++)
-    if (commGone(groupHeld[i])) {
-      WARN("%s : comm %p (rank %d) was destroyed or aborted while the group held its calls: none of the group's "
-           "calls ran", call, (void *)groupHeld[i], groupHeld[i]->rank);
-      return ncclInvalidUsage;
-    }
+  for (int i = 0; i < groupCount; i++) CHECK(groupCommGone(groupHeld[i], call));
+  for (int i = 0; i < groupLaterCount; i++) CHECK(groupCommGone(groupLaters[i].comm, call));
   return ncclSuccess;
 }
 
@@ -151,7 +194,10 @@ static ncclResult_t groupEnd(ncclSimInfo_t *simInfo, const char *call) {
   }
   if (res == ncclSuccess) res = groupCommsLive(call);
   if (res == ncclSuccess && groupInitCount > 0) res = initJobsRun(groupInits, groupInitCount);
-  if (res == ncclSuccess && !simInfo) res = launchItems(groupItems, groupCount);
+  int run = !simInfo; /* else nothing runs */
+  groupIssueLaters(1, run, &res);
+  if (res == ncclSuccess && run) res = launchItems(groupItems, groupCount);
+  groupIssueLaters(0, run, &res);
   if (res == ncclSuccess && simInfo) {
     /* The tuner's prediction for what the group holds (each call was tuned
      * when it was made); nothing runs. */
@@ -162,7 +208,9 @@ static ncclResult_t groupEnd(ncclSimInfo_t *simInfo, const char *call) {
   profApiGroupEndDone();
   for (int i = 0; i < groupInitCount; i++) free(groupInits[i].excluded);
   for (int i = 0; i < groupCount; i++) commGroupHold(groupHeld[i], 0);
+  for (int i = 0; i < groupLaterCount; i++) commGroupHold(groupLaters[i].comm, 0);
   groupCount = 0;
+  groupLaterCount = 0;
   groupInitCount = 0;
   groupError = ncclSuccess;
   groupBlocking = -1;

@@ -34,6 +34,21 @@ ncclResult_t groupInit(const struct initJob *job);
 /* Records (in a group) or runs (outside one) an already-checked call; run
  * at once, the item itself is launched (and numbered). */
 ncclResult_t groupEnqueue(struct groupItem *item);
+/* A checked call that is not a collective (the one-sided calls, rma.c):
+ * issue hands it to its stream (or runs it, on the NULL stream) and takes
+ * arg over; drop frees arg unissued. Outside a group groupDefer issues it
+ * at once. Inside one it is held, and at the group's end the early ones
+ * (writes, which wait for nothing) are issued before the group's
+ * collectives and the others (waits for signals) after them: ranks whose
+ * groups hold both then cannot wait for each other in a circle. */
+struct groupLater {
+  struct ncclComm *comm;
+  int early;
+  ncclResult_t (*issue)(void *arg);
+  void (*drop)(void *arg);
+  void *arg;
+};
+ncclResult_t groupDefer(const struct groupLater *later);
 /* Inside a group, a call that failed its checks fails ncclGroupEnd too, and
  * the whole group is dropped (as NCCL does). Returns res. */
 ncclResult_t groupNoteError(ncclResult_t res);

@@ -7,15 +7,16 @@
  * from one peer arrive in order, so a signal comes after its data and
  * after every earlier write from that peer, as NCCL promises.
  *
- * On the host a call runs when it is made: after what its stream holds
- * has finished (its order on the stream), and inside a group too (a write
- * needs nothing from its target, so it cannot wait on another call of the
- * group). NCCL's sigIdx, ctx and flags must be 0 for now; so here. */
+ * A call is queued on its stream as a collective is, and runs in the
+ * stream's order on its worker (on the NULL stream, when it is made); in a
+ * group, at the group's end (api/group.h: writes first, waits last). NCCL's
+ * sigIdx, ctx and flags must be 0 for now; so here. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "api/api.h"
 #include "api/comm.h"
+#include "api/group.h"
 #include "api/rma.h"
 #include "bootstrap/oob.h"
 #include "core/err.h"
@@ -138,25 +139,6 @@ static ncclResult_t rmaCheckTarget(const struct ncclComm *comm, const char *call
   return ncclSuccess;
 }
 
-/* The communicator takes operations; then the call's place on stream: it
- * runs after what the stream holds. */
-static ncclResult_t rmaBegin(struct ncclComm *comm, const char *call, cudaStream_t stream) {
-  CHECK(commReady(comm, call));
-  stream = streamResolve(stream);
-  if (stream && !streamValid(stream)) {
-    WARN("%s : stream %p is not a stream (chorusStreamCreate)", call, (void *)stream);
-    return ncclInvalidArgument;
-  }
-  if (!stream) {
-    streamLegacyWait(comm->cudaDev);
-    return ncclSuccess;
-  }
-  uint64_t pos = streamMark(stream);
-  ncclResult_t res = streamWaitFor(stream, pos, call);
-  streamRelease(stream);
-  return res;
-}
-
 /* Sends one operation: bytes at data (none for a signal alone) into peer's
  * window at offset, the signal on the last frame. */
 static ncclResult_t rmaSend(struct ncclComm *comm, const char *call, int peer, uint32_t window, uint64_t offset,
@@ -187,74 +169,32 @@ static ncclResult_t rmaSend(struct ncclComm *comm, const char *call, int peer, u
   return res;
 }
 
-NCCL_API(ncclResult_t, ncclPutSignal, const void *localbuff, size_t count, ncclDataType_t datatype, int peer,
-         ncclWindow_t peerWin, size_t peerWinOffset, int sigIdx, int ctx, unsigned int flags, ncclComm_t comm,
-         cudaStream_t stream) {
-  static const char call[] = "ncclPutSignal";
-  CHECK(commCheck(comm, call));
-  if ((int)datatype < 0 || datatype >= ncclNumTypes) {
-    WARN("%s : invalid type %d", call, (int)datatype);
-    return ncclInvalidArgument;
-  }
-  size_t bytes = count * dtypeSize(datatype);
-  if (localbuff == NULL && count > 0) {
-    WARN("%s : localbuff argument is NULL with count %zu", call, count);
-    return ncclInvalidArgument;
-  }
-  uint32_t window;
-  size_t size;
-  CHECK(windowNumber(comm, peerWin, call, &window, &size));
-  /* Windows are symmetric (NCCL_WIN_COLL_SYMMETRIC): the peer's is as large as this rank's. */
-  if (peerWinOffset > size || bytes > size - peerWinOffset) {
-    WARN("%s : %zu bytes at offset %zu go past the end of the window (%zu bytes)", call, bytes, peerWinOffset, size);
-    return ncclInvalidArgument;
-  }
-  CHECK(rmaCheckTarget(comm, call, peer, sigIdx, ctx, flags));
-  CHECK(rmaBegin(comm, call, stream));
-  return rmaSend(comm, call, peer, window, peerWinOffset, localbuff, bytes);
-}
-
-NCCL_API(ncclResult_t, ncclSignal, int peer, int sigIdx, int ctx, unsigned int flags, ncclComm_t comm,
-         cudaStream_t stream) {
-  static const char call[] = "ncclSignal";
-  CHECK(commCheck(comm, call));
-  CHECK(rmaCheckTarget(comm, call, peer, sigIdx, ctx, flags));
-  CHECK(rmaBegin(comm, call, stream));
-  return rmaSend(comm, call, peer, 0, 0, NULL, 0);
-}
-
 /* The peers whose signals ncclWaitSignal still waits for, for its timeout. */
 static void owedPeers(const struct ncclComm *comm, const uint64_t *want, char *out, size_t len) {
   size_t o = 0;
   out[0] = 0;
   for (int p = 0; p < comm->nranks && o < len; p++) {
     uint64_t got = __atomic_load_n(&comm->sigGot[p], __ATOMIC_ACQUIRE) - comm->sigTaken[p];
-    if (got < want[p])
+    if (want[p])
       o += (size_t)snprintf(out + o, len - o, "%s%d (%llu of %llu)", o ? ", " : "", p, (unsigned long long)got,
                             (unsigned long long)want[p]);
   }
 }
 
-NCCL_API(ncclResult_t, ncclWaitSignal, int nDesc, ncclWaitSignalDesc_t *signalDescs, ncclComm_t comm,
-         cudaStream_t stream) {
-  static const char call[] = "ncclWaitSignal";
-  CHECK(commCheck(comm, call));
-  if (nDesc < 0 || (nDesc > 0 && signalDescs == NULL)) {
-    WARN("%s : nDesc %d with signalDescs %p", call, nDesc, (void *)signalDescs);
-    return ncclInvalidArgument;
-  }
-  for (int i = 0; i < nDesc; i++) {
-    const ncclWaitSignalDesc_t *d = &signalDescs[i];
-    CHECK(rmaCheckTarget(comm, call, d->peer, d->sigIdx, d->ctx, 0));
-    if (d->opCnt < 0) {
-      WARN("%s : signalDescs[%d].opCnt is %d", call, i, d->opCnt);
-      return ncclInvalidArgument;
-    }
-  }
-  CHECK(rmaBegin(comm, call, stream));
-  uint64_t *want = calloc((size_t)comm->nranks, sizeof *want);
-  if (!want) return ncclSystemError;
-  for (int i = 0; i < nDesc; i++) want[signalDescs[i].peer] += (uint64_t)signalDescs[i].opCnt;
+/* Takes want signals from peer if that many have arrived and are not yet
+ * taken: under winLock, as waits on several streams may run at once. */
+static int rmaTakeSignals(struct ncclComm *comm, int peer, uint64_t want) {
+  pthread_mutex_lock(&comm->winLock);
+  int ok = __atomic_load_n(&comm->sigGot[peer], __ATOMIC_ACQUIRE) - comm->sigTaken[peer] >= want;
+  if (ok) comm->sigTaken[peer] += want;
+  pthread_mutex_unlock(&comm->winLock);
+  return ok;
+}
+
+/* Waits until want[p] signals from each rank p have come, and takes them.
+ * A peer's signals are taken as soon as all it owes have come, so a wait
+ * that fails has taken some. */
+static ncclResult_t rmaWaitSignals(struct ncclComm *comm, const char *call, uint64_t *want) {
   ncclResult_t res = ncclSuccess;
   struct waitState w;
   waitBegin(&w, &comm->abortFlag, NULL, NULL, call);
@@ -266,8 +206,8 @@ NCCL_API(ncclResult_t, ncclWaitSignal, int nDesc, ncclWaitSignalDesc_t *signalDe
       res = ncclInvalidUsage;
       break;
     }
-    if (__atomic_load_n(&comm->sigGot[p], __ATOMIC_ACQUIRE) - comm->sigTaken[p] >= want[p]) {
-      p++;
+    if (want[p] == 0 || rmaTakeSignals(comm, p, want[p])) {
+      want[p++] = 0;
       waitProgress(&w);
       continue;
     }
@@ -291,8 +231,174 @@ NCCL_API(ncclResult_t, ncclWaitSignal, int nDesc, ncclWaitSignalDesc_t *signalDe
       pthread_mutex_unlock(&comm->winLock);
     }
   }
-  if (res == ncclSuccess)
-    for (int p = 0; p < comm->nranks; p++) comm->sigTaken[p] += want[p];
-  free(want);
   return res;
+}
+
+/* One checked call, as it goes to its stream: a write (put or signal) or
+ * a wait for signals (want set). */
+struct rmaCall {
+  struct streamWork work;
+  struct ncclComm *comm;
+  cudaStream_t stream;
+  const char *call;
+  int peer;
+  uint32_t window;
+  uint64_t offset;
+  const void *data; /* read when the call runs, as a kernel would */
+  size_t bytes;
+  uint64_t *want; /* a wait: the signals owed by each rank */
+};
+
+static ncclResult_t rmaRun(struct rmaCall *c) {
+  if (c->want) return rmaWaitSignals(c->comm, c->call, c->want);
+  return rmaSend(c->comm, c->call, c->peer, c->window, c->offset, c->data, c->bytes);
+}
+
+static void rmaFree(void *arg) {
+  struct rmaCall *c = arg;
+  free(c->want);
+  free(c);
+}
+
+static ncclResult_t rmaWorkRun(struct streamWork *w, ncclResult_t status) {
+  logStartThreadErrors();
+  return status != ncclSuccess ? status : rmaRun((struct rmaCall *)w);
+}
+
+/* A failure on the stream is the communicator's too, as a collective's is
+ * (ncclCommGetAsyncError). */
+static void rmaWorkDone(struct streamWork *w, ncclResult_t res) {
+  struct rmaCall *c = (struct rmaCall *)w;
+  ncclResult_t none = ncclSuccess;
+  if (res != ncclSuccess &&
+      __atomic_compare_exchange_n(&c->comm->asyncError, &none, res, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+    logCopyLastError(c->comm->failText, sizeof c->comm->failText);
+  __atomic_add_fetch(&c->comm->busy, -1, __ATOMIC_ACQ_REL);
+  rmaFree(c);
+}
+
+/* Hands a call to its stream, which runs it after what it holds; on the
+ * NULL stream it runs now. */
+static ncclResult_t rmaIssue(void *arg) {
+  struct rmaCall *c = arg;
+  if (!c->stream) {
+    streamLegacyWait(c->comm->cudaDev);
+    ncclResult_t res = rmaRun(c);
+    rmaFree(c);
+    return res;
+  }
+  c->work = (struct streamWork){.run = rmaWorkRun, .done = rmaWorkDone};
+  __atomic_add_fetch(&c->comm->busy, 1, __ATOMIC_ACQ_REL);
+  streamEnqueue(c->stream, &c->work);
+  return ncclSuccess;
+}
+
+/* The communicator takes operations and stream is a stream; then c, filled
+ * in by the caller, is issued (in a group, at its end). */
+static ncclResult_t rmaSubmit(struct ncclComm *comm, const char *call, cudaStream_t stream, struct rmaCall *c) {
+  ncclResult_t res = commReady(comm, call);
+  stream = streamResolve(stream);
+  if (res == ncclSuccess && stream && !streamValid(stream)) {
+    WARN("%s : stream %p is not a stream (chorusStreamCreate)", call, (void *)stream);
+    res = ncclInvalidArgument;
+  }
+  if (res != ncclSuccess) {
+    rmaFree(c);
+    return res;
+  }
+  c->comm = comm;
+  c->stream = stream;
+  c->call = call;
+  struct groupLater later = {comm, c->want == NULL, rmaIssue, rmaFree, c};
+  return groupDefer(&later);
+}
+
+static ncclResult_t rmaWrite(struct ncclComm *comm, const char *call, cudaStream_t stream, int peer,
+                             uint32_t window, uint64_t offset, const void *data, size_t bytes) {
+  struct rmaCall *c = calloc(1, sizeof *c);
+  if (!c) return ncclSystemError;
+  c->peer = peer;
+  c->window = window;
+  c->offset = offset;
+  c->data = data;
+  c->bytes = bytes;
+  return rmaSubmit(comm, call, stream, c);
+}
+
+/* Each call's checks, which fail it (and its group) before anything is issued. */
+static ncclResult_t putSignal(const void *localbuff, size_t count, ncclDataType_t datatype, int peer,
+                              ncclWindow_t peerWin, size_t peerWinOffset, int sigIdx, int ctx, unsigned int flags,
+                              ncclComm_t comm, cudaStream_t stream) {
+  static const char call[] = "ncclPutSignal";
+  CHECK(commCheck(comm, call));
+  if ((int)datatype < 0 || datatype >= ncclNumTypes) {
+    WARN("%s : invalid type %d", call, (int)datatype);
+    return ncclInvalidArgument;
+  }
+  size_t bytes = count * dtypeSize(datatype);
+  if (localbuff == NULL && count > 0) {
+    WARN("%s : localbuff argument is NULL with count %zu", call, count);
+    return ncclInvalidArgument;
+  }
+  uint32_t window;
+  size_t size;
+  CHECK(windowNumber(comm, peerWin, call, &window, &size));
+  /* Windows are symmetric (NCCL_WIN_COLL_SYMMETRIC): the peer's is as large as this rank's. */
+  if (peerWinOffset > size || bytes > size - peerWinOffset) {
+    WARN("%s : %zu bytes at offset %zu go past the end of the window (%zu bytes)", call, bytes, peerWinOffset, size);
+    return ncclInvalidArgument;
+  }
+  CHECK(rmaCheckTarget(comm, call, peer, sigIdx, ctx, flags));
+  return rmaWrite(comm, call, stream, peer, window, peerWinOffset, localbuff, bytes);
+}
+
+NCCL_API(ncclResult_t, ncclPutSignal, const void *localbuff, size_t count, ncclDataType_t datatype, int peer,
+         ncclWindow_t peerWin, size_t peerWinOffset, int sigIdx, int ctx, unsigned int flags, ncclComm_t comm,
+         cudaStream_t stream) {
+  return groupNoteError(
+      putSignal(localbuff, count, datatype, peer, peerWin, peerWinOffset, sigIdx, ctx, flags, comm, stream));
+}
+
+static ncclResult_t signalOnly(int peer, int sigIdx, int ctx, unsigned int flags, ncclComm_t comm,
+                               cudaStream_t stream) {
+  static const char call[] = "ncclSignal";
+  CHECK(commCheck(comm, call));
+  CHECK(rmaCheckTarget(comm, call, peer, sigIdx, ctx, flags));
+  return rmaWrite(comm, call, stream, peer, 0, 0, NULL, 0);
+}
+
+NCCL_API(ncclResult_t, ncclSignal, int peer, int sigIdx, int ctx, unsigned int flags, ncclComm_t comm,
+         cudaStream_t stream) {
+  return groupNoteError(signalOnly(peer, sigIdx, ctx, flags, comm, stream));
+}
+
+static ncclResult_t waitSignal(int nDesc, ncclWaitSignalDesc_t *signalDescs, ncclComm_t comm, cudaStream_t stream) {
+  static const char call[] = "ncclWaitSignal";
+  CHECK(commCheck(comm, call));
+  if (nDesc < 0 || (nDesc > 0 && signalDescs == NULL)) {
+    WARN("%s : nDesc %d with signalDescs %p", call, nDesc, (void *)signalDescs);
+    return ncclInvalidArgument;
+  }
+  for (int i = 0; i < nDesc; i++) {
+    const ncclWaitSignalDesc_t *d = &signalDescs[i];
+    CHECK(rmaCheckTarget(comm, call, d->peer, d->sigIdx, d->ctx, 0));
+    if (d->opCnt < 0) {
+      WARN("%s : signalDescs[%d].opCnt is %d", call, i, d->opCnt);
+      return ncclInvalidArgument;
+    }
+  }
+  struct rmaCall *c = calloc(1, sizeof *c);
+  uint64_t *want = c ? calloc((size_t)comm->nranks, sizeof *want) : NULL;
+  if (!want) {
+    free(c);
+    return ncclSystemError;
+  }
+  for (int i = 0; i < nDesc; i++) want[signalDescs[i].peer] += (uint64_t)signalDescs[i].opCnt;
+  c->want = want;
+  return rmaSubmit(comm, call, stream, c);
+}
+
+NCCL_API(ncclResult_t, ncclWaitSignal, int nDesc, ncclWaitSignalDesc_t *signalDescs, ncclComm_t comm,
+         cudaStream_t stream) {
+  return groupNoteError(waitSignal(nDesc, signalDescs, comm, stream));
 }
