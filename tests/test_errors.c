@@ -408,6 +408,7 @@ static int rankMain(int rank, int n, ncclUniqueId id, void *arg) {
   BAD(ncclCommWindowRegister(comm, send, sizeof send, NULL, 0), ncclInvalidArgument, "win");
   BAD(ncclCommWindowRegister(comm, send, sizeof send, &win, 0x40), ncclInvalidArgument, "winFlags");
   BAD(ncclCommWindowRegister(comm, NULL, 64, &win, 0), ncclInvalidArgument, "buff");
+  BAD(ncclCommWindowRegister(comm, send, 0, &win, 0), ncclInvalidArgument, "size");
   /* Queries. */
   int v;
   BAD(ncclCommCount(NULL, &v), ncclInvalidArgument, "comm");
@@ -469,10 +470,11 @@ int main(void) {
   old.size = offsetof(ncclConfig_t, splitShare);
   old.splitShare = 99;
   old.CTAPolicy = 99;
-  ncclUniqueId fresh; /* the root of id refuses everyone since the bad rank above */
-  NCCLCHECK(ncclGetUniqueId(&fresh));
-  NCCLCHECK(ncclCommInitRankConfig(&comm, 1, fresh, 0, &old));
+  /* the bad ranks above were refused here only: this process may try the
+   * same id again, as NCCL allows */
+  NCCLCHECK(ncclCommInitRankConfig(&comm, 1, id, 0, &old));
   NCCLCHECK(ncclCommDestroy(comm));
+  ncclUniqueId fresh;
   /* The network chorus has, by NCCL's name in any case; and a config of a
    * version before netName (2.17) whose field holds a name it lacks. */
   ncclConfig_t sock = NCCL_CONFIG_INITIALIZER;

@@ -6,7 +6,8 @@
  * left waiting gets ncclTimeout, which fails the test. A rendezvous that
  * cannot complete (ranks that never come) times out on every rank that came,
  * each saying which ranks the root still waited for. A unique id used for a
- * second communicator is refused at once on every rank. */
+ * second communicator is refused at once on every rank. A process that
+ * asked for a rank past nranks may try again with a good one. */
 #include <dirent.h>
 #include <regex.h>
 #include <string.h>
@@ -30,6 +31,7 @@ struct initCase {
   ncclResult_t want;  /* ncclInvalidUsage, or ncclTimeout where a rank never comes */
   int reuse; /* the id makes a communicator first, then this init is its second use: 1 with the id's root in this
                process, 2 with it in another (which leaves its port closed) */
+  int refuseMs; /* a refusal comes within this (0: 1000) */
 };
 
 /* An id whose root is another process (its child), which lives until
@@ -118,6 +120,28 @@ static int lateRank(int proc, int procs, ncclUniqueId id, void *arg) {
   return 0;
 }
 
+/* The process that asked for a rank past nranks tries again with a good
+ * one, as NCCL allows: the rendezvous completes. */
+static int retryRank(int proc, int procs, ncclUniqueId id, void *arg) {
+  (void)arg;
+  ncclComm_t comm = NULL;
+  if (proc == 1) {
+    ncclResult_t res = ncclCommInitRank(&comm, procs, id, procs + 4);
+    EXPECT(res == ncclInvalidArgument && comm == NULL, "retry: rank %d of %d gave %s", procs + 4, procs,
+           ncclGetErrorString(res));
+    usleep(500000); /* the root has the report by now */
+  }
+  double t0 = nowSec();
+  ncclResult_t res = ncclCommInitRank(&comm, procs, id, proc);
+  EXPECT(res == ncclSuccess, "retry: rank %d: %s after %.2f s: %s", proc, ncclGetErrorString(res), nowSec() - t0,
+         ncclGetLastError(NULL));
+  int x = proc + 1;
+  NCCLCHECK(ncclAllReduce(&x, &x, 1, ncclInt32, ncclSum, comm, NULL));
+  EXPECT(x == procs * (procs + 1) / 2, "retry: rank %d: allreduce gave %d", proc, x);
+  NCCLCHECK(ncclCommDestroy(comm));
+  return 0;
+}
+
 static int initOnce(int proc, int procs, ncclUniqueId id, void *arg) {
   (void)arg;
   ncclComm_t comm;
@@ -147,7 +171,8 @@ static int claimInit(int proc, int procs, ncclUniqueId id, void *arg) {
          why);
   EXPECT(c->want != ncclInvalidUsage || c->reuse || strstr(why, " pid ") != NULL, "%s: process %d: no pid named: %s",
          c->name, proc, why);
-  EXPECT(c->want != ncclInvalidUsage || ms < 1000, "%s: process %d took %.0f ms to refuse", c->name, proc, ms);
+  EXPECT(c->want != ncclInvalidUsage || ms < (c->refuseMs ? c->refuseMs : 1000), "%s: process %d took %.0f ms to refuse",
+         c->name, proc, ms);
   faultTime(c->name, res, ms);
   return 0;
 }
@@ -207,18 +232,20 @@ int main(int argc, char **argv) {
   setenv("NCCL_DEBUG_FILE", logPattern, 1);
   static const struct initCase cases[] = {
       /* the same id for a second communicator: refused at once, not a wait */
-      {"reused-id", 3, {{3, 0}, {3, 1}, {3, 2}}, "is not listening: its rendezvous has ended", ncclInvalidUsage, 1},
-      {"reused-id-elsewhere", 2, {{2, 0}, {2, 1}}, "is not listening: its rendezvous has ended", ncclInvalidUsage, 2},
-      {"duplicate-rank", 3, {{3, 0}, {3, 1}, {3, 1}}, "rank 1 was claimed by host", ncclInvalidUsage, 0},
-      {"duplicate-rank0", 2, {{2, 0}, {2, 0}}, "rank 0 was claimed by host", ncclInvalidUsage, 0},
-      {"nranks-disagree", 2, {{2, 0}, {3, 1}}, "says nranks is", ncclInvalidUsage, 0},
-      {"nranks-disagree-3", 3, {{3, 0}, {3, 2}, {4, 1}}, "says nranks is", ncclInvalidUsage, 0},
-      /* a rank past nranks: its process fails at once and tells the root, which refuses the others */
-      {"rank-out-of-range", 3, {{3, 0}, {3, 3}, {3, 1}}, "asked for rank 3 of 3 (ranks are 0 to 2)", ncclInvalidUsage, 0},
+      {"reused-id", 3, {{3, 0}, {3, 1}, {3, 2}}, "is not listening: its rendezvous has ended", ncclInvalidUsage, 1, 0},
+      {"reused-id-elsewhere", 2, {{2, 0}, {2, 1}}, "is not listening: its rendezvous has ended", ncclInvalidUsage, 2, 0},
+      {"duplicate-rank", 3, {{3, 0}, {3, 1}, {3, 1}}, "rank 1 was claimed by host", ncclInvalidUsage, 0, 0},
+      {"duplicate-rank0", 2, {{2, 0}, {2, 0}}, "rank 0 was claimed by host", ncclInvalidUsage, 0, 0},
+      {"nranks-disagree", 2, {{2, 0}, {3, 1}}, "says nranks is", ncclInvalidUsage, 0, 0},
+      {"nranks-disagree-3", 3, {{3, 0}, {3, 2}, {4, 1}}, "says nranks is", ncclInvalidUsage, 0, 0},
+      /* a rank past nranks: its process fails at once and tells the root, which refuses the others when it
+       * does not try again within half the timeout (1.5 s) */
+      {"rank-out-of-range", 3, {{3, 0}, {3, 3}, {3, 1}}, "asked for rank 3 of 3 (ranks are 0 to 2)", ncclInvalidUsage, 0,
+       2500},
       /* ranks 1 and 3 of 4 never come: the timeout names them (the root said
        * whom it waits for, twice within the 3 s timeout) */
       {"missing-ranks", 2, {{4, 0}, {4, 2}}, "was still waiting for ranks 1, 3 (of 4; 2 checked in)",
-       ncclTimeout, 0},
+       ncclTimeout, 0, 0},
   };
   /* With a fixed NCCL_COMM_ID (make tsan) rank 0 hosts the root, and a second
    * rank 0 cannot listen on its port: that one fails at once with "Address
@@ -270,6 +297,14 @@ int main(int argc, char **argv) {
       failed += f;
       if (failed) return 1;
     }
+  }
+  if (part("retry")) {
+    ncclUniqueId id;
+    if (testCommId(&id) != 0) return 1;
+    int f = runRanksWithId(3, id, retryRank, NULL, 20);
+    printf("initcheck bad-rank-retried: %s\n", f ? "FAILED" : "passed");
+    failed += f;
+    if (failed) return 1; /* fail fast: the first failing case ends the test */
   }
   if (!fixedId && part("late")) {
     ncclUniqueId late;

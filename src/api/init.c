@@ -45,8 +45,9 @@ static ncclResult_t checkInitArgs(ncclComm_t *comm, int nranks, int rank, const 
   *comm = NULL; /* a call that fails leaves it NULL, as NCCL's do */
   if (nranks >= 1 && nranks <= OPDESC_MAX_RANKS && (rank < 0 || rank >= nranks)) {
     /* The other ranks would wait for one that never comes: the root is told,
-     * so that they fail at once too, naming this process. */
-    WARN("%s : Invalid rank requested : %d/%d (the other ranks are told)", call, rank, nranks);
+     * so that unless this process tries again with a good rank soon (as
+     * NCCL allows), they fail within seconds too, naming it. */
+    WARN("%s : Invalid rank requested : %d/%d (the root is told)", call, rank, nranks);
     commReportBadRank(id, rank, nranks);
     return ncclInvalidArgument;
   }
@@ -440,13 +441,17 @@ NCCL_API(ncclResult_t, ncclCommGrow, ncclComm_t comm, int nRanks, const ncclUniq
  * ncclCommGetAsyncError. It runs to the end before returning, nonblocking
  * communicators too. */
 NCCL_API(ncclResult_t, ncclCommRevoke, ncclComm_t comm, int revokeFlags) {
+  if (comm == NULL) return ncclSuccess; /* as NCCL, and as destroy and abort */
   CHECK(commCheck(comm, "ncclCommRevoke"));
   if (revokeFlags != NCCL_REVOKE_DEFAULT) {
     WARN("ncclCommRevoke : invalid revokeFlags %d (must be NCCL_REVOKE_DEFAULT)", revokeFlags);
     return ncclInvalidArgument;
   }
   CHECK(commInitDone(comm, "ncclCommRevoke"));
-  __atomic_store_n(&comm->revoked, 1, __ATOMIC_RELEASE); /* calls that come from now on are refused */
+  if (__atomic_exchange_n(&comm->revoked, 1, __ATOMIC_ACQ_REL)) { /* calls that come from now on are refused */
+    WARN("ncclCommRevoke : comm %p rank %d is already revoked", (void *)comm, comm->rank);
+    return ncclInvalidArgument;
+  }
   commEndInFlight(comm);
   __atomic_store_n(&comm->asyncError, ncclSuccess, __ATOMIC_RELEASE); /* what the ended calls recorded */
   INFO(subsysInit, "comm %p rank %d nranks %d - Revoke COMPLETE", (void *)comm, comm->rank, comm->nranks);
@@ -457,9 +462,9 @@ NCCL_API(ncclResult_t, ncclCommFinalize, ncclComm_t comm) {
   if (comm == NULL) return ncclSuccess; /* as NCCL, and as destroy and abort */
   CHECK(commCheck(comm, "ncclCommFinalize"));
   CHECK(commInitDone(comm, "ncclCommFinalize"));
-  if (__atomic_load_n(&comm->revoked, __ATOMIC_ACQUIRE)) {
+  if (__atomic_load_n(&comm->revoked, __ATOMIC_ACQUIRE)) { /* ncclInvalidArgument, as NCCL's */
     WARN("ncclCommFinalize : comm %p was revoked (ncclCommRevoke): destroy it", (void *)comm);
-    return ncclInvalidUsage;
+    return ncclInvalidArgument;
   }
   if (comm->finalized) {
     WARN("ncclCommFinalize : comm %p is already finalized", (void *)comm);

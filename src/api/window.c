@@ -43,8 +43,8 @@ NCCL_API(ncclResult_t, ncclCommWindowRegister, ncclComm_t comm, void *buff, size
     WARN("ncclCommWindowRegister : win argument is NULL");
     return ncclInvalidArgument;
   }
-  if (buff == NULL && size > 0) {
-    WARN("ncclCommWindowRegister : buff argument is NULL with size %zu", size);
+  if (buff == NULL || size == 0) { /* both ncclInvalidArgument in NCCL */
+    WARN("ncclCommWindowRegister : buff %p with size %zu: a window needs a buffer and a size", buff, size);
     return ncclInvalidArgument;
   }
   if (winFlags & ~WIN_FLAGS_KNOWN) {

@@ -219,11 +219,6 @@ static int rootDisagrees(const struct rootHello *h, int nranks, const int *fds, 
              "NCCL_SOCKET_FAMILY there?)", h->info.hostname, h->info.pid, h->rank, h->nranks);
     return 1;
   }
-  if (h->rank < 0 || h->rank >= h->nranks) { /* bootstrapReportBadRank */
-    snprintf(why, len, "host %s pid %d asked for rank %d of %d (ranks are 0 to %d)", h->info.hostname, h->info.pid,
-             h->rank, h->nranks, h->nranks - 1);
-    return 1;
-  }
   if (!fds) { /* none seen yet; with NCCL_COMM_ID rank 0 started the root with its nranks */
     if (!nranks || h->nranks == nranks) return 0;
     snprintf(why, len, "host %s pid %d (rank %d) says nranks is %d, but rank 0, which hosts the root, said %d",
@@ -266,6 +261,37 @@ static void rootRefuseAll(int *fds, int nranks, const char *why, const struct wa
   *refusingUntil = clockNs() + grace;
 }
 
+/* A rank outside 0..nranks-1 was asked for (bootstrapReportBadRank): its
+ * process got ncclInvalidArgument and may try again with a good rank, as
+ * NCCL allows; if it has not within this long (at most half the timeout,
+ * so that the others hear why before they give up), every rank is
+ * refused, naming it. */
+#define ROOT_BAD_RANK_GRACE_NS 2000000000ull
+
+struct rootBadRank {
+  char why[200]; /* empty: none pending */
+  char hostname[sizeof(((struct bootstrapPeerInfo *)0)->hostname)];
+  int pid;
+  uint64_t until;
+};
+
+static int rootHelloBadRank(const struct rootHello *h) { return h->rank < 0 || h->rank >= h->nranks; }
+
+static void rootBadRankNoted(struct rootBadRank *bad, const struct rootHello *h, uint64_t timeoutNs) {
+  if (bad->why[0]) return; /* the first one is named */
+  snprintf(bad->why, sizeof bad->why, "host %s pid %d asked for rank %d of %d (ranks are 0 to %d)", h->info.hostname,
+           h->info.pid, h->rank, h->nranks, h->nranks - 1);
+  snprintf(bad->hostname, sizeof bad->hostname, "%s", h->info.hostname);
+  bad->pid = h->info.pid;
+  uint64_t grace = timeoutNs && timeoutNs / 2 < ROOT_BAD_RANK_GRACE_NS ? timeoutNs / 2 : ROOT_BAD_RANK_GRACE_NS;
+  bad->until = clockNs() + grace;
+}
+
+/* A good hello from the process that asked for a bad rank: it tried again. */
+static void rootBadRankRetried(struct rootBadRank *bad, const struct rootHello *h) {
+  if (bad->why[0] && h->info.pid == bad->pid && strcmp(h->info.hostname, bad->hostname) == 0) bad->why[0] = 0;
+}
+
 /* The root's WARNs are REPORTs: each rank says what came of its
  * rendezvous, and ncclGetLastError in the root's process keeps that. */
 static void *rootThread(void *argp) {
@@ -284,12 +310,17 @@ static void *rootThread(void *argp) {
   struct acceptor *acc = a.acc;
   acceptorInit(acc, a.listenFd, sizeof(struct rootHello));
   char refusal[400] = ""; /* set once ranks disagreed: every rank is refused */
+  struct rootBadRank bad = {.why = ""};
   uint64_t refusingUntil = 0, nextProgressNs = 0;
   int retired = 0;
   while (refusal[0] ? clockNs() < refusingUntil : nranks == 0 || got < nranks) {
     int fd, progressed;
     struct rootHello hello;
     if (!refusal[0] && rootRefused(a.slot, refusal, sizeof refusal)) rootRefuseAll(fds, nranks, refusal, &w, &refusingUntil);
+    if (!refusal[0] && bad.why[0] && clockNs() >= bad.until) {
+      snprintf(refusal, sizeof refusal, "%s", bad.why);
+      rootRefuseAll(fds, nranks, refusal, &w, &refusingUntil);
+    }
     if (acceptorPoll(acc, &fd, &hello, &progressed) != ncclSuccess) {
       rootFailed(a.secret, logThreadLastError()); /* before the listener closes: its ranks look here */
       break;
@@ -326,6 +357,12 @@ static void *rootThread(void *argp) {
       close(fd);
       continue;
     }
+    if (rootHelloBadRank(&hello)) { /* a report: nothing answers it */
+      rootBadRankNoted(&bad, &hello, w.timeoutNs ? w.timeoutNs - 2000000000ull : 0); /* the ranks' timeout */
+      close(fd);
+      continue;
+    }
+    rootBadRankRetried(&bad, &hello);
     if (!refusal[0] && rootDisagrees(&hello, nranks, fds, infos, refusal, sizeof refusal))
       rootRefuseAll(fds, nranks, refusal, &w, &refusingUntil);
     if (refusal[0]) {

@@ -78,9 +78,10 @@ ncclResult_t bootstrapStartRoot(const struct bootstrapHandle *h, int nranks);
 ncclResult_t bootstrapInit(struct bootstrap *b, const struct bootstrapHandle *h, int rank, int nranks,
                            const struct bootstrapPeerInfo *me, volatile int *abortFlag);
 /* A rank that asked for a rank outside 0..nranks-1 tells the root (within
- * a second, best effort), which refuses the rendezvous to every rank that
- * comes: they fail at once with the reason instead of waiting for a rank
- * that never comes. */
+ * a second, best effort). Unless the same process calls in with a good
+ * rank within a grace period (it may try again, as NCCL allows), the root
+ * then refuses the rendezvous to every rank that comes: they fail with the
+ * reason instead of waiting for a rank that never comes. */
 void bootstrapReportBadRank(const struct bootstrapHandle *h, int rank, int nranks,
                             const struct bootstrapPeerInfo *me);
 /* data holds nranks blocks of size bytes; this rank's block is filled in. */

@@ -66,7 +66,7 @@ ncclResult_t waitPause(struct waitState *w) {
   uint32_t r = w->rounds++;
   if (r == 0) w->stallStartNs = 0; /* a new stall */
   if (w->abortFlag && __atomic_load_n(w->abortFlag, __ATOMIC_ACQUIRE)) {
-    WARN("%s: ended by ncclCommAbort of its communicator", w->what);
+    WARN("%s: ended by ncclCommAbort or ncclCommRevoke of its communicator", w->what);
     return ncclInvalidUsage;
   }
   uint32_t spin = (uint32_t)__atomic_load_n(&waitSpinRounds, __ATOMIC_RELAXED);

@@ -455,7 +455,7 @@ static ncclResult_t scheduleLiveness(void *arg) {
     if ((t->done && !t->refsPosted) || t->boot == last) continue;
     last = t->boot;
     if (t->abortFlag && __atomic_load_n(t->abortFlag, __ATOMIC_ACQUIRE)) {
-      WARN("%s on rank %d: ended by ncclCommAbort of its communicator", t->what, t->rank);
+      WARN("%s on rank %d: ended by ncclCommAbort or ncclCommRevoke of its communicator", t->what, t->rank);
       return ncclInvalidUsage;
     }
     if (t->boot) {
