@@ -6,6 +6,9 @@
  *   live - 4 healthy ranks, 0..2 shrink away rank 3 (NCCL_SHRINK_DEFAULT);
  *          rank 3 trying to shrink itself away, a NULL or empty list, an
  *          out-of-range rank and bad flags all give ncclInvalidArgument.
+ *   differ - ranks 0 and 1 exclude rank 3, rank 2 excludes 1 and 3: rank 2
+ *          gets ncclInvalidArgument, and 0 and 1 a refusal naming its
+ *          process within 2 s (not their timeout).
  *   test_shrink <case> */
 #define _GNU_SOURCE
 #include <signal.h>
@@ -84,10 +87,34 @@ static int liveRank(int rank, int n, ncclUniqueId id, void *arg) {
   return 0;
 }
 
+static int differRank(int rank, int n, ncclUniqueId id, void *arg) {
+  (void)arg;
+  ncclComm_t comm, child = NULL;
+  NCCLCHECK(ncclCommInitRank(&comm, n, id, rank));
+  int mostExclude[] = {3}, twoExclude[] = {1, 3};
+  double t0 = nowSec();
+  ncclResult_t res = ncclSuccess;
+  if (rank == 2) res = ncclCommShrink(comm, twoExclude, 2, &child, NULL, NCCL_SHRINK_DEFAULT);
+  else if (rank < 2) res = ncclCommShrink(comm, mostExclude, 1, &child, NULL, NCCL_SHRINK_DEFAULT);
+  else usleep(1000000); /* excluded by all: takes no part */
+  double s = nowSec() - t0;
+  const char *why = ncclGetLastError(NULL);
+  if (rank == 2)
+    EXPECT(res == ncclInvalidArgument && strstr(why, "excludes other ranks than rank 0"), "rank 2: %s: %s",
+           ncclGetErrorString(res), why);
+  else if (rank < 2)
+    EXPECT(res == ncclInvalidUsage && strstr(why, "does not agree with the other ranks") && s < 2.0,
+           "rank %d: %s after %.2f s: %s", rank, ncclGetErrorString(res), s, why);
+  EXPECT(child == NULL, "rank %d: a failed shrink left a communicator", rank);
+  ncclCommAbort(comm); /* the mesh saw failures: no goodbyes */
+  return 0;
+}
+
 int main(int argc, char **argv) {
   const char *which = argc > 1 ? argv[1] : "dead";
   int failed;
   if (strcmp(which, "dead") == 0) failed = runRanks(4, deadRank, NULL, 30) != 1; /* rank 2 dies */
+  else if (strcmp(which, "differ") == 0) failed = runRanks(4, differRank, NULL, 30);
   else failed = runRanks(4, liveRank, NULL, 30);
   printf("test_shrink %s: %s\n", which, failed ? "FAILED" : "passed");
   return failed != 0;

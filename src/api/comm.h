@@ -136,8 +136,9 @@ ncclResult_t commInit(struct ncclComm **out, int nranks, const ncclUniqueId *id,
 /* NCCL's bus id of a device, for the logs (what the host-CUDA shim's
  * devices show too: device d on bus d, "0000:0d:00.0"). */
 long commBusId(int cudaDev);
-/* An init that asked for a rank outside 0..nranks-1 of id: the root is
- * told, so every rank of the rendezvous fails at once (bootstrap.h). */
+/* An init that asked for a rank outside 0..nranks-1 of id (or passes
+ * BOOTSTRAP_RANK_DISAGREES): the root is told, so that every rank of the
+ * rendezvous fails within seconds, not at its timeout (bootstrap.h). */
 void commReportBadRank(const ncclUniqueId *id, int rank, int nranks);
 /* NCCL's version line (NCCL_DEBUG=VERSION or more), once per process. */
 void commLogVersion(void);

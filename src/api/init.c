@@ -452,7 +452,7 @@ NCCL_API(ncclResult_t, ncclCommRevoke, ncclComm_t comm, int revokeFlags) {
     WARN("ncclCommRevoke : comm %p rank %d is already revoked", (void *)comm, comm->rank);
     return ncclInvalidArgument;
   }
-  commEndInFlight(comm);
+  commEndInFlight(comm); /* what the revoke ends */
   __atomic_store_n(&comm->asyncError, ncclSuccess, __ATOMIC_RELEASE); /* what the ended calls recorded */
   INFO(subsysInit, "comm %p rank %d nranks %d - Revoke COMPLETE", (void *)comm, comm->rank, comm->nranks);
   return ncclSuccess;

@@ -10,6 +10,7 @@
 
 #include "api/api.h"
 #include "api/initjob.h"
+#include "bootstrap/bootstrap.h"
 #include "bootstrap/oob.h"
 #include "core/err.h"
 #include "core/hash.h"
@@ -55,6 +56,10 @@ ncclResult_t commShrinkRun(struct initJob *j) {
     if (hand.digest != digest || hand.nranks != m) {
       WARN("ncclCommShrink : rank %d excludes other ranks than rank %d does (%d vs %d survivors)", me, leader, m,
            hand.nranks);
+      /* The others are in the new rendezvous by now: its root refuses them. */
+      memset(&j->id, 0, sizeof j->id);
+      memcpy(j->id.internal, &hand.h, sizeof hand.h);
+      commReportBadRank(&j->id, BOOTSTRAP_RANK_DISAGREES, hand.nranks);
       return ncclInvalidArgument;
     }
   }

@@ -357,8 +357,13 @@ static void *rootThread(void *argp) {
       close(fd);
       continue;
     }
+    if (!refusal[0] && hello.rank == BOOTSTRAP_RANK_DISAGREES) {
+      snprintf(refusal, sizeof refusal, "host %s pid %d does not agree with the other ranks on who takes part "
+               "(it was handed this rendezvous with another member list)", hello.info.hostname, hello.info.pid);
+      rootRefuseAll(fds, nranks, refusal, &w, &refusingUntil);
+    }
     if (rootHelloBadRank(&hello)) { /* a report: nothing answers it */
-      rootBadRankNoted(&bad, &hello, w.timeoutNs ? w.timeoutNs - 2000000000ull : 0); /* the ranks' timeout */
+      if (!refusal[0]) rootBadRankNoted(&bad, &hello, w.timeoutNs ? w.timeoutNs - 2000000000ull : 0); /* the ranks' timeout */
       close(fd);
       continue;
     }
