@@ -306,6 +306,7 @@ static void *rootThread(void *argp) {
   waitBegin(&w, NULL, NULL, NULL, "bootstrap root waiting for ranks");
   /* The ranks, with the same timeout, give up first and hear why (above),
    * rather than see the root close their connections. */
+  const uint64_t ranksTimeoutNs = w.timeoutNs;
   if (w.timeoutNs) w.timeoutNs += 2000000000ull;
   struct acceptor *acc = a.acc;
   acceptorInit(acc, a.listenFd, sizeof(struct rootHello));
@@ -363,7 +364,7 @@ static void *rootThread(void *argp) {
       rootRefuseAll(fds, nranks, refusal, &w, &refusingUntil);
     }
     if (rootHelloBadRank(&hello)) { /* a report: nothing answers it */
-      if (!refusal[0]) rootBadRankNoted(&bad, &hello, w.timeoutNs ? w.timeoutNs - 2000000000ull : 0); /* the ranks' timeout */
+      if (!refusal[0]) rootBadRankNoted(&bad, &hello, ranksTimeoutNs);
       close(fd);
       continue;
     }
