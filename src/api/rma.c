@@ -169,7 +169,8 @@ static ncclResult_t rmaSend(struct ncclComm *comm, const char *call, int peer, u
   return res;
 }
 
-/* The peers whose signals ncclWaitSignal still waits for, for its timeout. */
+/* The peers whose signals ncclWaitSignal still waits for, for its timeout
+ * (with comm->winLock held: waits on other streams take signals). */
 static void owedPeers(const struct ncclComm *comm, const uint64_t *want, char *out, size_t len) {
   size_t o = 0;
   out[0] = 0;
@@ -220,8 +221,8 @@ static ncclResult_t rmaWaitSignals(struct ncclComm *comm, const char *call, uint
     res = waitPause(&w);
     if (res == ncclTimeout) {
       char owed[200];
-      owedPeers(comm, want, owed, sizeof owed);
       pthread_mutex_lock(&comm->winLock);
+      owedPeers(comm, want, owed, sizeof owed);
       const struct rmaEarly *e = comm->rmaEarly[p];
       if (e)
         WARN("%s : rank %d timed out waiting for signals from rank %s; rank %d's write to window #%u waits for this "
