@@ -378,6 +378,18 @@ static int rankMain(int rank, int n, ncclUniqueId id, void *arg) {
   BAD(ncclAllReduce(send, recv, 16, ncclFloat, (ncclRedOp_t)99, comm, NULL), ncclInvalidArgument, "operation");
   BAD(ncclGroupEnd(), ncclInvalidArgument, NULL);
   BAD(ncclGroupEnd(), ncclInvalidUsage, "not in a group");
+  /* So does a split's, shrink's or grow's, as in NCCL: the AllReduce beside it never runs. */
+  int exclude = rank;
+  ncclComm_t none = NULL;
+  for (int k = 0; k < 3; k++) {
+    NCCLCHECK(ncclGroupStart());
+    NCCLCHECK(ncclAllReduce(send, recv, 16, ncclFloat, ncclSum, comm, NULL));
+    if (k == 0) BAD(ncclCommSplit(comm, 0, 0, NULL, NULL), ncclInvalidArgument, "newcomm");
+    if (k == 1) BAD(ncclCommShrink(comm, &exclude, 1, &none, NULL, NCCL_SHRINK_DEFAULT), ncclInvalidArgument, NULL);
+    if (k == 2) BAD(ncclCommGrow(comm, n + 1, NULL, 0, &none, NULL), ncclInvalidArgument, "pass -1");
+    BAD(ncclGroupEnd(), ncclInvalidArgument, NULL);
+    for (int i = 0; i < 16; i++) EXPECT(recv[i] == -7, "call %d: recv[%d] changed to %g by a dropped group", k, i, recv[i]);
+  }
   /* Registration is optional; handles are checked. */
   void *h = NULL;
   NCCLCHECK(ncclCommRegister(comm, send, sizeof send, &h));

@@ -1,7 +1,8 @@
 /* ncclCommSuspend / ncclCommResume / ncclCommMemStats on 2 ranks: a
  * suspended communicator refuses operations (ncclInvalidUsage, saying so)
  * and works again, results checked, once resumed; the statistics say it is
- * suspended and that chorus holds no GPU memory; misuse is refused. */
+ * suspended and that chorus holds no GPU memory; misuse is refused; as in
+ * NCCL, only the NCCL_SUSPEND_MEM bit of the flags does anything. */
 #include <string.h>
 
 #include "harness.h"
@@ -31,14 +32,21 @@ static int suspendRank(int rank, int n, ncclUniqueId id, void *arg) {
   ncclResult_t r = ncclAllReduce(&a, &b, 1, ncclFloat, ncclSum, comm, NULL);
   EXPECT(r == ncclInvalidUsage && b == 0, "rank %d: AllReduce while suspended gave %s", rank, ncclGetErrorString(r));
   EXPECT(strstr(ncclGetLastError(comm), "suspended"), "rank %d: last error '%s'", rank, ncclGetLastError(comm));
-  EXPECT(ncclCommSuspend(comm, 0) == ncclInvalidUsage, "rank %d: suspended twice", rank);
+  EXPECT(ncclCommSuspend(comm, NCCL_SUSPEND_MEM) == ncclInvalidUsage, "rank %d: suspended twice", rank);
+  NCCLCHECK(ncclCommSuspend(comm, 0)); /* NCCL's no-op: no NCCL_SUSPEND_MEM */
 
   NCCLCHECK(ncclCommResume(comm));
   NCCLCHECK(ncclCommMemStats(comm, ncclStatGpuMemSuspended, &v));
   EXPECT(v == 0, "rank %d: still suspended after ncclCommResume", rank);
   if (allReduceWorks(comm, rank, n)) return 1;
   EXPECT(ncclCommResume(comm) == ncclInvalidUsage, "rank %d: resumed a communicator not suspended", rank);
-  EXPECT(ncclCommSuspend(comm, 0x10) == ncclInvalidArgument, "rank %d: flags 0x10 taken", rank);
+  NCCLCHECK(ncclCommSuspend(comm, 0x10)); /* no NCCL_SUSPEND_MEM: a no-op, as in NCCL */
+  NCCLCHECK(ncclCommMemStats(comm, ncclStatGpuMemSuspended, &v));
+  EXPECT(v == 0, "rank %d: flags 0x10 suspended the communicator", rank);
+  NCCLCHECK(ncclCommSuspend(comm, -1)); /* has NCCL_SUSPEND_MEM */
+  NCCLCHECK(ncclCommMemStats(comm, ncclStatGpuMemSuspended, &v));
+  EXPECT(v == 1, "rank %d: flags -1 did not suspend", rank);
+  NCCLCHECK(ncclCommResume(comm));
   EXPECT(ncclCommMemStats(comm, (ncclCommMemStat_t)7, &v) == ncclInvalidArgument, "rank %d: stat 7 taken", rank);
   EXPECT(ncclCommMemStats(comm, ncclStatGpuMemTotal, NULL) == ncclInvalidArgument, "rank %d: NULL value", rank);
   if (allReduceWorks(comm, rank, n)) return 1; /* the refusals changed nothing */

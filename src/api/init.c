@@ -281,8 +281,8 @@ NCCL_API(ncclResult_t, ncclCommInitAll, ncclComm_t *comms, int ndev, const int *
   return res;
 }
 
-NCCL_API(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key, ncclComm_t *newcomm,
-         ncclConfig_t *config) {
+static ncclResult_t commSplitCall(ncclComm_t comm, int color, int key, ncclComm_t *newcomm,
+                                   ncclConfig_t *config) {
   if (newcomm == NULL) {
     WARN("ncclCommSplit : newcomm argument is NULL");
     return ncclInvalidArgument;
@@ -309,8 +309,14 @@ NCCL_API(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key, ncclC
   return groupInit(&job);
 }
 
-NCCL_API(ncclResult_t, ncclCommShrink, ncclComm_t comm, int *excludeRanksList, int excludeRanksCount,
-         ncclComm_t *newcomm, ncclConfig_t *config, int shrinkFlags) {
+/* In a group, a call that fails its checks fails ncclGroupEnd too, as in NCCL. */
+NCCL_API(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key, ncclComm_t *newcomm,
+         ncclConfig_t *config) {
+  return groupNoteError(commSplitCall(comm, color, key, newcomm, config));
+}
+
+static ncclResult_t commShrinkCall(ncclComm_t comm, int *excludeRanksList, int excludeRanksCount,
+                                    ncclComm_t *newcomm, ncclConfig_t *config, int shrinkFlags) {
   if (newcomm == NULL) {
     WARN("ncclCommShrink : newcomm argument is NULL");
     return ncclInvalidArgument;
@@ -356,6 +362,12 @@ NCCL_API(ncclResult_t, ncclCommShrink, ncclComm_t comm, int *excludeRanksList, i
   return groupInit(&job);
 }
 
+/* In a group, a call that fails its checks fails ncclGroupEnd too, as in NCCL. */
+NCCL_API(ncclResult_t, ncclCommShrink, ncclComm_t comm, int *excludeRanksList, int excludeRanksCount,
+         ncclComm_t *newcomm, ncclConfig_t *config, int shrinkFlags) {
+  return groupNoteError(commShrinkCall(comm, excludeRanksList, excludeRanksCount, newcomm, config, shrinkFlags));
+}
+
 /* A grow's parent has finished its init and has not failed. */
 static ncclResult_t growParentUp(const struct ncclComm *comm, const char *call) {
   ncclResult_t async = __atomic_load_n(&comm->asyncError, __ATOMIC_ACQUIRE);
@@ -389,8 +401,8 @@ NCCL_API(ncclResult_t, ncclCommGetUniqueId, ncclComm_t comm, ncclUniqueId *uniqu
 
 /* The parent's ranks pass comm, rank -1 and (the coordinator only) the id;
  * the new ranks pass no comm, their rank, and the id (grow.c). */
-NCCL_API(ncclResult_t, ncclCommGrow, ncclComm_t comm, int nRanks, const ncclUniqueId *uniqueId, int rank,
-         ncclComm_t *newcomm, ncclConfig_t *config) {
+static ncclResult_t commGrowCall(ncclComm_t comm, int nRanks, const ncclUniqueId *uniqueId, int rank,
+                                  ncclComm_t *newcomm, ncclConfig_t *config) {
   static const char call[] = "ncclCommGrow";
   if (comm == NULL) { /* a new rank */
     if (newcomm) *newcomm = NULL; /* a call that fails leaves it NULL, as NCCL's do */
@@ -431,6 +443,12 @@ NCCL_API(ncclResult_t, ncclCommGrow, ncclComm_t comm, int nRanks, const ncclUniq
                         .cudaDev = comm->cudaDev, .blocking = blocking, .config = cfg, .parent = comm, .func = call};
   if (uniqueId) job.id = *uniqueId;
   return groupInit(&job);
+}
+
+/* In a group, a call that fails its checks fails ncclGroupEnd too, as in NCCL. */
+NCCL_API(ncclResult_t, ncclCommGrow, ncclComm_t comm, int nRanks, const ncclUniqueId *uniqueId, int rank,
+         ncclComm_t *newcomm, ncclConfig_t *config) {
+  return groupNoteError(commGrowCall(comm, nRanks, uniqueId, rank, newcomm, config));
 }
 
 /* Ends what runs on the communicator (as ncclCommAbort would, but the

@@ -12,10 +12,9 @@
 
 NCCL_API(ncclResult_t, ncclCommSuspend, ncclComm_t comm, int flags) {
   CHECK(commCheck(comm, "ncclCommSuspend"));
-  if (flags & ~NCCL_SUSPEND_MEM) {
-    WARN("ncclCommSuspend : invalid flags 0x%x (NCCL_SUSPEND_MEM or 0)", (unsigned)flags);
-    return ncclInvalidArgument;
-  }
+  /* As NCCL's: only NCCL_SUSPEND_MEM does anything (any value with it
+   * suspends, -1 too), and flags without it are a successful no-op. */
+  if (!(flags & NCCL_SUSPEND_MEM)) return ncclSuccess;
   CHECK(commInitDone(comm, "ncclCommSuspend"));
   if (__atomic_load_n(&comm->suspended, __ATOMIC_ACQUIRE)) {
     WARN("ncclCommSuspend : rank %d: the communicator is already suspended", comm->rank);
