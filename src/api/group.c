@@ -43,6 +43,20 @@ static void threadCacheInUse(void) {
   if (pthread_getspecific(threadCacheKey) == NULL) pthread_setspecific(threadCacheKey, &threadCacheKey);
 }
 
+/* Room for one more element in a per-thread array of *cap elements of
+ * size bytes that holds count: 1, or 0 when out of memory (the array is
+ * unchanged). */
+static int groupRoom(void **array, int *cap, int count, size_t size) {
+  if (count < *cap) return 1;
+  if (*cap == 0) threadCacheInUse();
+  int more = *cap ? 2 * *cap : 8;
+  void *grown = realloc(*array, size * (size_t)more);
+  if (!grown) return 0;
+  *array = grown;
+  *cap = more;
+  return 1;
+}
+
 /* A group's communicators are all blocking or all nonblocking, as NCCL
  * requires (its group ends one way or the other). */
 static ncclResult_t groupJoin(int blocking) {
@@ -100,16 +114,9 @@ ncclResult_t groupInit(const struct initJob *job) {
     free(job->excluded);
     return mixed;
   }
-  if (groupInitCount == groupInitCap) {
-    if (groupInitCap == 0) threadCacheInUse();
-    int cap = groupInitCap ? 2 * groupInitCap : 8;
-    struct initJob *g = realloc(groupInits, sizeof *g * cap);
-    if (!g) {
-      free(job->excluded);
-      return groupNoteError(ncclSystemError);
-    }
-    groupInits = g;
-    groupInitCap = cap;
+  if (!groupRoom((void **)&groupInits, &groupInitCap, groupInitCount, sizeof *groupInits)) {
+    free(job->excluded);
+    return groupNoteError(ncclSystemError);
   }
   groupInits[groupInitCount++] = *job;
   return ncclSuccess;
@@ -118,17 +125,8 @@ ncclResult_t groupInit(const struct initJob *job) {
 ncclResult_t groupDefer(const struct groupLater *later) {
   if (groupDepth == 0) return later->issue(later->arg);
   ncclResult_t res = groupJoin(later->comm->blocking);
-  if (res == ncclSuccess && groupLaterCount == groupLaterCap) {
-    if (groupLaterCap == 0) threadCacheInUse();
-    int cap = groupLaterCap ? 2 * groupLaterCap : 8;
-    struct groupLater *g = realloc(groupLaters, sizeof *g * cap);
-    if (g) {
-      groupLaters = g;
-      groupLaterCap = cap;
-    } else {
-      res = groupNoteError(ncclSystemError);
-    }
-  }
+  if (res == ncclSuccess && !groupRoom((void **)&groupLaters, &groupLaterCap, groupLaterCount, sizeof *groupLaters))
+    res = groupNoteError(ncclSystemError);
   if (res != ncclSuccess) {
     later->drop(later->arg);
     return res;

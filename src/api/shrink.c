@@ -53,18 +53,16 @@ ncclResult_t commShrinkRun(struct initJob *j) {
       if (!j->excluded[i]) CHECK(oobSendData(b, i, &hand, sizeof hand, &w));
   } else {
     CHECK(oobRecvData(b, leader, &hand, sizeof hand, &w));
-    if (hand.digest != digest || hand.nranks != m) {
-      WARN("ncclCommShrink : rank %d excludes other ranks than rank %d does (%d vs %d survivors)", me, leader, m,
-           hand.nranks);
-      /* The others are in the new rendezvous by now: its root refuses them. */
-      memset(&j->id, 0, sizeof j->id);
-      memcpy(j->id.internal, &hand.h, sizeof hand.h);
-      commReportBadRank(&j->id, BOOTSTRAP_RANK_DISAGREES, hand.nranks);
-      return ncclInvalidArgument;
-    }
   }
   memset(&j->id, 0, sizeof j->id);
   memcpy(j->id.internal, &hand.h, sizeof hand.h);
+  if (hand.digest != digest || hand.nranks != m) { /* the leader's own always agree */
+    WARN("ncclCommShrink : rank %d excludes other ranks than rank %d does (%d vs %d survivors)", me, leader, m,
+         hand.nranks);
+    /* The others are in the new rendezvous by now: its root refuses them. */
+    commReportBadRank(&j->id, BOOTSTRAP_RANK_DISAGREES, hand.nranks);
+    return ncclInvalidArgument;
+  }
   j->nranks = m;
   j->rank = newRank;
   INFO(subsysInit, "ncclCommShrink : rank %d becomes rank %d of %d", me, newRank, m);

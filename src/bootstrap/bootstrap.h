@@ -77,15 +77,15 @@ void bootstrapRefuseRoot(const struct bootstrapHandle *h, const char *why);
 ncclResult_t bootstrapStartRoot(const struct bootstrapHandle *h, int nranks);
 ncclResult_t bootstrapInit(struct bootstrap *b, const struct bootstrapHandle *h, int rank, int nranks,
                            const struct bootstrapPeerInfo *me, volatile int *abortFlag);
+/* The rank bootstrapReportBadRank passes for a process that was handed a
+ * rendezvous whose terms it does not share (ncclCommShrink: another exclude
+ * list): the root refuses every rank at once, naming it. */
+#define BOOTSTRAP_RANK_DISAGREES (-2)
 /* A rank that asked for a rank outside 0..nranks-1 tells the root (within
  * a second, best effort). Unless the same process calls in with a good
  * rank within a grace period (it may try again, as NCCL allows), the root
  * then refuses the rendezvous to every rank that comes: they fail with the
  * reason instead of waiting for a rank that never comes. */
-/* The rank bootstrapReportBadRank passes for a process that was handed a
- * rendezvous whose terms it does not share (ncclCommShrink: another exclude
- * list): the root refuses every rank at once, naming it. */
-#define BOOTSTRAP_RANK_DISAGREES (-2)
 void bootstrapReportBadRank(const struct bootstrapHandle *h, int rank, int nranks,
                             const struct bootstrapPeerInfo *me);
 /* data holds nranks blocks of size bytes; this rank's block is filled in. */
