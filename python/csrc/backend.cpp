@@ -372,6 +372,24 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::allgather(std::vector<std::ve
 }
 
 namespace {
+// Several AllGathers in one launch (one chorus group): each part gathers
+// every rank's count elements at sp into rp.
+struct GatherPart {
+  const void *sp;
+  void *rp;
+  Moved m;
+};
+std::function<ncclResult_t(ncclComm_t, cudaStream_t)> gatherAll(std::vector<GatherPart> parts) {
+  return [parts = std::move(parts)](ncclComm_t c, cudaStream_t s) {
+    ncclResult_t first = ncclSuccess;
+    for (const GatherPart &x : parts) {
+      ncclResult_t r = ncclAllGather(x.sp, x.rp, x.m.count, x.m.dtype, c, s);
+      if (first == ncclSuccess) first = r;
+    }
+    return first;
+  };
+}
+
 // One _allgather_base / _reduce_scatter_base: the big side has size blocks of the small side.
 void checkBlocks(const at::Tensor &big, const at::Tensor &small, int size, const char *call, const char *bigName) {
   checkTensor(big, call);
@@ -397,25 +415,42 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::allgather_into_tensor_coalesc
               " inputs but ", outputs.size(), " outputs");
   Launch l = make(inputs.size() > 1 ? c10d::OpType::ALLGATHER_INTO_TENSOR_COALESCED : c10d::OpType::_ALLGATHER_BASE,
                   "AllGather", inputs, outputs);
-  struct Part {
-    const void *sp;
-    void *rp;
-    Moved m;
-  };
-  std::vector<Part> parts;
+  std::vector<GatherPart> parts;
   for (size_t i = 0; i < inputs.size(); i++) {
     checkBlocks(outputs[i], inputs[i], size_, call, "output");
     at::Tensor src = in(l, inputs[i]), dst = out(l, outputs[i]);
     parts.push_back({src.data_ptr(), dst.data_ptr(), moved(src)});
   }
-  l.calls = [parts](ncclComm_t c, cudaStream_t s) {
-    ncclResult_t first = ncclSuccess;
-    for (const Part &x : parts) {
-      ncclResult_t r = ncclAllGather(x.sp, x.rp, x.m.count, x.m.dtype, c, s);
-      if (first == ncclSuccess) first = r;
+  l.calls = gatherAll(std::move(parts));
+  return group_->launch(std::move(l));
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::allgather_coalesced(
+    std::vector<std::vector<at::Tensor>> &outputLists, std::vector<at::Tensor> &inputs,
+    const c10d::AllgatherOptions &opts) {
+  const char *call = "all_gather_coalesced";
+  TORCH_CHECK(!inputs.empty(), "chorus: ", call, ": no input tensors");
+  TORCH_CHECK(static_cast<int>(outputLists.size()) == size_, "chorus: ", call, ": the output must have ", size_,
+              " lists (one per rank of the group), got ", outputLists.size());
+  std::vector<at::Tensor> outs;
+  for (const std::vector<at::Tensor> &list : outputLists) {
+    TORCH_CHECK(list.size() == inputs.size(), "chorus: ", call, ": each output list must have ", inputs.size(),
+                " tensors (one per input), got ", list.size());
+    outs.insert(outs.end(), list.begin(), list.end());
+  }
+  Launch l = make(c10d::OpType::ALLGATHER_COALESCED, "AllGather", inputs, outs);
+  std::vector<GatherPart> parts;
+  for (size_t i = 0; i < inputs.size(); i++) {
+    checkTensor(inputs[i], call);
+    for (const std::vector<at::Tensor> &list : outputLists) checkLike(list[i], inputs[i], call, "an output tensor", "input");
+    at::Tensor src = in(l, inputs[i]), all = flat(l, inputs[i], size_);
+    for (int r = 0; r < size_; r++) {
+      checkWritable(l, outputLists[r][i]);
+      l.copyBack.emplace_back(outputLists[r][i], block(all, r, outputLists[r][i]));
     }
-    return first;
-  };
+    parts.push_back({src.data_ptr(), all.data_ptr(), moved(src)});
+  }
+  l.calls = gatherAll(std::move(parts));
   return group_->launch(std::move(l));
 }
 

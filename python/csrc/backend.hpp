@@ -51,6 +51,11 @@ class ProcessGroupChorus : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
       std::vector<at::Tensor> &outputs, std::vector<at::Tensor> &inputs,
       const c10d::AllgatherOptions &opts = c10d::AllgatherOptions()) override;
+  // Gloo's list form of coalesced all-gathers: outputLists[r][i] gets rank
+  // r's inputs[i] (torch.distributed.all_gather_coalesced).
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(
+      std::vector<std::vector<at::Tensor>> &outputLists, std::vector<at::Tensor> &inputs,
+      const c10d::AllgatherOptions &opts = c10d::AllgatherOptions()) override;
   c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>> &outputs,
                                         std::vector<at::Tensor> &inputs,
                                         const c10d::GatherOptions &opts = c10d::GatherOptions()) override;

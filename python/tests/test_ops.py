@@ -288,6 +288,21 @@ def coalesced(rank, size):
     opts.reduceOp = dist.ReduceOp.MAX
     pg.allreduce_coalesced(ts, opts).wait()
     check(ts[0], reduce_ref([value(r, 9, torch.float64) for r in range(size)], "MAX", torch.float64, size), "allreduce_coalesced")
+    # all_gather_coalesced (gloo's list form): outs[r][i] gets rank r's ins[i],
+    # of any sizes, empty ones and non-contiguous outputs among them
+    for dtype in (torch.float32, torch.int64, torch.bfloat16):
+        ins = [value(rank, 6, dtype, salt=3).view(2, 3), value(rank, 70001, dtype, salt=4), value(rank, 0, dtype)]
+        outs = [[torch.zeros(3, 2, dtype=dtype).t(), torch.zeros(70001, dtype=dtype), torch.zeros(0, dtype=dtype)]
+                for _ in range(size)]
+        dist.all_gather_coalesced(outs, ins, async_op=True).wait()
+        for r in range(size):
+            check(outs[r][0], value(r, 6, dtype, salt=3).view(2, 3), f"all_gather_coalesced {dtype} from rank {r}")
+            check(outs[r][1], value(r, 70001, dtype, salt=4), f"all_gather_coalesced {dtype} n=70001 from rank {r}")
+    try:
+        dist.all_gather_coalesced([[torch.zeros(1)]] * (size + 1), [torch.zeros(1)])
+        raise AssertionError("all_gather_coalesced took one output list too many")
+    except RuntimeError as e:
+        assert "one per rank of the group" in str(e), e
 
 
 def alltoall(rank, size):
