@@ -493,8 +493,11 @@ std::string Group::failureText(const char *name, uint64_t seq, ncclResult_t r, b
     ncclComm_t comm = p2p ? p2pComm_ : comm_;
     why = comm ? ncclGetLastError(comm) : "the group was aborted";
   }
-  return c10::str("chorus: ", name, " (sequence number ", seq, ") on rank ", rank_, " of group '", name_,
-                  "' failed: ", resultName(r), ": ", why, rankMap_);
+  // A timeout says so in words, as gloo's "Timed out" and NCCL's watchdog's
+  // "timeout" do: scripts (and torch's own tests) look for them.
+  std::string result = r == ncclTimeout ? " with a timeout error (ncclTimeout)" : std::string(": ") + resultName(r);
+  return c10::str("chorus: ", name, " (sequence number ", seq, ") on rank ", rank_, " of group '", name_, "' failed",
+                  result, ": ", why, rankMap_);
 }
 
 void Group::logFlightRecorder(const char *why) {

@@ -149,7 +149,7 @@ bool WorkChorus::wait(std::chrono::milliseconds timeout) {
     } else if (!cv_.wait_for(lock, timeout, [&] { return completed_; })) {
       C10_THROW_ERROR(DistBackendError, c10::str("chorus: ", name_, " (sequence number ", seq_, ") on rank ",
                                                  group_->rank(), " of group '", group_->name(),
-                                                 "': Work.wait timed out after ", timeout.count(), " ms"));
+                                                 "': Work.wait: timeout after ", timeout.count(), " ms, the operation is not done"));
     }
     e = exception_;
   }

@@ -4,6 +4,7 @@ timeout (with the flight recorder in the log), destroy after a failure:
 python3 test_faults.py [case ...]."""
 import datetime
 import os
+import re
 import signal
 import sys
 import tempfile
@@ -139,6 +140,7 @@ def stalled(rank, size, logdir):
     else:
         raise AssertionError("the all_reduce did not time out")
     assert 3.5 <= took <= 5.5, f"timed out after {took:.2f} s with a 5 s group timeout"
+    assert re.search(" (Timed out|closed|timeout) ", text), text  # the words torch's own tests look for
     assert "timed out after 5 s" in text and f"rank 1 (host" in text and f"pid {everyone[1]})" in text, text
     assert "is in no call" in text, text
     os.fsync(2)
