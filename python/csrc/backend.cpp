@@ -442,7 +442,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::allgather_coalesced(
   std::vector<GatherPart> parts;
   for (size_t i = 0; i < inputs.size(); i++) {
     checkTensor(inputs[i], call);
-    for (const std::vector<at::Tensor> &list : outputLists) checkLike(list[i], inputs[i], call, "an output tensor", "input");
+    for (const std::vector<at::Tensor> &list : outputLists)
+      checkLike(list[i], inputs[i], call, "an output tensor", "input");
     at::Tensor src = in(l, inputs[i]), all = flat(l, inputs[i], size_);
     for (int r = 0; r < size_; r++) {
       checkWritable(l, outputLists[r][i]);

@@ -147,9 +147,10 @@ bool WorkChorus::wait(std::chrono::milliseconds timeout) {
     if (timeout == kNoTimeout) {
       cv_.wait(lock, [&] { return completed_; });
     } else if (!cv_.wait_for(lock, timeout, [&] { return completed_; })) {
-      C10_THROW_ERROR(DistBackendError, c10::str("chorus: ", name_, " (sequence number ", seq_, ") on rank ",
-                                                 group_->rank(), " of group '", group_->name(),
-                                                 "': Work.wait: timeout after ", timeout.count(), " ms, the operation is not done"));
+      C10_THROW_ERROR(DistBackendError,
+                      c10::str("chorus: ", name_, " (sequence number ", seq_, ") on rank ", group_->rank(),
+                               " of group '", group_->name(), "': Work.wait: timeout after ", timeout.count(),
+                               " ms, the operation is not done"));
     }
     e = exception_;
   }
