@@ -110,6 +110,16 @@ at::Tensor flat(Launch &l, const at::Tensor &t, int n) {
 at::Tensor block(const at::Tensor &f, int64_t i, const at::Tensor &like) {
   return f.narrow(0, i * like.numel(), like.numel()).view(like.sizes());
 }
+// An AllGather's output for a list form: a flat buffer of one block per
+// rank, copied into perRank[r] once the operation is done.
+at::Tensor gathered(Launch &l, const std::vector<at::Tensor> &perRank, const at::Tensor &like) {
+  at::Tensor all = flat(l, like, static_cast<int>(perRank.size()));
+  for (size_t r = 0; r < perRank.size(); r++) {
+    checkWritable(l, perRank[r]);
+    l.copyBack.emplace_back(perRank[r], block(all, static_cast<int64_t>(r), perRank[r]));
+  }
+  return all;
+}
 
 Launch make(c10d::OpType type, const char *name, std::vector<at::Tensor> inputs, std::vector<at::Tensor> outputs) {
   Launch l;
@@ -359,11 +369,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::allgather(std::vector<std::ve
   if (!sameSizes(outs, t)) return allgatherUneven(outs, t);
   for (const at::Tensor &o : outs) checkLike(o, t, call, "an output tensor", "input");
   Launch l = make(c10d::OpType::ALLGATHER, "AllGather", inputs, outs);
-  at::Tensor src = in(l, t), all = flat(l, t, size_);
-  for (int i = 0; i < size_; i++) {
-    checkWritable(l, outs[i]);
-    l.copyBack.emplace_back(outs[i], block(all, i, outs[i]));
-  }
+  at::Tensor src = in(l, t), all = gathered(l, outs, t);
   Moved m = moved(src);
   const void *sp = src.data_ptr();
   void *rp = all.data_ptr();
@@ -442,13 +448,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::allgather_coalesced(
   std::vector<GatherPart> parts;
   for (size_t i = 0; i < inputs.size(); i++) {
     checkTensor(inputs[i], call);
-    for (const std::vector<at::Tensor> &list : outputLists)
+    std::vector<at::Tensor> perRank;
+    for (const std::vector<at::Tensor> &list : outputLists) {
       checkLike(list[i], inputs[i], call, "an output tensor", "input");
-    at::Tensor src = in(l, inputs[i]), all = flat(l, inputs[i], size_);
-    for (int r = 0; r < size_; r++) {
-      checkWritable(l, outputLists[r][i]);
-      l.copyBack.emplace_back(outputLists[r][i], block(all, r, outputLists[r][i]));
+      perRank.push_back(list[i]);
     }
+    at::Tensor src = in(l, inputs[i]), all = gathered(l, perRank, inputs[i]);
     parts.push_back({src.data_ptr(), all.data_ptr(), moved(src)});
   }
   l.calls = gatherAll(std::move(parts));
