@@ -63,6 +63,14 @@ static double busyAt(const struct link *l, double f) {
   return b > 1 ? b : 1;
 }
 
+/* A hop between two ranks of one host when a fraction f of the ranks move
+ * at once: over shared memory l.local already counts the ranks waiting for
+ * the cores; where a host's ranks talk over sockets (NCCL_SHM_DISABLE) it is
+ * a socket hop, and those compete for the cores as any other. */
+static double localHop(const struct link *l, const struct tuneTopo *t, double f) {
+  return t->hostNet ? l->local * busyAt(l, f) : l->local;
+}
+
 /* Blocks of a message cut into n, each a multiple of 64 bytes
  * (channelPart), that hold something. */
 static double blocksUsed(size_t bytes, int n) {
@@ -157,7 +165,7 @@ double tuneModelUs(const struct tuneTopo *topo, int coll, int algo, int proto, i
          * 51-54 us at 8-128 B against Rabenseifner's 54-62 and Tree's 57-81) */
         double h = topo->nhosts, local = topo->localRanks - 1;
         double rounds = log2Floor(topo->nhosts), fold = (1 << (int)rounds) != topo->nhosts ? 2 : 0;
-        return 2 * (l.local + RING_STEP_US) + (rounds + fold) * (l.hop * busyAt(&l, h / n) + RING_STEP_US) +
+        return 2 * (localHop(&l, topo, (n - h) / n) + RING_STEP_US) + (rounds + fold) * (l.hop * busyAt(&l, h / n) + RING_STEP_US) +
                RD_NET_FACTOR * (rounds + fold) * b / l.copy + l.share * local * b * (1 / SHM_REDUCE_BPUS + 1 / SHM_COPY_BPUS);
       }
       double rounds = log2Floor(topo->nranks), fold = (1 << (int)rounds) != topo->nranks ? 2 : 0;
@@ -176,6 +184,9 @@ double tuneModelUs(const struct tuneTopo *topo, int coll, int algo, int proto, i
         lat = fold * (l.local + RING_STEP_US);
         for (int t = 1; t <= (int)rounds; t++) {
           double f = used * (1 << t) / p, hop = t <= within && topo->nhosts > 1 ? l.local : l.hop;
+          /* a first round within a host moves every rank at once, so even its shared-memory hop
+           * pays the cores' share (charged so, the model's order matched bench/tune_net's at
+           * 8-128 B; without it Rabenseifner ties recursive doubling there, measured 20% slower) */
           lat += 2 * (hop * busyAt(&l, (f > 1 ? f : 1) / (1 << t)) + RING_STEP_US);
         }
       }
