@@ -107,4 +107,8 @@ const char *resultName(ncclResult_t r) {
   }
 }
 
+std::string outcomeText(ncclResult_t r) {
+  return r == ncclTimeout ? " with a timeout error (ncclTimeout)" : std::string(": ") + resultName(r);
+}
+
 }  // namespace chorus_torch

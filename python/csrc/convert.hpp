@@ -55,6 +55,10 @@ struct Reduction {
 };
 
 const char *resultName(ncclResult_t r);
+// How a failed call ended, to follow "failed" or "was refused": ": ncclX", or
+// for a timeout " with a timeout error (ncclTimeout)", in the words scripts
+// and torch's own tests look for (gloo's "Timed out", NCCL's "timeout").
+std::string outcomeText(ncclResult_t r);
 const char *reduceOpName(c10d::ReduceOp::RedOpType op);
 
 }  // namespace chorus_torch

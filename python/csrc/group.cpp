@@ -89,7 +89,7 @@ Group::~Group() {
 ncclComm_t Group::finishInit(ncclComm_t comm, ncclResult_t r, std::chrono::milliseconds timeout,
                              const std::string &what, const std::function<std::string()> &missing) {
   if (r != ncclSuccess && r != ncclInProgress)
-    throwBackend(c10::str("chorus: ", what, " failed: ", resultName(r), ": ", ncclGetLastError(nullptr)));
+    throwBackend(c10::str("chorus: ", what, " failed", outcomeText(r), ": ", ncclGetLastError(nullptr)));
   if (comm == nullptr) return nullptr;
   auto deadline = std::chrono::steady_clock::now() + timeout;
   auto pause = std::chrono::microseconds(20);
@@ -100,7 +100,7 @@ ncclComm_t Group::finishInit(ncclComm_t comm, ncclResult_t r, std::chrono::milli
     if (state != ncclInProgress) {
       std::string text = ncclGetLastError(comm);
       ncclCommAbort(comm);
-      throwBackend(c10::str("chorus: ", what, " failed: ", resultName(state), ": ", text));
+      throwBackend(c10::str("chorus: ", what, " failed", outcomeText(state), ": ", text));
     }
     if (std::chrono::steady_clock::now() > deadline) {
       ncclCommAbort(comm);
@@ -391,7 +391,7 @@ void Group::issueLocked(std::vector<Item> &items, bool throwOnError, cudaStream_
   if (first == ncclSuccess) first = end;
   if (first != ncclSuccess) {
     std::string text = c10::str("chorus: ", items.size() > 1 ? "a group of operations" : "the operation",
-                                " on group '", name_, "' was refused: ", resultName(first), ": ",
+                                " on group '", name_, "' was refused", outcomeText(first), ": ",
                                 ncclGetLastError(comm), rankMap_);
     return failLocked(items, text, throwOnError);
   }
@@ -493,11 +493,8 @@ std::string Group::failureText(const char *name, uint64_t seq, ncclResult_t r, b
     ncclComm_t comm = p2p ? p2pComm_ : comm_;
     why = comm ? ncclGetLastError(comm) : "the group was aborted";
   }
-  // A timeout says so in words, as gloo's "Timed out" and NCCL's watchdog's
-  // "timeout" do: scripts (and torch's own tests) look for them.
-  std::string result = r == ncclTimeout ? " with a timeout error (ncclTimeout)" : std::string(": ") + resultName(r);
   return c10::str("chorus: ", name, " (sequence number ", seq, ") on rank ", rank_, " of group '", name_, "' failed",
-                  result, ": ", why, rankMap_);
+                  outcomeText(r), ": ", why, rankMap_);
 }
 
 void Group::logFlightRecorder(const char *why) {
