@@ -303,6 +303,19 @@ def coalesced(rank, size):
         raise AssertionError("all_gather_coalesced took one output list too many")
     except RuntimeError as e:
         assert "one per rank of the group" in str(e), e
+    try:  # a rank's list one tensor short of the inputs
+        dist.all_gather_coalesced([[torch.zeros(1)]] * size, [torch.zeros(1), torch.zeros(2)])
+        raise AssertionError("all_gather_coalesced took an output list shorter than the inputs")
+    except RuntimeError as e:
+        assert "each output list must have 2 tensors" in str(e), e
+    try:  # an output tensor of another size than its input
+        dist.all_gather_coalesced([[torch.zeros(1), torch.zeros(3)]] * size, [torch.zeros(1), torch.zeros(2)])
+        raise AssertionError("all_gather_coalesced took an output of the wrong size")
+    except (RuntimeError, ValueError) as e:
+        assert "an output tensor has 3 elements but the input has 2" in str(e), e
+    after = torch.ones(3)  # and the group still works after the refusals
+    dist.all_reduce(after)
+    check(after, torch.full((3,), float(size)), "all_reduce after refused all_gather_coalesced calls")
 
 
 def alltoall(rank, size):
