@@ -287,10 +287,13 @@ int logPerProcess(char *dir, const char *name, const char *subsys) {
   return 0;
 }
 
-int denyCma(void) {
+/* A seccomp filter that fails the system calls read and write (either
+ * may be -1: none) with EPERM. */
+static int denyCalls(long read, long write) {
   struct sock_filter f[] = {
       BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
-      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_process_vm_readv, 0, 1),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (uint32_t)read, 1, 0),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (uint32_t)write, 0, 1),
       BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
       BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
   };
@@ -298,3 +301,7 @@ int denyCma(void) {
   if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return -1;
   return (int)syscall(__NR_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC, &prog);
 }
+
+int denyCma(void) { return denyCalls(__NR_process_vm_readv, __NR_process_vm_writev); }
+
+int denyCmaWrite(void) { return denyCalls(-1, __NR_process_vm_writev); }

@@ -65,9 +65,13 @@ int tempDir(char *dir, const char *name);
  * named after name; call it before the first NCCL call, which starts the
  * logging. 0 on success. */
 int logPerProcess(char *dir, const char *name, const char *subsys);
-/* From here on process_vm_readv (CMA) fails with EPERM in every thread of
- * this process, as a container's seccomp filter makes it; 0 on success. */
+/* From here on process_vm_readv and process_vm_writev (CMA) fail with
+ * EPERM in every thread of this process, as a container's seccomp filter
+ * makes them; 0 on success. */
 int denyCma(void);
+/* The same for process_vm_writev only: this process reads its peers'
+ * memory but cannot write it. */
+int denyCmaWrite(void);
 
 double nowSec(void);
 /* How many lines of the file at path hold needle; -1 when it cannot be read. */

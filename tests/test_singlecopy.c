@@ -17,6 +17,15 @@
  *   deadreader - the receiver of a send that fits the FIFO dies before
  *              it reads: the sender's call fails within 2 s, naming it.
  *   off      - CHORUS_SINGLE_COPY=0 on one rank only: all still right.
+ *   nowrite  - with CHORUS_CMA_SPLIT=1 (readers offer senders half of each
+ *              read), rank 0 may read its peers' memory but not write it
+ *              (its filter fails process_vm_writev only): its first
+ *              write fails, it says so in its log and takes no more offers,
+ *              and every rank's results are right.
+ *   deadsender - with CHORUS_CMA_SPLIT=1, the root of a stream of 4 MiB
+ *              Broadcasts dies (SIGKILL) while its peer reads: the peer's
+ *              call fails within 2 s, naming it, whether the root died
+ *              writing a half or waiting.
  *   auto     - CHORUS_SINGLE_COPY unset (CHORUS_NT_STORES small): with CMA
  *              refused after init, a Send/Recv still works (auto leaves
  *              point-to-point to the FIFOs) and an AllGather fails (it read
@@ -24,6 +33,7 @@
  *   test_singlecopy <case> */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -214,6 +224,51 @@ static int deadReaderRank(int rank, int n, ncclUniqueId id, void *arg) {
   return 0;
 }
 
+static int noWriteRank(int rank, int n, ncclUniqueId id, void *arg) {
+  shared[1 + rank] = getpid();
+  if (rank == 0) EXPECT(denyCmaWrite() == 0, "seccomp: %s", strerror(errno));
+  ncclComm_t comm;
+  NCCLCHECK(ncclCommInitRank(&comm, n, id, rank));
+  for (int k = 0; k < 2; k++) /* the second time no rank offers rank 0 anything */
+    if (everyKind(rank, n, comm)) return 1;
+  NCCLCHECK(ncclCommDestroy(comm));
+  if (rank == 0) EXPECT(logHas(rank, "with CMA (Operation not permitted): it reads what it reads from here alone"),
+                        "rank 0's log does not say that it could not write");
+  else EXPECT(logHas(rank, "single copy from 2 of them"), "rank %d's log does not say it reads with CMA", rank);
+  return 0;
+}
+
+/* Rank 0 kills itself 200 ms after it begins its Broadcasts. */
+static void *dieSoon(void *arg) {
+  (void)arg;
+  usleep(200000);
+  shared[0] = nowSec();
+  raise(SIGKILL);
+  return NULL;
+}
+
+static int deadSenderRank(int rank, int n, ncclUniqueId id, void *arg) {
+  ncclComm_t comm;
+  NCCLCHECK(ncclCommInitRank(&comm, n, id, rank));
+  size_t count = 1 << 20;
+  float *buf = filled(0, count);
+  NCCLCHECK(ncclAllReduce(buf, buf, 1, ncclFloat, ncclMax, comm, NULL));
+  pthread_t killer;
+  if (rank == 0) EXPECT(pthread_create(&killer, NULL, dieSoon, NULL) == 0, "pthread_create");
+  ncclResult_t res = ncclSuccess;
+  for (int k = 0; res == ncclSuccess && k < 100000; k++) res = ncclBroadcast(buf, buf, count, ncclFloat, 0, comm, NULL);
+  double sinceDeath = nowSec() - shared[0];
+  EXPECT(res == ncclRemoteError, "rank 1: the Broadcast from a dead root returned %s", ncclGetErrorString(res));
+  EXPECT(shared[0] > 0 && sinceDeath < 2.0, "rank 1: the error came %.2f s after the death", sinceDeath);
+  EXPECT(strstr(ncclGetLastError(comm), "rank 0"), "rank 1: last error '%s' does not name rank 0",
+         ncclGetLastError(comm));
+  fprintf(stderr, "rank 1: %s %.0f ms after rank 0 died: %s\n", ncclGetErrorString(res), sinceDeath * 1e3,
+          ncclGetLastError(comm));
+  NCCLCHECK(ncclCommAbort(comm));
+  guardFree(buf);
+  return 0;
+}
+
 static int offRank(int rank, int n, ncclUniqueId id, void *arg) {
   if (rank == 0) setenv("CHORUS_SINGLE_COPY", "0", 1);
   ncclComm_t comm;
@@ -276,6 +331,22 @@ int main(int argc, char **argv) {
     failed = runRanks(3, revokedRank, NULL, 60);
   } else if (!strcmp(c, "deadreader")) {
     failed = runRanks(2, deadReaderRank, NULL, 60) != 1; /* the victim counts as failed (killed) */
+  } else if (!strcmp(c, "nowrite")) {
+    setenv("CHORUS_CMA_SPLIT", "1", 1);
+    if (logPerProcess(logDir, "singlecopy", "SHM")) return 1;
+    failed = runRanks(3, noWriteRank, NULL, 60);
+    for (int r = 0; r < 3; r++) {
+      char path[128];
+      snprintf(path, sizeof path, "%s/log.%d", logDir, (int)shared[1 + r]);
+      unlink(path);
+    }
+    char mine[128];
+    snprintf(mine, sizeof mine, "%s/log.%d", logDir, (int)getpid());
+    unlink(mine);
+    rmdir(logDir);
+  } else if (!strcmp(c, "deadsender")) {
+    setenv("CHORUS_CMA_SPLIT", "1", 1);
+    failed = runRanks(2, deadSenderRank, NULL, 60) != 1; /* the victim counts as failed (killed) */
   } else if (!strcmp(c, "auto")) {
     unsetenv("CHORUS_SINGLE_COPY");
     setenv("CHORUS_NT_STORES", "4096", 1);
@@ -283,7 +354,7 @@ int main(int argc, char **argv) {
   } else if (!strcmp(c, "off")) {
     failed = runRanks(3, offRank, NULL, 60);
   } else {
-    fprintf(stderr, "usage: test_singlecopy mixed|held|revoked|deadreader|off|auto\n");
+    fprintf(stderr, "usage: test_singlecopy mixed|held|revoked|deadreader|nowrite|deadsender|off|auto\n");
     return 2;
   }
   printf("test_singlecopy %s: %s\n", c, failed ? "FAILED" : "passed");

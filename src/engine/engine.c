@@ -364,6 +364,22 @@ static const struct conn *taskRefsHeld(const struct schedule *s, const struct ta
   return NULL;
 }
 
+/* A rank that waits while its receivers read what its reference slots point
+ * to does part of their copies where they offer it (the transport's
+ * assist): 1 when it copied something. */
+static int assistReaders(const struct schedule *s) {
+  int moved = 0;
+  for (int i = 0; i < s->ntasks; i++) {
+    const struct task *t = &s->tasks[i];
+    for (int k = 0; t->refsPosted && k < t->nsteps; k++) {
+      const struct step *st = &s->steps[t->firstStep + k];
+      if (st->send && st->send->tp->assist && st->sp->refsHeld && st->sp->refsHeld(st->send))
+        moved |= st->send->tp->assist(st->send);
+    }
+  }
+  return moved;
+}
+
 /* Runs a task as far as the FIFOs allow. Returns 1 if anything moved, or
  * minus the error of a step that failed (stepAdvance). */
 static int taskProgress(struct schedule *s, struct task *t) {
@@ -647,6 +663,7 @@ static ncclResult_t engineRunTasks(struct schedule *s) {
       w.blockNow = !moved && drivenOnlyWait(s);
     }
     if (ed.n && s->tasks[0].prof) profPollSent(s);
+    if (!moved) moved = assistReaders(s);
     if (moved) {
       waitProgress(&w);
     } else {
@@ -669,6 +686,7 @@ static ncclResult_t engineRunTasks(struct schedule *s) {
     const struct conn *held = refsHeldBy(s);
     if (!busy && !held) return ncclSuccess;
     w.blockNow = !ed.quiet && !held; /* a reader's release wakes no descriptor */
+    if (!moved && held) moved = assistReaders(s);
     if (moved) {
       waitProgress(&w);
     } else if ((res = waitPause(&w)) != ncclSuccess) {

@@ -45,6 +45,20 @@ struct connCtrl {
    * the receiver looks for them only when there are new ones. */
   uint64_t notes;
   uint32_t mapRefused; /* the receiver could not map memory the sender handed over: it hands over no more */
+  /* The offer (shared memory, CMA): a receiver that reads a large
+   * reference offers its second half to the sender, which, waiting
+   * anyway, may write it into the receiver's memory meanwhile (shm.c).
+   * The receiver sets what and where, then raises offered; whoever raises
+   * claimed to offered first copies that half; the sender then sets
+   * offerErr and raises offerDone. */
+  _Alignas(64) uint64_t offered;
+  uint64_t offerClaimed, offerDone;
+  uint64_t offerDst;   /* in the receiver's process */
+  uint64_t offerSrc;   /* in the sender's */
+  uint64_t offerBytes;
+  int32_t offerPid;    /* the receiver's process */
+  int32_t offerErr;    /* errno of the sender's write, 0 when done */
+  uint32_t offerRefused; /* the sender cannot write the receiver's memory: no more offers */
 };
 
 enum connReadMode {

@@ -4,13 +4,14 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/socket.h>
-#include <sys/uio.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -18,6 +19,8 @@
 #include "core/err.h"
 #include "core/log.h"
 #include "core/param.h"
+#include "core/wait.h"
+#include "transport/cma.h"
 #include "transport/memshare.h"
 
 static int shmCanConnect(const struct bootstrap *b, int peer) {
@@ -64,12 +67,79 @@ static int shmReadMode(const struct shmRankInfo *info, int peer) {
   uint64_t mine = shmProcessCookie();
   if (info->pid == getpid() && info->cookie == mine) return connReadDirect;
   uint64_t got = 0;
-  struct iovec local = {&got, sizeof got}, remote = {(void *)(uintptr_t)info->cookieAddr, sizeof got};
-  ssize_t n = process_vm_readv((pid_t)info->pid, &local, 1, &remote, 1, 0);
-  if (n == (ssize_t)sizeof got && got == info->cookie) return connReadCma;
+  int err = cmaRead((pid_t)info->pid, &got, info->cookieAddr, sizeof got);
+  if (!err && got == info->cookie) return connReadCma;
   INFO(subsysShm, "SHM : cannot read local rank %d's memory (pid %lld) with CMA: %s; its data comes through the FIFOs",
-       peer, (long long)info->pid, n < 0 ? strerror(errno) : "it reads back something else");
+       peer, (long long)info->pid, err ? strerror(err) : "it reads back something else");
   return connReadNone;
+}
+
+/* The receiver's wait for the sender's half of an offer: the sender is
+ * copying it (a system call of microseconds), unless it died or stopped. */
+static ncclResult_t shmPidAlive(void *arg) {
+  pid_t pid = *(const pid_t *)arg;
+  return kill(pid, 0) == 0 || errno == EPERM ? ncclSuccess : ncclRemoteError;
+}
+
+/* A single-copy read of bytes at addr in the sender's process into dst.
+ * The kernel's copy runs at about half memcpy's rate for one thread, and
+ * two threads copying halves move twice as much (two processes on the
+ * 2-core development VM, 32-256 MiB: 5.5 GB/s read by one, 10.6 with the
+ * other process writing the second half at once; a scratch program,
+ * 2026-12-05). So a large read offers its second half to the sender
+ * (connCtrl's offer), which takes it if it is waiting on this connection
+ * (a Broadcast's root, a Send's sender: shmAssist) and writes it into dst
+ * while this rank reads the first half; a half nobody took by then this
+ * rank reads itself. CHORUS_CMA_SPLIT: -1 (auto) offers reads of 64 KiB or
+ * more where the host has a core per local rank, 1 reads of 8 KiB or more
+ * always (tests), 0 never. */
+static int shmReadCma(struct shmState *s, struct conn *c, void *dst, uint64_t addr, size_t bytes) {
+  struct connCtrl *k = c->ctrl;
+  pid_t pid = k->readPid;
+  size_t half = bytes / 2 & ~(size_t)4095; /* whole pages to the first half */
+  if (!s->offerMin || bytes < s->offerMin || !half || __atomic_load_n(&k->offerRefused, __ATOMIC_ACQUIRE))
+    return cmaRead(pid, dst, addr, bytes);
+  uint64_t job = k->offered + 1; /* only this rank raises offered, and only this rank's one thread (the engine's) */
+  k->offerDst = (uintptr_t)dst + half;
+  k->offerSrc = addr + half;
+  k->offerBytes = bytes - half;
+  __atomic_store_n(&k->offered, job, __ATOMIC_RELEASE);
+  int err = cmaRead(pid, dst, addr, half);
+  uint64_t before = job - 1;
+  if (__atomic_compare_exchange_n(&k->offerClaimed, &before, job, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+    return err ? err : cmaRead(pid, (char *)dst + half, addr + half, bytes - half);
+  struct waitState w;
+  waitBegin(&w, NULL, shmPidAlive, &pid, "the sender's half of a single-copy read");
+  while (__atomic_load_n(&k->offerDone, __ATOMIC_ACQUIRE) != job) {
+    ncclResult_t r = waitPause(&w);
+    if (r != ncclSuccess) return r == ncclRemoteError ? ESRCH : ETIMEDOUT;
+  }
+  /* The sender's write failed (it says why, and offers no more): read it here. */
+  if (__atomic_load_n(&k->offerErr, __ATOMIC_RELAXED))
+    return err ? err : cmaRead(pid, (char *)dst + half, addr + half, bytes - half);
+  return err;
+}
+
+/* The sender's part of the offer (shmReadCma): on a connection its receiver
+ * reads with CMA, the half it offered, written into the receiver's memory
+ * (the receiver's process as setup saw it, not as the offer says). */
+static int shmAssist(struct conn *c) {
+  struct connCtrl *k = c->ctrl;
+  uint64_t job = __atomic_load_n(&k->offered, __ATOMIC_ACQUIRE), before = job - 1;
+  if (job == 0 || __atomic_load_n(&k->offerClaimed, __ATOMIC_RELAXED) != before ||
+      !__atomic_compare_exchange_n(&k->offerClaimed, &before, job, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+    return 0;
+  struct shmPeer *q = c->tpConn;
+  const struct shmRankInfo *info = q->s->segs[q->rank];
+  int err = cmaWrite((pid_t)info->pid, k->offerDst, (const void *)(uintptr_t)k->offerSrc, (size_t)k->offerBytes);
+  if (err) {
+    INFO(subsysShm, "SHM : cannot write local rank %d's memory with CMA (%s): it reads what it reads from here alone",
+         q->rank, strerror(err));
+    __atomic_store_n(&k->offerRefused, 1, __ATOMIC_RELEASE);
+  }
+  __atomic_store_n(&k->offerErr, err, __ATOMIC_RELAXED);
+  __atomic_store_n(&k->offerDone, job, __ATOMIC_RELEASE);
+  return 1;
 }
 
 static ncclResult_t shmReadPeer(struct conn *c, void *dst, uint64_t addr, uint64_t key, size_t bytes) {
@@ -82,19 +152,21 @@ static ncclResult_t shmReadPeer(struct conn *c, void *dst, uint64_t addr, uint64
          c->peer, (unsigned long long)key);
     return ncclSystemError;
   }
-  size_t done = 0;
-  while (done < bytes) { /* the kernel may stop short (at a page it cannot reach yet) */
-    struct iovec local = {(char *)dst + done, bytes - done}, remote = {(void *)(uintptr_t)(addr + done), bytes - done};
-    ssize_t n = process_vm_readv(c->ctrl->readPid, &local, 1, &remote, 1, 0);
-    if (n <= 0) {
-      int err = n < 0 ? errno : EFAULT;
-      WARN("SHM : reading %zu bytes of rank %d's buffer (pid %d) failed: %s", bytes, c->peer, c->ctrl->readPid,
-           strerror(err));
-      return err == ESRCH ? ncclRemoteError : ncclSystemError;
-    }
-    done += (size_t)n;
+  int err = shmReadCma(((struct shmPeer *)c->tpConn)->s, c, dst, addr, bytes);
+  if (err) {
+    WARN("SHM : reading %zu bytes of rank %d's buffer (pid %d) failed: %s", bytes, c->peer, c->ctrl->readPid,
+         strerror(err));
+    return err == ESRCH ? ncclRemoteError : err == ETIMEDOUT ? ncclTimeout : ncclSystemError;
   }
   return ncclSuccess;
+}
+
+/* The CPUs this process may run on. */
+static int shmCpus(void) {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? (int)n : 1;
 }
 
 static socklen_t udsName(struct sockaddr_un *a, uint64_t nonce, int rank) {
@@ -525,6 +597,8 @@ static ncclResult_t shmSetup(void **state, struct bootstrap *b, struct connTable
       __atomic_store_n(&ctrl->readMode, (uint32_t)mode, __ATOMIC_RELEASE);
     }
   }
+  int64_t split = paramInt(paramCmaSplit); /* shmReadCma */
+  s->offerMin = split > 0 ? 8192 : split < 0 && nlocal <= shmCpus() ? 65536 : 0;
   INFO(subsysShm, "SHM : segment of %zu bytes per rank, %d local ranks, single copy from %d of them", s->segBytes,
        nlocal, singleCopy);
   shmLive(s, 1);
@@ -568,4 +642,5 @@ const struct transport shmTransport = {
     .shareRef = shmShareRef,
     .mapPeer = shmMapPeer,
     .readPeer = shmReadPeer,
+    .assist = shmAssist,
 };

@@ -46,6 +46,7 @@ struct shmState {
   struct shmPeer *peers; /* [nranks] */
   int *chanIn, nIn;      /* the sockets local peers send their notes on */
   struct shmState *next; /* in the list of live states, for freed memory's notes */
+  size_t offerMin;       /* CMA reads from this size offer their second half to the sender (0: none) */
 };
 
 #endif

@@ -79,6 +79,10 @@ struct transport {
   /* Receiver: copies bytes at addr in the sender's memory into dst. An
    * error (the sender is gone, or its memory is) says so in a WARN. */
   ncclResult_t (*readPeer)(struct conn *c, void *dst, uint64_t addr, uint64_t key, size_t bytes);
+  /* Sender, waiting while its receiver reads what its reference slots
+   * point to: does part of that copy if the receiver offered one (NULL:
+   * never). 1 when it copied something; never blocks longer than the copy. */
+  int (*assist)(struct conn *c);
 };
 
 extern const struct transport selfTransport, shmTransport, netTransport;
