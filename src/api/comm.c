@@ -312,11 +312,21 @@ static void commSingleCopy(struct ncclComm *comm) {
   int64_t v = paramInt(paramSingleCopy);
   comm->mappedRefs = v != 0;
   if (v >= 0) {
-    comm->singleCopyBytes = comm->singleCopyP2pBytes = (uint64_t)v;
+    comm->singleCopyBytes = comm->singleCopyP2pBytes = comm->singleCopyBcastBytes = (uint64_t)v;
     return;
   }
-  comm->singleCopyBytes = comm->topo[comm->rank].pus > 0 && !commSharesCores(comm) ? comm->ntStoreBytes : 0;
+  int coreEach = comm->topo[comm->rank].pus > 0 && !commSharesCores(comm);
+  comm->singleCopyBytes = coreEach ? comm->ntStoreBytes : 0;
   comm->singleCopyP2pBytes = 0;
+  /* A Broadcast's root only waits while its peer reads, so it writes half
+   * of each large read itself (CHORUS_CMA_SPLIT, transport/shm.c): one copy
+   * by two cores, which beats the FIFO's two from 128 KiB (2 ranks, in
+   * place, busbw: 128 KiB-1 MiB 15-18 -> 20-36 GB/s, 4-16 MiB 13-14 ->
+   * 18-20, 256 MiB 5.3 -> 9.1; `broadcast_perf -y 1`, runs of 2026-12-05).
+   * Measured with 2 ranks only (this host has 2 cores): a chain of more,
+   * each reading its predecessor's copy, keeps the collectives' size. */
+  int split = coreEach && comm->nranks == 2 && commLocalRanks(comm) == 2 && paramInt(paramCmaSplit) != 0;
+  comm->singleCopyBcastBytes = split ? 131072 : comm->singleCopyBytes;
 }
 
 /* Every rank's view of its host and CPUs (exchanged with the agreement):
