@@ -56,7 +56,6 @@ struct connCtrl {
   uint64_t offerDst;   /* in the receiver's process */
   uint64_t offerSrc;   /* in the sender's */
   uint64_t offerBytes;
-  int32_t offerPid;    /* the receiver's process */
   int32_t offerErr;    /* errno of the sender's write, 0 when done */
   uint32_t offerRefused; /* the sender cannot write the receiver's memory: no more offers */
 };
