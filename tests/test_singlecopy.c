@@ -26,11 +26,11 @@
  *              Broadcasts dies (SIGKILL) while its peer reads: the peer's
  *              call fails within 2 s, naming it, whether the root died
  *              writing a half or waiting.
- *   autobcast - CHORUS_SINGLE_COPY unset, 2 ranks: with CMA refused to
- *              rank 1 after init, a 64 KiB Broadcast from rank 0 works
- *              (the FIFOs) and a 256 KiB one fails (from 128 KiB a 2-rank
- *              Broadcast is read where the root holds it), where the host
- *              has a core per rank.
+ *   autopair - CHORUS_SINGLE_COPY unset, 2 ranks: with CMA refused to
+ *              rank 1 after init, a 64 KiB Broadcast from rank 0 and a 64
+ *              KiB AllGather work (the FIFOs), and a 256 KiB Broadcast, or
+ *              AllGather, fails (from 128 KiB 2 ranks read each other's
+ *              buffers), where the host has a core per rank.
  *   auto     - CHORUS_SINGLE_COPY unset (CHORUS_NT_STORES small): with CMA
  *              refused after init, a Send/Recv still works (auto leaves
  *              point-to-point to the FIFOs) and an AllGather fails (it read
@@ -308,26 +308,41 @@ static int autoRank(int rank, int n, ncclUniqueId id, void *arg) {
   return 0;
 }
 
-static int autoBcastRank(int rank, int n, ncclUniqueId id, void *arg) {
+/* Rank 1 cannot read rank 0's buffer: an operation of 256 KiB that it
+ * reads fails on both ranks where 2 ranks read each other from 128 KiB. */
+static int pairFails(int rank, int n, ncclComm_t comm, ncclResult_t res, const char *what) {
+  if (sysconf(_SC_NPROCESSORS_ONLN) >= n) {
+    EXPECT(res != ncclSuccess, "rank %d: the 256 KiB %s succeeded: rank 1 did not read rank 0's buffer", rank, what);
+    NCCLCHECK(ncclCommAbort(comm));
+  } else { /* more ranks than cores: auto keeps to the FIFOs */
+    EXPECT(res == ncclSuccess, "rank %d: the %s failed: %s", rank, what, ncclGetLastError(comm));
+    NCCLCHECK(ncclCommDestroy(comm));
+  }
+  return 0;
+}
+
+static int autoPairRank(int rank, int n, ncclUniqueId id, void *arg) {
+  int gather = *(int *)arg;
   ncclComm_t comm;
   NCCLCHECK(ncclCommInitRank(&comm, n, id, rank));
   size_t count = 1 << 16; /* 256 KiB */
-  float *buf = rank == 0 ? filled(0, count) : guardAlloc(count * sizeof(float));
+  float *buf = filled(rank, count), *out = guardAlloc(count * n * sizeof(float));
   if (rank == 1) EXPECT(denyCma() == 0, "seccomp: %s", strerror(errno));
-  NCCLCHECK(ncclAllReduce(buf, buf, 1, ncclFloat, ncclMax, comm, NULL)); /* the filter is in place */
-  if (rank == 0) buf[0] = value(0, 0);
-  NCCLCHECK(ncclBroadcast(buf, buf, count / 4, ncclFloat, 0, comm, NULL));
-  if (checkFrom(buf, 0, 0, count / 4, "64 KiB Broadcast", rank)) return 1;
-  ncclResult_t res = ncclBroadcast(buf, buf, count, ncclFloat, 0, comm, NULL);
-  if (sysconf(_SC_NPROCESSORS_ONLN) >= n) {
-    EXPECT(res != ncclSuccess, "rank %d: the 256 KiB Broadcast succeeded: rank 1 did not read rank 0's buffer", rank);
-    NCCLCHECK(ncclCommAbort(comm));
-  } else { /* more ranks than cores: auto keeps to the FIFOs */
-    EXPECT(res == ncclSuccess, "rank %d: the Broadcast failed: %s", rank, ncclGetLastError(comm));
-    if (checkFrom(buf, 0, 0, count, "256 KiB Broadcast", rank)) return 1;
-    NCCLCHECK(ncclCommDestroy(comm));
+  NCCLCHECK(ncclAllReduce(out, out, 1, ncclFloat, ncclMax, comm, NULL)); /* the filter is in place */
+  ncclResult_t res;
+  if (gather) {
+    NCCLCHECK(ncclAllGather(buf, out, count / 8, ncclFloat, comm, NULL)); /* 64 KiB in all */
+    for (int r = 0; r < n; r++)
+      if (checkFrom(out + (size_t)r * (count / 8), r, 0, count / 8, "64 KiB AllGather", rank)) return 1;
+    res = ncclAllGather(buf, out, count / 2, ncclFloat, comm, NULL);
+  } else {
+    NCCLCHECK(ncclBroadcast(buf, out, count / 4, ncclFloat, 0, comm, NULL));
+    if (checkFrom(out, 0, 0, count / 4, "64 KiB Broadcast", rank)) return 1;
+    res = ncclBroadcast(buf, out, count, ncclFloat, 0, comm, NULL);
   }
+  if (pairFails(rank, n, comm, res, gather ? "AllGather" : "Broadcast")) return 1;
   guardFree(buf);
+  guardFree(out);
   return 0;
 }
 
@@ -375,9 +390,12 @@ int main(int argc, char **argv) {
   } else if (!strcmp(c, "deadsender")) {
     setenv("CHORUS_CMA_SPLIT", "1", 1);
     failed = runRanks(2, deadSenderRank, NULL, 60) != 1; /* the victim counts as failed (killed) */
-  } else if (!strcmp(c, "autobcast")) {
+  } else if (!strcmp(c, "autopair")) {
     unsetenv("CHORUS_SINGLE_COPY");
-    failed = runRanks(2, autoBcastRank, NULL, 60);
+    int gather = 0;
+    failed = runRanks(2, autoPairRank, &gather, 60);
+    gather = 1;
+    failed |= runRanks(2, autoPairRank, &gather, 60);
   } else if (!strcmp(c, "auto")) {
     unsetenv("CHORUS_SINGLE_COPY");
     setenv("CHORUS_NT_STORES", "4096", 1);
@@ -385,7 +403,7 @@ int main(int argc, char **argv) {
   } else if (!strcmp(c, "off")) {
     failed = runRanks(3, offRank, NULL, 60);
   } else {
-    fprintf(stderr, "usage: test_singlecopy mixed|held|revoked|deadreader|nowrite|deadsender|off|auto|autobcast\n");
+    fprintf(stderr, "usage: test_singlecopy mixed|held|revoked|deadreader|nowrite|deadsender|off|auto|autopair\n");
     return 2;
   }
   printf("test_singlecopy %s: %s\n", c, failed ? "FAILED" : "passed");

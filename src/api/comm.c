@@ -297,14 +297,22 @@ static uint64_t commNtStoreBytes(const struct ncclComm *comm) {
  * algorithm allows, algoStableSends) are read by local receivers in the
  * sender's buffer (one copy, with CMA) instead of through the FIFOs (two).
  * Set, it holds for every operation; auto (-1), for collectives only
- * (AllGather, Broadcast), from where the NT stores start, and only while
- * each of the host's ranks has a core to itself. The kernel's copy runs at
- * half memcpy's rate here (4-5 GB/s against 9-10, bench/membw's host), so
- * one copy wins only where the FIFO's two would leave the cache and no rank
- * waits for a core: 2 ranks on 2 cores, AllGather 256 MiB 2.6 -> 4.1 GB/s
- * busbw, Broadcast 3.1 -> 4.6; Send/Recv lost (5.9 -> 2.2) and so did 4
- * ranks on 2 cores (Broadcast 4.5 -> 3.0). A local choice: a receiver
- * reads what it is given.
+ * (AllGather, Broadcast), only while each of the host's ranks has a core
+ * to itself, and from where the NT stores start: there the FIFO's two
+ * copies leave the cache (2 ranks on 2 cores, AllGather 256 MiB 2.6 ->
+ * 4.1 GB/s busbw, Broadcast 3.1 -> 4.6). Between 2 ranks it wins from
+ * 128 KiB: a Broadcast's root writes half of each read (CHORUS_CMA_SPLIT,
+ * transport/shm.c) and an AllGather's two ranks read at once; busbw out
+ * of place / in place, `-y 1`, runs of 2026-12-05 alternated with the
+ * FIFO: AllGather 64 KiB-1 MiB 6.5-8.4 / 7.1-10.3 -> 10.9-16.6 / 12.8-24.0,
+ * 2 MiB 5.6-5.8 / 7.2-7.4 -> 7.4-7.7 / 15.2-16.4, 8 MiB 5.5 / 6.9 ->
+ * 5.8-6.1 / 10.2-10.3; Broadcast 256 KiB 6.5-8.1 / 13.1-13.8 -> 22-24.5 /
+ * 28.6-31.5, 4 MiB 8.1-8.5 / 12.3-13.6 -> 10.4-11.4 / 14.2-17.8. More
+ * ranks (a ring or chain, each reading its predecessor's copy) were not
+ * measured with a core each (this host has 2), and keep the NT stores'
+ * size. Send/Recv stays with the FIFOs: both directions at once lost
+ * (5.9 -> 2.2), and so did 4 ranks on 2 cores (Broadcast 4.5 -> 3.0). A
+ * local choice: a receiver reads what it is given.
  * Memory of ncclMemAlloc's, which local peers map, is read where it lies at
  * any size (unless CHORUS_SINGLE_COPY=0): a plain copy at memory speed, the
  * FIFO's two copies made one. */
@@ -312,21 +320,13 @@ static void commSingleCopy(struct ncclComm *comm) {
   int64_t v = paramInt(paramSingleCopy);
   comm->mappedRefs = v != 0;
   if (v >= 0) {
-    comm->singleCopyBytes = comm->singleCopyP2pBytes = comm->singleCopyBcastBytes = (uint64_t)v;
+    comm->singleCopyBytes = comm->singleCopyP2pBytes = (uint64_t)v;
     return;
   }
   int coreEach = comm->topo[comm->rank].pus > 0 && !commSharesCores(comm);
-  comm->singleCopyBytes = coreEach ? comm->ntStoreBytes : 0;
+  int pair = comm->nranks == 2 && commLocalRanks(comm) == 2;
+  comm->singleCopyBytes = !coreEach ? 0 : pair ? 131072 : comm->ntStoreBytes;
   comm->singleCopyP2pBytes = 0;
-  /* A Broadcast's root only waits while its peer reads, so it writes half
-   * of each large read itself (CHORUS_CMA_SPLIT, transport/shm.c): one copy
-   * by two cores, which beats the FIFO's two from 128 KiB (2 ranks, in
-   * place, busbw: 128 KiB-1 MiB 15-18 -> 20-36 GB/s, 4-16 MiB 13-14 ->
-   * 18-20, 256 MiB 5.3 -> 9.1; `broadcast_perf -y 1`, runs of 2026-12-05).
-   * Measured with 2 ranks only (this host has 2 cores): a chain of more,
-   * each reading its predecessor's copy, keeps the collectives' size. */
-  int split = coreEach && comm->nranks == 2 && commLocalRanks(comm) == 2 && paramInt(paramCmaSplit) != 0;
-  comm->singleCopyBcastBytes = split ? 131072 : comm->singleCopyBytes;
 }
 
 /* Every rank's view of its host and CPUs (exchanged with the agreement):

@@ -96,7 +96,6 @@ struct ncclComm {
   uint64_t ntStoreBytes; /* operations this large (bytes, as nccl-tests counts) write their output past the cache; 0: none */
   uint64_t singleCopyBytes;    /* from this size local peers read a collective's sends where they are; 0: never */
   uint64_t singleCopyP2pBytes; /* the same for Send/Recv and the collectives made of them (AlltoAll, Gather, Scatter) */
-  uint64_t singleCopyBcastBytes; /* the same for Broadcast, whose root waits while its peers read */
   int mappedRefs; /* local peers read sends from memory they map (ncclMemAlloc's) where they are, at any size */
   struct topoRank *topo;    /* [nranks]: what each rank sees of its host (topo/topo.h) */
   uint64_t laneGen; /* schedule build that laneLast belongs to */

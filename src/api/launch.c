@@ -92,9 +92,7 @@ static ncclResult_t buildItem(struct schedule *s, const struct groupItem *it, ui
   uint64_t opBytes = statsOpBytes(&it->desc, comm->nranks);
   if (res == ncclSuccess && comm->ntStoreBytes && opBytes >= comm->ntStoreBytes)
     for (int k = firstTask; k < s->ntasks; k++) s->tasks[k].streamOut = 1;
-  uint64_t singleCopy = c.algo == algoP2p || c.algo == algoPairwise ? comm->singleCopyP2pBytes
-                        : it->desc.coll == collBroadcast      ? comm->singleCopyBcastBytes
-                                                              : comm->singleCopyBytes;
+  uint64_t singleCopy = c.algo == algoP2p || c.algo == algoPairwise ? comm->singleCopyP2pBytes : comm->singleCopyBytes;
   int refs = singleCopy && opBytes >= singleCopy ? refsAny : comm->mappedRefs ? refsMapped : refsNone;
   if (refs != refsNone && !algoStableSends(c.algo, it->desc.coll))
     refs = comm->mappedRefs && algoMappedSends(c.algo, it->desc.coll) && buffersMapped(&it->desc) ? refsMapped
