@@ -159,13 +159,14 @@ double tuneModelUs(const struct tuneTopo *topo, int coll, int algo, int proto, i
                              * 128 KiB-512 KiB, 4 ranks on 2 cores; even on 2) */
       if (coll == collAllReduce && topo->nhosts > 1 && topo->nhosts < topo->nranks) {
         /* host by host (recdouble.c): a hop within each host to its first rank and back (a
-         * shared-memory hop, l.local, which already counts the ranks waiting for the cores),
+         * shared-memory hop, which already counts the ranks waiting for the cores: localHop),
          * and log2(hosts) rounds of those first ranks, one per host, over the hosts' links
          * (bench/tune_net, 8 ranks on 4 namespaces, 2000 calls: the fastest from 8 B to 8 KiB,
          * 51-54 us at 8-128 B against Rabenseifner's 54-62 and Tree's 57-81) */
         double h = topo->nhosts, local = topo->localRanks - 1;
         double rounds = log2Floor(topo->nhosts), fold = (1 << (int)rounds) != topo->nhosts ? 2 : 0;
-        return 2 * (localHop(&l, topo, (n - h) / n) + RING_STEP_US) + (rounds + fold) * (l.hop * busyAt(&l, h / n) + RING_STEP_US) +
+        return 2 * (localHop(&l, topo, (n - h) / n) + RING_STEP_US) +
+               (rounds + fold) * (l.hop * busyAt(&l, h / n) + RING_STEP_US) +
                RD_NET_FACTOR * (rounds + fold) * b / l.copy + l.share * local * b * (1 / SHM_REDUCE_BPUS + 1 / SHM_COPY_BPUS);
       }
       double rounds = log2Floor(topo->nranks), fold = (1 << (int)rounds) != topo->nranks ? 2 : 0;
