@@ -287,14 +287,14 @@ int logPerProcess(char *dir, const char *name, const char *subsys) {
   return 0;
 }
 
-/* A seccomp filter that fails the system calls read and write (either
- * may be -1: none) with EPERM. */
-static int denyCalls(long read, long write) {
+/* A seccomp filter that answers the system calls read and write (either
+ * may be -1: none) with action: an errno, or the process's death. */
+static int denyCalls(long read, long write, uint32_t action) {
   struct sock_filter f[] = {
       BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
       BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (uint32_t)read, 1, 0),
       BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (uint32_t)write, 0, 1),
-      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+      BPF_STMT(BPF_RET | BPF_K, action),
       BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
   };
   struct sock_fprog prog = {sizeof f / sizeof f[0], f};
@@ -302,6 +302,8 @@ static int denyCalls(long read, long write) {
   return (int)syscall(__NR_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC, &prog);
 }
 
-int denyCma(void) { return denyCalls(__NR_process_vm_readv, __NR_process_vm_writev); }
+int denyCma(void) { return denyCalls(__NR_process_vm_readv, __NR_process_vm_writev, SECCOMP_RET_ERRNO | EPERM); }
 
-int denyCmaWrite(void) { return denyCalls(-1, __NR_process_vm_writev); }
+int denyCmaWrite(void) { return denyCalls(-1, __NR_process_vm_writev, SECCOMP_RET_ERRNO | EPERM); }
+
+int dieOnCmaWrite(void) { return denyCalls(-1, __NR_process_vm_writev, SECCOMP_RET_KILL_PROCESS); }

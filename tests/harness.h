@@ -72,6 +72,9 @@ int denyCma(void);
 /* The same for process_vm_writev only: this process reads its peers'
  * memory but cannot write it. */
 int denyCmaWrite(void);
+/* From here on this process dies (SIGSYS) as it calls process_vm_writev:
+ * in the middle of whatever it does when it does. */
+int dieOnCmaWrite(void);
 
 double nowSec(void);
 /* How many lines of the file at path hold needle; -1 when it cannot be read. */

@@ -26,6 +26,10 @@
  *              Broadcasts dies (SIGKILL) while its peer reads: the peer's
  *              call fails within 2 s, naming it, whether the root died
  *              writing a half or waiting.
+ *   claimdeath - with CHORUS_CMA_SPLIT=1, the root of 4 MiB Broadcasts
+ *              dies the moment it writes a half it took from its reader's
+ *              offer (a filter kills it in process_vm_writev): the reader,
+ *              waiting for that half, fails within 2 s, naming it.
  *   autopair - CHORUS_SINGLE_COPY unset, 2 ranks: with CMA refused to
  *              rank 1 after init, a 64 KiB Broadcast from rank 0 and a 64
  *              KiB AllGather work (the FIFOs), and a 256 KiB Broadcast, or
@@ -234,8 +238,18 @@ static int noWriteRank(int rank, int n, ncclUniqueId id, void *arg) {
   if (rank == 0) EXPECT(denyCmaWrite() == 0, "seccomp: %s", strerror(errno));
   ncclComm_t comm;
   NCCLCHECK(ncclCommInitRank(&comm, n, id, rank));
-  for (int k = 0; k < 2; k++) /* the second time no rank offers rank 0 anything */
+  for (int k = 0; k < 2; k++) /* the second time over connections where rank 0's write failed, no offers */
     if (everyKind(rank, n, comm)) return 1;
+  /* Broadcasts from rank 0, which only waits while its peers read: it
+   * takes their offers (and fails to write them) for certain. */
+  size_t count = 1 << 20;
+  float *b = rank == 0 ? filled(0, count) : guardAlloc(count * sizeof(float));
+  for (int k = 0; k < 3; k++) {
+    NCCLCHECK(ncclBroadcast(b, b, count, ncclFloat, 0, comm, NULL));
+    if (checkFrom(b, 0, 0, count, "Broadcast from the rank that cannot write", rank)) return 1;
+  }
+  EXPECT(guardCheck(b) == 0, "rank %d: guard bytes", rank);
+  guardFree(b);
   NCCLCHECK(ncclCommDestroy(comm));
   if (rank == 0) EXPECT(logHas(rank, "with CMA (Operation not permitted): it reads what it reads from here alone"),
                         "rank 0's log does not say that it could not write");
@@ -269,6 +283,30 @@ static int deadSenderRank(int rank, int n, ncclUniqueId id, void *arg) {
          ncclGetLastError(comm));
   fprintf(stderr, "rank 1: %s %.0f ms after rank 0 died: %s\n", ncclGetErrorString(res), sinceDeath * 1e3,
           ncclGetLastError(comm));
+  NCCLCHECK(ncclCommAbort(comm));
+  guardFree(buf);
+  return 0;
+}
+
+static int claimDeathRank(int rank, int n, ncclUniqueId id, void *arg) {
+  ncclComm_t comm;
+  NCCLCHECK(ncclCommInitRank(&comm, n, id, rank));
+  size_t count = 1 << 20;
+  float *buf = filled(0, count);
+  NCCLCHECK(ncclAllReduce(buf, buf, 1, ncclFloat, ncclMax, comm, NULL));
+  if (rank == 0) EXPECT(dieOnCmaWrite() == 0, "seccomp: %s", strerror(errno));
+  NCCLCHECK(ncclAllReduce(buf, buf, 1, ncclFloat, ncclMax, comm, NULL)); /* the filter is in place */
+  shared[0] = nowSec(); /* the root dies within its first Broadcast's first slots */
+  ncclResult_t res = ncclSuccess;
+  for (int k = 0; res == ncclSuccess && k < 1000; k++) res = ncclBroadcast(buf, buf, count, ncclFloat, 0, comm, NULL);
+  EXPECT(rank == 1, "rank 0 is alive after 1000 Broadcasts: it never took an offer");
+  double took = nowSec() - shared[0];
+  EXPECT(res == ncclRemoteError, "rank 1: the Broadcast from a root that died writing returned %s",
+         ncclGetErrorString(res));
+  EXPECT(took < 2.0, "rank 1: the error came %.2f s after the Broadcasts began", took);
+  EXPECT(strstr(ncclGetLastError(comm), "rank 0"), "rank 1: last error '%s' does not name rank 0",
+         ncclGetLastError(comm));
+  fprintf(stderr, "rank 1: %s after %.0f ms: %s\n", ncclGetErrorString(res), took * 1e3, ncclGetLastError(comm));
   NCCLCHECK(ncclCommAbort(comm));
   guardFree(buf);
   return 0;
@@ -390,6 +428,9 @@ int main(int argc, char **argv) {
   } else if (!strcmp(c, "deadsender")) {
     setenv("CHORUS_CMA_SPLIT", "1", 1);
     failed = runRanks(2, deadSenderRank, NULL, 60) != 1; /* the victim counts as failed (killed) */
+  } else if (!strcmp(c, "claimdeath")) {
+    setenv("CHORUS_CMA_SPLIT", "1", 1);
+    failed = runRanks(2, claimDeathRank, NULL, 60) != 1; /* the victim counts as failed (killed) */
   } else if (!strcmp(c, "autopair")) {
     unsetenv("CHORUS_SINGLE_COPY");
     int gather = 0;
@@ -403,7 +444,7 @@ int main(int argc, char **argv) {
   } else if (!strcmp(c, "off")) {
     failed = runRanks(3, offRank, NULL, 60);
   } else {
-    fprintf(stderr, "usage: test_singlecopy mixed|held|revoked|deadreader|nowrite|deadsender|off|auto|autopair\n");
+    fprintf(stderr, "usage: test_singlecopy mixed|held|revoked|deadreader|nowrite|deadsender|claimdeath|off|auto|autopair\n");
     return 2;
   }
   printf("test_singlecopy %s: %s\n", c, failed ? "FAILED" : "passed");

@@ -5,7 +5,6 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -74,13 +73,6 @@ static int shmReadMode(const struct shmRankInfo *info, int peer) {
   return connReadNone;
 }
 
-/* The receiver's wait for the sender's half of an offer: the sender is
- * copying it (a system call of microseconds), unless it died or stopped. */
-static ncclResult_t shmPidAlive(void *arg) {
-  pid_t pid = *(const pid_t *)arg;
-  return kill(pid, 0) == 0 || errno == EPERM ? ncclSuccess : ncclRemoteError;
-}
-
 /* A single-copy read of bytes at addr in the sender's process into dst.
  * The kernel's copy runs at about half memcpy's rate for one thread, and
  * two threads copying halves move twice as much (two processes on the
@@ -93,7 +85,8 @@ static ncclResult_t shmPidAlive(void *arg) {
  * rank reads itself. CHORUS_CMA_SPLIT: -1 (auto) offers reads of 64 KiB or
  * more where the host has a core per local rank, 1 reads of 8 KiB or more
  * always (tests), 0 never. */
-static int shmReadCma(struct shmState *s, struct conn *c, void *dst, uint64_t addr, size_t bytes) {
+static int shmReadCma(struct shmState *s, struct conn *c, void *dst, uint64_t addr, size_t bytes,
+                      ncclResult_t *waited) {
   struct connCtrl *k = c->ctrl;
   pid_t pid = k->readPid;
   size_t half = bytes / 2 & ~(size_t)4095; /* whole pages to the first half */
@@ -108,11 +101,19 @@ static int shmReadCma(struct shmState *s, struct conn *c, void *dst, uint64_t ad
   uint64_t before = job - 1;
   if (__atomic_compare_exchange_n(&k->offerClaimed, &before, job, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
     return err ? err : cmaRead(pid, (char *)dst + half, addr + half, bytes - half);
+  /* The sender is copying it, a system call of microseconds, unless it
+   * died (the bootstrap's liveness names it) or stopped; ncclCommAbort ends
+   * the wait too. A sender stopped in the middle of its write may still
+   * write that half once it runs again, into a buffer whose operation has
+   * failed. */
   struct waitState w;
-  waitBegin(&w, NULL, shmPidAlive, &pid, "the sender's half of a single-copy read");
+  waitBegin(&w, s->boot->abortFlag, bootstrapLiveness, s->boot, "the sender's half of a single-copy read");
   while (__atomic_load_n(&k->offerDone, __ATOMIC_ACQUIRE) != job) {
     ncclResult_t r = waitPause(&w);
-    if (r != ncclSuccess) return r == ncclRemoteError ? ESRCH : ETIMEDOUT;
+    if (r != ncclSuccess) {
+      *waited = r;
+      return EINTR;
+    }
   }
   /* The sender's write failed (it says why, and offers no more): read it here. */
   if (__atomic_load_n(&k->offerErr, __ATOMIC_RELAXED))
@@ -125,11 +126,13 @@ static int shmReadCma(struct shmState *s, struct conn *c, void *dst, uint64_t ad
  * (the receiver's process as setup saw it, not as the offer says). */
 static int shmAssist(struct conn *c) {
   struct connCtrl *k = c->ctrl;
+  struct shmPeer *q = c->tpConn;
   uint64_t job = __atomic_load_n(&k->offered, __ATOMIC_ACQUIRE), before = job - 1;
-  if (job == 0 || __atomic_load_n(&k->offerClaimed, __ATOMIC_RELAXED) != before ||
+  /* A peer whose cookie this rank could not read back at setup it does not
+   * write either: the reader reads its halves itself. */
+  if (job == 0 || !q->cma || __atomic_load_n(&k->offerClaimed, __ATOMIC_RELAXED) != before ||
       !__atomic_compare_exchange_n(&k->offerClaimed, &before, job, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
     return 0;
-  struct shmPeer *q = c->tpConn;
   const struct shmRankInfo *info = q->s->segs[q->rank];
   int err = cmaWrite((pid_t)info->pid, k->offerDst, (const void *)(uintptr_t)k->offerSrc, (size_t)k->offerBytes);
   if (err) {
@@ -152,11 +155,16 @@ static ncclResult_t shmReadPeer(struct conn *c, void *dst, uint64_t addr, uint64
          c->peer, (unsigned long long)key);
     return ncclSystemError;
   }
-  int err = shmReadCma(((struct shmPeer *)c->tpConn)->s, c, dst, addr, bytes);
+  ncclResult_t waited = ncclSuccess;
+  int err = shmReadCma(((struct shmPeer *)c->tpConn)->s, c, dst, addr, bytes, &waited);
+  if (waited != ncclSuccess) { /* the wait said why (a WARN) */
+    WARN("SHM : rank %d's half of reading %zu bytes of its buffer did not come", c->peer, bytes);
+    return waited;
+  }
   if (err) {
     WARN("SHM : reading %zu bytes of rank %d's buffer (pid %d) failed: %s", bytes, c->peer, c->ctrl->readPid,
          strerror(err));
-    return err == ESRCH ? ncclRemoteError : err == ETIMEDOUT ? ncclTimeout : ncclSystemError;
+    return err == ESRCH ? ncclRemoteError : ncclSystemError;
   }
   return ncclSuccess;
 }
@@ -449,6 +457,7 @@ static ncclResult_t shmSetup(void **state, struct bootstrap *b, struct connTable
   for (int p = 0; p < n; p++) nlocal += mine[p];
 
   s->me = me;
+  s->boot = b;
   pthread_mutex_init(&s->lock, NULL);
   s->peers = calloc(n, sizeof *s->peers);
   if (!s->peers) return ncclSystemError;
@@ -590,6 +599,7 @@ static ncclResult_t shmSetup(void **state, struct bootstrap *b, struct connTable
     if (!mine[p]) continue;
     const struct shmRankInfo *theirs = s->segs[p];
     int mode = shmReadMode(theirs, p);
+    s->peers[p].cma = mode == connReadCma;
     singleCopy += mode != connReadNone;
     for (int l = 0; l < lanes; l++) {
       struct connCtrl *ctrl = connRecv(t, p, l)->ctrl;

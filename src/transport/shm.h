@@ -26,6 +26,7 @@ struct shmPeer {
   struct shmState *s;
   int rank;
   int chanOut;            /* notes to the peer (-1: none) */
+  int cma;                /* this rank may reach the peer's memory with CMA (its cookie read back) */
   uint64_t *sentNotes;    /* notes sent to it: its receiving control block's count */
   const uint64_t *notes;  /* notes it has sent this rank (in this rank's segment) */
   uint64_t drained;       /* of those, the ones this rank has read */
@@ -47,6 +48,7 @@ struct shmState {
   int *chanIn, nIn;      /* the sockets local peers send their notes on */
   struct shmState *next; /* in the list of live states, for freed memory's notes */
   size_t offerMin;       /* CMA reads from this size offer their second half to the sender (0: none) */
+  struct bootstrap *boot; /* the communicator's: its abort flag and peers' liveness end a wait for a sender */
 };
 
 #endif
