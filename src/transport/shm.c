@@ -98,26 +98,27 @@ static int shmReadCma(struct shmState *s, struct conn *c, void *dst, uint64_t ad
   k->offerBytes = bytes - half;
   __atomic_store_n(&k->offered, job, __ATOMIC_RELEASE);
   int err = cmaRead(pid, dst, addr, half);
-  uint64_t before = job - 1;
-  if (__atomic_compare_exchange_n(&k->offerClaimed, &before, job, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
-    return err ? err : cmaRead(pid, (char *)dst + half, addr + half, bytes - half);
-  /* The sender is copying it, a system call of microseconds, unless it
-   * died (the bootstrap's liveness names it) or stopped; ncclCommAbort ends
-   * the wait too. A sender stopped in the middle of its write may still
-   * write that half once it runs again, into a buffer whose operation has
-   * failed. */
-  struct waitState w;
-  waitBegin(&w, s->boot->abortFlag, bootstrapLiveness, s->boot, "the sender's half of a single-copy read");
-  while (__atomic_load_n(&k->offerDone, __ATOMIC_ACQUIRE) != job) {
-    ncclResult_t r = waitPause(&w);
-    if (r != ncclSuccess) {
-      *waited = r;
-      return EINTR;
+  uint64_t before = job - 1; /* the second half is this rank's if the sender has not taken it */
+  int readSecond = __atomic_compare_exchange_n(&k->offerClaimed, &before, job, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+  if (!readSecond) {
+    /* The sender is copying it, a system call of microseconds, unless it
+     * died (the bootstrap's liveness names it) or stopped; ncclCommAbort
+     * ends the wait too. A sender stopped in the middle of its write may
+     * still write that half once it runs again, into a buffer whose
+     * operation has failed. */
+    struct waitState w;
+    waitBegin(&w, s->boot->abortFlag, bootstrapLiveness, s->boot, "the sender's half of a single-copy read");
+    while (__atomic_load_n(&k->offerDone, __ATOMIC_ACQUIRE) != job) {
+      ncclResult_t r = waitPause(&w);
+      if (r != ncclSuccess) {
+        *waited = r;
+        return EINTR;
+      }
     }
+    /* The sender's write failed (it says why, and offers no more): read it here. */
+    readSecond = __atomic_load_n(&k->offerErr, __ATOMIC_RELAXED) != 0;
   }
-  /* The sender's write failed (it says why, and offers no more): read it here. */
-  if (__atomic_load_n(&k->offerErr, __ATOMIC_RELAXED))
-    return err ? err : cmaRead(pid, (char *)dst + half, addr + half, bytes - half);
+  if (readSecond && !err) err = cmaRead(pid, (char *)dst + half, addr + half, bytes - half);
   return err;
 }
 
