@@ -307,3 +307,17 @@ int denyCma(void) { return denyCalls(__NR_process_vm_readv, __NR_process_vm_writ
 int denyCmaWrite(void) { return denyCalls(-1, __NR_process_vm_writev, SECCOMP_RET_ERRNO | EPERM); }
 
 int dieOnCmaWrite(void) { return denyCalls(-1, __NR_process_vm_writev, SECCOMP_RET_KILL_PROCESS); }
+
+static volatile double *stalledAt;
+static void stallHere(int sig) {
+  (void)sig;
+  *stalledAt = nowSec(); /* clock_gettime: safe in a handler */
+  for (;;) pause();
+}
+
+int stallOnCmaWrite(volatile double *at) {
+  stalledAt = at;
+  struct sigaction sa = {.sa_handler = stallHere};
+  if (sigaction(SIGSYS, &sa, NULL) != 0) return -1;
+  return denyCalls(-1, __NR_process_vm_writev, SECCOMP_RET_TRAP);
+}

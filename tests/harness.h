@@ -75,6 +75,10 @@ int denyCmaWrite(void);
 /* From here on this process dies (SIGSYS) as it calls process_vm_writev:
  * in the middle of whatever it does when it does. */
 int dieOnCmaWrite(void);
+/* From here on the thread that calls process_vm_writev stops there for
+ * good (it waits in a SIGSYS handler), its process alive: a stuck peer.
+ * The handler stores the time (nowSec) in *at as it starts waiting. */
+int stallOnCmaWrite(volatile double *at);
 
 double nowSec(void);
 /* How many lines of the file at path hold needle; -1 when it cannot be read. */

@@ -30,6 +30,13 @@
  *              dies the moment it writes a half it took from its reader's
  *              offer (a filter kills it in process_vm_writev): the reader,
  *              waiting for that half, fails within 2 s, naming it.
+ *   stuckwriter - with CHORUS_CMA_SPLIT=1, the root of 4 MiB Broadcasts
+ *              stops for good in the write of a half it took (alive, as a
+ *              stopped or swapped-out process): the reader, whose
+ *              communicator's timeout is 1 s (CHORUS_TIMEOUT 5 s), fails
+ *              with ncclTimeout within 3 s, naming it.
+ *   stuckabort - the same, the reader's timeout CHORUS_TIMEOUT's: a second
+ *              thread's ncclCommAbort ends its wait within 1 s.
  *   autopair - CHORUS_SINGLE_COPY unset, 2 ranks: with CMA refused to
  *              rank 1 after init, a 64 KiB Broadcast from rank 0 and a 64
  *              KiB AllGather work (the FIFOs), and a 256 KiB Broadcast, or
@@ -48,6 +55,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "chorus.h"
 #include "harness.h"
 
 static char logDir[64];
@@ -307,6 +315,63 @@ static int deadRootRank(int rank, int n, ncclUniqueId id, void *arg) {
   return 0;
 }
 
+struct stuckAborter {
+  ncclComm_t comm;
+  double at; /* when it aborted */
+};
+
+/* Aborts the communicator 200 ms after rank 0 stopped (shared[0]). */
+static void *abortWhenStuck(void *p) {
+  struct stuckAborter *a = p;
+  while (shared[0] == 0) usleep(1000);
+  usleep(200000);
+  a->at = nowSec();
+  ncclCommAbort(a->comm);
+  return NULL;
+}
+
+/* The root of a stream of 4 MiB Broadcasts stops for good writing a half
+ * it took from its reader's offer (stuckwriter, stuckabort): the reader's
+ * wait for that half ends at its communicator's timeout, or at an abort
+ * from another thread, not at CHORUS_TIMEOUT. Rank 1 then kills rank 0. */
+static int stuckRootRank(int rank, int n, ncclUniqueId id, void *arg) {
+  int abortIt = *(const int *)arg;
+  shared[1 + rank] = getpid();
+  ncclComm_t comm;
+  NCCLCHECK(ncclCommInitRank(&comm, n, id, rank));
+  if (rank == 1 && !abortIt) NCCLCHECK(chorusCommSetTimeout(comm, 1000));
+  size_t count = 1 << 20;
+  float *buf = filled(0, count);
+  NCCLCHECK(ncclAllReduce(buf, buf, 1, ncclFloat, ncclMax, comm, NULL));
+  if (rank == 0) EXPECT(stallOnCmaWrite(&shared[0]) == 0, "seccomp: %s", strerror(errno));
+  NCCLCHECK(ncclAllReduce(buf, buf, 1, ncclFloat, ncclMax, comm, NULL)); /* the filter is in place */
+  struct stuckAborter a = {comm, 0};
+  pthread_t aborter;
+  if (rank == 1 && abortIt) EXPECT(pthread_create(&aborter, NULL, abortWhenStuck, &a) == 0, "pthread_create");
+  ncclResult_t res = ncclSuccess;
+  for (int k = 0; res == ncclSuccess && k < 1000; k++) res = ncclBroadcast(buf, buf, count, ncclFloat, 0, comm, NULL);
+  EXPECT(rank == 1, "rank 0 returned from 1000 Broadcasts: it never took an offer");
+  double end = nowSec();
+  if (abortIt) {
+    pthread_join(aborter, NULL);
+    fprintf(stderr, "rank 1: %s %.0f ms after the abort\n", ncclGetErrorString(res), (end - a.at) * 1e3);
+    EXPECT(res != ncclSuccess && end - a.at < 1.0, "rank 1: the Broadcast returned %s %.2f s after the abort",
+           ncclGetErrorString(res), end - a.at);
+  } else {
+    double since = end - shared[0];
+    fprintf(stderr, "rank 1: %s %.0f ms after rank 0 stopped: %s\n", ncclGetErrorString(res), since * 1e3,
+            ncclGetLastError(comm));
+    EXPECT(res == ncclTimeout, "rank 1: the Broadcast from a stuck root returned %s", ncclGetErrorString(res));
+    EXPECT(shared[0] > 0 && since > 0.9 && since < 3.0, "rank 1: the error came %.2f s after rank 0 stopped", since);
+    EXPECT(strstr(ncclGetLastError(comm), "rank 0"), "rank 1: last error '%s' does not name rank 0",
+           ncclGetLastError(comm));
+    NCCLCHECK(ncclCommAbort(comm));
+  }
+  kill((pid_t)shared[1], SIGKILL);
+  guardFree(buf);
+  return 0;
+}
+
 static int offRank(int rank, int n, ncclUniqueId id, void *arg) {
   if (rank == 0) setenv("CHORUS_SINGLE_COPY", "0", 1);
   ncclComm_t comm;
@@ -423,6 +488,10 @@ int main(int argc, char **argv) {
     setenv("CHORUS_CMA_SPLIT", "1", 1);
     int inWrite = 1;
     failed = runRanks(2, deadRootRank, &inWrite, 60) != 1;
+  } else if (!strcmp(c, "stuckwriter") || !strcmp(c, "stuckabort")) {
+    setenv("CHORUS_CMA_SPLIT", "1", 1);
+    int abortIt = !strcmp(c, "stuckabort");
+    failed = runRanks(2, stuckRootRank, &abortIt, 60) != 1; /* rank 0 counts as failed (killed) */
   } else if (!strcmp(c, "autopair")) {
     unsetenv("CHORUS_SINGLE_COPY");
     int gather = 0;
@@ -436,7 +505,7 @@ int main(int argc, char **argv) {
   } else if (!strcmp(c, "off")) {
     failed = runRanks(3, offRank, NULL, 60);
   } else {
-    fprintf(stderr, "usage: test_singlecopy mixed|held|revoked|deadreader|nowrite|deadsender|claimdeath|off|auto|autopair\n");
+    fprintf(stderr, "usage: test_singlecopy mixed|held|revoked|deadreader|nowrite|deadsender|claimdeath|stuckwriter|stuckabort|off|auto|autopair\n");
     return 2;
   }
   printf("test_singlecopy %s: %s\n", c, failed ? "FAILED" : "passed");

@@ -141,11 +141,12 @@ static void diagnoseTimeout(struct ncclComm *comm) {
     }
     int len = snprintf(text, 4096, "%s timed out after %.3g s on rank %d: ", descStr(&rep[me].current, d, sizeof d),
                        (double)timeoutNs / 1e9, me);
-    int listed = 0, same = 0;
+    int listed = 0, same = 0, sameRank = -1;
     for (int i = 0; i < nranks; i++) {
       if (i == me) continue;
       if (strcmp(states[i], states[me]) == 0) {
         same++;
+        sameRank = i;
         continue;
       }
       int firstOfState = 1, count = 0;
@@ -161,11 +162,14 @@ static void diagnoseTimeout(struct ncclComm *comm) {
       listed++;
     }
     len = (int)strlen(text);
-    if (same > 0)
-      snprintf(text + len, 4096 - (size_t)len, "%s %s",
-               same > 1 ? (listed ? "all others" : "all others also")
-                        : (listed ? "the remaining rank" : "the other rank also"),
-               stateForm(states[me], same > 1));
+    if (same > 1) {
+      snprintf(text + len, 4096 - (size_t)len, "%s %s", listed ? "all others" : "all others also",
+               stateForm(states[me], 1));
+    } else if (same == 1) { /* one rank, named: with 2 ranks, the one at fault */
+      appendRanks(comm, states, sameRank, states[me], text, 4096);
+      len = (int)strlen(text);
+      snprintf(text + len, 4096 - (size_t)len, " %s%s", listed ? "" : "also ", stateForm(states[me], 0));
+    }
     else if (len >= 2)
       text[len - 2] = 0;
     WARN("%s", text);

@@ -169,15 +169,25 @@ static int stepWrittenMismatch(struct task *t, struct step *st, uint64_t written
 /* Reads the reference slot's nb bytes into dst. A peer that is gone is
  * named by the caller (ncclRemoteError: drivenBroken); any other failure
  * (its memory, or the kernel's permission, went away after setup) fails
- * every rank. */
-static int stepReadRef(struct task *t, struct step *st, void *dst, size_t nb) {
+ * every rank. A wait inside (for a part the sender copies) lasts at most
+ * timeoutNs, the schedule's (0: CHORUS_TIMEOUT's). */
+static int stepReadRef(struct task *t, struct step *st, void *dst, size_t nb, uint64_t timeoutNs) {
   const void *mapped = st->rp->recvMapped(st->recv, nb);
   if (mapped) { /* in this process's memory: a plain copy */
     copyOut(t, dst, mapped, nb);
     return 0;
   }
-  ncclResult_t r = st->rp->recvRead(st->recv, dst, nb);
+  ncclResult_t r = st->rp->recvRead(st->recv, dst, nb, timeoutNs);
   if (r == ncclSuccess || r == ncclRemoteError) return -(int)r;
+  if (r == ncclTimeout || r == ncclInvalidUsage) {
+    /* The peer, alive, never wrote its part, or this communicator was
+     * aborted: said here; what follows is a stalled operation's (a timeout
+     * asks every rank what it does, api/watch.c), not a fault to relay. */
+    WARN("%s: rank %d stopped waiting for rank %d's part of a single-copy read (%s)", t->what, t->rank,
+         st->recv->peer, r == ncclTimeout ? "its timeout" : "aborted");
+    return -(int)r;
+  }
+  char text[320];
   /* The peer may have failed first and let its memory go (it relays why
    * before it does): that is the error to give, not this read's. Its frame
    * may still be on the way to the monitor: look for up to 100 ms, paced by
@@ -191,7 +201,6 @@ static int stepReadRef(struct task *t, struct step *st, void *dst, size_t nb) {
       if (relayed != ncclSuccess) return -(int)relayed;
     }
   }
-  char text[320];
   snprintf(text, sizeof text, "%s: rank %d could not read rank %d's buffer (single copy; CHORUS_SINGLE_COPY=0 "
            "turns it off)", t->what, t->rank, st->recv->peer);
   return stepFault(t, r, text);
@@ -207,8 +216,9 @@ static int stepReadRef(struct task *t, struct step *st, void *dst, size_t nb) {
 /* Moves one slot's worth of a step if the FIFOs allow it.
  * Returns 1 when it moved data, 0 when blocked, or minus an error:
  * ncclInvalidUsage when the slot belongs to another operation
- * (CHORUS_CHECK), the transport's when reading the peer's memory failed. */
-static int stepAdvance(struct task *t, struct step *st) {
+ * (CHORUS_CHECK), the transport's when reading the peer's memory failed
+ * (waiting at most timeoutNs, the schedule's, for any part of it). */
+static int stepAdvance(struct task *t, struct step *st, uint64_t timeoutNs) {
   size_t off = t->off, esz = dtypeSize(t->red.dtype);
   const char *slotIn = NULL;
   char *slotOut = NULL;
@@ -280,7 +290,7 @@ static int stepAdvance(struct task *t, struct step *st) {
     case stepRecv:
       if (!dst) break; /* a token (the agreement's): its descriptor, checked above, is all it carries */
       if (written) break; /* the sender wrote it here */
-      if (ref) CHECK_STEP(stepReadRef(t, st, dst, nb));
+      if (ref) CHECK_STEP(stepReadRef(t, st, dst, nb, timeoutNs));
       else if (st->flags) reduceCopy(op, dst, slotIn, n, st->flags);
       else copyOut(t, dst, slotIn, nb);
       break;
@@ -294,7 +304,7 @@ static int stepAdvance(struct task *t, struct step *st) {
       break;
     case stepRecvCopySend:
       if (ref) { /* read where the sender has it, then pass on from here */
-        CHECK_STEP(stepReadRef(t, st, dst, nb));
+        CHECK_STEP(stepReadRef(t, st, dst, nb, timeoutNs));
         postData(t, st, dst, NULL, nb);
       } else if (st->sp->sendReadsSource(st->send)) { /* one copy: the transport reads dst */
         memcpy(dst, slotIn, nb);
@@ -388,7 +398,7 @@ static int taskProgress(struct schedule *s, struct task *t) {
   while (t->cur < t->nsteps) {
     struct step *st = &s->steps[t->firstStep + t->cur];
     if (t->prof && t->prof->trace && !t->prof->stepStartNs) t->prof->stepStartNs = clockNs();
-    int r = stepAdvance(t, st);
+    int r = stepAdvance(t, st, s->timeoutNs);
     if (r < 0) return r;
     if (!r) {
       if (t->prof && t->prof->trace) traceBlocked(t);

@@ -76,8 +76,9 @@ struct proto {
    * can be read in place in this process, or NULL: then recvRead. */
   const void *(*recvMapped)(struct conn *c, size_t bytes);
   /* Receiver: copies bytes (what recvRef said) of the reference slot's data
-   * into dst; an error is the transport's (readPeer). */
-  ncclResult_t (*recvRead)(struct conn *c, void *dst, size_t bytes);
+   * into dst, waiting at most timeoutNs for any part the transport waits
+   * for; an error is the transport's (readPeer). */
+  ncclResult_t (*recvRead)(struct conn *c, void *dst, size_t bytes, uint64_t timeoutNs);
   /* Receiver, after recvSlot of a reference: where the sender wants the
    * result of its bytes, mapped in this process to be written, with the
    * sender's own address of it in *theirs; NULL when it asked for none or

@@ -125,9 +125,9 @@ static const void *simpleRecvMapped(struct conn *c, size_t bytes) {
   return c->tp->mapPeer ? c->tp->mapPeer(c, r->addr, r->key, bytes) : NULL;
 }
 
-static ncclResult_t simpleRecvRead(struct conn *c, void *dst, size_t bytes) {
+static ncclResult_t simpleRecvRead(struct conn *c, void *dst, size_t bytes, uint64_t timeoutNs) {
   const struct simpleRef *r = simpleRefAt(c);
-  return c->tp->readPeer(c, dst, r->addr, r->key, bytes);
+  return c->tp->readPeer(c, dst, r->addr, r->key, bytes, timeoutNs);
 }
 
 static void *simpleRecvResultAt(struct conn *c, size_t bytes, uint64_t *theirs) {

@@ -84,9 +84,10 @@ static int shmReadMode(const struct shmRankInfo *info, int peer) {
  * while this rank reads the first half; a half nobody took by then this
  * rank reads itself. CHORUS_CMA_SPLIT: -1 (auto) offers reads of 64 KiB or
  * more where the host has a core per local rank, 1 reads of 8 KiB or more
- * always (tests), 0 never. */
+ * always (tests), 0 never. The wait for the sender's half gives up after
+ * timeoutNs without it (0: CHORUS_TIMEOUT's). */
 static int shmReadCma(struct shmState *s, struct conn *c, void *dst, uint64_t addr, size_t bytes,
-                      ncclResult_t *waited) {
+                      uint64_t timeoutNs, ncclResult_t *waited) {
   struct connCtrl *k = c->ctrl;
   pid_t pid = k->readPid;
   size_t half = bytes / 2 & ~(size_t)4095; /* whole pages to the first half */
@@ -108,6 +109,7 @@ static int shmReadCma(struct shmState *s, struct conn *c, void *dst, uint64_t ad
      * operation has failed. */
     struct waitState w;
     waitBegin(&w, s->boot->abortFlag, bootstrapLiveness, s->boot, "the sender's half of a single-copy read");
+    if (timeoutNs) w.timeoutNs = timeoutNs; /* the communicator's, as the engine's own wait */
     while (__atomic_load_n(&k->offerDone, __ATOMIC_ACQUIRE) != job) {
       ncclResult_t r = waitPause(&w);
       if (r != ncclSuccess) {
@@ -146,7 +148,8 @@ static int shmAssist(struct conn *c) {
   return 1;
 }
 
-static ncclResult_t shmReadPeer(struct conn *c, void *dst, uint64_t addr, uint64_t key, size_t bytes) {
+static ncclResult_t shmReadPeer(struct conn *c, void *dst, uint64_t addr, uint64_t key, size_t bytes,
+                                uint64_t timeoutNs) {
   if (c->ctrl->readMode == connReadDirect) {
     memcpy(dst, (const void *)(uintptr_t)addr, bytes);
     return ncclSuccess;
@@ -157,7 +160,7 @@ static ncclResult_t shmReadPeer(struct conn *c, void *dst, uint64_t addr, uint64
     return ncclSystemError;
   }
   ncclResult_t waited = ncclSuccess;
-  int err = shmReadCma(((struct shmPeer *)c->tpConn)->s, c, dst, addr, bytes, &waited);
+  int err = shmReadCma(((struct shmPeer *)c->tpConn)->s, c, dst, addr, bytes, timeoutNs, &waited);
   if (waited != ncclSuccess) { /* the wait said why (a WARN) */
     WARN("SHM : rank %d's half of reading %zu bytes of its buffer did not come", c->peer, bytes);
     return waited;

@@ -77,8 +77,11 @@ struct transport {
    * where the peer asked for it (proto.h: recvResultAt). */
   void *(*mapPeer)(struct conn *c, uint64_t addr, uint64_t key, size_t bytes);
   /* Receiver: copies bytes at addr in the sender's memory into dst. An
-   * error (the sender is gone, or its memory is) says so in a WARN. */
-  ncclResult_t (*readPeer)(struct conn *c, void *dst, uint64_t addr, uint64_t key, size_t bytes);
+   * error (the sender is gone, or its memory is) says so in a WARN. A wait
+   * inside (for a part the sender copies, shm's offers) gives up after
+   * timeoutNs without progress: the operation's communicator's timeout
+   * (0: CHORUS_TIMEOUT's). */
+  ncclResult_t (*readPeer)(struct conn *c, void *dst, uint64_t addr, uint64_t key, size_t bytes, uint64_t timeoutNs);
   /* Sender, waiting while its receiver reads what its reference slots
    * point to: does part of that copy if the receiver offered one (NULL:
    * never). 1 when it copied something; never blocks longer than the copy. */
