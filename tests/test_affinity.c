@@ -4,7 +4,13 @@
  * recorder (its dump thread); every thread of the process must then be
  * allowed exactly that CPU, as NCCL's proxy threads are bound to the
  * rank's CPU set.
- *   test_affinity NRANKS */
+ *   test_affinity NRANKS
+ * And chorus counts the CPUs the ranks' masks name together against the
+ * ranks to tell whether each has a core (waits, auto single copy):
+ *   test_affinity shared NRANKS - every rank pinned to the same CPU: each
+ *              logs that its waits yield after a few spins;
+ *   test_affinity apart NRANKS - each pinned to a CPU of its own (where
+ *              there are as many): none does. */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <sched.h>
@@ -81,7 +87,52 @@ static int rankMain(int rank, int n, ncclUniqueId id, void *arg) {
   return 0;
 }
 
+static char logDir[64];
+
+/* Pins this rank to one CPU (the first it may run on, or its own), then
+ * looks in its log for what init said about the cores. */
+static int coresRank(int rank, int n, ncclUniqueId id, void *arg) {
+  int apart = *(const int *)arg;
+  cpu_set_t all, one;
+  EXPECT(sched_getaffinity(0, sizeof all, &all) == 0, "sched_getaffinity");
+  int cpu = -1;
+  for (int c = 0, k = 0; c < CPU_SETSIZE && cpu < 0; c++)
+    if (CPU_ISSET(c, &all) && (!apart || k++ == rank)) cpu = c;
+  CPU_ZERO(&one);
+  CPU_SET(cpu, &one);
+  EXPECT(sched_setaffinity(0, sizeof one, &one) == 0, "pin rank %d to CPU %d", rank, cpu);
+  ncclComm_t comm;
+  NCCLCHECK(ncclCommInitRank(&comm, n, id, rank));
+  char path[128], line[512];
+  snprintf(path, sizeof path, "%s/log.%d", logDir, (int)getpid());
+  FILE *f = fopen(path, "r");
+  EXPECT(f != NULL, "rank %d: no log %s", rank, path);
+  int yields = 0;
+  while (fgets(line, sizeof line, f)) yields |= strstr(line, "waits yield after a few spins") != NULL;
+  fclose(f);
+  unlink(path);
+  EXPECT(yields == !apart, "rank %d on CPU %d (%s): init %s that its waits yield after a few spins", rank, cpu,
+         apart ? "each rank its own" : "every rank the same", yields ? "said" : "did not say");
+  NCCLCHECK(ncclCommDestroy(comm));
+  return 0;
+}
+
 int main(int argc, char **argv) {
+  if (argc > 2 && (!strcmp(argv[1], "shared") || !strcmp(argv[1], "apart"))) {
+    int n = atoi(argv[2]), apart = !strcmp(argv[1], "apart");
+    cpu_set_t all;
+    if (apart && (sched_getaffinity(0, sizeof all, &all) != 0 || CPU_COUNT(&all) < n)) {
+      printf("test_affinity apart: fewer CPUs than %d ranks here: nothing to check\n", n);
+      return 0;
+    }
+    if (logPerProcess(logDir, "affinity", "INIT")) return 1;
+    int failed = runRanks(n, coresRank, &apart, 60);
+    char path[128];
+    snprintf(path, sizeof path, "%s/log.%d", logDir, (int)getpid());
+    unlink(path);
+    rmdir(logDir);
+    return failed ? 1 : 0;
+  }
   int n = argc > 1 ? atoi(argv[1]) : 2;
   setenv("NCCL_SHM_DISABLE", "1", 1);
   setenv("NCCL_SOCKET_NTHREADS", "2", 1);

@@ -265,14 +265,32 @@ static int commCoreRanks(const struct ncclComm *comm) {
   return machine > local ? machine : local;
 }
 
-/* 1 when they are more than the CPUs. Hosts on one machine that spin as if
- * each had the CPUs to itself took the cores their peers needed: 8 ranks
- * on 4 namespaces of this 2-core machine, each spinning 50 rounds of
+/* The CPUs those ranks may run on, together: the union of their affinity
+ * masks (ranks pinned to a core each, as mpirun --bind-to core pins them,
+ * have as many as ranks; ranks all started under `taskset -c 0` one), or
+ * the machine's PUs where a rank's mask is not known whole. */
+static int commCoreCpus(const struct ncclComm *comm) {
+  const struct topoRank *me = &comm->topo[comm->rank];
+  uint64_t set[TOPO_CPU_WORDS] = {0};
+  for (int i = 0; i < comm->nranks; i++) {
+    const struct topoRank *t = &comm->topo[i];
+    if (!(me->kernel ? t->kernel == me->kernel : comm->hostOf[i] == comm->hostOf[comm->rank])) continue;
+    if (t->ncpus <= 0 || topoCpuListAdd(t->cpus, set) != t->ncpus) return me->pus;
+  }
+  int n = 0;
+  for (int w = 0; w < TOPO_CPU_WORDS; w++) n += __builtin_popcountll(set[w]);
+  return n;
+}
+
+/* 1 when they are more than their CPUs. Hosts on one machine that spin as
+ * if each had the CPUs to itself took the cores their peers needed: 8
+ * ranks on 4 namespaces of this 2-core machine, each spinning 50 rounds of
  * recv() before it slept, 8-byte AllReduce 630 us, yielding after 2 rounds
- * 180 us. */
+ * 180 us. The one measure of "a core per rank" (the waits' spinning, auto
+ * single copy, shm's offers: waitCoresShared). */
 static int commSharesCores(const struct ncclComm *comm) {
-  int pus = comm->topo[comm->rank].pus;
-  return pus > 0 && commCoreRanks(comm) > pus;
+  int cpus = commCoreCpus(comm);
+  return cpus > 0 && commCoreRanks(comm) > cpus;
 }
 
 /* CHORUS_NT_STORES: from what size an operation's output goes past the
@@ -323,7 +341,7 @@ static void commSingleCopy(struct ncclComm *comm) {
     comm->singleCopyBytes = comm->singleCopyP2pBytes = (uint64_t)v;
     return;
   }
-  int coreEach = comm->topo[comm->rank].pus > 0 && !commSharesCores(comm);
+  int coreEach = commCoreCpus(comm) > 0 && !commSharesCores(comm);
   int pair = comm->nranks == 2 && commLocalRanks(comm) == 2;
   comm->singleCopyBytes = !coreEach ? 0 : pair ? 131072 : comm->ntStoreBytes;
   comm->singleCopyP2pBytes = 0;
@@ -537,8 +555,8 @@ static ncclResult_t commSetup(struct ncclComm *comm) {
   commSingleCopy(comm);
   if (commSharesCores(comm)) {
     waitSharedCores();
-    INFO(subsysInit, "chorus : %d ranks on this machine's %d CPUs (%d on this host): waits yield after a few spins",
-         commCoreRanks(comm), comm->topo[rank].pus, commLocalRanks(comm));
+    INFO(subsysInit, "chorus : %d ranks on %d CPUs of this machine (%d on this host): waits yield after a few spins",
+         commCoreRanks(comm), commCoreCpus(comm), commLocalRanks(comm));
   }
   if (a0.ringByHost && comm->nhosts > 1) { /* rank 0's choice holds: every rank builds the same rings */
     comm->ringOrder = malloc(sizeof(int) * nranks);

@@ -30,6 +30,8 @@ static int waitSpinRounds = waitSpinAlone;
 
 void waitSharedCores(void) { __atomic_store_n(&waitSpinRounds, waitSpinShared, __ATOMIC_RELAXED); }
 
+int waitCoresShared(void) { return __atomic_load_n(&waitSpinRounds, __ATOMIC_RELAXED) == waitSpinShared; }
+
 int waitSpinning(const struct waitState *w) {
   return w->rounds < (uint32_t)__atomic_load_n(&waitSpinRounds, __ATOMIC_RELAXED);
 }

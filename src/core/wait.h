@@ -44,6 +44,9 @@ void waitBegin(struct waitState *w, volatile int *abortFlag, waitLivenessFn live
  * yields, and one that can sleep until woken yields a little while first: a
  * communicator found more ranks on its machine than cores. */
 void waitSharedCores(void);
+/* 1 once waitSharedCores was called: ranks of this process's machine wait
+ * for each other's cores (what else would use a second core is off). */
+int waitCoresShared(void);
 /* Sleeps through fn instead of nanosleep, e.g. in poll() on sockets, so
  * that the sleep ends as soon as there is something to do. */
 static inline void waitSetBlock(struct waitState *w, void (*fn)(void *, uint64_t), void *arg) {

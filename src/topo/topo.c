@@ -174,6 +174,27 @@ void topoDiscover(struct topoRank *me, int full) {
   me->numa = (int16_t)(numa >= 0 ? numa : me->numaNodes == 1 ? 0 : -1);
 }
 
+int topoCpuListAdd(const char *list, uint64_t set[TOPO_CPU_WORDS]) {
+  int named = 0;
+  for (const char *p = list; *p;) {
+    char *end;
+    long lo = strtol(p, &end, 10), hi = lo;
+    if (end == p) break;
+    if (*end == '-') {
+      p = end + 1;
+      hi = strtol(p, &end, 10);
+      if (end == p) break;
+    }
+    for (long c = lo; c <= hi && c >= 0 && c < 64 * TOPO_CPU_WORDS; c++) {
+      set[c / 64] |= 1ull << (c % 64);
+      named++;
+    }
+    p = *end == ',' ? end + 1 : end;
+    if (*end != ',') break;
+  }
+  return named;
+}
+
 int topoNicNuma(const char *ifname) {
   char path[128];
   snprintf(path, sizeof path, "/sys/class/net/%.32s/device/numa_node", ifname);

@@ -49,6 +49,13 @@ int topoThreadNuma(void);
  * nodes match nothing). */
 int topoNearest(const int *nicNuma, int n, int myNuma);
 
+/* The CPUs of a topoRank's cpus list ("0-3,8") added to *set (as a bitmask
+ * of CPUs 0..63 and more: bit c of words[c / 64], TOPO_CPU_WORDS words).
+ * Returns how many the list names, which is less than its ncpus where the
+ * list was cut short. */
+#define TOPO_CPU_WORDS 16
+int topoCpuListAdd(const char *list, uint64_t set[TOPO_CPU_WORDS]);
+
 /* "1 package, 1 NUMA node, 2 cores, 2 PUs, L3 32 MiB, NICs eth0 (NUMA -1, 10000 Mb/s)" */
 void topoHostStr(const struct topoRank *r, char *out, size_t len);
 /* Writes ranks[0..n)'s view as XML in NCCL's spirit (a <system> of hosts,

@@ -83,7 +83,7 @@ static int shmReadMode(const struct shmRankInfo *info, int peer) {
  * (a Broadcast's root, a Send's sender: shmAssist) and writes it into dst
  * while this rank reads the first half; a half nobody took by then this
  * rank reads itself. CHORUS_CMA_SPLIT: -1 (auto) offers reads of 64 KiB or
- * more where the host has a core per local rank, 1 reads of 8 KiB or more
+ * more where the ranks have a core each (waitCoresShared), 1 reads of 8 KiB or more
  * always (tests), 0 never. The wait for the sender's half gives up after
  * timeoutNs without it (0: CHORUS_TIMEOUT's). */
 static int shmReadCma(struct shmState *s, struct conn *c, void *dst, uint64_t addr, size_t bytes,
@@ -171,14 +171,6 @@ static ncclResult_t shmReadPeer(struct conn *c, void *dst, uint64_t addr, uint64
     return err == ESRCH ? ncclRemoteError : ncclSystemError;
   }
   return ncclSuccess;
-}
-
-/* The CPUs this process may run on. */
-static int shmCpus(void) {
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
-  long n = sysconf(_SC_NPROCESSORS_ONLN);
-  return n > 0 ? (int)n : 1;
 }
 
 static socklen_t udsName(struct sockaddr_un *a, uint64_t nonce, int rank) {
@@ -612,7 +604,7 @@ static ncclResult_t shmSetup(void **state, struct bootstrap *b, struct connTable
     }
   }
   int64_t split = paramInt(paramCmaSplit); /* shmReadCma */
-  s->offerMin = split > 0 ? 8192 : split < 0 && nlocal <= shmCpus() ? 65536 : 0;
+  s->offerMin = split > 0 ? 8192 : split < 0 && !waitCoresShared() ? 65536 : 0;
   INFO(subsysShm, "SHM : segment of %zu bytes per rank, %d local ranks, single copy from %d of them", s->segBytes,
        nlocal, singleCopy);
   shmLive(s, 1);
