@@ -555,7 +555,7 @@ static ncclResult_t commSetup(struct ncclComm *comm) {
   commSingleCopy(comm);
   if (commSharesCores(comm)) {
     waitSharedCores();
-    INFO(subsysInit, "chorus : %d ranks on %d CPUs of this machine (%d on this host): waits yield after a few spins",
+    INFO(subsysInit, "chorus : %d ranks on this machine's %d CPUs (%d on this host): waits yield after a few spins",
          commCoreRanks(comm), commCoreCpus(comm), commLocalRanks(comm));
   }
   if (a0.ringByHost && comm->nhosts > 1) { /* rank 0's choice holds: every rank builds the same rings */
