@@ -19,10 +19,20 @@
 
 /* Microseconds per hop and bytes per microsecond (= MB/s). An LL hop over
  * shared memory moves one cache line less (no tail counter), but a large
- * LL slot is slower: the receiver polls the line the sender is filling. */
+ * LL slot is slower: the receiver polls the line the sender is filling.
+ * Where each rank has a core, LL moves a message of up to LL_FAST_BYTES
+ * as fast as Simple, and one of 128 KiB at half its speed
+ * (bench/tune_check -n 2, 2026-12-05: LL 5-30% faster than Simple for
+ * every collective at 1-4 KiB and all but Broadcast at 8 KiB, even at 16
+ * KiB, 2x slower at 128 KiB, where Simple's slots also carry references to
+ * ncclMemAlloc's memory); where ranks share cores, LL_BYTE_FACTOR at any
+ * size (4 ranks on 2 cores: LL as often ahead as behind, by tens of
+ * percent either way). */
 #define SHM_HOP_US 0.25
 #define SHM_LL_HOP_US 0.20
 #define LL_BYTE_FACTOR 1.3
+#define LL_FAST_BYTES 8192
+#define LL_BYTE_FACTOR_LARGE 2.0
 #define NET_HOP_US 15.0
 #define OVERSUB_HOP_US 1.5 /* per extra rank a core runs */
 #define SHM_COPY_BPUS 6000.0
@@ -79,13 +89,15 @@ static double blocksUsed(size_t bytes, int n) {
   return per ? (double)((bytes + per - 1) / per) : 0;
 }
 
-static struct link linkOf(const struct tuneTopo *t, int proto) {
+static struct link linkOf(const struct tuneTopo *t, int proto, size_t bytes) {
   struct link l = {proto == protoLL ? SHM_LL_HOP_US : SHM_HOP_US, SHM_COPY_BPUS, SHM_REDUCE_BPUS, 0, 1.0, 1.0};
+  int shared = t->localRanks > t->cores && t->cores > 0;
   if (proto == protoLL) {
-    l.copy /= LL_BYTE_FACTOR;
-    l.reduce /= LL_BYTE_FACTOR;
+    double f = shared ? LL_BYTE_FACTOR : bytes <= LL_FAST_BYTES ? 1.0 : LL_BYTE_FACTOR_LARGE;
+    l.copy /= f;
+    l.reduce /= f;
   }
-  if (t->localRanks > t->cores && t->cores > 0) {
+  if (shared) {
     l.hop += OVERSUB_HOP_US * (double)(t->localRanks - t->cores);
     l.share = (double)t->localRanks / t->cores;
   }
@@ -113,7 +125,7 @@ static int log2Floor(int n) {
 
 double tuneModelUs(const struct tuneTopo *topo, int coll, int algo, int proto, int nch, size_t bytes) {
   (void)nch;
-  struct link l = linkOf(topo, proto);
+  struct link l = linkOf(topo, proto, bytes);
   double n = topo->nranks, b = (double)bytes;
   double hopAll = l.hop * l.busy; /* a hop of a step that every rank takes at once */
   switch (algo) {
