@@ -20,19 +20,21 @@
 /* Microseconds per hop and bytes per microsecond (= MB/s). An LL hop over
  * shared memory moves one cache line less (no tail counter), but a large
  * LL slot is slower: the receiver polls the line the sender is filling.
- * Where each rank has a core, LL moves a message of up to LL_FAST_BYTES
- * as fast as Simple, and one of 128 KiB at half its speed
- * (bench/tune_check -n 2, 2026-12-05: LL 5-30% faster than Simple for
- * every collective at 1-4 KiB and all but Broadcast at 8 KiB, even at 16
- * KiB, 2x slower at 128 KiB, where Simple's slots also carry references to
- * ncclMemAlloc's memory); where ranks share cores, LL_BYTE_FACTOR at any
- * size (4 ranks on 2 cores: LL as often ahead as behind, by tens of
- * percent either way). */
+ * Where each rank has a core, LL moves a message whose steps stay below
+ * LL_FAST_BYTES as fast as Simple, and its receiver takes each line as the
+ * sender writes it (struct link's stream); elsewhere, and where ranks
+ * share cores, it is LL_BYTE_FACTOR slower. bench/tune_check -n 2,
+ * 2026-12-05: LL 5-30% faster than Simple for every collective at 1-4 KiB
+ * and all but Broadcast at 8 KiB, 2x slower at 128 KiB. But a Simple step
+ * of LL_FAST_BYTES or more may carry a reference to ncclMemAlloc's memory,
+ * read in place (the engine's ENGINE_REF_MIN; -R 1: an AllGather of 2 x 4
+ * KiB by Ring/Simple 0.64 us, by OneHop/LL 1.04), which the model cannot
+ * see: there the old factor keeps Simple. 4 ranks on 2 cores: LL as often
+ * ahead as behind. */
 #define SHM_HOP_US 0.25
 #define SHM_LL_HOP_US 0.20
 #define LL_BYTE_FACTOR 1.3
-#define LL_FAST_BYTES 8192
-#define LL_BYTE_FACTOR_LARGE 2.0
+#define LL_FAST_BYTES 4096
 #define NET_HOP_US 15.0
 #define OVERSUB_HOP_US 1.5 /* per extra rank a core runs */
 #define SHM_COPY_BPUS 6000.0
@@ -61,6 +63,7 @@ struct link {
   double local; /* a hop between two ranks of one host (hop where hosts are one rank or all is sockets) */
   double share; /* ranks per core when a host has more ranks than cores, else 1 */
   double busy;  /* over sockets, ranks per core when their machine has more ranks than cores, else 1 */
+  int stream;   /* LL with a core per rank: a receiver takes each line as it is written */
 };
 
 /* Over sockets, the share of a step's hop its ranks pay when a fraction f
@@ -89,13 +92,17 @@ static double blocksUsed(size_t bytes, int n) {
   return per ? (double)((bytes + per - 1) / per) : 0;
 }
 
-static struct link linkOf(const struct tuneTopo *t, int proto, size_t bytes) {
-  struct link l = {proto == protoLL ? SHM_LL_HOP_US : SHM_HOP_US, SHM_COPY_BPUS, SHM_REDUCE_BPUS, 0, 1.0, 1.0};
+/* The largest step of a Simple schedule of coll over n ranks (a ring
+ * AllReduce's block; the others move the whole message, or each rank's). */
+static double stepBytes(int coll, double n, double b) { return coll == collAllReduce ? b / n : b; }
+
+static struct link linkOf(const struct tuneTopo *t, int coll, int proto, size_t bytes) {
+  struct link l = {proto == protoLL ? SHM_LL_HOP_US : SHM_HOP_US, SHM_COPY_BPUS, SHM_REDUCE_BPUS, 0, 1.0, 1.0, 0};
   int shared = t->localRanks > t->cores && t->cores > 0;
   if (proto == protoLL) {
-    double f = shared ? LL_BYTE_FACTOR : bytes <= LL_FAST_BYTES ? 1.0 : LL_BYTE_FACTOR_LARGE;
-    l.copy /= f;
-    l.reduce /= f;
+    l.stream = !shared && !t->net && stepBytes(coll, t->nranks, (double)bytes) < LL_FAST_BYTES;
+    l.copy /= l.stream ? 1.0 : LL_BYTE_FACTOR;
+    l.reduce /= l.stream ? 1.0 : LL_BYTE_FACTOR;
   }
   if (shared) {
     l.hop += OVERSUB_HOP_US * (double)(t->localRanks - t->cores);
@@ -125,19 +132,25 @@ static int log2Floor(int n) {
 
 double tuneModelUs(const struct tuneTopo *topo, int coll, int algo, int proto, int nch, size_t bytes) {
   (void)nch;
-  struct link l = linkOf(topo, proto, bytes);
+  struct link l = linkOf(topo, coll, proto, bytes);
   double n = topo->nranks, b = (double)bytes;
   double hopAll = l.hop * l.busy; /* a hop of a step that every rank takes at once */
   switch (algo) {
     case algoLocal: return b / SHM_COPY_BPUS;
-    case algoOneHop: /* one hop; each rank posts its input (a block) n-1 times and reduces (or,
-                      * AllGather, copies out) n-1, and when ranks share cores all those copies
-                      * queue for them; a Broadcast's root alone posts (under CHORUS_CHECK in
-                      * the agreement's tokens, which the other algorithms send as well) */
+    case algoOneHop: { /* one hop; each rank posts its input (a block) n-1 times and reduces (or,
+                        * AllGather, copies out) n-1, and when ranks share cores all those copies
+                        * queue for them; a Broadcast's root alone posts (under CHORUS_CHECK in
+                        * the agreement's tokens, which the other algorithms send as well) */
       if (coll == collBroadcast)
         return l.hop + l.share * (n - 1) * b / l.copy + (topo->net ? (n - 2) * NET_MSG_US : 0);
-      return hopAll + l.share * ((n - 1) * b / l.copy + (n - 1) * b / (coll == collAllGather ? l.copy : l.reduce)) +
-             (topo->net ? 2 * (n - 2) * NET_MSG_US * l.busy : 0);
+      double post = (n - 1) * b / l.copy, take = (n - 1) * b / (coll == collAllGather ? l.copy : l.reduce);
+      /* Streaming (LL, a core per rank), the peers' posting and this rank's
+       * taking overlap (2 ranks, 8 KiB, OneHop/LL: AllReduce 1.75 us against
+       * Ring/LL's 2.2, ReduceScatter 1.12 against 1.27, AllGather 1.07
+       * against 1.18; bench/tune_check -n 2). */
+      double work = l.stream ? (post > take ? post : take) : post + take;
+      return hopAll + l.share * work + (topo->net ? 2 * (n - 2) * NET_MSG_US * l.busy : 0);
+    }
     case algoRing: {
       /* AllReduce's blocks are the message's n parts; over sockets a step
        * moves as many blocks at once as hold something, and one that moves
