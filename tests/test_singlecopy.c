@@ -328,10 +328,12 @@ struct stuckAborter {
   double at; /* when it aborted */
 };
 
-/* Aborts the communicator 200 ms after rank 0 stopped (shared[0]). */
+/* Aborts the communicator 200 ms after rank 0 stopped (shared[0]), or
+ * after 10 s if it never did (the Broadcasts then all succeeded: a failure
+ * the caller reports). */
 static void *abortWhenStuck(void *p) {
   struct stuckAborter *a = p;
-  while (shared[0] == 0) usleep(1000);
+  for (double t0 = nowSec(); shared[0] == 0 && nowSec() - t0 < 10;) usleep(1000);
   usleep(200000);
   a->at = nowSec();
   ncclCommAbort(a->comm);

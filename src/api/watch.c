@@ -169,9 +169,9 @@ static void diagnoseTimeout(struct ncclComm *comm) {
       appendRanks(comm, states, sameRank, states[me], text, 4096);
       len = (int)strlen(text);
       snprintf(text + len, 4096 - (size_t)len, " %s%s", listed ? "" : "also ", stateForm(states[me], 0));
-    }
-    else if (len >= 2)
+    } else if (len >= 2) {
       text[len - 2] = 0;
+    }
     WARN("%s", text);
     /* The ranks still waiting in this operation wait for this one too, which
      * now gives up: they fail at once with what it found (the rank at

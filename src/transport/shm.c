@@ -4,7 +4,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -83,9 +82,9 @@ static int shmReadMode(const struct shmRankInfo *info, int peer) {
  * (a Broadcast's root, a Send's sender: shmAssist) and writes it into dst
  * while this rank reads the first half; a half nobody took by then this
  * rank reads itself. CHORUS_CMA_SPLIT: -1 (auto) offers reads of 64 KiB or
- * more where the ranks have a core each (waitCoresShared), 1 reads of 8 KiB or more
- * always (tests), 0 never. The wait for the sender's half gives up after
- * timeoutNs without it (0: CHORUS_TIMEOUT's). */
+ * more where the ranks have a core each (waitCoresShared), 1 reads of 8
+ * KiB or more always (tests), 0 never. The wait for the sender's half
+ * gives up after timeoutNs without it (0: CHORUS_TIMEOUT's). */
 static int shmReadCma(struct shmState *s, struct conn *c, void *dst, uint64_t addr, size_t bytes,
                       uint64_t timeoutNs, ncclResult_t *waited) {
   struct connCtrl *k = c->ctrl;
