@@ -103,13 +103,11 @@ static int coresRank(int rank, int n, ncclUniqueId id, void *arg) {
   EXPECT(sched_setaffinity(0, sizeof one, &one) == 0, "pin rank %d to CPU %d", rank, cpu);
   ncclComm_t comm;
   NCCLCHECK(ncclCommInitRank(&comm, n, id, rank));
-  char path[128], line[512];
+  char path[128];
   snprintf(path, sizeof path, "%s/log.%d", logDir, (int)getpid());
-  FILE *f = fopen(path, "r");
-  EXPECT(f != NULL, "rank %d: no log %s", rank, path);
-  int yields = 0;
-  while (fgets(line, sizeof line, f)) yields |= strstr(line, "waits yield after a few spins") != NULL;
-  fclose(f);
+  int yields = fileLinesWith(path, "waits yield after a few spins");
+  EXPECT(yields >= 0, "rank %d: no log %s", rank, path);
+  yields = yields > 0;
   unlink(path);
   EXPECT(yields == !apart, "rank %d on CPU %d (%s): init %s that its waits yield after a few spins", rank, cpu,
          apart ? "each rank its own" : "every rank the same", yields ? "said" : "did not say");

@@ -90,14 +90,9 @@ static int checkFrom(const float *p, int rank, size_t from, size_t count, const 
 
 /* Rank me's log (NCCL_DEBUG_FILE, one per process) contains text. */
 static int logHas(int me, const char *text) {
-  char path[128], line[512];
+  char path[128];
   snprintf(path, sizeof path, "%s/log.%d", logDir, (int)getpid());
-  FILE *f = fopen(path, "r");
-  if (!f) return 0;
-  int found = 0;
-  while (!found && fgets(line, sizeof line, f)) found = strstr(line, text) != NULL;
-  fclose(f);
-  return found;
+  return fileLinesWith(path, text) > 0;
 }
 
 /* AllGather (out of and in place), Broadcast, a Send/Recv ring and
@@ -225,6 +220,21 @@ static int revokedRank(int rank, int n, ncclUniqueId id, void *arg) {
   return 0;
 }
 
+/* Rank me's call, which returned res, failed within 2 s of rank dead's
+ * death (shared[0]) with ncclRemoteError and a last error that names it. */
+static int failedForDeath(ncclComm_t comm, ncclResult_t res, int me, int dead, const char *call) {
+  double sinceDeath = nowSec() - shared[0];
+  char name[16];
+  snprintf(name, sizeof name, "rank %d", dead);
+  EXPECT(res == ncclRemoteError, "rank %d: %s returned %s", me, call, ncclGetErrorString(res));
+  EXPECT(shared[0] > 0 && sinceDeath < 2.0, "rank %d: the error came %.2f s after the death", me, sinceDeath);
+  EXPECT(strstr(ncclGetLastError(comm), name), "rank %d: last error '%s' does not name %s", me,
+         ncclGetLastError(comm), name);
+  fprintf(stderr, "rank %d: %s %.0f ms after %s died: %s\n", me, ncclGetErrorString(res), sinceDeath * 1e3, name,
+          ncclGetLastError(comm));
+  return 0;
+}
+
 static int deadReaderRank(int rank, int n, ncclUniqueId id, void *arg) {
   ncclComm_t comm;
   NCCLCHECK(ncclCommInitRank(&comm, n, id, rank));
@@ -237,13 +247,7 @@ static int deadReaderRank(int rank, int n, ncclUniqueId id, void *arg) {
     raise(SIGKILL);
   }
   ncclResult_t res = ncclSend(buf, count, ncclFloat, 1, comm, NULL);
-  double sinceDeath = nowSec() - shared[0];
-  EXPECT(res == ncclRemoteError, "rank 0: the send to a dead rank returned %s", ncclGetErrorString(res));
-  EXPECT(shared[0] > 0 && sinceDeath < 2.0, "rank 0: the error came %.2f s after the death", sinceDeath);
-  EXPECT(strstr(ncclGetLastError(comm), "rank 1"), "rank 0: last error '%s' does not name rank 1",
-         ncclGetLastError(comm));
-  fprintf(stderr, "rank 0: %s %.0f ms after rank 1 died: %s\n", ncclGetErrorString(res), sinceDeath * 1e3,
-          ncclGetLastError(comm));
+  if (failedForDeath(comm, res, 0, 1, "the send to a dead rank")) return 1;
   NCCLCHECK(ncclCommAbort(comm));
   guardFree(buf);
   return 0;
@@ -311,13 +315,7 @@ static int deadRootRank(int rank, int n, ncclUniqueId id, void *arg) {
   int most = inWrite ? 1000 : 100000;
   for (int k = 0; res == ncclSuccess && k < most; k++) res = ncclBroadcast(buf, buf, count, ncclFloat, 0, comm, NULL);
   EXPECT(rank == 1, "rank 0 is alive after %d Broadcasts: it never took an offer", most);
-  double sinceDeath = nowSec() - shared[0];
-  EXPECT(res == ncclRemoteError, "rank 1: the Broadcast from a dead root returned %s", ncclGetErrorString(res));
-  EXPECT(shared[0] > 0 && sinceDeath < 2.0, "rank 1: the error came %.2f s after the death", sinceDeath);
-  EXPECT(strstr(ncclGetLastError(comm), "rank 0"), "rank 1: last error '%s' does not name rank 0",
-         ncclGetLastError(comm));
-  fprintf(stderr, "rank 1: %s %.0f ms after rank 0 died: %s\n", ncclGetErrorString(res), sinceDeath * 1e3,
-          ncclGetLastError(comm));
+  if (failedForDeath(comm, res, 1, 0, "the Broadcast from a dead root")) return 1;
   NCCLCHECK(ncclCommAbort(comm));
   guardFree(buf);
   return 0;

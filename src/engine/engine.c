@@ -179,14 +179,11 @@ static int stepReadRef(struct task *t, struct step *st, void *dst, size_t nb, ui
   }
   ncclResult_t r = st->rp->recvRead(st->recv, dst, nb, timeoutNs);
   if (r == ncclSuccess || r == ncclRemoteError) return -(int)r;
-  if (r == ncclTimeout || r == ncclInvalidUsage) {
-    /* The peer, alive, never wrote its part, or this communicator was
-     * aborted: said here; what follows is a stalled operation's (a timeout
-     * asks every rank what it does, api/watch.c), not a fault to relay. */
-    WARN("%s: rank %d stopped waiting for rank %d's part of a single-copy read (%s)", t->what, t->rank,
-         st->recv->peer, r == ncclTimeout ? "its timeout" : "aborted");
-    return -(int)r;
-  }
+  /* The peer, alive, never wrote its part, or this communicator was
+   * aborted (the wait and the transport said which): a stalled operation's
+   * end (a timeout asks every rank what it does, api/watch.c), not a fault
+   * to relay. */
+  if (r == ncclTimeout || r == ncclInvalidUsage) return -(int)r;
   char text[320];
   /* The peer may have failed first and let its memory go (it relays why
    * before it does): that is the error to give, not this read's. Its frame
