@@ -106,6 +106,11 @@ static int differRank(int rank, int n, ncclUniqueId id, void *arg) {
     EXPECT(res == ncclInvalidUsage && strstr(why, "does not agree with the other ranks") && s < 2.0,
            "rank %d: %s after %.2f s: %s", rank, ncclGetErrorString(res), s, why);
   EXPECT(child == NULL, "rank %d: a failed shrink left a communicator", rank);
+  /* The new rendezvous's root lives in rank 0's process and refuses the
+   * survivors as they come; a survivor scheduled late would otherwise find
+   * the process gone ("not listening ... has exited", a clear error but not
+   * the one this test asks for). */
+  if (rank == 0) usleep(1000000);
   ncclCommAbort(comm); /* the mesh saw failures: no goodbyes */
   return 0;
 }
