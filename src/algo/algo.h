@@ -52,11 +52,11 @@ struct algoFamily {
    * once, before it is sent on): a receiver may then read the data where
    * it is until the operation ends (single copy). NULL: never. */
   int (*stableSends)(int coll);
-  /* 1 when receivers may read coll's sends where they lie, and reduce from
+  /* 1 when receivers may read d's sends where they lie, and reduce from
    * them, if they map the sender's memory (ncclMemAlloc's): every send
    * that may be a reference reads memory not written again before it is
    * read. NULL: only where stableSends says so. */
-  int (*mappedSends)(int coll);
+  int (*mappedSends)(const struct collDesc *d, int nranks);
   /* 1 when its build of coll for nranks ranks is the CHORUS_CHECK agreement
    * itself, its data in the tokens (algoCtx.check says whether to build
    * one), so none is built before it. NULL: never. */
@@ -85,7 +85,7 @@ int algoSupports(int algo, int coll, int nranks);
 /* 1 when algo's sends for coll may be read where they are (stableSends). */
 int algoStableSends(int algo, int coll);
 /* Its mappedSends. */
-int algoMappedSends(int algo, int coll);
+int algoMappedSends(int algo, const struct collDesc *d, int nranks);
 /* Builds the schedule of one operation with the given algorithm over nch
  * channels (with c->check, a rooted collective's agreement first, unless
  * the family folds it into its own build: algoFamily.agrees).

@@ -25,9 +25,9 @@ int algoStableSends(int algo, int coll) {
   return f && f->stableSends && f->stableSends(coll);
 }
 
-int algoMappedSends(int algo, int coll) {
+int algoMappedSends(int algo, const struct collDesc *d, int nranks) {
   const struct algoFamily *f = algoFamily(algo);
-  return f && f->mappedSends && f->mappedSends(coll);
+  return f && f->mappedSends && f->mappedSends(d, nranks);
 }
 
 ncclResult_t algoBuild(struct schedule *s, struct algoCtx *c, const struct collDesc *d, int algo, int nch) {

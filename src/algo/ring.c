@@ -114,7 +114,10 @@ static int ringStableSends(int coll) { return coll == collAllGather; }
  * caller's input and results written once (partial sums go through the
  * FIFOs), and an input block an in-place AllReduce overwrites gets its
  * result only after its reader has used it. */
-static int ringMappedSends(int coll) { return coll == collAllReduce || coll == collReduceScatter; }
+static int ringMappedSends(const struct collDesc *d, int nranks) {
+  (void)nranks;
+  return d->coll == collAllReduce || d->coll == collReduceScatter;
+}
 
 const struct algoFamily ringAlgo = {
     .supports = ringSupports, .build = ringBuild, .stableSends = ringStableSends, .mappedSends = ringMappedSends};
