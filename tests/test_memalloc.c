@@ -26,6 +26,17 @@
  *              hands it no more (it then works without CMA): every result
  *              right.
  *   off      - CHORUS_SINGLE_COPY=0: right, and nothing mapped.
+ *   small    - AllReduce and ReduceScatter of 4 KB-48 KB of ncclMemAlloc's
+ *              memory, out of and in place (the sizes where recursive
+ *              doubling and one-hop run; ctest also forces each), with
+ *              CMA refused: right, guard bytes intact, peers' memory read
+ *              in place; with 2 ranks the same AllReduce on symmetric
+ *              windows (NCCL_WIN_COLL_SYMMETRIC) is right too, and the
+ *              tuner, which may count on every rank's buffers being
+ *              mapped only there, chose the ring there and not elsewhere.
+ *   asymmetric - 2 ranks, only rank 0's buffers in symmetric windows (a
+ *              broken promise): the AllReduce fails on both ranks, saying
+ *              they chose differently, never a wrong result.
  *   test_memalloc <case> [ranks] */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -208,6 +219,107 @@ static int nocmaRank(int rank, int n, ncclUniqueId id, void *arg) {
    * outputs: the peer copies nothing. */
   EXPECT(n != 2 || logLines("results written straight into rank") > 0, "rank %d's log does not say it wrote "
          "AllReduce results into its peer's memory", rank);
+  return 0;
+}
+
+/* AllReduce (sum) of count floats of ncclMemAlloc's memory, out of and in
+ * place, and ReduceScatter of count floats per rank, out of and in place
+ * (with win, AllReduce only, on symmetric windows of both buffers). */
+static int smallReductions(int rank, int n, ncclComm_t comm, size_t count, int win) {
+  float *in = filledMem(rank, 3, count * n), *out = guardMemAlloc(count * n * sizeof(float));
+  EXPECT(in && out, "rank %d: ncclMemAlloc failed", rank);
+  ncclWindow_t wins[2] = {NULL, NULL};
+  if (win) {
+    NCCLCHECK(ncclCommWindowRegister(comm, in, count * n * sizeof(float), &wins[0], NCCL_WIN_COLL_SYMMETRIC));
+    NCCLCHECK(ncclCommWindowRegister(comm, out, count * n * sizeof(float), &wins[1], NCCL_WIN_COLL_SYMMETRIC));
+  }
+  for (int inPlace = 0; inPlace < 2; inPlace++) {
+    for (size_t i = 0; i < count; i++) out[i] = inPlace ? value(rank, 3, i) : -1.0f;
+    NCCLCHECK(ncclAllReduce(inPlace ? out : in, out, count, ncclFloat, ncclSum, comm, NULL));
+    for (size_t i = count; i-- > 0;) {
+      float want = 0;
+      for (int r = 0; r < n; r++) want += value(r, 3, i);
+      EXPECT(out[i] == want, "rank %d: AllReduce of %zu%s%s: element %zu is %g, expected %g", rank, count,
+             inPlace ? " in place" : "", win ? " on windows" : "", i, out[i], want);
+    }
+  }
+  for (int inPlace = 0; !win && inPlace < 2; inPlace++) {
+    for (size_t i = 0; i < count * n; i++) in[i] = value(rank, 5, i);
+    for (size_t i = 0; i < count; i++) out[i] = -1.0f;
+    float *res = inPlace ? in + (size_t)rank * count : out;
+    NCCLCHECK(ncclReduceScatter(in, res, count, ncclFloat, ncclSum, comm, NULL));
+    for (size_t i = count; i-- > 0;) {
+      float want = 0;
+      for (int r = 0; r < n; r++) want += value(r, 5, (size_t)rank * count + i);
+      EXPECT(res[i] == want, "rank %d: ReduceScatter of %zu%s: element %zu is %g, expected %g", rank, count,
+             inPlace ? " in place" : "", i, res[i], want);
+    }
+  }
+  for (int k = 0; k < 2; k++)
+    if (wins[k]) NCCLCHECK(ncclCommWindowDeregister(comm, wins[k]));
+  EXPECT(guardCheck(in) == 0 && guardCheck(out) == 0, "rank %d: guard bytes were overwritten", rank);
+  guardFree(in);
+  guardFree(out);
+  return 0;
+}
+
+static const size_t smallCounts[] = {1000, 1025, 4001, 12000}; /* floats: 4 KB to 48 KB */
+
+/* Forced by ctest (NCCL_ALGO), or "" */
+static const char *forcedAlgo(void) { return getenv("NCCL_ALGO") ? getenv("NCCL_ALGO") : ""; }
+/* How many of smallCounts run: one-hop carries one FIFO slot (16 KB here). */
+static size_t smallCountsRun(void) {
+  return sizeof smallCounts / sizeof smallCounts[0] - (strcmp(forcedAlgo(), "OneHop") == 0);
+}
+
+static int smallRank(int rank, int n, ncclUniqueId id, void *arg) {
+  (void)arg;
+  EXPECT(denyCma() == 0, "seccomp: %s", strerror(errno));
+  ncclComm_t comm;
+  NCCLCHECK(ncclCommInitRank(&comm, n, id, rank));
+  for (size_t k = 0; k < smallCountsRun(); k++)
+    if (smallReductions(rank, n, comm, smallCounts[k], 0)) return 1;
+  int ringBefore = logLines("AllReduce: 48000 Bytes -> Algo Ring");
+  for (size_t k = 0; n == 2 && k < smallCountsRun(); k++)
+    if (smallReductions(rank, n, comm, smallCounts[k], 1)) return 1;
+  NCCLCHECK(ncclCommDestroy(comm));
+  /* Recursive doubling reads in place between 2 ranks only: with more, its
+   * later rounds send partial sums the next round overwrites. */
+  int reads = strcmp(forcedAlgo(), "RecDoubling") != 0 || n == 2;
+  EXPECT(!reads || logLines("(ncclMemAlloc): read in place") >= n - 1, "rank %d's log says it mapped %d pieces of "
+         "its peers' memory, fewer than its %d peers", rank, logLines("(ncclMemAlloc): read in place"), n - 1);
+  if (n == 2 && !forcedAlgo()[0]) {
+    EXPECT(ringBefore == 0, "rank %d: the tuner chose the ring for 48000 bytes of buffers not in windows", rank);
+    EXPECT(logLines("AllReduce: 48000 Bytes -> Algo Ring") > 0,
+           "rank %d: the tuner did not choose the ring for 48000 bytes on symmetric windows", rank);
+  }
+  return 0;
+}
+
+static int asymmetricRank(int rank, int n, ncclUniqueId id, void *arg) {
+  (void)arg;
+  ncclComm_t comm;
+  NCCLCHECK(ncclCommInitRank(&comm, n, id, rank));
+  size_t count = 12000;
+  float *in = filledMem(rank, 3, count), *out = guardMemAlloc(count * sizeof(float));
+  EXPECT(in && out, "rank %d: ncclMemAlloc failed", rank);
+  ncclWindow_t wins[2] = {NULL, NULL};
+  if (rank == 0) {
+    NCCLCHECK(ncclCommWindowRegister(comm, in, count * sizeof(float), &wins[0], NCCL_WIN_COLL_SYMMETRIC));
+    NCCLCHECK(ncclCommWindowRegister(comm, out, count * sizeof(float), &wins[1], NCCL_WIN_COLL_SYMMETRIC));
+  }
+  for (size_t i = 0; i < count; i++) out[i] = -1.0f;
+  ncclResult_t res = ncclAllReduce(in, out, count, ncclFloat, ncclSum, comm, NULL);
+  const char *why = ncclGetLastError(comm);
+  EXPECT(res == ncclInvalidUsage && strstr(why, "chose"), "rank %d: AllReduce with only rank 0's buffers in "
+         "windows returned %s: %s", rank, ncclGetErrorString(res), why);
+  for (size_t i = 0; i < count; i++)
+    EXPECT(out[i] == -1.0f || out[i] == value(0, 3, i) + value(1, 3, i), "rank %d: element %zu is %g", rank, i, out[i]);
+  for (int k = 0; k < 2; k++)
+    if (wins[k]) NCCLCHECK(ncclCommWindowDeregister(comm, wins[k]));
+  guardFree(in);
+  guardFree(out);
+  ncclCommAbort(comm);
   return 0;
 }
 
@@ -409,11 +521,16 @@ int main(int argc, char **argv) {
      * (2 ranks with a core each read plain AllGather sends from 128 KiB). */
     setenv("CHORUS_SINGLE_COPY", "1073741824", 1);
     failed = runRanks(2, refusedRank, NULL, 60);
+  } else if (!strcmp(c, "small")) {
+    setenv("NCCL_DEBUG_SUBSYS", "SHM,TUNING", 1);
+    failed = runRanks(n, smallRank, NULL, 60);
+  } else if (!strcmp(c, "asymmetric")) {
+    failed = runRanks(2, asymmetricRank, NULL, 60);
   } else if (!strcmp(c, "off")) {
     setenv("CHORUS_SINGLE_COPY", "0", 1);
     failed = runRanks(n, offRank, NULL, 60);
   } else {
-    fprintf(stderr, "usage: test_memalloc nocma|reuse|fork|threads|refused|off [ranks]\n");
+    fprintf(stderr, "usage: test_memalloc nocma|reuse|fork|threads|refused|off|small|asymmetric [ranks]\n");
     return 2;
   }
   char cmd[128];

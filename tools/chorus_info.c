@@ -52,7 +52,7 @@ static int printTune(int nranks, int hosts, int machines, int linkMbps) {
     int cand[algoCount * protoCount][2], nc = 0;
     for (int a = 0; a < algoCount; a++)
       for (int p = 0; p < protoCount; p++)
-        if (algoSupports(a, coll, nranks) && tuneModelUs(&topo, coll, a, p, 1, 8) >= 0) {
+        if (algoSupports(a, coll, nranks) && tuneModelUs(&topo, coll, a, p, 1, 8, 0) >= 0) {
           cand[nc][0] = a;
           cand[nc++][1] = p;
         }
@@ -66,9 +66,9 @@ static int printTune(int nranks, int hosts, int machines, int linkMbps) {
     for (size_t bytes = 8; bytes <= ((size_t)256 << 20); bytes *= 4) {
       size_t count = bytes / 4; /* float */
       printf("  %12zu", bytes);
-      for (int k = 0; k < nc; k++) printf(" %16.2f", tuneModelUs(&topo, coll, cand[k][0], cand[k][1], 1, bytes));
+      for (int k = 0; k < nc; k++) printf(" %16.2f", tuneModelUs(&topo, coll, cand[k][0], cand[k][1], 1, bytes, 0));
       struct tuneChoice c;
-      if (tuneChoose(&t, coll, count, 4, ncclFloat, slot, nch, &c) == ncclSuccess)
+      if (tuneChoose(&t, coll, count, 4, ncclFloat, slot, nch, 0, &c) == ncclSuccess)
         printf("   %s/%s %d ch %.2f\n", algoName(c.algo), protoName(c.proto), c.nch, c.us);
       else
         printf("   none\n");

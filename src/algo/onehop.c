@@ -87,4 +87,13 @@ static ncclResult_t oneHopBuild(struct schedule *s, struct algoCtx *c, const str
   return ncclSuccess;
 }
 
-const struct algoFamily oneHopAlgo = {.supports = oneHopSupports, .build = oneHopBuild, .agrees = oneHopAgrees};
+/* Its sends are the caller's input: ReduceScatter's blocks for the others,
+ * which even in place it never writes (its own block is the output), and
+ * AllReduce's whole input, which only in place it overwrites. */
+static int oneHopMappedSends(const struct collDesc *d, int nranks) {
+  (void)nranks;
+  return d->coll == collReduceScatter || (d->coll == collAllReduce && d->sendbuff != d->recvbuff);
+}
+
+const struct algoFamily oneHopAlgo = {
+    .supports = oneHopSupports, .build = oneHopBuild, .mappedSends = oneHopMappedSends, .agrees = oneHopAgrees};

@@ -337,7 +337,15 @@ static ncclResult_t rdBuild(struct schedule *s, struct algoCtx *c, const struct 
  * AllReduce sends dst and then adds into it. */
 static int rdStableSends(int coll) { return coll == collAllGather; }
 
-const struct algoFamily recDoublingAlgo = {.supports = rdSupports, .build = rdBuild, .stableSends = rdStableSends};
+/* Two ranks out of place: an AllReduce's one round sends the caller's
+ * input, which nothing writes (with more ranks later rounds send partial
+ * sums that the next round overwrites; in place the input is the output). */
+static int rdMappedSends(const struct collDesc *d, int nranks) {
+  return d->coll == collAllReduce && nranks == 2 && d->sendbuff != d->recvbuff;
+}
+
+const struct algoFamily recDoublingAlgo = {
+    .supports = rdSupports, .build = rdBuild, .stableSends = rdStableSends, .mappedSends = rdMappedSends};
 
 static int rabSupports(int coll, int nranks) { return nranks >= 2 && nranks < 256 && coll == collAllReduce; }
 

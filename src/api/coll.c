@@ -6,6 +6,7 @@
 #include "api/api.h"
 #include "chorus.h"
 #include "api/group.h"
+#include "api/rma.h"
 #include "api/watch.h"
 #include "core/err.h"
 #include "core/log.h"
@@ -127,7 +128,10 @@ static ncclResult_t enqueueCheckArgs(const struct callArgs *a) {
   /* Chosen now: a choice NCCL_ALGO / NCCL_PROTO leave impossible fails the
    * call (or the group) and changes nothing. */
   size_t smallCap = comm->slotBytes < COMM_SCRATCH_BYTES ? comm->slotBytes : COMM_SCRATCH_BYTES;
-  CHECK(tuneChoose(&comm->tune, a->coll, a->count, esz, a->dtype, smallCap, comm->nch, &item.plan));
+  /* Only a 2-rank AllReduce's choice depends on it (tune/model.c). */
+  int mapped = a->coll == collAllReduce && comm->nranks == 2 &&
+               windowsSymmetricMapped(comm, a->sendbuff, a->recvbuff, a->count * esz);
+  CHECK(tuneChoose(&comm->tune, a->coll, a->count, esz, a->dtype, smallCap, comm->nch, mapped, &item.plan));
   return groupEnqueue(&item); /* numbered when it launches: a launch refused changes no count */
 }
 

@@ -15,6 +15,7 @@
 #include "api/rma.h"
 #include "core/err.h"
 #include "core/log.h"
+#include "transport/memshare.h"
 
 #define WIN_FLAGS_KNOWN (NCCL_WIN_COLL_SYMMETRIC | NCCL_WIN_STRICT_ORDERING)
 
@@ -107,6 +108,25 @@ ncclResult_t windowNumber(struct ncclComm *comm, ncclWindow_t win, const char *c
   *number = win->number;
   *size = win->size;
   return ncclSuccess;
+}
+
+static int inSymmetricWindow(const struct ncclComm *comm, const void *p, size_t bytes) {
+  for (const struct ncclWindow_vidmem *w = comm->windows; w; w = w->next)
+    if ((w->flags & NCCL_WIN_COLL_SYMMETRIC) && (const char *)p >= (const char *)w->buff &&
+        bytes <= w->size - (size_t)((const char *)p - (const char *)w->buff))
+      return 1;
+  return 0;
+}
+
+int windowsSymmetricMapped(struct ncclComm *comm, const void *a, const void *b, size_t bytes) {
+  /* Most communicators have no windows: no lock on every call for them. */
+  if (__atomic_load_n(&comm->windows, __ATOMIC_RELAXED) == NULL) return 0;
+  struct shareRegion r;
+  if (!shareFind(a, bytes, &r) || !shareFind(b, bytes, &r)) return 0;
+  pthread_mutex_lock(&comm->winLock);
+  int found = inSymmetricWindow(comm, a, bytes) && inSymmetricWindow(comm, b, bytes);
+  pthread_mutex_unlock(&comm->winLock);
+  return found;
 }
 
 int windowWrite(struct ncclComm *comm, uint32_t number, uint64_t off, const void *data, size_t bytes) {

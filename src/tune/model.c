@@ -123,6 +123,26 @@ static struct link linkOf(const struct tuneTopo *t, int coll, int proto, size_t 
   return l;
 }
 
+/* Two ranks of one host, AllReduce: the ring (and Rabenseifner, which is
+ * the ring for two) halves the work only where each reads its peer's
+ * buffer where it lies and writes both outputs (ncclMemAlloc's memory,
+ * algoMappedSends: the ring's per-byte term). Through the FIFOs each rank
+ * still copies out its half, reduces, and copies the peer's result in,
+ * bytes for bytes what recursive doubling's one exchange moves, in two
+ * steps where that takes one: bench/tune_check -n 2, 2026-12-05, plain
+ * buffers, recursive doubling against Ring/Simple: 8 KiB 1.84 against 2.46
+ * us, 32 KiB 3.84 against 5.39, 128 KiB 13.5 against 14.9, 1 MiB 107
+ * against 116, from 2 MiB within 3% either way. From 128 KiB, where
+ * plain buffers gain at most 10%, the ring stays, for what it gains where
+ * the memory is mapped after all (-R 1, no window: 1.2-1.4x). Which
+ * memory a call's buffers are is each rank's own knowledge, which the
+ * choice may not depend on, unless every rank is known to use the same:
+ * symmetric windows (mapped). */
+#define PAIR_FIFO_MAX_BYTES (128u << 10)
+static int pairThroughFifos(const struct tuneTopo *t, int coll, size_t bytes, int mapped) {
+  return t->nranks == 2 && coll == collAllReduce && !t->net && !mapped && bytes < PAIR_FIFO_MAX_BYTES;
+}
+
 /* floor(log2(n)) for n >= 1. */
 static int log2Floor(int n) {
   int k = 0;
@@ -130,11 +150,13 @@ static int log2Floor(int n) {
   return k;
 }
 
-double tuneModelUs(const struct tuneTopo *topo, int coll, int algo, int proto, int nch, size_t bytes) {
+double tuneModelUs(const struct tuneTopo *topo, int coll, int algo, int proto, int nch, size_t bytes, int mapped) {
   (void)nch;
   struct link l = linkOf(topo, coll, proto, bytes);
   double n = topo->nranks, b = (double)bytes;
   double hopAll = l.hop * l.busy; /* a hop of a step that every rank takes at once */
+  if ((algo == algoRing || algo == algoRabenseifner) && pairThroughFifos(topo, coll, bytes, mapped))
+    return 2 * (hopAll + RING_STEP_US) + l.share * (b / l.copy + b / l.reduce);
   switch (algo) {
     case algoLocal: return b / SHM_COPY_BPUS;
     case algoOneHop: { /* one hop; each rank posts its input (a block) n-1 times and reduces (or,

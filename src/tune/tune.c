@@ -55,23 +55,24 @@ static int fits(const struct tuneTable *t, int algo, size_t bytes, size_t slotBy
 struct tuneCached {
   uint64_t table;
   size_t bytes, slotBytes;
-  int maxNch;
+  int maxNch, mapped;
   struct tuneChoice choice;
 };
 static _Thread_local struct tuneCached tuneCache[collTypeCount];
 
 static ncclResult_t tuneSearch(const struct tuneTable *t, int coll, size_t count, size_t esz, int dtype,
-                               size_t slotBytes, int maxNch, struct tuneChoice *out);
+                               size_t slotBytes, int maxNch, int mapped, struct tuneChoice *out);
 
 ncclResult_t tuneChoose(const struct tuneTable *t, int coll, size_t count, size_t esz, int dtype, size_t slotBytes,
-                        int maxNch, struct tuneChoice *out) {
+                        int maxNch, int mapped, struct tuneChoice *out) {
   struct tuneCached *k = coll >= 0 && coll < collTypeCount ? &tuneCache[coll] : NULL;
   size_t bytes = count * esz;
-  if (k && k->table == t->id && k->bytes == bytes && k->slotBytes == slotBytes && k->maxNch == maxNch) {
+  if (k && k->table == t->id && k->bytes == bytes && k->slotBytes == slotBytes && k->maxNch == maxNch &&
+      k->mapped == mapped) {
     *out = k->choice;
   } else {
-    CHECK(tuneSearch(t, coll, count, esz, dtype, slotBytes, maxNch, out));
-    if (k) *k = (struct tuneCached){t->id, bytes, slotBytes, maxNch, *out};
+    CHECK(tuneSearch(t, coll, count, esz, dtype, slotBytes, maxNch, mapped, out));
+    if (k) *k = (struct tuneCached){t->id, bytes, slotBytes, maxNch, mapped, *out};
   }
   /* NCCL counts AllGather's and ReduceScatter's bytes over all ranks. */
   size_t logBytes = coll == collAllGather || coll == collReduceScatter ? bytes * (size_t)t->topo.nranks : bytes;
@@ -81,7 +82,7 @@ ncclResult_t tuneChoose(const struct tuneTable *t, int coll, size_t count, size_
 }
 
 static ncclResult_t tuneSearch(const struct tuneTable *t, int coll, size_t count, size_t esz, int dtype,
-                               size_t slotBytes, int maxNch, struct tuneChoice *out) {
+                               size_t slotBytes, int maxNch, int mapped, struct tuneChoice *out) {
   size_t bytes = count * esz;
   int n = t->topo.nranks;
   struct tuneChoice best = {-1, protoSimple, 1, -1};
@@ -89,7 +90,7 @@ static ncclResult_t tuneSearch(const struct tuneTable *t, int coll, size_t count
   else if (coll == collAlltoAll || coll == collGather || coll == collScatter) best.algo = algoPairwise;
   else if (n == 1) best.algo = algoLocal; /* as NCCL: one rank copies, whatever NCCL_ALGO says */
   if (best.algo >= 0) {
-    best.us = tuneModelUs(&t->topo, coll, best.algo, best.proto, 1, bytes);
+    best.us = tuneModelUs(&t->topo, coll, best.algo, best.proto, 1, bytes, mapped);
     *out = best;
     return ncclSuccess;
   }
@@ -98,7 +99,7 @@ static ncclResult_t tuneSearch(const struct tuneTable *t, int coll, size_t count
     for (int p = 0; p < protoCount; p++) {
       if (!(t->protoMask[coll] & (1u << p))) continue;
       int c = channelsFor(t, coll, a, bytes, maxNch);
-      double us = tuneModelUs(&t->topo, coll, a, p, c, bytes);
+      double us = tuneModelUs(&t->topo, coll, a, p, c, bytes, mapped);
       if (us >= 0 && (best.algo < 0 || us < best.us)) best = (struct tuneChoice){a, p, c, us};
     }
   }

@@ -63,13 +63,16 @@ struct tuneChoice {
 
 /* Chooses for coll (enum collType) on count elements of esz bytes.
  * slotBytes bounds one-slot algorithms; maxNch is the communicator's
- * channels. No choice left (NCCL_ALGO / NCCL_PROTO exclude all): NCCL's
+ * channels; mapped: the call's buffers are, on every rank, memory its local
+ * peers map (NCCL_WIN_COLL_SYMMETRIC windows of ncclMemAlloc's memory: the
+ * user's promise, as in NCCL; tuneModelUs). No choice left (NCCL_ALGO / NCCL_PROTO exclude all): NCCL's
  * "No algorithm/protocol available" WARN and ncclInvalidUsage. */
 ncclResult_t tuneChoose(const struct tuneTable *t, int coll, size_t count, size_t esz, int dtype, size_t slotBytes,
-                        int maxNch, struct tuneChoice *out);
+                        int maxNch, int mapped, struct tuneChoice *out);
 
 /* The model's time for one choice (tune/model.c), in microseconds; < 0 when
- * the model does not cover it. bytes is the per-rank message. */
-double tuneModelUs(const struct tuneTopo *topo, int coll, int algo, int proto, int nch, size_t bytes);
+ * the model does not cover it. bytes is the per-rank message; mapped as
+ * tuneChoose's (0: the buffers are plain memory, read through the FIFOs). */
+double tuneModelUs(const struct tuneTopo *topo, int coll, int algo, int proto, int nch, size_t bytes, int mapped);
 
 #endif

@@ -34,7 +34,8 @@ struct options {
   size_t minBytes, maxBytes, stepBytes, stepFactor;
   const char *json;
   int timestamps; /* -S */
-  int localRegister; /* -R: buffers from ncclMemAlloc, registered with ncclCommRegister */
+  int localRegister; /* -R: buffers from ncclMemAlloc, registered with ncclCommRegister (1) or as
+                      * NCCL_WIN_COLL_SYMMETRIC windows (2) */
 };
 static struct options opt = {1, 1, 20, 1, 1, 1, 1, ncclSum, ncclFloat, 0, 0, 0, 0, 0, 1, 0,
                              32 << 20, 32 << 20, 1 << 20, 1, NULL, 0, 0};
@@ -479,15 +480,17 @@ static void printDevices(const struct deviceInfo *all) {
 }
 
 /* A buffer of the sweep's largest size, or a clear end (never a crash on
- * a NULL pointer). With -R, nccl-tests' local registration: from
- * ncclMemAlloc (memory that local peers map, so they read it in place),
- * registered with comm (*reg the handle). */
+ * a NULL pointer). With -R, nccl-tests' registration: from ncclMemAlloc
+ * (memory that local peers map, so they read it in place), registered with
+ * comm (*reg the handle): -R 1 locally, -R 2 as a symmetric window (every
+ * rank's buffers are, which the tuner may count on). */
 static char *allocBuffer(size_t bytes, const char *what, int rank, ncclComm_t comm, void **reg) {
   size_t rounded = (bytes + 4095) / 4096 * 4096;
   char *p = NULL;
   if (opt.localRegister) {
     if (ncclMemAlloc((void **)&p, bytes) != ncclSuccess) p = NULL;
-    if (p) CK(ncclCommRegister(comm, p, bytes, reg));
+    if (p && opt.localRegister == 2) CK(ncclCommWindowRegister(comm, p, bytes, (ncclWindow_t *)reg, NCCL_WIN_COLL_SYMMETRIC));
+    else if (p) CK(ncclCommRegister(comm, p, bytes, reg));
   } else {
     p = rounded >= bytes ? aligned_alloc(4096, rounded) : NULL;
   }
@@ -615,7 +618,10 @@ static void *threadMain(void *arg) {
   barrier(ts);
   for (int g = 0; g < G; g++) {
     if (ts->streams[g]) CK(chorusStreamDestroy(ts->streams[g]));
-    if (opt.localRegister) {
+    if (opt.localRegister == 2) {
+      CK(ncclCommWindowDeregister(ts->comms[g], (ncclWindow_t)ts->sendRegs[g]));
+      CK(ncclCommWindowDeregister(ts->comms[g], (ncclWindow_t)ts->recvRegs[g]));
+    } else if (opt.localRegister) {
       CK(ncclCommDeregister(ts->comms[g], ts->sendRegs[g]));
       CK(ncclCommDeregister(ts->comms[g], ts->recvRegs[g]));
     }
@@ -672,7 +678,7 @@ static void usage(const char *prog) {
          "\t[-d,--datatype <nccltype/all>] \n\t[-r,--root <root>] \n\t[-z,--blocking <0/1/2/3>] \n"
          "\t[-y,--stream_null <0/1>] \n\t[-T,--timeout <time in seconds>] \n\t[-C,--report_cputime <0/1>] \n"
          "\t[-a,--average <0/1/2/3> report average iteration time <0=RANK0/1=AVG/2=MIN/3=MAX>] \n"
-         "\t[-R,--local_register <0/1> buffers from ncclMemAlloc, registered (local peers read them in place)] \n"
+         "\t[-R,--local_register <0/1/2> buffers from ncclMemAlloc, registered (local peers read them in place); 2: as symmetric windows] \n"
          "\t[-J,--output_file <file>] \n\t[-S,--report_timestamps <0/1> report timestamps (default 0)] \n\t[-h,--help]\n",
          prog);
 }
@@ -744,9 +750,7 @@ static void parseArgs(int argc, char **argv) {
       case 'C': opt.cputime = atoi(optarg); break;
       case 'a': opt.average = parseRange(optarg, c, 0, 3); break;
       case 'R':
-        opt.localRegister = atoi(optarg) != 0;
-        if (atoi(optarg) > 1) printf("Option -R %d (symmetric windows) not supported, registering locally (-R 1)\n",
-                                     atoi(optarg));
+        opt.localRegister = parseRange(optarg, c, 0, 2);
         break;
       case 'J': opt.json = optarg; break;
       case 'S': opt.timestamps = atoi(optarg); break;
