@@ -28,12 +28,15 @@
  *   off      - CHORUS_SINGLE_COPY=0: right, and nothing mapped.
  *   small    - AllReduce and ReduceScatter of 4 KB-48 KB of ncclMemAlloc's
  *              memory, out of and in place (the sizes where recursive
- *              doubling and one-hop run; ctest also forces each), with
- *              CMA refused: right, guard bytes intact, peers' memory read
- *              in place; with 2 ranks the same AllReduce on symmetric
+ *              doubling and one-hop run; ctest also forces each, with
+ *              NCCL_PROTO=Simple, whose slots may be references: then each
+ *              AllReduce out of place of 4 KB or more must read its peers'
+ *              input in place), with CMA refused: right, guard bytes
+ *              intact, peers' memory read in place; with 2 ranks the same AllReduce on symmetric
  *              windows (NCCL_WIN_COLL_SYMMETRIC) is right too, and the
  *              tuner, which may count on every rank's buffers being
- *              mapped only there, chose the ring there and not elsewhere.
+ *              mapped only there, chose the ring there and not elsewhere
+ *              (not where the buffers lie past the end of windows).
  *   asymmetric - 2 ranks, only rank 0's buffers in symmetric windows (a
  *              broken promise): the AllReduce fails on both ranks, saying
  *              they chose differently, never a wrong result.
@@ -224,8 +227,10 @@ static int nocmaRank(int rank, int n, ncclUniqueId id, void *arg) {
 
 /* AllReduce (sum) of count floats of ncclMemAlloc's memory, out of and in
  * place, and ReduceScatter of count floats per rank, out of and in place
- * (with win, AllReduce only, on symmetric windows of both buffers). */
-static int smallReductions(int rank, int n, ncclComm_t comm, size_t count, int win) {
+ * (with win, AllReduce only, on symmetric windows of both buffers). reads:
+ * the out-of-place AllReduce must read its peers' input in place (where a
+ * slot may carry a reference: 4096 bytes). */
+static int smallReductions(int rank, int n, ncclComm_t comm, size_t count, int win, int reads) {
   float *in = filledMem(rank, 3, count * n), *out = guardMemAlloc(count * n * sizeof(float));
   EXPECT(in && out, "rank %d: ncclMemAlloc failed", rank);
   ncclWindow_t wins[2] = {NULL, NULL};
@@ -235,7 +240,10 @@ static int smallReductions(int rank, int n, ncclComm_t comm, size_t count, int w
   }
   for (int inPlace = 0; inPlace < 2; inPlace++) {
     for (size_t i = 0; i < count; i++) out[i] = inPlace ? value(rank, 3, i) : -1.0f;
+    int before = logLines("(ncclMemAlloc): read in place");
     NCCLCHECK(ncclAllReduce(inPlace ? out : in, out, count, ncclFloat, ncclSum, comm, NULL));
+    EXPECT(!reads || inPlace || count * sizeof(float) < 4096 || logLines("(ncclMemAlloc): read in place") > before,
+           "rank %d: AllReduce of %zu out of place did not read its peers' input in place", rank, count);
     for (size_t i = count; i-- > 0;) {
       float want = 0;
       for (int r = 0; r < n; r++) want += value(r, 3, i);
@@ -265,6 +273,30 @@ static int smallReductions(int rank, int n, ncclComm_t comm, size_t count, int w
 
 static const size_t smallCounts[] = {1000, 1025, 4001, 12000}; /* floats: 4 KB to 48 KB */
 
+/* An AllReduce of 12000 floats whose buffers lie past the end of a
+ * symmetric window each (64 bytes at the start of its allocation, the
+ * buffer 128 bytes in): in no window. */
+static int pastWindows(int rank, int n, ncclComm_t comm) {
+  size_t count = 12000;
+  float *in = filledMem(rank, 3, count + 32), *out = guardMemAlloc((count + 32) * sizeof(float));
+  EXPECT(in && out, "rank %d: ncclMemAlloc failed", rank);
+  ncclWindow_t wins[2];
+  NCCLCHECK(ncclCommWindowRegister(comm, in, 64, &wins[0], NCCL_WIN_COLL_SYMMETRIC));
+  NCCLCHECK(ncclCommWindowRegister(comm, out, 64, &wins[1], NCCL_WIN_COLL_SYMMETRIC));
+  NCCLCHECK(ncclAllReduce(in + 32, out + 32, count, ncclFloat, ncclSum, comm, NULL));
+  for (size_t i = 0; i < count; i++) {
+    float want = 0;
+    for (int r = 0; r < n; r++) want += value(r, 3, 32 + i);
+    EXPECT(out[32 + i] == want, "rank %d: AllReduce past windows: element %zu is %g, expected %g", rank, i,
+           out[32 + i], want);
+  }
+  for (int k = 0; k < 2; k++) NCCLCHECK(ncclCommWindowDeregister(comm, wins[k]));
+  EXPECT(guardCheck(in) == 0 && guardCheck(out) == 0, "rank %d: guard bytes were overwritten", rank);
+  guardFree(in);
+  guardFree(out);
+  return 0;
+}
+
 /* Forced by ctest (NCCL_ALGO), or "" */
 static const char *forcedAlgo(void) { return getenv("NCCL_ALGO") ? getenv("NCCL_ALGO") : ""; }
 /* How many of smallCounts run: one-hop carries one FIFO slot (16 KB here). */
@@ -277,16 +309,20 @@ static int smallRank(int rank, int n, ncclUniqueId id, void *arg) {
   EXPECT(denyCma() == 0, "seccomp: %s", strerror(errno));
   ncclComm_t comm;
   NCCLCHECK(ncclCommInitRank(&comm, n, id, rank));
+  /* Forced, the algorithm's reads in place are checked call by call (the
+   * tuner's choices may be the ring's, which reads in place too). */
+  int reads = !strcmp(forcedAlgo(), "OneHop") || (!strcmp(forcedAlgo(), "RecDoubling") && n == 2);
   for (size_t k = 0; k < smallCountsRun(); k++)
-    if (smallReductions(rank, n, comm, smallCounts[k], 0)) return 1;
+    if (smallReductions(rank, n, comm, smallCounts[k], 0, reads)) return 1;
+  if (n == 2 && smallCountsRun() == 4 && pastWindows(rank, n, comm)) return 1; /* 48 KB: not one-hop's */
   int ringBefore = logLines("AllReduce: 48000 Bytes -> Algo Ring");
   for (size_t k = 0; n == 2 && k < smallCountsRun(); k++)
-    if (smallReductions(rank, n, comm, smallCounts[k], 1)) return 1;
+    if (smallReductions(rank, n, comm, smallCounts[k], 1, reads)) return 1;
   NCCLCHECK(ncclCommDestroy(comm));
   /* Recursive doubling reads in place between 2 ranks only: with more, its
    * later rounds send partial sums the next round overwrites. */
-  int reads = strcmp(forcedAlgo(), "RecDoubling") != 0 || n == 2;
-  EXPECT(!reads || logLines("(ncclMemAlloc): read in place") >= n - 1, "rank %d's log says it mapped %d pieces of "
+  int someRead = strcmp(forcedAlgo(), "RecDoubling") != 0 || n == 2;
+  EXPECT(!someRead || logLines("(ncclMemAlloc): read in place") >= n - 1, "rank %d's log says it mapped %d pieces of "
          "its peers' memory, fewer than its %d peers", rank, logLines("(ncclMemAlloc): read in place"), n - 1);
   if (n == 2 && !forcedAlgo()[0]) {
     EXPECT(ringBefore == 0, "rank %d: the tuner chose the ring for 48000 bytes of buffers not in windows", rank);

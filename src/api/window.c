@@ -111,10 +111,12 @@ ncclResult_t windowNumber(struct ncclComm *comm, ncclWindow_t win, const char *c
 }
 
 static int inSymmetricWindow(const struct ncclComm *comm, const void *p, size_t bytes) {
-  for (const struct ncclWindow_vidmem *w = comm->windows; w; w = w->next)
-    if ((w->flags & NCCL_WIN_COLL_SYMMETRIC) && (const char *)p >= (const char *)w->buff &&
-        bytes <= w->size - (size_t)((const char *)p - (const char *)w->buff))
+  uintptr_t at = (uintptr_t)p;
+  for (const struct ncclWindow_vidmem *w = comm->windows; w; w = w->next) {
+    uintptr_t base = (uintptr_t)w->buff;
+    if ((w->flags & NCCL_WIN_COLL_SYMMETRIC) && at >= base && at - base <= w->size && bytes <= w->size - (at - base))
       return 1;
+  }
   return 0;
 }
 

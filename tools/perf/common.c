@@ -489,8 +489,10 @@ static char *allocBuffer(size_t bytes, const char *what, int rank, ncclComm_t co
   char *p = NULL;
   if (opt.localRegister) {
     if (ncclMemAlloc((void **)&p, bytes) != ncclSuccess) p = NULL;
-    if (p && opt.localRegister == 2) CK(ncclCommWindowRegister(comm, p, bytes, (ncclWindow_t *)reg, NCCL_WIN_COLL_SYMMETRIC));
+    ncclWindow_t win = NULL;
+    if (p && opt.localRegister == 2) CK(ncclCommWindowRegister(comm, p, bytes, &win, NCCL_WIN_COLL_SYMMETRIC));
     else if (p) CK(ncclCommRegister(comm, p, bytes, reg));
+    if (win) *reg = win;
   } else {
     p = rounded >= bytes ? aligned_alloc(4096, rounded) : NULL;
   }
