@@ -26,7 +26,7 @@
  *              hands it no more (it then works without CMA): every result
  *              right.
  *   off      - CHORUS_SINGLE_COPY=0: right, and nothing mapped.
- *   small    - AllReduce and ReduceScatter of 4 KB-48 KB of ncclMemAlloc's
+ *   small    - AllReduce, ReduceScatter and AllGather of 4 KB-48 KB of ncclMemAlloc's
  *              memory, out of and in place (the sizes where recursive
  *              doubling and one-hop run; ctest also forces each, with
  *              NCCL_PROTO=Simple, whose slots may be references: then each
@@ -262,6 +262,25 @@ static int smallReductions(int rank, int n, ncclComm_t comm, size_t count, int w
       EXPECT(res[i] == want, "rank %d: ReduceScatter of %zu%s: element %zu is %g, expected %g", rank, count,
              inPlace ? " in place" : "", i, res[i], want);
     }
+  }
+  /* AllGather of count floats per rank, each placement on buffers of its
+   * own: a peer's buffer is mapped (and said so) the first time it is read. */
+  for (int inPlace = 0; !win && inPlace < 2; inPlace++) {
+    float *gin = inPlace ? NULL : filledMem(rank, 8, count), *gout = guardMemAlloc(count * n * sizeof(float));
+    EXPECT((inPlace || gin) && gout, "rank %d: ncclMemAlloc failed", rank);
+    for (size_t i = 0; i < count * n; i++) gout[i] = -1.0f;
+    float *mine = inPlace ? gout + (size_t)rank * count : gin;
+    for (size_t i = 0; i < count; i++) mine[i] = value(rank, 8, i);
+    int before = logLines("(ncclMemAlloc): read in place");
+    NCCLCHECK(ncclAllGather(mine, gout, count, ncclFloat, comm, NULL));
+    EXPECT(!reads || count * sizeof(float) < 4096 || logLines("(ncclMemAlloc): read in place") > before,
+           "rank %d: AllGather of %zu%s did not read its peers' input in place", rank, count, inPlace ? " in place" : "");
+    for (int r = 0; r < n; r++)
+      if (checkFrom(gout + (size_t)r * count, r, 8, 0, count, inPlace ? "AllGather in place" : "AllGather", rank))
+        return 1;
+    EXPECT((!gin || guardCheck(gin) == 0) && guardCheck(gout) == 0, "rank %d: AllGather's guard bytes", rank);
+    if (gin) guardFree(gin);
+    guardFree(gout);
   }
   for (int k = 0; k < 2; k++)
     if (wins[k]) NCCLCHECK(ncclCommWindowDeregister(comm, wins[k]));

@@ -87,12 +87,14 @@ static ncclResult_t oneHopBuild(struct schedule *s, struct algoCtx *c, const str
   return ncclSuccess;
 }
 
-/* Its sends are the caller's input: ReduceScatter's blocks for the others,
- * which even in place it never writes (its own block is the output), and
- * AllReduce's whole input, which only in place it overwrites. */
+/* Its sends are the caller's input: ReduceScatter's blocks for the others
+ * and AllGather's block, which even in place it never writes (the output is
+ * the other blocks), and AllReduce's whole input, which only in place it
+ * overwrites. */
 static int oneHopMappedSends(const struct collDesc *d, int nranks) {
   (void)nranks;
-  return d->coll == collReduceScatter || (d->coll == collAllReduce && d->sendbuff != d->recvbuff);
+  return d->coll == collReduceScatter || d->coll == collAllGather ||
+         (d->coll == collAllReduce && d->sendbuff != d->recvbuff);
 }
 
 const struct algoFamily oneHopAlgo = {

@@ -128,9 +128,12 @@ static ncclResult_t enqueueCheckArgs(const struct callArgs *a) {
   /* Chosen now: a choice NCCL_ALGO / NCCL_PROTO leave impossible fails the
    * call (or the group) and changes nothing. */
   size_t smallCap = comm->slotBytes < COMM_SCRATCH_BYTES ? comm->slotBytes : COMM_SCRATCH_BYTES;
-  /* Only a 2-rank AllReduce's choice depends on it (tune/model.c). */
-  int mapped = a->coll == collAllReduce && comm->nranks == 2 &&
-               windowsSymmetricMapped(comm, a->sendbuff, a->recvbuff, a->count * esz);
+  /* Only 2 ranks' choices depend on it (tune/model.c). */
+  size_t inBytes = a->count * esz * (a->coll == collReduceScatter ? (size_t)comm->nranks : 1);
+  size_t outBytes = a->count * esz * (a->coll == collAllGather ? (size_t)comm->nranks : 1);
+  int mapped = comm->nranks == 2 &&
+               (a->coll == collAllReduce || a->coll == collAllGather || a->coll == collReduceScatter) &&
+               windowsSymmetricMapped(comm, a->sendbuff, inBytes, a->recvbuff, outBytes);
   CHECK(tuneChoose(&comm->tune, a->coll, a->count, esz, a->dtype, smallCap, comm->nch, mapped, &item.plan));
   return groupEnqueue(&item); /* numbered when it launches: a launch refused changes no count */
 }

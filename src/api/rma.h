@@ -23,11 +23,11 @@ ncclResult_t windowNumber(struct ncclComm *comm, ncclWindow_t win, const char *c
 /* Copies bytes into comm's window number at off (comm->winLock held); 0,
  * or -1 when comm has no such window, -2 when it ends before off + bytes. */
 int windowWrite(struct ncclComm *comm, uint32_t number, uint64_t off, const void *data, size_t bytes);
-/* 1 when [a, a + bytes) and [b, b + bytes) each lie in an
+/* 1 when [a, a + aBytes) and [b, b + bBytes) each lie in an
  * NCCL_WIN_COLL_SYMMETRIC window of comm, of ncclMemAlloc's memory: then,
  * by that flag's promise, every rank's buffers of the call do (the tuner's
  * "mapped"). */
-int windowsSymmetricMapped(struct ncclComm *comm, const void *a, const void *b, size_t bytes);
+int windowsSymmetricMapped(struct ncclComm *comm, const void *a, size_t aBytes, const void *b, size_t bBytes);
 /* Frees the windows left registered (ncclCommDestroy, ncclCommAbort). */
 void windowFreeAll(struct ncclComm *comm);
 

@@ -120,13 +120,13 @@ static int inSymmetricWindow(const struct ncclComm *comm, const void *p, size_t 
   return 0;
 }
 
-int windowsSymmetricMapped(struct ncclComm *comm, const void *a, const void *b, size_t bytes) {
+int windowsSymmetricMapped(struct ncclComm *comm, const void *a, size_t aBytes, const void *b, size_t bBytes) {
   /* Most communicators have no windows: no lock on every call for them. */
   if (__atomic_load_n(&comm->windows, __ATOMIC_RELAXED) == NULL) return 0;
   struct shareRegion r;
-  if (!shareFind(a, bytes, &r) || !shareFind(b, bytes, &r)) return 0;
+  if (!shareFind(a, aBytes, &r) || !shareFind(b, bBytes, &r)) return 0;
   pthread_mutex_lock(&comm->winLock);
-  int found = inSymmetricWindow(comm, a, bytes) && inSymmetricWindow(comm, b, bytes);
+  int found = inSymmetricWindow(comm, a, aBytes) && inSymmetricWindow(comm, b, bBytes);
   pthread_mutex_unlock(&comm->winLock);
   return found;
 }

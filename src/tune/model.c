@@ -123,8 +123,8 @@ static struct link linkOf(const struct tuneTopo *t, int coll, int proto, size_t 
   return l;
 }
 
-/* Two ranks of one host, AllReduce: the ring (and Rabenseifner, which is
- * the ring for two) halves the work only where each reads its peer's
+/* Two ranks of one host, through the FIFOs. AllReduce: the ring (and
+ * Rabenseifner, which is the ring for two) halves the work only where each reads its peer's
  * buffer where it lies and writes both outputs (ncclMemAlloc's memory,
  * algoMappedSends: the ring's per-byte term). Through the FIFOs each rank
  * still copies out its half, reduces, and copies the peer's result in,
@@ -140,7 +140,7 @@ static struct link linkOf(const struct tuneTopo *t, int coll, int proto, size_t 
  * symmetric windows (mapped). */
 #define PAIR_FIFO_MAX_BYTES (128u << 10)
 static int pairThroughFifos(const struct tuneTopo *t, int coll, size_t bytes, int mapped) {
-  return t->nranks == 2 && coll == collAllReduce && !t->net && !mapped && bytes < PAIR_FIFO_MAX_BYTES;
+  return t->nranks == 2 && !t->net && !mapped && bytes < PAIR_FIFO_MAX_BYTES;
 }
 
 /* floor(log2(n)) for n >= 1. */
@@ -155,8 +155,19 @@ double tuneModelUs(const struct tuneTopo *topo, int coll, int algo, int proto, i
   struct link l = linkOf(topo, coll, proto, bytes);
   double n = topo->nranks, b = (double)bytes;
   double hopAll = l.hop * l.busy; /* a hop of a step that every rank takes at once */
-  if ((algo == algoRing || algo == algoRabenseifner) && pairThroughFifos(topo, coll, bytes, mapped))
-    return 2 * (hopAll + RING_STEP_US) + l.share * (b / l.copy + b / l.reduce);
+  if (pairThroughFifos(topo, coll, bytes, mapped)) {
+    if (coll == collAllReduce && (algo == algoRing || algo == algoRabenseifner))
+      return 2 * (hopAll + RING_STEP_US) + l.share * (b / l.copy + b / l.reduce);
+    /* AllGather and ReduceScatter: the ring and recursive doubling are, for
+     * two ranks, what OneHop is, one block each way; each pays the sender's
+     * copy into the FIFO as OneHop's posting does, beside the receiver's
+     * (bench/tune_check -n 2, 2 x 4 KiB, plain: AllGather Ring/Simple 1.31
+     * us, RecDoubling/Simple 1.51, OneHop/Simple 1.21; ReduceScatter 1.54,
+     * 1.52, 1.34; the model, charging those two only the receiver's copy,
+     * had them ahead) */
+    if ((coll == collAllGather || coll == collReduceScatter) && (algo == algoRing || algo == algoRecDoubling))
+      return hopAll + RING_STEP_US + l.share * (b / l.copy + b / (coll == collAllGather ? l.copy : l.reduce));
+  }
   switch (algo) {
     case algoLocal: return b / SHM_COPY_BPUS;
     case algoOneHop: { /* one hop; each rank posts its input (a block) n-1 times and reduces (or,
