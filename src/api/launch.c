@@ -113,8 +113,9 @@ static ncclResult_t buildItem(struct schedule *s, const struct groupItem *it, ui
   uint64_t singleCopy = c.algo == algoP2p || c.algo == algoPairwise ? comm->singleCopyP2pBytes : comm->singleCopyBytes;
   int refs = singleCopy && opBytes >= singleCopy ? refsAny : comm->mappedRefs ? refsMapped : refsNone;
   if (refs != refsNone && !algoStableSends(c.algo, it->desc.coll))
-    refs = comm->mappedRefs && algoMappedSends(c.algo, &it->desc, comm->nranks) && buffersMapped(&it->desc) ? refsMapped
-                                                                                                  : refsNone;
+    refs = comm->mappedRefs && algoMappedSends(c.algo, &it->desc, comm->nranks) && buffersMapped(&it->desc)
+               ? refsMapped
+               : refsNone;
   if (res == ncclSuccess && refs != refsNone)
     for (int k = firstTask; k < s->ntasks; k++) s->tasks[k].sendRefs = refs;
   if (res == ncclSuccess && comm->check) {

@@ -33,7 +33,8 @@ static int stepMismatch(struct task *t, struct step *st, const struct opDesc *d)
   if (d && (st->check & CHECK_RECV_DESC) && t->off == 0 && !descSamePlan(&t->desc, d) &&
       descMatch(&t->desc, &samePlan))
     snprintf(text, sizeof text, "rank %d chose %s/%s over %u channel(s) for %s but rank %d chose %s/%s over %u "
-             "(their tuning differs, or symmetric windows hold some ranks' buffers and not the others')", t->rank, algoName(t->desc.algo), protoName(t->desc.proto), t->desc.nch, mine,
+             "(their tuning differs, or symmetric windows hold some ranks' buffers and not the others')",
+             t->rank, algoName(t->desc.algo), protoName(t->desc.proto), t->desc.nch, mine,
              peer, algoName(d->algo), protoName(d->proto), d->nch);
   else if (d && (st->check & CHECK_RECV_DESC) && t->off == 0)
     snprintf(text, sizeof text, "rank %d called %s but rank %d called %s", t->rank, mine, peer, theirs);

@@ -124,8 +124,8 @@ static struct link linkOf(const struct tuneTopo *t, int coll, int proto, size_t 
 }
 
 /* Two ranks of one host, through the FIFOs. AllReduce: the ring (and
- * Rabenseifner, which is the ring for two) halves the work only where each reads its peer's
- * buffer where it lies and writes both outputs (ncclMemAlloc's memory,
+ * Rabenseifner, which is the ring for two) halves the work only where each
+ * reads its peer's buffer where it lies and writes both outputs (ncclMemAlloc's memory,
  * algoMappedSends: the ring's per-byte term). Through the FIFOs each rank
  * still copies out its half, reduces, and copies the peer's result in,
  * bytes for bytes what recursive doubling's one exchange moves, in two

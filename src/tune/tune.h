@@ -65,7 +65,8 @@ struct tuneChoice {
  * slotBytes bounds one-slot algorithms; maxNch is the communicator's
  * channels; mapped: the call's buffers are, on every rank, memory its local
  * peers map (NCCL_WIN_COLL_SYMMETRIC windows of ncclMemAlloc's memory: the
- * user's promise, as in NCCL; tuneModelUs). No choice left (NCCL_ALGO / NCCL_PROTO exclude all): NCCL's
+ * user's promise, as in NCCL; tuneModelUs). No choice left (NCCL_ALGO /
+ * NCCL_PROTO exclude all): NCCL's
  * "No algorithm/protocol available" WARN and ncclInvalidUsage. */
 ncclResult_t tuneChoose(const struct tuneTable *t, int coll, size_t count, size_t esz, int dtype, size_t slotBytes,
                         int maxNch, int mapped, struct tuneChoice *out);
