@@ -34,20 +34,39 @@ static int isReduction(int coll) {
  * sendbuff at recvbuff + rank * count; ReduceScatter and Scatter the other
  * way round): no rank could then get the right data. Only where this rank
  * reads sendbuff and writes recvbuff. */
+/* The bytes a collective's call reads at sendbuff and writes at recvbuff,
+ * for bytes per count (AllGather's output and ReduceScatter's input are
+ * nranks blocks). */
+static void bufferBytes(const struct callArgs *a, size_t bytes, int nranks, size_t *sendBytes, size_t *recvBytes) {
+  *sendBytes = *recvBytes = bytes;
+  if (a->coll == collAllGather || a->coll == collGather) *recvBytes *= (size_t)nranks;
+  if (a->coll == collReduceScatter || a->coll == collScatter) *sendBytes *= (size_t)nranks;
+  if (a->coll == collAlltoAll) *sendBytes = *recvBytes = bytes * (size_t)nranks;
+}
+
 static int overlapsBadly(const struct callArgs *a, size_t bytes, int nranks, int rank) {
   if (a->coll == collSend || a->coll == collRecv) return 0;
   int root = a->root == rank;
   if ((a->coll == collBroadcast || a->coll == collReduce || a->coll == collGather || a->coll == collScatter) && !root)
     return 0;
   uintptr_t s = (uintptr_t)a->sendbuff, r = (uintptr_t)a->recvbuff, mine = (uintptr_t)rank * bytes;
-  size_t sendBytes = bytes, recvBytes = bytes;
-  if (a->coll == collAllGather || a->coll == collGather) recvBytes *= (size_t)nranks;
-  if (a->coll == collReduceScatter || a->coll == collScatter) sendBytes *= (size_t)nranks;
-  if (a->coll == collAlltoAll) sendBytes = recvBytes = bytes * (size_t)nranks;
+  size_t sendBytes, recvBytes;
+  bufferBytes(a, bytes, nranks, &sendBytes, &recvBytes);
   if (s + sendBytes <= r || r + recvBytes <= s || s == r) return 0;
   if ((a->coll == collAllGather || a->coll == collGather) && s == r + mine) return 0;
   if ((a->coll == collReduceScatter || a->coll == collScatter) && r == s + mine) return 0;
   return 1;
+}
+
+/* The tuner's "mapped" (tune.h): only 2 ranks' AllReduce, AllGather and
+ * ReduceScatter choices depend on it (tune/model.c). */
+static int buffersSymmetric(const struct callArgs *a, size_t esz) {
+  struct ncclComm *comm = a->comm;
+  if (comm->nranks != 2 || (a->coll != collAllReduce && a->coll != collAllGather && a->coll != collReduceScatter))
+    return 0;
+  size_t sendBytes, recvBytes;
+  bufferBytes(a, a->count * esz, comm->nranks, &sendBytes, &recvBytes);
+  return windowsSymmetricMapped(comm, a->sendbuff, sendBytes, a->recvbuff, recvBytes);
 }
 
 static ncclResult_t enqueueCheckArgs(const struct callArgs *a) {
@@ -128,13 +147,8 @@ static ncclResult_t enqueueCheckArgs(const struct callArgs *a) {
   /* Chosen now: a choice NCCL_ALGO / NCCL_PROTO leave impossible fails the
    * call (or the group) and changes nothing. */
   size_t smallCap = comm->slotBytes < COMM_SCRATCH_BYTES ? comm->slotBytes : COMM_SCRATCH_BYTES;
-  /* Only 2 ranks' choices depend on it (tune/model.c). */
-  size_t inBytes = a->count * esz * (a->coll == collReduceScatter ? (size_t)comm->nranks : 1);
-  size_t outBytes = a->count * esz * (a->coll == collAllGather ? (size_t)comm->nranks : 1);
-  int mapped = comm->nranks == 2 &&
-               (a->coll == collAllReduce || a->coll == collAllGather || a->coll == collReduceScatter) &&
-               windowsSymmetricMapped(comm, a->sendbuff, inBytes, a->recvbuff, outBytes);
-  CHECK(tuneChoose(&comm->tune, a->coll, a->count, esz, a->dtype, smallCap, comm->nch, mapped, &item.plan));
+  CHECK(tuneChoose(&comm->tune, a->coll, a->count, esz, a->dtype, smallCap, comm->nch, buffersSymmetric(a, esz),
+                   &item.plan));
   return groupEnqueue(&item); /* numbered when it launches: a launch refused changes no count */
 }
 
