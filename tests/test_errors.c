@@ -345,6 +345,9 @@ static int rankMain(int rank, int n, ncclUniqueId id, void *arg) {
    * (before: success, with wrong data on some ranks). */
   BAD(ncclAllReduce(send, send + 1, 8, ncclFloat, ncclSum, comm, NULL), ncclInvalidArgument, "overlap");
   BAD(ncclAllGather(send + 1, send, 2, ncclFloat, comm, NULL), ncclInvalidArgument, "overlap");
+  if (n > 1) { /* the input inside the output past its first block */
+    BAD(ncclAllGather(send + 3, send, 2, ncclFloat, comm, NULL), ncclInvalidArgument, "overlap");
+  }
   BAD(ncclReduceScatter(send, send + 1, 2, ncclFloat, ncclSum, comm, NULL), ncclInvalidArgument, "overlap");
   BAD(ncclAlltoAll(send + 1, send, 2, ncclFloat, comm, NULL), ncclInvalidArgument, "overlap");
   BAD(ncclBroadcast(send, send + 2, 4, ncclFloat, rank, comm, NULL), ncclInvalidArgument, "overlap");
