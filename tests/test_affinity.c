@@ -10,13 +10,20 @@
  *   test_affinity shared NRANKS - every rank pinned to the same CPU: each
  *              logs that its waits yield after a few spins;
  *   test_affinity apart NRANKS - each pinned to a CPU of its own (where
- *              there are as many): none does. */
+ *              there are as many): none does.
+ * And a rank whose CPU something else runs on moves off it (waits time
+ * their first yield):
+ *   test_affinity together - 2 ranks start on one CPU with the machine's
+ *              CPUs their mask, then call 8-byte AllReduces: at least
+ *              one logs that it moved (unless the kernel parted them
+ *              before their first call, which it is slow to do). */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "chorus.h"
@@ -115,7 +122,77 @@ static int coresRank(int rank, int n, ncclUniqueId id, void *arg) {
   return 0;
 }
 
+/* Where each rank ran just before its first call (-1: not yet known). */
+static volatile int *firstCpu;
+
+static int togetherRank(int rank, int n, ncclUniqueId id, void *arg) {
+  (void)arg;
+  cpu_set_t all, one;
+  EXPECT(sched_getaffinity(0, sizeof all, &all) == 0, "sched_getaffinity");
+  int cpu = 0;
+  while (!CPU_ISSET(cpu, &all)) cpu++;
+  CPU_ZERO(&one);
+  CPU_SET(cpu, &one);
+  /* Onto the first CPU, then the whole mask back: the rank stays where it
+   * is, and init sees a CPU per rank. */
+  EXPECT(sched_setaffinity(0, sizeof one, &one) == 0, "pin rank %d to CPU %d", rank, cpu);
+  EXPECT(sched_setaffinity(0, sizeof all, &all) == 0, "unpin rank %d", rank);
+  ncclComm_t comm;
+  NCCLCHECK(ncclCommInitRank(&comm, n, id, rank));
+  firstCpu[rank] = sched_getcpu();
+  float in[2] = {(float)rank, 1.0f}, out[2];
+  for (int i = 0; i < 2000; i++) {
+    NCCLCHECK(ncclAllReduce(in, out, 2, ncclFloat32, ncclSum, comm, NULL));
+    EXPECT(out[0] == (float)(n * (n - 1) / 2) && out[1] == (float)n, "call %d: %g %g", i, (double)out[0],
+           (double)out[1]);
+  }
+  cpu_set_t after;
+  EXPECT(sched_getaffinity(0, sizeof after, &after) == 0 && CPU_EQUAL(&after, &all),
+         "rank %d: its CPU affinity changed (%d CPUs, was %d)", rank, CPU_COUNT(&after), CPU_COUNT(&all));
+  NCCLCHECK(ncclCommDestroy(comm));
+  return 0;
+}
+
+/* Lines with needle in the logs of logDir's every process. */
+static int logsLinesWith(const char *needle) {
+  DIR *d = opendir(logDir);
+  if (!d) return -1;
+  struct dirent *de;
+  int lines = 0;
+  char path[384];
+  while ((de = readdir(d))) {
+    if (strncmp(de->d_name, "log.", 4)) continue;
+    snprintf(path, sizeof path, "%s/%s", logDir, de->d_name);
+    int k = fileLinesWith(path, needle);
+    if (k > 0) lines += k;
+  }
+  closedir(d);
+  return lines;
+}
+
+static int together(void) {
+  cpu_set_t all;
+  if (sched_getaffinity(0, sizeof all, &all) != 0 || CPU_COUNT(&all) < 2) {
+    printf("test_affinity together: one CPU here: nothing to check\n");
+    return 0;
+  }
+  firstCpu = mmap(NULL, 2 * sizeof *firstCpu, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (firstCpu == MAP_FAILED) return 1;
+  firstCpu[0] = firstCpu[1] = -1;
+  if (logPerProcess(logDir, "affinity", "INIT")) return 1;
+  int failed = runRanks(2, togetherRank, NULL, 60);
+  int moves = logsLinesWith("moved to CPU");
+  printf("test_affinity together: the ranks on CPUs %d and %d at their first call; %d logged a move\n", firstCpu[0],
+         firstCpu[1], moves);
+  if (!failed && moves <= 0 && firstCpu[0] == firstCpu[1]) {
+    fprintf(stderr, "test_affinity together: 2 ranks shared CPU %d and neither moved off it\n", firstCpu[0]);
+    failed = 1;
+  }
+  return failed ? 1 : 0;
+}
+
 int main(int argc, char **argv) {
+  if (argc > 1 && !strcmp(argv[1], "together")) return together();
   if (argc > 2 && (!strcmp(argv[1], "shared") || !strcmp(argv[1], "apart"))) {
     int n = atoi(argv[2]), apart = !strcmp(argv[1], "apart");
     cpu_set_t all;

@@ -1,7 +1,9 @@
 #define _GNU_SOURCE
 #include "core/wait.h"
 
+#include <errno.h>
 #include <sched.h>
+#include <string.h>
 #include <time.h>
 
 #include "core/clock.h"
@@ -27,6 +29,68 @@ static int waitSpinRounds = waitSpinAlone;
  * With a core each, the wait sleeps at once after spinning: yielding there
  * only delayed the next message (2 ranks, 2 namespaces, 8 B 9.1 -> 11.2). */
 #define WAIT_BLOCK_YIELD_SHARED_NS 50000ull
+
+/* A rank that spins needs a core of its own, and forked ranks can start on
+ * one CPU and stay there for tens of milliseconds, even seconds: the
+ * kernel's balancer does not move a task that has just run, and this VM's
+ * kernel wakes a task where it slept (no cache domain over its CPUs). 2
+ * ranks of a short job on the 2-core machine then took 3 us per 8-byte
+ * call, each spinning out the other's time slice, against 0.3 us (a
+ * quarter of the runs of 100 calls). So the first yield of a stall is
+ * timed: when it took this long, something else ran on this CPU meanwhile
+ * (a yield with nothing else to run takes about 0.2 us here), and after
+ * twice in a row this thread moves to another CPU of its affinity mask
+ * (which it then gets back, so only where it runs changes). Both ranks of
+ * a shared CPU see it, and had both moved they would share the next one:
+ * each moves at such a moment with even odds. A few moves at once (init
+ * has its own), then one per WAIT_MOVE_EVERY_NS, so that a CPU shared for
+ * good (with another program) costs a move that often at most. */
+#define WAIT_YIELD_RAN_OTHER_NS 1500ull
+#define WAIT_MOVE_EVERY_NS 10000000ull
+#define WAIT_MOVE_BURST 8
+static uint32_t waitLongYields;
+static uint64_t waitMoveDueNs; /* when the budget is whole again (a token bucket kept as one time) */
+
+static int waitMoveAllowed(uint64_t now) {
+  uint64_t due = __atomic_load_n(&waitMoveDueNs, __ATOMIC_RELAXED), next;
+  do {
+    if (due > now + (WAIT_MOVE_BURST - 1) * WAIT_MOVE_EVERY_NS) return 0;
+    next = (due > now ? due : now) + WAIT_MOVE_EVERY_NS;
+  } while (!__atomic_compare_exchange_n(&waitMoveDueNs, &due, next, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
+  return 1;
+}
+
+/* Off the CPU this thread runs on, onto another one it may use: the
+ * kernel moves it at once when its mask leaves out the CPU it is on. */
+static void waitMoveOff(uint64_t tookNs) {
+  cpu_set_t mine, others;
+  int cpu = sched_getcpu();
+  if (cpu < 0 || cpu >= CPU_SETSIZE || sched_getaffinity(0, sizeof mine, &mine) != 0) return;
+  others = mine;
+  CPU_CLR(cpu, &others);
+  if (CPU_COUNT(&others) == 0 || sched_setaffinity(0, sizeof others, &others) != 0) return;
+  if (sched_setaffinity(0, sizeof mine, &mine) != 0)
+    WARN("could not restore this thread's CPU affinity after moving it off CPU %d: %s", cpu, strerror(errno));
+  static int told; /* the first move at INFO, the rest at TRACE */
+  int first = !__atomic_exchange_n(&told, 1, __ATOMIC_RELAXED);
+  CHORUS_LOG(first ? logInfo : logTrace, subsysInit,
+             "chorus : a wait's yield ran another task on CPU %d (%llu ns): moved to CPU %d%s", cpu,
+             (unsigned long long)tookNs, sched_getcpu(), first ? " (later moves are logged at TRACE)" : "");
+}
+
+static void waitYieldTimed(void) {
+  uint64_t before = clockNs();
+  sched_yield();
+  uint64_t after = clockNs();
+  if (after - before < WAIT_YIELD_RAN_OTHER_NS) {
+    __atomic_store_n(&waitLongYields, 0, __ATOMIC_RELAXED);
+    return;
+  }
+  if (__atomic_add_fetch(&waitLongYields, 1, __ATOMIC_RELAXED) < 2) return;
+  __atomic_store_n(&waitLongYields, 0, __ATOMIC_RELAXED);
+  if (((after >> 10) ^ (after >> 3)) & 1) return; /* even odds, from the clock's low bits */
+  if (waitMoveAllowed(after)) waitMoveOff(after - before);
+}
 
 void waitSharedCores(void) { __atomic_store_n(&waitSpinRounds, waitSpinShared, __ATOMIC_RELAXED); }
 
@@ -99,7 +163,10 @@ ncclResult_t waitPause(struct waitState *w) {
      * short spell of yielding where ranks share cores, see above). */
     w->block(w->blockArg, 1000000ull);
   } else if (r < spin + waitYieldRounds) {
-    sched_yield();
+    if (r == spin && spin == waitSpinAlone)
+      waitYieldTimed();
+    else
+      sched_yield();
   } else {
     /* Back off from 20 us to 1 ms: long waits cost little CPU, and the abort
      * flag is still seen within a millisecond. */
