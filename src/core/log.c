@@ -217,10 +217,20 @@ static const char *sourceName(const char *file) {
 static void logEmit(int level, unsigned subsys, const char *file, const char *func, int line, const char *msg,
                     int record);
 
+/* Whether NCCL_DEBUG and NCCL_DEBUG_SUBSYS let a message of level and
+ * subsys through (WARN and VERSION lines belong to every subsystem). */
+static int logPrinted(int level, unsigned subsys) {
+  return logLevelCached >= level && (level == logWarn || level == logVersion || (subsys & logSubsysMask));
+}
+
 /* record: a WARN becomes the last error (ncclGetLastError). */
 static void logVEmit(int level, unsigned subsys, const char *file, const char *func, int line, int record,
                      const char *fmt, va_list ap) {
   logEnsureInit();
+  /* Dropped before it is formatted: NCCL_DEBUG=INFO with NCCL_DEBUG_SUBSYS=INIT
+   * formatted every call's COLL line for nothing (0.45 us of a 2-rank
+   * 8-byte AllReduce's 0.75). A WARN is always formatted (ncclGetLastError). */
+  if (level != logWarn && !logPrinted(level, subsys)) return;
   char msg[1024];
   vsnprintf(msg, sizeof msg, fmt, ap);
   logEmit(level, subsys, file, func, line, msg, record);
@@ -243,8 +253,7 @@ void logReport(const char *file, int line, const char *fmt, ...) {
 static void logEmit(int level, unsigned subsys, const char *file, const char *func, int line, const char *msg,
                     int record) {
   if (level == logWarn && record) logSetLastError(msg);
-  if (logLevelCached < level) return;
-  if (level != logWarn && level != logVersion && !(subsys & logSubsysMask)) return;
+  if (!logPrinted(level, subsys)) return;
   static const char *names[] = {"", "VERSION", "WARN", "INFO", "ABORT", "TRACE"};
   char head[128];
   snprintf(head, sizeof head, "%s:%d:%d [%d]", logHost, (int)getpid(), (int)syscall(SYS_gettid),
