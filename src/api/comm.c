@@ -319,10 +319,13 @@ static uint64_t commNtStoreBytes(const struct ncclComm *comm) {
  * to itself, and from where the NT stores start: there the FIFO's two
  * copies leave the cache (2 ranks on 2 cores, AllGather 256 MiB 2.6 ->
  * 4.1 GB/s busbw, Broadcast 3.1 -> 4.6). Between 2 ranks it wins from
- * 128 KiB: a Broadcast's root writes half of each read (CHORUS_CMA_SPLIT,
- * transport/shm.c) and an AllGather's two ranks read at once; busbw out
- * of place / in place, `-y 1`, runs of 2026-12-05 alternated with the
- * FIFO: AllGather 64 KiB-1 MiB 6.5-8.4 / 7.1-10.3 -> 10.9-16.6 / 12.8-24.0,
+ * 64 KiB: a Broadcast's root writes half of each read (CHORUS_CMA_SPLIT,
+ * transport/shm.c) and an AllGather's two ranks read at once; 32 KiB is a
+ * draw (AllGather 2.7-2.9 us either way). Times out of place / in place
+ * at 64 KiB, 3 alternated runs of `-n 500 -y 1`: AllGather 4.7-5.1 /
+ * 4.6-5.5 -> 2.8-3.1 / 2.3-2.7 us, Broadcast 5.0-5.7 / 4.2-6.1 -> 3.8-5.1 /
+ * 2.7-3.5. Busbw out of place / in place, `-y 1`, runs of 2026-12-05
+ * alternated with the FIFO: AllGather 64 KiB-1 MiB 6.5-8.4 / 7.1-10.3 -> 10.9-16.6 / 12.8-24.0,
  * 2 MiB 5.6-5.8 / 7.2-7.4 -> 7.4-7.7 / 15.2-16.4, 8 MiB 5.5 / 6.9 ->
  * 5.8-6.1 / 10.2-10.3; Broadcast 256 KiB 6.5-8.1 / 13.1-13.8 -> 22-24.5 /
  * 28.6-31.5, 4 MiB 8.1-8.5 / 12.3-13.6 -> 10.4-11.4 / 14.2-17.8. More
@@ -343,7 +346,7 @@ static void commSingleCopy(struct ncclComm *comm) {
   }
   int coreEach = commCoreCpus(comm) > 0 && !commSharesCores(comm);
   int pair = comm->nranks == 2 && commLocalRanks(comm) == 2;
-  comm->singleCopyBytes = !coreEach ? 0 : pair ? 131072 : comm->ntStoreBytes;
+  comm->singleCopyBytes = !coreEach ? 0 : pair ? 65536 : comm->ntStoreBytes;
   comm->singleCopyP2pBytes = 0;
 }
 
