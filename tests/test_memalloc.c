@@ -573,7 +573,7 @@ int main(int argc, char **argv) {
   } else if (!strcmp(c, "refused")) {
     /* Plain memory is read with CMA only past these sizes, so that after
      * rank 1 loses CMA nothing but the refused mapping decides the path
-     * (2 ranks with a core each read plain AllGather sends from 128 KiB). */
+     * (2 ranks with a core each read plain AllGather sends from 64 KiB). */
     setenv("CHORUS_SINGLE_COPY", "1073741824", 1);
     failed = runRanks(2, refusedRank, NULL, 60);
   } else if (!strcmp(c, "small")) {

@@ -229,8 +229,9 @@ static void logVEmit(int level, unsigned subsys, const char *file, const char *f
   logEnsureInit();
   /* Dropped before it is formatted: NCCL_DEBUG=INFO with NCCL_DEBUG_SUBSYS=INIT
    * formatted every call's COLL line for nothing (0.45 us of a 2-rank
-   * 8-byte AllReduce's 0.75). A WARN is always formatted (ncclGetLastError). */
-  if (level != logWarn && !logPrinted(level, subsys)) return;
+   * 8-byte AllReduce's 0.75). A WARN that records is always formatted
+   * (ncclGetLastError). */
+  if (!(level == logWarn && record) && !logPrinted(level, subsys)) return;
   char msg[1024];
   vsnprintf(msg, sizeof msg, fmt, ap);
   logEmit(level, subsys, file, func, line, msg, record);

@@ -5,6 +5,7 @@
 #include <sched.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "core/clock.h"
 #include "core/log.h"
@@ -35,20 +36,23 @@ static int waitSpinRounds = waitSpinAlone;
  * kernel's balancer does not move a task that has just run, and this VM's
  * kernel wakes a task where it slept (no cache domain over its CPUs). 2
  * ranks of a short job on the 2-core machine then took 3 us per 8-byte
- * call, each spinning out the other's time slice, against 0.3 us (a
- * quarter of the runs of 100 calls). So the first yield of a stall is
- * timed: when it took this long, something else ran on this CPU meanwhile
- * (a yield with nothing else to run takes about 0.2 us here), and after
- * twice in a row this thread moves to another CPU of its affinity mask
- * (which it then gets back, so only where it runs changes). Both ranks of
- * a shared CPU see it, and had both moved they would share the next one:
- * each moves at such a moment with even odds. A few moves at once (init
- * has its own), then one per WAIT_MOVE_EVERY_NS, so that a CPU shared for
- * good (with another program) costs a move that often at most. */
+ * call, each spinning out the other's time slice, against 0.3 us (a third
+ * of the runs of 100 calls). So the first yield of a stall is timed: when
+ * it took this long, something else ran on this CPU meanwhile (a yield
+ * with nothing else to run takes about 0.2 us here), and after twice in a
+ * row in one thread, that thread moves to another CPU of its affinity
+ * mask: the mask without this CPU, then the mask back (all CPUs where it
+ * named every CPU online: Linux keeps the last mask set as the thread's
+ * own request, which a CPU set that later grows must not be held to).
+ * Both ranks of a shared CPU see it, and had both moved they would share
+ * the next one: each moves at such a moment with even odds. A thread
+ * allowed one CPU stays. A few moves at once (init's waits take from the
+ * same budget), then one per WAIT_MOVE_EVERY_NS, so that a CPU shared for
+ * good (with another program) costs a move (a few us) that often. */
 #define WAIT_YIELD_RAN_OTHER_NS 1500ull
-#define WAIT_MOVE_EVERY_NS 10000000ull
+#define WAIT_MOVE_EVERY_NS 100000000ull
 #define WAIT_MOVE_BURST 8
-static uint32_t waitLongYields;
+static _Thread_local uint32_t waitLongYields;
 static uint64_t waitMoveDueNs; /* when the budget is whole again (a token bucket kept as one time) */
 
 static int waitMoveAllowed(uint64_t now) {
@@ -60,16 +64,21 @@ static int waitMoveAllowed(uint64_t now) {
   return 1;
 }
 
-/* Off the CPU this thread runs on, onto another one it may use: the
- * kernel moves it at once when its mask leaves out the CPU it is on. */
-static void waitMoveOff(uint64_t tookNs) {
+/* Off the CPU this thread runs on, onto another one it may use (the
+ * kernel moves it at once when its mask leaves out the CPU it is on), if
+ * the budget allows. Between the two calls another thread's change to this
+ * thread's mask would be undone: none of chorus's does that. */
+static void waitMoveOff(uint64_t now, uint64_t tookNs) {
   cpu_set_t mine, others;
   int cpu = sched_getcpu();
   if (cpu < 0 || cpu >= CPU_SETSIZE || sched_getaffinity(0, sizeof mine, &mine) != 0) return;
   others = mine;
   CPU_CLR(cpu, &others);
-  if (CPU_COUNT(&others) == 0 || sched_setaffinity(0, sizeof others, &others) != 0) return;
-  if (sched_setaffinity(0, sizeof mine, &mine) != 0)
+  if (CPU_COUNT(&others) == 0 || !waitMoveAllowed(now) || sched_setaffinity(0, sizeof others, &others) != 0) return;
+  long online = sysconf(_SC_NPROCESSORS_ONLN);
+  cpu_set_t back = mine;
+  if (online > 0 && CPU_COUNT(&mine) >= online) memset(&back, 0xff, sizeof back); /* no mask of its own */
+  if (sched_setaffinity(0, sizeof back, &back) != 0 && sched_setaffinity(0, sizeof mine, &mine) != 0)
     WARN("could not restore this thread's CPU affinity after moving it off CPU %d: %s", cpu, strerror(errno));
   static int told; /* the first move at INFO, the rest at TRACE */
   int first = !__atomic_exchange_n(&told, 1, __ATOMIC_RELAXED);
@@ -83,13 +92,13 @@ static void waitYieldTimed(void) {
   sched_yield();
   uint64_t after = clockNs();
   if (after - before < WAIT_YIELD_RAN_OTHER_NS) {
-    __atomic_store_n(&waitLongYields, 0, __ATOMIC_RELAXED);
+    waitLongYields = 0;
     return;
   }
-  if (__atomic_add_fetch(&waitLongYields, 1, __ATOMIC_RELAXED) < 2) return;
-  __atomic_store_n(&waitLongYields, 0, __ATOMIC_RELAXED);
+  if (++waitLongYields < 2) return;
+  waitLongYields = 0;
   if (((after >> 10) ^ (after >> 3)) & 1) return; /* even odds, from the clock's low bits */
-  if (waitMoveAllowed(after)) waitMoveOff(after - before);
+  waitMoveOff(after, after - before);
 }
 
 void waitSharedCores(void) { __atomic_store_n(&waitSpinRounds, waitSpinShared, __ATOMIC_RELAXED); }
