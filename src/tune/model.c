@@ -173,9 +173,12 @@ double tuneModelUs(const struct tuneTopo *topo, int coll, int algo, int proto, i
     case algoOneHop: { /* one hop; each rank posts its input (a block) n-1 times and reduces (or,
                         * AllGather, copies out) n-1, and when ranks share cores all those copies
                         * queue for them; a Broadcast's root alone posts (under CHORUS_CHECK in
-                        * the agreement's tokens, which the other algorithms send as well) */
-      if (coll == collBroadcast)
-        return l.hop + l.share * (n - 1) * b / l.copy + (topo->net ? (n - 2) * NET_MSG_US : 0);
+                        * the agreement's tokens, which the other algorithms send as well), and
+                        * no other rank's copies queue with its posting: 4 ranks on 2 cores,
+                        * 16 KiB, OneHop 4.1-5.8 us against Chain's 5.1-6.0, when the model,
+                        * charging the root's copies twice, put OneHop at 3x Chain's time
+                        * (bench/tune_check -n 4, 2026-12-06) */
+      if (coll == collBroadcast) return l.hop + (n - 1) * b / l.copy + (topo->net ? (n - 2) * NET_MSG_US : 0);
       double post = (n - 1) * b / l.copy, take = (n - 1) * b / (coll == collAllGather ? l.copy : l.reduce);
       /* Streaming (LL, a core per rank), the peers' posting and this rank's
        * taking overlap (2 ranks, 8 KiB, OneHop/LL: AllReduce 1.75 us against
