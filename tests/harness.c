@@ -119,9 +119,13 @@ static int runLaunchedRank(int nranks, rankFn fn, void *arg, int deadlineSec) {
   return rc ? 1 : 0;
 }
 
-int runRanks(int nranks, rankFn fn, void *arg, int deadlineSec) {
+int testLaunched(void) {
   const char *launched = getenv("CHORUS_TEST_LAUNCHED");
-  if (launched && *launched == '1') return runLaunchedRank(nranks, fn, arg, deadlineSec);
+  return launched && *launched == '1';
+}
+
+int runRanks(int nranks, rankFn fn, void *arg, int deadlineSec) {
+  if (testLaunched()) return runLaunchedRank(nranks, fn, arg, deadlineSec);
   ncclUniqueId id;
   if (testCommId(&id) != 0) return nranks;
   return runRanksWithId(nranks, id, fn, arg, deadlineSec);

@@ -16,6 +16,9 @@ typedef int (*rankFn)(int rank, int nranks, ncclUniqueId id, void *arg);
  * and counted as failed. A rank killed by a signal does not (fault tests
  * kill ranks on purpose). */
 int runRanks(int nranks, rankFn fn, void *arg, int deadlineSec);
+/* 1 when a launcher started every rank (CHORUS_TEST_LAUNCHED=1): runRanks
+ * then runs only this process's own. */
+int testLaunched(void);
 /* The id runRanks uses: ncclGetUniqueId's, or with CHORUS_TEST_COMM_ID=1
  * (make tsan) one whose root rank 0 hosts. 0 on success. */
 int testCommId(ncclUniqueId *id);

@@ -179,8 +179,7 @@ static int logsLinesWith(const char *needle) {
 
 static int together(void) {
   cpu_set_t all;
-  const char *launched = getenv("CHORUS_TEST_LAUNCHED");
-  if (sched_getaffinity(0, sizeof all, &all) != 0 || CPU_COUNT(&all) < 2 || (launched && *launched == '1')) {
+  if (sched_getaffinity(0, sizeof all, &all) != 0 || CPU_COUNT(&all) < 2 || testLaunched()) {
     printf("test_affinity together: one CPU here, or ranks started by a launcher: nothing to check\n");
     return 0;
   }

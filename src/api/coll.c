@@ -29,11 +29,6 @@ static int isReduction(int coll) {
   return coll == collAllReduce || coll == collReduce || coll == collReduceScatter;
 }
 
-/* 1 when the call's send and receive buffers overlap other than as the
- * same buffer or the in-place layout NCCL documents (AllGather and Gather:
- * sendbuff at recvbuff + rank * count; ReduceScatter and Scatter the other
- * way round): no rank could then get the right data. Only where this rank
- * reads sendbuff and writes recvbuff. */
 /* The bytes a collective's call reads at sendbuff and writes at recvbuff,
  * for bytes per count (AllGather's output and ReduceScatter's input are
  * nranks blocks). */
@@ -44,6 +39,11 @@ static void bufferBytes(const struct callArgs *a, size_t bytes, int nranks, size
   if (a->coll == collAlltoAll) *sendBytes = *recvBytes = bytes * (size_t)nranks;
 }
 
+/* 1 when the call's send and receive buffers overlap other than as the
+ * same buffer or the in-place layout NCCL documents (AllGather and Gather:
+ * sendbuff at recvbuff + rank * count; ReduceScatter and Scatter the other
+ * way round): no rank could then get the right data. Only where this rank
+ * reads sendbuff and writes recvbuff. */
 static int overlapsBadly(const struct callArgs *a, size_t bytes, int nranks, int rank) {
   if (a->coll == collSend || a->coll == collRecv) return 0;
   int root = a->root == rank;
