@@ -315,8 +315,8 @@ static uint64_t commNtStoreBytes(const struct ncclComm *comm) {
  * algorithm allows, algoStableSends) are read by local receivers in the
  * sender's buffer (one copy, with CMA) instead of through the FIFOs (two).
  * Set, it holds for every operation; auto (-1), for collectives only
- * (AllGather, Broadcast), only while each of the host's ranks has a core
- * to itself, and from where the NT stores start: there the FIFO's two
+ * (AllGather, Broadcast). While each of the host's ranks has a core to
+ * itself, from where the NT stores start: there the FIFO's two
  * copies leave the cache (2 ranks on 2 cores, AllGather 256 MiB 2.6 ->
  * 4.1 GB/s busbw, Broadcast 3.1 -> 4.6). Between 2 ranks it wins from
  * 64 KiB: a Broadcast's root writes half of each read (CHORUS_CMA_SPLIT,
@@ -332,22 +332,43 @@ static uint64_t commNtStoreBytes(const struct ncclComm *comm) {
  * ranks (a ring or chain, each reading its predecessor's copy) were not
  * measured with a core each (this host has 2), and keep the NT stores'
  * size. Send/Recv stays with the FIFOs: both directions at once lost
- * (5.9 -> 2.2), and so did 4 ranks on 2 cores (Broadcast 4.5 -> 3.0). A
- * local choice: a receiver reads what it is given.
+ * (5.9 -> 2.2).
+ * Where ranks share cores, one copy wins in a window: from
+ * SHARED_SINGLE_COPY_MIN (at 128 KiB the FIFO is faster, 256-512 KiB a
+ * draw) to below CHORUS_NT_STORES's size, from where the FIFO's copies
+ * write past the cache and single copy loses (4 ranks on 2 cores,
+ * Broadcast 16-256 MiB 4.4 -> 2.4-3.0 GB/s). Out-of-place times, 3
+ * alternated runs of `-y 1` against the FIFO, 2026-12-06: 3 ranks on 2
+ * cores, AllGather 1 MiB 200-212 -> 152-180 us, 4 MiB 840-874 -> 708-769,
+ * 16 MiB 3841-4256 -> 3366-3515, 64 MiB 17.0-18.2 -> 20.6-22.4 ms; 4 ranks,
+ * AllGather 1 MiB 230-241 -> 189-207, 4 MiB 902-956 -> 821-841 (in place
+ * 730-780 -> 665-681), Broadcast 1 MiB 242-308 -> 177-219, 4 MiB 1027-1278
+ * -> 749-919, 64 MiB 17.5-22.6 -> 24.5-26.1 ms; 8 ranks, AllGather 4 MiB
+ * 2040-2411 -> 1788-2094, 16 MiB 8231-8385 -> 8809-10166 (their NT size is
+ * 8 MiB). A local choice: a receiver reads what it is given.
  * Memory of ncclMemAlloc's, which local peers map, is read where it lies at
  * any size (unless CHORUS_SINGLE_COPY=0): a plain copy at memory speed, the
  * FIFO's two copies made one. */
+#define SHARED_SINGLE_COPY_MIN (1ull << 20)
 static void commSingleCopy(struct ncclComm *comm) {
   int64_t v = paramInt(paramSingleCopy);
   comm->mappedRefs = v != 0;
+  comm->singleCopyBelow = 0;
+  comm->singleCopyP2pBytes = 0;
   if (v >= 0) {
     comm->singleCopyBytes = comm->singleCopyP2pBytes = (uint64_t)v;
     return;
   }
-  int coreEach = commCoreCpus(comm) > 0 && !commSharesCores(comm);
-  int pair = comm->nranks == 2 && commLocalRanks(comm) == 2;
-  comm->singleCopyBytes = !coreEach ? 0 : pair ? 65536 : comm->ntStoreBytes;
-  comm->singleCopyP2pBytes = 0;
+  int cores = commCoreCpus(comm) > 0, pair = comm->nranks == 2 && commLocalRanks(comm) == 2;
+  if (!cores) {
+    comm->singleCopyBytes = 0;
+  } else if (!commSharesCores(comm)) {
+    comm->singleCopyBytes = pair ? 65536 : comm->ntStoreBytes;
+  } else {
+    uint64_t below = comm->ntStoreBytes; /* 0: the FIFO's stores never pass the cache */
+    comm->singleCopyBytes = below && below <= SHARED_SINGLE_COPY_MIN ? 0 : SHARED_SINGLE_COPY_MIN;
+    comm->singleCopyBelow = below;
+  }
 }
 
 /* Every rank's view of its host and CPUs (exchanged with the agreement):

@@ -39,7 +39,7 @@
   X(NtStores, "CHORUS_NT_STORES", 0, "-1",                                                       \
     "output bytes of an operation from which its output is written past the cache (-1: twice the L3 over the host's ranks; 0: never)") \
   X(SingleCopy, "CHORUS_SINGLE_COPY", 0, "-1",                                                   \
-    "bytes of an operation from which ranks on one host read each other's buffers directly (CMA: process_vm_readv) instead of through the FIFOs (-1: AllGather and Broadcast from CHORUS_NT_STORES's size while the host has a core per rank; 0: never, ncclMemAlloc's memory included, which is otherwise read in place at any size)") \
+    "bytes of an operation from which ranks on one host read each other's buffers directly (CMA: process_vm_readv) instead of through the FIFOs (-1: AllGather and Broadcast from CHORUS_NT_STORES's size while the host has a core per rank, from 1 MiB to below it where ranks share cores; 0: never, ncclMemAlloc's memory included, which is otherwise read in place at any size)") \
   X(CmaSplit, "CHORUS_CMA_SPLIT", 0, "-1",                                                       \
     "a single-copy (CMA) read offers its second half to the waiting sender, which writes it meanwhile (-1: reads of 64 KiB+ where the host has a core per local rank; 0: never; 1: every read of 8 KiB+)") \
   X(Check, "CHORUS_CHECK", 0, "1", "1 checks that every rank called the same operation (count, type, op, root)") \
