@@ -47,12 +47,12 @@
  *              point-to-point to the FIFOs) and an AllGather fails (it read
  *              the peer's buffer), where the host has a core per rank.
  *   autoshared - CHORUS_SINGLE_COPY unset, 3 ranks pinned to one CPU
- *              (they share cores), CHORUS_NT_STORES 4 MiB: with CMA
- *              refused to rank 1 after init, AllGathers of 768 KiB and of
- *              4 MiB in all, and Broadcasts from rank 0 of 768 KiB and 4
- *              MiB, work (the FIFOs: below 1 MiB, and from the NT size),
- *              and one of 1.5 MiB in between fails (it read the peer's
- *              buffer), on every rank.
+ *              (they share cores), CHORUS_NT_STORES 4194312 bytes: with
+ *              CMA refused to rank 1 after init, an AllGather and a
+ *              Broadcast from rank 0 of 768 KiB and of exactly the NT size
+ *              work (the FIFOs: below 1 MiB, and from the NT size on), and
+ *              an AllGather of 1.5 MiB, or a Broadcast of exactly 1 MiB,
+ *              fails (it read the peer's buffer), on every rank.
  *   test_singlecopy <case> */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -412,7 +412,7 @@ static int autoRank(int rank, int n, ncclUniqueId id, void *arg) {
   if (usableCpus() >= n) {
     EXPECT(res != ncclSuccess, "rank %d: the AllGather succeeded: it did not read the peer's buffer", rank);
     NCCLCHECK(ncclCommAbort(comm));
-  } else { /* more ranks than cores: auto keeps to the FIFOs below 1 MiB */
+  } else { /* more ranks than cores: auto reads only from 1 MiB to the NT size, none here (4 KiB) */
     EXPECT(res == ncclSuccess, "rank %d: the AllGather failed: %s", rank, ncclGetLastError(comm));
     NCCLCHECK(ncclCommDestroy(comm));
   }
@@ -427,7 +427,7 @@ static int pairFails(int rank, int n, ncclComm_t comm, ncclResult_t res, const c
   if (usableCpus() >= n) {
     EXPECT(res != ncclSuccess, "rank %d: the 64 KiB %s succeeded: rank 1 did not read rank 0's buffer", rank, what);
     NCCLCHECK(ncclCommAbort(comm));
-  } else { /* more ranks than cores: auto keeps to the FIFOs below 1 MiB */
+  } else { /* more ranks than cores: auto keeps to the FIFOs below 1 MiB (this is 64 KiB) */
     EXPECT(res == ncclSuccess, "rank %d: the %s failed: %s", rank, what, ncclGetLastError(comm));
     NCCLCHECK(ncclCommDestroy(comm));
   }
@@ -460,20 +460,26 @@ static int autoPairRank(int rank, int n, ncclUniqueId id, void *arg) {
 }
 
 /* Rank 1 cannot read its peers' buffers: where ranks share cores, a
- * collective reads them from 1 MiB to below CHORUS_NT_STORES's size (4 MiB
- * here), so only the operation in between fails, on every rank. */
+ * collective reads them from 1 MiB to below CHORUS_NT_STORES's size
+ * (4194312 bytes here), so only the operation in that window fails, on
+ * every rank. */
+#define SHARED_NT_BYTES 4194312 /* 3 ranks x 349526 floats */
 static int autoSharedRank(int rank, int n, ncclUniqueId id, void *arg) {
   int gather = *(int *)arg;
   ncclComm_t comm;
   NCCLCHECK(ncclCommInitRank(&comm, n, id, rank));
-  const size_t counts[] = {65536, 349526, 131072}; /* x3 ranks x4 B: 768 KiB, 4 MiB + 8, 1.5 MiB */
-  size_t most = counts[1] * n;
+  /* Floats per rank (AllGather) or in all (Broadcast): 768 KiB in all, the
+   * NT size exactly, then in the window 1.5 MiB (AllGather) or exactly 1
+   * MiB (Broadcast). */
+  const size_t gathers[] = {65536, SHARED_NT_BYTES / 12, 131072}, bcasts[] = {196608, SHARED_NT_BYTES / 4, 262144};
+  const size_t *counts = gather ? gathers : bcasts;
+  size_t most = SHARED_NT_BYTES / 4;
   float *buf = filled(rank, most), *out = guardAlloc(most * sizeof(float));
   if (rank == 1) EXPECT(denyCma() == 0, "seccomp: %s", strerror(errno));
   NCCLCHECK(ncclAllReduce(out, out, 1, ncclFloat, ncclMax, comm, NULL)); /* the filter is in place */
   ncclResult_t res = ncclSuccess;
   for (int k = 0; k < 3; k++) {
-    size_t c = gather ? counts[k] : counts[k] * n; /* a Broadcast as large as the AllGather's output */
+    size_t c = counts[k];
     res = gather ? ncclAllGather(buf, out, c, ncclFloat, comm, NULL) : ncclBroadcast(buf, out, c, ncclFloat, 0, comm, NULL);
     if (k == 2) break;
     EXPECT(res == ncclSuccess, "rank %d: the %zu-byte %s failed: %s", rank, c * sizeof(float) * (gather ? n : 1),
@@ -481,8 +487,8 @@ static int autoSharedRank(int rank, int n, ncclUniqueId id, void *arg) {
     for (int r = 0; r < (gather ? n : 1); r++)
       if (checkFrom(out + (size_t)r * c, r, 0, c, gather ? "AllGather" : "Broadcast", rank)) return 1;
   }
-  EXPECT(res != ncclSuccess, "rank %d: the 1.5 MiB %s succeeded: rank 1 did not read its peer's buffer", rank,
-         gather ? "AllGather" : "Broadcast");
+  EXPECT(res != ncclSuccess, "rank %d: the %s %s succeeded: rank 1 did not read its peer's buffer", rank,
+         gather ? "1.5 MiB" : "1 MiB", gather ? "AllGather" : "Broadcast");
   NCCLCHECK(ncclCommAbort(comm));
   EXPECT(guardCheck(buf) == 0 && guardCheck(out) == 0, "rank %d: guard bytes overwritten", rank);
   guardFree(buf);
@@ -550,7 +556,7 @@ int main(int argc, char **argv) {
     failed = runRanks(2, autoRank, NULL, 60);
   } else if (!strcmp(c, "autoshared")) {
     unsetenv("CHORUS_SINGLE_COPY");
-    setenv("CHORUS_NT_STORES", "4194304", 1);
+    setenv("CHORUS_NT_STORES", "4194312", 1); /* SHARED_NT_BYTES */
     cpu_set_t one; /* the ranks inherit it: 3 ranks on one CPU */
     CPU_ZERO(&one);
     CPU_SET(sched_getcpu() < 0 ? 0 : sched_getcpu(), &one);

@@ -345,7 +345,9 @@ static uint64_t commNtStoreBytes(const struct ncclComm *comm) {
  * 730-780 -> 665-681), Broadcast 1 MiB 242-308 -> 177-219, 4 MiB 1027-1278
  * -> 749-919, 64 MiB 17.5-22.6 -> 24.5-26.1 ms; 8 ranks, AllGather 4 MiB
  * 2040-2411 -> 1788-2094, 16 MiB 8231-8385 -> 8809-10166 (their NT size is
- * 8 MiB). A local choice: a receiver reads what it is given.
+ * 8 MiB); 2 ranks on one CPU, AllGather 1 MiB 215-232 -> 173-207, in place
+ * 4 MiB 625-679 -> 489-529, Broadcast in place 4 MiB 637-725 -> 491-514.
+ * A local choice: a receiver reads what it is given.
  * Memory of ncclMemAlloc's, which local peers map, is read where it lies at
  * any size (unless CHORUS_SINGLE_COPY=0): a plain copy at memory speed, the
  * FIFO's two copies made one. */
@@ -365,8 +367,9 @@ static void commSingleCopy(struct ncclComm *comm) {
   } else if (!commSharesCores(comm)) {
     comm->singleCopyBytes = pair ? 65536 : comm->ntStoreBytes;
   } else {
-    uint64_t below = comm->ntStoreBytes; /* 0: the FIFO's stores never pass the cache */
-    comm->singleCopyBytes = below && below <= SHARED_SINGLE_COPY_MIN ? 0 : SHARED_SINGLE_COPY_MIN;
+    /* No window where the FIFO's stores never pass the cache (CHORUS_NT_STORES=0), as with a core each. */
+    uint64_t below = comm->ntStoreBytes;
+    comm->singleCopyBytes = below > SHARED_SINGLE_COPY_MIN ? SHARED_SINGLE_COPY_MIN : 0;
     comm->singleCopyBelow = below;
   }
 }

@@ -95,7 +95,7 @@ struct ncclComm {
   int *hostFirst;           /* each host's first rank (algoHostFirst) */
   uint64_t ntStoreBytes; /* operations this large (bytes, as nccl-tests counts) write their output past the cache; 0: none */
   uint64_t singleCopyBytes;    /* from this size local peers read a collective's sends where they are; 0: never */
-  uint64_t singleCopyBelow;    /* ...up to below this size (0: no bound) */
+  uint64_t singleCopyBelow;    /* ...up to below this size (0: no bound), Send/Recv's too */
   uint64_t singleCopyP2pBytes; /* the same for Send/Recv and the collectives made of them (AlltoAll, Gather, Scatter) */
   int mappedRefs; /* local peers read sends from memory they map (ncclMemAlloc's) where they are, at any size */
   struct topoRank *topo;    /* [nranks]: what each rank sees of its host (topo/topo.h) */

@@ -110,9 +110,8 @@ static ncclResult_t buildItem(struct schedule *s, const struct groupItem *it, ui
   uint64_t opBytes = statsOpBytes(&it->desc, comm->nranks);
   if (res == ncclSuccess && comm->ntStoreBytes && opBytes >= comm->ntStoreBytes && !reducesInPlace(&it->desc, comm->rank))
     for (int k = firstTask; k < s->ntasks; k++) s->tasks[k].streamOut = 1;
-  int p2p = c.algo == algoP2p || c.algo == algoPairwise;
-  uint64_t singleCopy = p2p ? comm->singleCopyP2pBytes : comm->singleCopyBytes;
-  int inWindow = singleCopy && opBytes >= singleCopy && (p2p || !comm->singleCopyBelow || opBytes < comm->singleCopyBelow);
+  uint64_t singleCopy = c.algo == algoP2p || c.algo == algoPairwise ? comm->singleCopyP2pBytes : comm->singleCopyBytes;
+  int inWindow = singleCopy && opBytes >= singleCopy && (!comm->singleCopyBelow || opBytes < comm->singleCopyBelow);
   int refs = inWindow ? refsAny : comm->mappedRefs ? refsMapped : refsNone;
   if (refs != refsNone && !algoStableSends(c.algo, it->desc.coll))
     refs = comm->mappedRefs && algoMappedSends(c.algo, &it->desc, comm->nranks) && buffersMapped(&it->desc)
