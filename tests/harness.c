@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
+#include <sched.h>
 #include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -122,6 +123,13 @@ static int runLaunchedRank(int nranks, rankFn fn, void *arg, int deadlineSec) {
 int testLaunched(void) {
   const char *launched = getenv("CHORUS_TEST_LAUNCHED");
   return launched && *launched == '1';
+}
+
+int pinToCpu(int cpu) {
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(cpu, &one);
+  return sched_setaffinity(0, sizeof one, &one);
 }
 
 int runRanks(int nranks, rankFn fn, void *arg, int deadlineSec) {

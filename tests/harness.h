@@ -19,6 +19,9 @@ int runRanks(int nranks, rankFn fn, void *arg, int deadlineSec);
 /* 1 when a launcher started every rank (CHORUS_TEST_LAUNCHED=1): runRanks
  * then runs only this process's own. */
 int testLaunched(void);
+/* Pins the calling thread (and the processes it forks from now on) to CPU
+ * cpu alone; 0 on success, else -1 with errno set. */
+int pinToCpu(int cpu);
 /* The id runRanks uses: ncclGetUniqueId's, or with CHORUS_TEST_COMM_ID=1
  * (make tsan) one whose root rank 0 hosts. 0 on success. */
 int testCommId(ncclUniqueId *id);

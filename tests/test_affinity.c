@@ -52,10 +52,7 @@ static int rankMain(int rank, int n, ncclUniqueId id, void *arg) {
   for (int c = 0; c < CPU_SETSIZE; c++)
     if (CPU_ISSET(c, &all)) cpus[ncpu++] = c;
   int mine = cpus[rank % ncpu];
-  cpu_set_t one;
-  CPU_ZERO(&one);
-  CPU_SET(mine, &one);
-  EXPECT(sched_setaffinity(0, sizeof one, &one) == 0, "pin rank %d to CPU %d", rank, mine);
+  EXPECT(pinToCpu(mine) == 0, "pin rank %d to CPU %d", rank, mine);
 
   ncclComm_t comm;
   NCCLCHECK(ncclCommInitRank(&comm, n, id, rank));
@@ -101,14 +98,12 @@ static char logDir[64];
  * looks in its log for what init said about the cores. */
 static int coresRank(int rank, int n, ncclUniqueId id, void *arg) {
   int apart = *(const int *)arg;
-  cpu_set_t all, one;
+  cpu_set_t all;
   EXPECT(sched_getaffinity(0, sizeof all, &all) == 0, "sched_getaffinity");
   int cpu = -1;
   for (int c = 0, k = 0; c < CPU_SETSIZE && cpu < 0; c++)
     if (CPU_ISSET(c, &all) && (!apart || k++ == rank)) cpu = c;
-  CPU_ZERO(&one);
-  CPU_SET(cpu, &one);
-  EXPECT(sched_setaffinity(0, sizeof one, &one) == 0, "pin rank %d to CPU %d", rank, cpu);
+  EXPECT(pinToCpu(cpu) == 0, "pin rank %d to CPU %d", rank, cpu);
   ncclComm_t comm;
   NCCLCHECK(ncclCommInitRank(&comm, n, id, rank));
   char path[128];
@@ -129,15 +124,13 @@ static volatile int *cpuNow, *longestTogether;
 
 static int togetherRank(int rank, int n, ncclUniqueId id, void *arg) {
   (void)arg;
-  cpu_set_t all, one;
+  cpu_set_t all;
   EXPECT(sched_getaffinity(0, sizeof all, &all) == 0, "sched_getaffinity");
   int cpu = 0;
   while (!CPU_ISSET(cpu, &all)) cpu++;
-  CPU_ZERO(&one);
-  CPU_SET(cpu, &one);
   /* Onto the first CPU, then the whole mask back: the rank stays where it
    * is, and init sees a CPU per rank. */
-  EXPECT(sched_setaffinity(0, sizeof one, &one) == 0, "pin rank %d to CPU %d", rank, cpu);
+  EXPECT(pinToCpu(cpu) == 0, "pin rank %d to CPU %d", rank, cpu);
   EXPECT(sched_setaffinity(0, sizeof all, &all) == 0, "unpin rank %d", rank);
   ncclComm_t comm;
   NCCLCHECK(ncclCommInitRank(&comm, n, id, rank));

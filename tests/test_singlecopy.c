@@ -557,11 +557,8 @@ int main(int argc, char **argv) {
   } else if (!strcmp(c, "autoshared")) {
     unsetenv("CHORUS_SINGLE_COPY");
     setenv("CHORUS_NT_STORES", "4194312", 1); /* SHARED_NT_BYTES */
-    cpu_set_t one; /* the ranks inherit it: 3 ranks on one CPU */
-    CPU_ZERO(&one);
-    CPU_SET(sched_getcpu() < 0 ? 0 : sched_getcpu(), &one);
-    if (sched_setaffinity(0, sizeof one, &one) != 0) {
-      perror("sched_setaffinity");
+    if (pinToCpu(sched_getcpu() < 0 ? 0 : sched_getcpu()) != 0) { /* the ranks inherit it: 3 ranks on one CPU */
+      perror("pinToCpu");
       return 1;
     }
     int gather = 1;
