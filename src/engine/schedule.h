@@ -107,6 +107,10 @@ struct schedule {
 };
 
 void scheduleReset(struct schedule *s);
+/* Gives an empty schedule its first arrays now, touched, so that a build
+ * made later (a stream's queued call) finds them in memory; 0, or -1 when
+ * out of memory. */
+int scheduleReserve(struct schedule *s);
 void scheduleFree(struct schedule *s);
 /* Returns the new task's index, or -1 when out of memory. */
 int scheduleAddTask(struct schedule *s, const struct redOp *red, int dep, struct bootstrap *boot,
