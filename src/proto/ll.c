@@ -23,11 +23,10 @@ static void llDescPut(struct conn *c, const void *body) {
 }
 
 static void llSendPost(struct conn *c, size_t bytes) {
-  (void)bytes;
   struct connDesc *d = protoHeader(c);
   __atomic_store_n(&d->mark, protoLLFlag(c->step, c->descNext), __ATOMIC_RELEASE);
   c->descNext = 0;
-  c->step++;
+  protoPopulateSent(c, c->step++, bytes);
 }
 
 static void llSendPostFrom(struct conn *c, const void *data, size_t bytes) {
@@ -43,6 +42,7 @@ static int llSendReadsSource(const struct conn *c) {
 static const char *llRecvSlot(struct conn *c) {
   const struct connDesc *d = protoHeader(c);
   if ((__atomic_load_n(&d->mark, __ATOMIC_ACQUIRE) | 1) != protoLLFlag(c->step, 1)) return 0;
+  protoPopulateReceived(c);
   return (const char *)d + CONN_SLOT_HDR;
 }
 

@@ -114,6 +114,16 @@ static inline int protoRoom(struct conn *c) {
 }
 static inline void protoRelease(struct conn *c) { __atomic_store_n(&c->ctrl->head, ++c->step, __ATOMIC_RELEASE); }
 
+/* A sender, after posting step's bytes: a message that reached past its
+ * slot's first page has the whole FIFO faulted in (connPopulate). A
+ * receiver, on a slot that arrived: it follows once the sender has. */
+static inline void protoPopulateSent(struct conn *c, uint64_t step, size_t bytes) {
+  if (!c->populated && connPastFirstPage(c, (uint32_t)(step % c->nslots), bytes)) connPopulate(c);
+}
+static inline void protoPopulateReceived(struct conn *c) {
+  if (!c->populated && __atomic_load_n(&c->ctrl->populated, __ATOMIC_RELAXED)) connPopulate(c);
+}
+
 /* The LL ready word of the slot for step (what the header's mark holds
  * once it is posted): the top bit tells it from a Simple mark (step + 1),
  * the low bit says whether a descriptor is there. */

@@ -29,8 +29,10 @@ static void simpleDescPut(struct conn *c, const void *body) {
 }
 
 static void simpleSendPost(struct conn *c, size_t bytes) {
+  uint64_t step = c->step;
   __atomic_store_n(&c->ctrl->tail, ++c->step, __ATOMIC_RELEASE);
   if (c->tp->posted) c->tp->posted(c, bytes); /* on the wire at once: latency */
+  protoPopulateSent(c, step, bytes);
 }
 
 static int simpleSendReadsSource(const struct conn *c) { return c->tp->postFrom != NULL; }
@@ -41,6 +43,7 @@ static void simpleSendPostFrom(struct conn *c, const void *data, size_t bytes) {
   } else {
     memcpy(connSlotData(c, (uint32_t)(c->step % c->nslots)), data, bytes);
     __atomic_store_n(&c->ctrl->tail, ++c->step, __ATOMIC_RELEASE);
+    protoPopulateSent(c, c->step - 1, bytes);
   }
 }
 
@@ -50,6 +53,7 @@ static const char *simpleRecvSlot(struct conn *c) {
     c->tp->progress(c);
     if (__atomic_load_n(&c->ctrl->tail, __ATOMIC_ACQUIRE) <= c->step) return 0;
   }
+  protoPopulateReceived(c);
   return connSlotData(c, (uint32_t)(c->step % c->nslots));
 }
 

@@ -45,6 +45,7 @@ struct connCtrl {
    * the receiver looks for them only when there are new ones. */
   uint64_t notes;
   uint32_t mapRefused; /* the receiver could not map memory the sender handed over: it hands over no more */
+  uint32_t populated;  /* the sender has faulted the whole FIFO in (connPopulate): the receiver may too */
   /* The offer (shared memory, CMA): a receiver that reads a large
    * reference offers its second half to the sender, which, waiting
    * anyway, may write it into the receiver's memory meanwhile (shm.c).
@@ -77,6 +78,7 @@ struct conn {
   int descNext;       /* sender: the next slot posted starts an operation (LL's flag says so) */
   uint64_t refUntil;  /* sender: step after its last slot that refers to its memory (proto's sendPostRef) */
   int wroteResults;   /* sender: has written a result into the receiver's memory (logged the first time) */
+  int populated;      /* this side has faulted its whole FIFO in (connPopulate) */
   int peer;
   uint64_t descStamp;  /* schedule building: the operation that last marked a step on it */
   const struct transport *tp; /* the transport that connected it */
@@ -93,6 +95,12 @@ size_t connFifoBytes(size_t buffSize);
 /* Touches the control block and each slot's first page, so that small
  * messages never pay for a page fault later. */
 void connPrefault(struct conn *c);
+/* Faults every page of the FIFO in on this side, in one system call, once
+ * per connection (see conn.c for when). */
+void connPopulate(struct conn *c);
+/* 1 when bytes written at slot k's data reach past the page that
+ * connPrefault faulted in. */
+static inline int connPastFirstPage(const struct conn *c, uint32_t k, size_t bytes);
 
 /* Connections of one communicator: for each peer, nch ring channels plus one
  * point-to-point lane. */
@@ -118,5 +126,9 @@ static inline struct connDesc *connSlotHdr(const struct conn *c, uint32_t k) {
 }
 static inline char *connSlotData(const struct conn *c, uint32_t k) {
   return c->slots + (size_t)k * c->slotStride + CONN_SLOT_HDR;
+}
+static inline int connPastFirstPage(const struct conn *c, uint32_t k, size_t bytes) {
+  uintptr_t first = (uintptr_t)connSlotHdr(c, k), last = (uintptr_t)connSlotData(c, k) + bytes - 1;
+  return bytes > 0 && first / 4096 != last / 4096;
 }
 #endif
