@@ -5,8 +5,9 @@
  * then on the receiving one, so that later messages meet no page faults.
  * What a process has faulted in of its FIFO segments is the resident size
  * of its "chorus-fifo" mappings (/proc/self/smaps): 2 ranks, one ring
- * channel, Simple, so each rank sends on one FIFO (in its peer's segment)
- * and receives on one (in its own). The results are checked too. */
+ * channel, the protocol named on the command line (Simple or LL), so each
+ * rank sends on one FIFO (in its peer's segment) and receives on one (in
+ * its own). The results are checked too. */
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
@@ -87,10 +88,14 @@ static int rankMain(int rank, int nranks, ncclUniqueId id, void *arg) {
   return 0;
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+  if (argc != 2 || (strcmp(argv[1], "Simple") != 0 && strcmp(argv[1], "LL") != 0)) {
+    fprintf(stderr, "usage: %s Simple|LL\n", argv[0]);
+    return 2;
+  }
   setenv("NCCL_BUFFSIZE", "4194304", 1);
   setenv("NCCL_ALGO", "Ring", 1);
-  setenv("NCCL_PROTO", "Simple", 1);
+  setenv("NCCL_PROTO", argv[1], 1);
   setenv("NCCL_MAX_NCHANNELS", "1", 1);
   setenv("CHORUS_SINGLE_COPY", "0", 1); /* the data through the FIFOs */
   int failed = runRanks(2, rankMain, NULL, 20);
