@@ -26,7 +26,8 @@ static void llSendPost(struct conn *c, size_t bytes) {
   struct connDesc *d = protoHeader(c);
   __atomic_store_n(&d->mark, protoLLFlag(c->step, c->descNext), __ATOMIC_RELEASE);
   c->descNext = 0;
-  protoPopulateSent(c, c->step++, bytes);
+  c->step++;
+  protoPopulateSent(c, bytes);
 }
 
 static void llSendPostFrom(struct conn *c, const void *data, size_t bytes) {

@@ -114,11 +114,11 @@ static inline int protoRoom(struct conn *c) {
 }
 static inline void protoRelease(struct conn *c) { __atomic_store_n(&c->ctrl->head, ++c->step, __ATOMIC_RELEASE); }
 
-/* A sender, after posting step's bytes: a message that reached past its
- * slot's first page has the whole FIFO faulted in (connPopulate). A
- * receiver, on a slot that arrived: it follows once the sender has. */
-static inline void protoPopulateSent(struct conn *c, uint64_t step, size_t bytes) {
-  if (!c->populated && connPastFirstPage(c, (uint32_t)(step % c->nslots), bytes)) connPopulate(c);
+/* A sender, after posting a message: one of a page or more has the FIFO
+ * faulted in (connPopulate). A receiver, on a slot that arrived: it
+ * follows once the sender has. */
+static inline void protoPopulateSent(struct conn *c, size_t bytes) {
+  if (!c->populated && bytes >= CONN_POPULATE_FROM) connPopulate(c);
 }
 static inline void protoPopulateReceived(struct conn *c) {
   if (!c->populated && __atomic_load_n(&c->ctrl->populated, __ATOMIC_RELAXED)) connPopulate(c);

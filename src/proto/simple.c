@@ -29,10 +29,9 @@ static void simpleDescPut(struct conn *c, const void *body) {
 }
 
 static void simpleSendPost(struct conn *c, size_t bytes) {
-  uint64_t step = c->step;
   __atomic_store_n(&c->ctrl->tail, ++c->step, __ATOMIC_RELEASE);
   if (c->tp->posted) c->tp->posted(c, bytes); /* on the wire at once: latency */
-  protoPopulateSent(c, step, bytes);
+  protoPopulateSent(c, bytes);
 }
 
 static int simpleSendReadsSource(const struct conn *c) { return c->tp->postFrom != NULL; }
@@ -43,7 +42,7 @@ static void simpleSendPostFrom(struct conn *c, const void *data, size_t bytes) {
   } else {
     memcpy(connSlotData(c, (uint32_t)(c->step % c->nslots)), data, bytes);
     __atomic_store_n(&c->ctrl->tail, ++c->step, __ATOMIC_RELEASE);
-    protoPopulateSent(c, c->step - 1, bytes);
+    protoPopulateSent(c, bytes);
   }
 }
 

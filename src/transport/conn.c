@@ -47,18 +47,30 @@ void connPrefault(struct conn *c) {
  * it: in a virtual machine 2-4 us a page, 6-8x what copying the page
  * costs, so a benchmark whose warm-up left slots unused measured those
  * faults (2 ranks, AllReduce 32 KiB, 20 calls: 15-53 us a call the first
- * time, 4-6 after). So the first message that reaches past a slot's first
- * page (proto/proto.h, protoPopulateSent) has the sender fault the
- * whole FIFO in, its NCCL_BUFFSIZE, the memory it was set up to use, and
+ * time, 4-6 after). So the first message of a page or more
+ * (proto/proto.h, protoPopulateSent) has the sender fault the FIFO in, and
  * say so in the control block, where the receiver, seeing it, does the
- * same on its side. Connections that only ever carry small messages keep
- * only their first pages. A kernel without MADV_POPULATE_WRITE (before
- * 5.14) refuses it, and the pages come as before. */
+ * same on its side. Smaller messages never do (a slot's header may lie
+ * anywhere in its first page, so one of a few hundred bytes may spill into
+ * a second page, which then comes as before). Each slot up to
+ * CONN_POPULATE_MAX / nslots bytes: the whole of the default NCCL_BUFFSIZE
+ * (4 MiB), not all of a large one set by hand, which would stall that
+ * message for as long as the kernel takes to clear it. A kernel without
+ * MADV_POPULATE_WRITE (before 5.14) refuses it, and the pages come as
+ * before. */
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+#define CONN_POPULATE_MAX (16ull << 20)
 void connPopulate(struct conn *c) {
   if (c->populated) return;
   c->populated = 1;
-  uintptr_t first = (uintptr_t)c->slots & ~(uintptr_t)4095;
-  uintptr_t end = (uintptr_t)c->slots + (size_t)c->nslots * c->slotStride;
-  (void)madvise((void *)first, end - first, MADV_POPULATE_WRITE);
+  size_t each = c->slotStride;
+  if ((uint64_t)each * c->nslots > CONN_POPULATE_MAX) each = (size_t)(CONN_POPULATE_MAX / c->nslots);
+  for (uint32_t i = 0; i < c->nslots; i++) {
+    uintptr_t from = (uintptr_t)c->slots + (size_t)i * c->slotStride, to = from + each;
+    from &= ~(uintptr_t)4095;
+    if (madvise((void *)from, to - from, MADV_POPULATE_WRITE) != 0) break; /* refused: no use asking again */
+  }
   __atomic_store_n(&c->ctrl->populated, 1, __ATOMIC_RELAXED);
 }

@@ -95,12 +95,11 @@ size_t connFifoBytes(size_t buffSize);
 /* Touches the control block and each slot's first page, so that small
  * messages never pay for a page fault later. */
 void connPrefault(struct conn *c);
-/* Faults every page of the FIFO in on this side, in one system call, once
- * per connection (see conn.c for when). */
+/* Faults the FIFO's pages in on this side, once per connection (see
+ * conn.c for when and how much). */
 void connPopulate(struct conn *c);
-/* 1 when bytes written at slot k's data reach past the page that
- * connPrefault faulted in. */
-static inline int connPastFirstPage(const struct conn *c, uint32_t k, size_t bytes);
+/* Messages from this size make the sender populate its FIFO. */
+#define CONN_POPULATE_FROM 4096
 
 /* Connections of one communicator: for each peer, nch ring channels plus one
  * point-to-point lane. */
@@ -126,9 +125,5 @@ static inline struct connDesc *connSlotHdr(const struct conn *c, uint32_t k) {
 }
 static inline char *connSlotData(const struct conn *c, uint32_t k) {
   return c->slots + (size_t)k * c->slotStride + CONN_SLOT_HDR;
-}
-static inline int connPastFirstPage(const struct conn *c, uint32_t k, size_t bytes) {
-  uintptr_t first = (uintptr_t)connSlotHdr(c, k), last = (uintptr_t)connSlotData(c, k) + bytes - 1;
-  return bytes > 0 && first / 4096 != last / 4096;
 }
 #endif
