@@ -1,8 +1,8 @@
 /* FIFO pages over shared memory (transport/conn.c connPopulate): setup
- * faults in only each slot's first page, a message that stays in it
- * (8 bytes) faults in nothing more, and the first message that reaches
- * past it (64 KiB) has the whole FIFO faulted in, on the sending side and
- * then on the receiving one, so that later messages meet no page faults.
+ * faults in only each slot's first page, a small message (8 bytes) faults
+ * in nothing more, and the first message of a page or more (64 KiB) has
+ * the whole FIFO faulted in, on the sending side and then on the
+ * receiving one, so that later messages meet no page faults.
  * What a process has faulted in of its FIFO segments is the resident size
  * of its "chorus-fifo" mappings (/proc/self/smaps): 2 ranks, one ring
  * channel, the protocol named on the command line (Simple or LL), so each
