@@ -125,6 +125,24 @@ struct profKernelCh *scheduleKernelCh(struct schedule *s) {
   return k;
 }
 
+/* The first arrays are small: most operations are a task or two of a few
+ * steps, and every operation queued on a stream holds a schedule of its
+ * own, whose first use of fresh memory costs a page fault per 4 KiB (with
+ * room for 16 tasks and 64 steps, 7 KiB each, a timing loop's first 20
+ * calls on a stream took 3 us each more than the next 20, 1 rank, 8 bytes;
+ * with these, 0.5-1 us). Larger schedules double as they grow. */
+#define SCHEDULE_FIRST_TASKS 2
+#define SCHEDULE_FIRST_STEPS 8
+
+/* The array arr of *cap elements of elem bytes with room for more (first
+ * at the start, then twice as many), or NULL (arr and *cap as they were). */
+static void *scheduleGrow(void *arr, int *cap, int first, size_t elem) {
+  int want = *cap ? 2 * *cap : first;
+  void *p = realloc(arr, elem * (size_t)want);
+  if (p) *cap = want;
+  return p;
+}
+
 void *scheduleTemp(struct schedule *s, size_t bytes) {
   static pthread_once_t once = PTHREAD_ONCE_INIT;
   pthread_once(&once, tempRangeReserve);
@@ -132,11 +150,9 @@ void *scheduleTemp(struct schedule *s, size_t bytes) {
   size_t span = (bytes + 4095) & ~(size_t)4095;
   int direct = !tempRange || s->tempSpan + span > TEMP_RANGE_BYTES;
   if (s->ntemps == s->tempCap) {
-    int cap = s->tempCap ? 2 * s->tempCap : 4;
-    struct scheduleTemp *t = realloc(s->temps, sizeof *t * cap);
+    struct scheduleTemp *t = scheduleGrow(s->temps, &s->tempCap, 4, sizeof *t);
     if (!t) return NULL;
     s->temps = t;
-    s->tempCap = cap;
   }
   struct scheduleTemp *t = &s->temps[s->ntemps];
   t->bytes = bytes;
@@ -188,34 +204,13 @@ ncclResult_t scheduleBindTemps(struct schedule *s) {
   return ncclSuccess;
 }
 
-/* The first arrays are small: most operations are a task or two of a few
- * steps, and every operation queued on a stream holds a schedule of its
- * own, whose first use of fresh memory costs a page fault per 4 KiB (with
- * room for 16 tasks and 64 steps, 7 KiB each, a timing loop's first 20
- * calls on a stream took 3 us each more than the next 20, 1 rank, 8 bytes;
- * with these, 0.5-1 us). Larger schedules double as they grow. */
-#define SCHEDULE_FIRST_TASKS 2
-#define SCHEDULE_FIRST_STEPS 8
-
-static int scheduleGrowTasks(struct schedule *s, int cap) {
-  struct task *t = realloc(s->tasks, sizeof *t * (size_t)cap);
+int scheduleReserve(struct schedule *s) {
+  struct task *t = s->taskCap ? s->tasks : scheduleGrow(NULL, &s->taskCap, SCHEDULE_FIRST_TASKS, sizeof *t);
   if (!t) return -1;
   s->tasks = t;
-  s->taskCap = cap;
-  return 0;
-}
-
-static int scheduleGrowSteps(struct schedule *s, int cap) {
-  struct step *st = realloc(s->steps, sizeof *st * (size_t)cap);
+  struct step *st = s->stepCap ? s->steps : scheduleGrow(NULL, &s->stepCap, SCHEDULE_FIRST_STEPS, sizeof *st);
   if (!st) return -1;
   s->steps = st;
-  s->stepCap = cap;
-  return 0;
-}
-
-int scheduleReserve(struct schedule *s) {
-  if (s->taskCap == 0 && scheduleGrowTasks(s, SCHEDULE_FIRST_TASKS) != 0) return -1;
-  if (s->stepCap == 0 && scheduleGrowSteps(s, SCHEDULE_FIRST_STEPS) != 0) return -1;
   memset(s->tasks, 0, sizeof *s->tasks * (size_t)s->taskCap); /* touched now, not by the first build */
   memset(s->steps, 0, sizeof *s->steps * (size_t)s->stepCap);
   return 0;
@@ -223,8 +218,11 @@ int scheduleReserve(struct schedule *s) {
 
 int scheduleAddTask(struct schedule *s, const struct redOp *red, int dep, struct bootstrap *boot,
                     volatile int *abortFlag, int rank, const char *what) {
-  if (s->ntasks == s->taskCap && scheduleGrowTasks(s, s->taskCap ? 2 * s->taskCap : SCHEDULE_FIRST_TASKS) != 0)
-    return -1;
+  if (s->ntasks == s->taskCap) {
+    struct task *t = scheduleGrow(s->tasks, &s->taskCap, SCHEDULE_FIRST_TASKS, sizeof *t);
+    if (!t) return -1;
+    s->tasks = t;
+  }
   struct task *t = &s->tasks[s->ntasks];
   memset(t, 0, sizeof *t);
   t->firstStep = s->nsteps;
@@ -242,8 +240,11 @@ int scheduleAddTask(struct schedule *s, const struct redOp *red, int dep, struct
 int scheduleAddStep(struct schedule *s, int type, int flags, struct conn *recv, struct conn *send,
                     const void *src, void *dst, size_t bytes) {
   if (bytes == 0) return 0;
-  if (s->nsteps == s->stepCap && scheduleGrowSteps(s, s->stepCap ? 2 * s->stepCap : SCHEDULE_FIRST_STEPS) != 0)
-    return -1;
+  if (s->nsteps == s->stepCap) {
+    struct step *st = scheduleGrow(s->steps, &s->stepCap, SCHEDULE_FIRST_STEPS, sizeof *st);
+    if (!st) return -1;
+    s->steps = st;
+  }
   struct step *st = &s->steps[s->nsteps++];
   st->type = (uint8_t)type;
   st->flags = (uint8_t)flags;
