@@ -143,6 +143,22 @@ static int pairThroughFifos(const struct tuneTopo *t, int coll, size_t bytes, in
   return t->nranks == 2 && !t->net && !mapped && bytes < PAIR_FIFO_MAX_BYTES;
 }
 
+/* Where ranks share cores, OneHop's and recursive doubling's copies queue
+ * for the cores a second time (their bytes at a share of a share: every
+ * rank's part waits for all of them, or for its round's partner), except
+ * an AllReduce's: its bytes, copied and reduced in each round (recursive
+ * doubling) or from each peer (OneHop), already outweigh the ring's, which
+ * reduces 2 (n - 1) / n of them. bench/tune_check -n 4 -i 1000, 4 ranks on
+ * 2 cores, 2026-12-06: AllReduce 8 KiB RecDoubling/Simple 6.9 us, OneHop
+ * 7.1-7.2, Ring 9.3-9.7 (the model, charging both twice, picked Ring: 1.4x
+ * the best); 2 KiB OneHop 3.7, RecDoubling 4.2, Ring 7.1; 32 KiB all three
+ * 16-17; 128 KiB-32 MiB recursive doubling 1.2-1.6x the ring's time (-i
+ * 20), below the 2.1x the model still gives it. AllGather and
+ * ReduceScatter keep the second share: there recursive doubling moves the
+ * ring's bytes in fewer steps, yet measured 1.2-1.9x the ring's time from
+ * 128 KiB (ReduceScatter) and at 32 MiB (AllGather). */
+static double allReduceQueue(const struct link *l, int coll) { return coll == collAllReduce ? 1 : l->share; }
+
 /* floor(log2(n)) for n >= 1. */
 static int log2Floor(int n) {
   int k = 0;
@@ -185,7 +201,7 @@ double tuneModelUs(const struct tuneTopo *topo, int coll, int algo, int proto, i
        * Ring/LL's 2.2, ReduceScatter 1.12 against 1.27, AllGather 1.07
        * against 1.18; bench/tune_check -n 2). */
       double work = l.stream ? (post > take ? post : take) : post + take;
-      return hopAll + l.share * work + (topo->net ? 2 * (n - 2) * NET_MSG_US * l.busy : 0);
+      return hopAll + allReduceQueue(&l, coll) * work + (topo->net ? 2 * (n - 2) * NET_MSG_US * l.busy : 0);
     }
     case algoRing: {
       /* AllReduce's blocks are the message's n parts; over sockets a step
@@ -216,8 +232,7 @@ double tuneModelUs(const struct tuneTopo *topo, int coll, int algo, int proto, i
     }
     case algoRecDoubling: { /* log2 rounds (two more hops when n is no power of two); a round's
                              * partners must run at once, so ranks sharing cores move its
-                             * bytes at a share of a share (measured: 2-3x a ring's time at
-                             * 128 KiB-512 KiB, 4 ranks on 2 cores; even on 2) */
+                             * bytes at a share of a share (but see allReduceQueue) */
       if (coll == collAllReduce && topo->nhosts > 1 && topo->nhosts < topo->nranks) {
         /* host by host (recdouble.c): a hop within each host to its first rank and back (a
          * shared-memory hop, which already counts the ranks waiting for the cores: localHop),
@@ -232,7 +247,7 @@ double tuneModelUs(const struct tuneTopo *topo, int coll, int algo, int proto, i
       }
       double rounds = log2Floor(topo->nranks), fold = (1 << (int)rounds) != topo->nranks ? 2 : 0;
       double lat = (rounds + fold) * (hopAll + RING_STEP_US);
-      if (coll == collAllReduce) return lat + l.share * (rounds + fold) * (b / l.copy + b / l.reduce);
+      if (coll == collAllReduce) return lat + allReduceQueue(&l, coll) * (rounds + fold) * (b / l.copy + b / l.reduce);
       return lat + l.share * (n - 1 + fold) * b / (coll == collReduceScatter ? l.reduce : l.copy);
     }
     case algoRabenseifner: { /* halving then doubling: 2 log2 rounds (two more hops to fold), moving
