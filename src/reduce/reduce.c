@@ -232,7 +232,7 @@ void copyStreaming(void *dst, const void *src, size_t bytes) {
  * their vector loops, and each result line is stored once into each
  * output (past the cache with stream). */
 static void reduceThroughL1(const struct redOp *op, void *dst, void *dst2, const void *acc, const void *in, size_t n,
-                            int flags, int stream) {
+                            int flags, int stream, int stream2) {
   enum { blockBytes = 8192 };
   _Alignas(64) char block[blockBytes];
   size_t esz = dtypeSize(op->dtype), per = blockBytes / (esz ? esz : 1);
@@ -241,18 +241,23 @@ static void reduceThroughL1(const struct redOp *op, void *dst, void *dst2, const
     reduceTwo(op, block, (const char *)acc + at, (const char *)in + at, m, flags);
     for (int k = 0; k < 2; k++) {
       char *out = (char *)(k ? dst2 : dst);
-      if (out && stream) streamStores(out + at, block, m * esz);
+      if (out && (k ? stream2 : stream)) streamStores(out + at, block, m * esz);
       else if (out) memcpy(out + at, block, m * esz);
     }
   }
-  if (stream) streamFence();
+  if (stream || stream2) streamFence();
 }
 
 void reduceTwoStreaming(const struct redOp *op, void *dst, const void *acc, const void *in, size_t n, int flags) {
-  reduceThroughL1(op, dst, NULL, acc, in, n, flags, 1);
+  reduceThroughL1(op, dst, NULL, acc, in, n, flags, 1, 0);
 }
 
 void reduceTwoBoth(const struct redOp *op, void *dst, void *dst2, const void *acc, const void *in, size_t n, int flags,
                    int stream) {
-  reduceThroughL1(op, dst, dst2, acc, in, n, flags, stream);
+  reduceThroughL1(op, dst, dst2, acc, in, n, flags, stream, stream);
+}
+
+void reduceTwoAndSlot(const struct redOp *op, void *dst, void *slot, const void *acc, const void *in, size_t n,
+                      int flags, int stream) {
+  reduceThroughL1(op, dst, slot, acc, in, n, flags, stream, 0);
 }
