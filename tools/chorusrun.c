@@ -34,7 +34,9 @@ static void killAll(int sig) {
     if (pids[r] > 0) kill(pids[r], sig);
 }
 
-static int freePort(void) {
+/* A port of the loopback nobody uses now; *held keeps it bound (close it
+ * before the ranks start), so that a second call picks another one. */
+static int freePort(int *held) {
   int s = socket(AF_INET, SOCK_STREAM, 0);
   struct sockaddr_in a = {0};
   a.sin_family = AF_INET;
@@ -44,7 +46,7 @@ static int freePort(void) {
     perror("chorusrun: cannot find a free port");
     exit(1);
   }
-  close(s);
+  *held = s;
   return ntohs(a.sin_port);
 }
 
@@ -116,7 +118,12 @@ int main(int argc, char **argv) {
   }
   if (nranks < 1 || i >= argc) usage(0);
   char **prog = &argv[i];
-  int port = freePort();
+  /* Two ports: the rendezvous (NCCL_COMM_ID, rank 0's chorus root) and
+   * MASTER_PORT, where torch's TCPStore listens on rank 0 beside it. */
+  int heldRoot, heldMaster;
+  int port = freePort(&heldRoot), masterPort = freePort(&heldMaster);
+  close(heldRoot);
+  close(heldMaster);
   char buf[64];
   snprintf(buf, sizeof buf, "127.0.0.1:%d", port);
   /* One job on this host: a rendezvous the caller set (to join ranks on
@@ -143,7 +150,7 @@ int main(int argc, char **argv) {
     setenv("CHORUS_SECRET", hex, 1);
   }
   setenv("MASTER_ADDR", "127.0.0.1", 1);
-  snprintf(buf, sizeof buf, "%d", port);
+  snprintf(buf, sizeof buf, "%d", masterPort);
   setenv("MASTER_PORT", buf, 1);
   snprintf(buf, sizeof buf, "%d", nranks);
   setenv("CHORUS_NRANKS", buf, 1);

@@ -1,5 +1,5 @@
 """How users reach the backend: torch's plugin autoloading at `import
-torch`, the lazy entry point by name, torchrun with the example, and the
+torch`, the lazy entry point by name, torchrun and chorusrun with the example, and the
 flight recorder API: python3 test_plugin.py [case ...]."""
 import os
 import subprocess
@@ -41,6 +41,15 @@ def torchrun():
     assert r.returncode == 0 and "chorus: 2 ranks, median step" in r.stdout, (r.stdout, r.stderr[-3000:])
 
 
+def chorusrun():
+    """chorusrun as torchrun: its rendezvous (NCCL_COMM_ID) and torch's store
+    (MASTER_PORT) on two ports (they were one, which rank 0's store held)."""
+    cmd = [os.environ["CHORUSRUN"], "-n", "2", sys.executable, os.path.join(ROOT, "examples", "ddp_train.py"),
+           "--backend", "chorus", "--steps", "3", "--width", "16"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert r.returncode == 0 and "chorus: 2 ranks, median step" in r.stdout, (r.stdout, r.stderr[-3000:])
+
+
 def recorder(rank, size):
     import torch
     import torch.distributed as dist
@@ -62,7 +71,7 @@ def recorder(rank, size):
 
 
 def main():
-    harness.main({"autoload": autoload, "lazy_entry_point": lazy_entry_point, "torchrun": torchrun,
+    harness.main({"autoload": autoload, "lazy_entry_point": lazy_entry_point, "torchrun": torchrun, "chorusrun": chorusrun,
                   "flight_recorder": lambda: harness.run(2, recorder)})
 
 
