@@ -30,7 +30,8 @@ struct initCase {
   const char *expect; /* in every process's last error */
   ncclResult_t want;  /* ncclInvalidUsage, or ncclTimeout where a rank never comes */
   int reuse; /* the id makes a communicator first, then this init is its second use: 1 with the id's root in this
-               process, 2 with it in another (which leaves its port closed) */
+               process, 2 with it in another (which leaves its port closed), 3 as 1 but both uses in the same
+               children, forked while the root listened (their copies of its socket must not keep it open) */
   int refuseMs; /* a refusal comes within this (0: 1000) */
 };
 
@@ -179,6 +180,12 @@ static int claimInit(int proc, int procs, ncclUniqueId id, void *arg) {
   return 0;
 }
 
+/* The id's first use, then claimInit's, in the same process. */
+static int initThenClaim(int proc, int procs, ncclUniqueId id, void *arg) {
+  int f = initOnce(proc, procs, id, NULL);
+  return f ? f : claimInit(proc, procs, id, arg);
+}
+
 /* 1 when a log file in dir has a line with needle. */
 static int logsHave(const char *dir, const char *needle) {
   int found = 0;
@@ -236,6 +243,7 @@ int main(int argc, char **argv) {
       /* the same id for a second communicator: refused at once, not a wait */
       {"reused-id", 3, {{3, 0}, {3, 1}, {3, 2}}, "is not listening: its rendezvous has ended", ncclInvalidUsage, 1, 0},
       {"reused-id-elsewhere", 2, {{2, 0}, {2, 1}}, "is not listening: its rendezvous has ended", ncclInvalidUsage, 2, 0},
+      {"reused-id-forked", 2, {{2, 0}, {2, 1}}, "is not listening: its rendezvous has ended", ncclInvalidUsage, 3, 0},
       {"duplicate-rank", 3, {{3, 0}, {3, 1}, {3, 1}}, "rank 1 was claimed by host", ncclInvalidUsage, 0, 0},
       {"duplicate-rank0", 2, {{2, 0}, {2, 0}}, "rank 0 was claimed by host", ncclInvalidUsage, 0, 0},
       {"nranks-disagree", 2, {{2, 0}, {3, 1}}, "says nranks is", ncclInvalidUsage, 0, 0},
@@ -262,8 +270,8 @@ int main(int argc, char **argv) {
     ncclUniqueId id;
     pid_t holder = 0;
     if (cases[i].reuse == 2 ? idElsewhere(&id, &holder) : testCommId(&id)) return 1;
-    int f = cases[i].reuse ? runRanksWithId(cases[i].procs, id, initOnce, NULL, 15) : 0;
-    f = f ? f : runRanksWithId(cases[i].procs, id, claimInit, (void *)&cases[i], 15);
+    int f = cases[i].reuse == 1 || cases[i].reuse == 2 ? runRanksWithId(cases[i].procs, id, initOnce, NULL, 15) : 0;
+    f = f ? f : runRanksWithId(cases[i].procs, id, cases[i].reuse == 3 ? initThenClaim : claimInit, (void *)&cases[i], 15);
     if (holder > 0) {
       kill(holder, SIGKILL);
       waitpid(holder, NULL, 0);

@@ -53,9 +53,40 @@ static struct {
   uint64_t secret; /* 0: free */
   int retire;
   int refuse;        /* bootstrapRefuseRoot: why is set */
+  int listenFd;      /* open while the root listens, else -1 (rootCloseListener) */
   char why[200];
 } rootsRunning[ROOTS_TRACKED];
 static pthread_mutex_t rootsLock = PTHREAD_MUTEX_INITIALIZER;
+
+/* A process forked while a root of its parent listens (ranks forked after
+ * ncclGetUniqueId) gets a copy of the listening socket but not the thread
+ * that accepts on it: closed there, or the port would stay open after the
+ * parent's root has closed it, and a rank trying that id again would wait
+ * on it (seconds, then a misleading timeout) instead of finding it closed
+ * at once. The lock, held across the fork, keeps each listenFd open in the
+ * parent while it is tracked. */
+static void rootsForkPrepare(void) { pthread_mutex_lock(&rootsLock); }
+static void rootsForkParent(void) { pthread_mutex_unlock(&rootsLock); }
+static void rootsForkChild(void) {
+  for (int i = 0; i < ROOTS_TRACKED; i++)
+    if (rootsRunning[i].secret != 0) {
+      if (rootsRunning[i].listenFd >= 0) close(rootsRunning[i].listenFd);
+      rootsRunning[i].secret = 0; /* no thread of this process serves it */
+      rootsRunning[i].listenFd = -1;
+    }
+  pthread_mutex_unlock(&rootsLock);
+}
+static void rootsAtfork(void) { pthread_atfork(rootsForkPrepare, rootsForkParent, rootsForkChild); }
+static pthread_once_t rootsAtforkOnce = PTHREAD_ONCE_INIT;
+
+/* The root stops listening: untracked and closed under the lock, so that a
+ * fork sees it either open and tracked or closed. */
+static void rootCloseListener(int slot, int fd) {
+  pthread_mutex_lock(&rootsLock);
+  if (slot >= 0) rootsRunning[slot].listenFd = -1;
+  close(fd);
+  pthread_mutex_unlock(&rootsLock);
+}
 
 /* The last roots of this process that failed on their own (accept failing:
  * out of file descriptors, say), by secret: a rank of the same process sees
@@ -67,7 +98,8 @@ static struct {
 } rootsFailed[ROOTS_FAILED];
 static int rootsFailedNext;
 
-static int rootTrack(uint64_t secret) {
+static int rootTrack(uint64_t secret, int listenFd) {
+  pthread_once(&rootsAtforkOnce, rootsAtfork);
   pthread_mutex_lock(&rootsLock);
   int slot = -1;
   for (int i = 0; i < ROOTS_TRACKED && slot < 0; i++)
@@ -75,6 +107,7 @@ static int rootTrack(uint64_t secret) {
       rootsRunning[i].secret = secret;
       rootsRunning[i].retire = 0;
       rootsRunning[i].refuse = 0;
+      rootsRunning[i].listenFd = listenFd;
       slot = i;
     }
   for (int i = 0; i < ROOTS_FAILED; i++) /* NCCL_COMM_ID's secret is the same for every root of its address */
@@ -393,7 +426,7 @@ static void *rootThread(void *argp) {
    * that tries its id again finds the port closed and fails at once (see
    * BOOTSTRAP_ROOT_UP), in this process and in children forked after, which
    * would otherwise inherit the open port and wait on it. */
-  close(a.listenFd);
+  rootCloseListener(a.slot, a.listenFd);
   if (refusal[0]) {
     /* every rank that called in was told */
   } else if (retired) {
@@ -434,7 +467,7 @@ static ncclResult_t spawnRoot(int listenFd, uint64_t secret, int nranks) {
   a->nranks = nranks;
   a->started = &started;
   a->acc = acc;
-  a->slot = rootTrack(secret);
+  a->slot = rootTrack(secret, listenFd);
   pthread_t t;
   pthread_attr_t attr;
   pthread_attr_init(&attr);
@@ -442,10 +475,10 @@ static ncclResult_t spawnRoot(int listenFd, uint64_t secret, int nranks) {
   int err = pthread_create(&t, &attr, rootThread, a);
   pthread_attr_destroy(&attr);
   if (err) {
+    rootCloseListener(a->slot, listenFd);
     rootUntrack(a->slot);
     free(a);
     free(acc);
-    close(listenFd);
     WARN("Bootstrap : cannot start the root thread: %s", strerror(err));
     return ncclSystemError;
   }
