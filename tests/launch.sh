@@ -27,6 +27,12 @@ grep -q "no launcher environment: set CHORUS_RANK" <<<"$msg" || { echo "no error
 msg=$(env -u CHORUS_RANK -u RANK NCCL_DEBUG=WARN "$bin/all_reduce_perf" -b 8 -e 8 2>&1) || { echo "all_reduce_perf alone failed: $msg"; exit 1; }
 ! grep -q "NCCL WARN" <<<"$msg" || { echo "all_reduce_perf alone warned: $msg"; exit 1; }
 # A random secret per job, the same on every rank; one given is kept.
+# The rendezvous (NCCL_COMM_ID) and torch's store (MASTER_PORT) on two ports:
+# on one, rank 0's store held the port its chorus root needs.
+ports=$("$bin/chorusrun" -n 1 sh -c 'echo "${NCCL_COMM_ID##*:} $MASTER_PORT"')
+read -r idPort masterPort <<<"$ports"
+[[ $idPort =~ ^[0-9]+$ && $masterPort =~ ^[0-9]+$ && $idPort != "$masterPort" ]] ||
+  { echo "chorusrun gave NCCL_COMM_ID and MASTER_PORT ports '$ports' (want two different ones)"; exit 1; }
 secrets=$("$bin/chorusrun" -n 2 sh -c 'echo "$CHORUS_SECRET"' | sort -u)
 [[ $secrets =~ ^[0-9a-f]{32}$ ]] || { echo "chorusrun's ranks got CHORUS_SECRET '$secrets'"; exit 1; }
 again=$("$bin/chorusrun" -n 1 sh -c 'echo "$CHORUS_SECRET"')

@@ -44,7 +44,8 @@ def torchrun():
 def chorusrun():
     """chorusrun as torchrun: its rendezvous (NCCL_COMM_ID) and torch's store
     (MASTER_PORT) on two ports (they were one, which rank 0's store held)."""
-    cmd = [os.environ["CHORUSRUN"], "-n", "2", sys.executable, os.path.join(ROOT, "examples", "ddp_train.py"),
+    launcher = os.environ.get("CHORUSRUN") or os.path.join(ROOT, "build", "bin", "chorusrun")
+    cmd = [launcher, "-n", "2", sys.executable, os.path.join(ROOT, "examples", "ddp_train.py"),
            "--backend", "chorus", "--steps", "3", "--width", "16"]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=dict(os.environ, OMP_NUM_THREADS="1"))
     assert r.returncode == 0 and "chorus: 2 ranks, median step" in r.stdout, (r.stdout, r.stderr[-3000:])

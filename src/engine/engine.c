@@ -274,7 +274,8 @@ static int stepAdvance(struct task *t, struct step *st, uint64_t timeoutNs) {
   char *dst = st->dst ? st->dst + off : NULL;
   const struct redOp *op = &t->red;
   /* Whatever goes to the next rank is written and posted first, so the next
-   * hop starts while this rank makes its local copy. */
+   * hop starts while this rank makes its local copy (but a reduction over
+   * shared memory writes both from one pass, below). */
   int posted = 1;
   switch (st->type) {
     case stepSend:

@@ -149,10 +149,11 @@ static int pairThroughFifos(const struct tuneTopo *t, int coll, size_t bytes, in
  * an AllReduce's: its bytes, copied and reduced in each round (recursive
  * doubling) or from each peer (OneHop), already outweigh the ring's, which
  * reduces 2 (n - 1) / n of them. bench/tune_check -n 4 -i 1000, 4 ranks on
- * 2 cores, 2026-12-06: AllReduce 8 KiB RecDoubling/Simple 6.9 us, OneHop
- * 7.1-7.2, Ring 9.3-9.7 (the model, charging both twice, picked Ring: 1.4x
- * the best); 2 KiB OneHop 3.7, RecDoubling 4.2, Ring 7.1; 32 KiB all three
- * 16-17; 128 KiB-32 MiB recursive doubling 1.2-1.6x the ring's time (-i
+ * 2 cores, 2026-12-06, two runs: AllReduce 8 KiB RecDoubling 5.1-6.9 us,
+ * OneHop 7.1-7.5, Ring 9.3-10.2 (the model, charging both twice, picked
+ * Ring: 1.4x the best); 2 KiB OneHop 3.6-3.9, RecDoubling 3.2-4.2, Ring
+ * 7.1-7.4; 32 KiB all three 15-18 (measured on 4 ranks only: 3 and 8 on
+ * 2 cores are noisier still); 128 KiB-32 MiB recursive doubling 1.2-1.6x the ring's time (-i
  * 20), below the 2.1x the model still gives it. AllGather and
  * ReduceScatter keep the second share: there recursive doubling moves the
  * ring's bytes in fewer steps, yet measured 1.2-1.9x the ring's time from
@@ -188,7 +189,7 @@ double tuneModelUs(const struct tuneTopo *topo, int coll, int algo, int proto, i
     case algoLocal: return b / SHM_COPY_BPUS;
     case algoOneHop: { /* one hop; each rank posts its input (a block) n-1 times and reduces (or,
                         * AllGather, copies out) n-1, and when ranks share cores all those copies
-                        * queue for them; a Broadcast's root alone posts (under CHORUS_CHECK in
+                        * queue for them (not an AllReduce's: allReduceQueue); a Broadcast's root alone posts (under CHORUS_CHECK in
                         * the agreement's tokens, which the other algorithms send as well), and
                         * no other rank's copies queue with its posting: 4 ranks on 2 cores,
                         * 16 KiB, OneHop 4.1-5.8 us against Chain's 5.1-6.0, when the model,
