@@ -13,11 +13,17 @@
  *              there are as many): none does.
  * And a rank whose CPU something else runs on moves off it (waits time
  * their first yield):
- *   test_affinity together - 2 ranks start on one CPU with the machine's
- *              CPUs their mask, then call 8-byte AllReduces: where they
- *              ran on one CPU for 200 calls in a row, at least one logs
- *              that it moved (a kernel that parts them by itself leaves
- *              nothing to check), and every mask is as it was. */
+ *   test_affinity together - 2 ranks made to share one CPU after init,
+ *              with the machine's CPUs their mask, then call 8-byte
+ *              AllReduces: where they ran on one CPU for 200 calls in a
+ *              row, at least one logs that it moved (a kernel that parts
+ *              them by itself leaves nothing to check), and every mask is
+ *              as it was.
+ * And init places the ranks of a machine a CPU each (forked ranks start
+ * on their parent's):
+ *   test_affinity placed - 2 ranks start on one CPU with the machine's
+ *              CPUs their mask; each logs the CPU init put it on, the two
+ *              differ, and every mask is as it was. */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <sched.h>
@@ -126,14 +132,24 @@ static int togetherRank(int rank, int n, ncclUniqueId id, void *arg) {
   (void)arg;
   cpu_set_t all;
   EXPECT(sched_getaffinity(0, sizeof all, &all) == 0, "sched_getaffinity");
-  int cpu = 0;
+  int cpu = 0, placedOnly = arg != NULL;
   while (!CPU_ISSET(cpu, &all)) cpu++;
+  ncclComm_t comm;
   /* Onto the first CPU, then the whole mask back: the rank stays where it
-   * is, and init sees a CPU per rank. */
+   * is, and init sees a CPU per rank. Before init it places them apart
+   * (placed), after it nothing does but the waits (together). */
+  if (placedOnly) {
+    EXPECT(pinToCpu(cpu) == 0 && sched_setaffinity(0, sizeof all, &all) == 0, "pin and unpin rank %d", rank);
+    NCCLCHECK(ncclCommInitRank(&comm, n, id, rank));
+    cpu_set_t after;
+    EXPECT(sched_getaffinity(0, sizeof after, &after) == 0 && CPU_EQUAL(&after, &all),
+           "rank %d: init changed its CPU affinity (%d CPUs, was %d)", rank, CPU_COUNT(&after), CPU_COUNT(&all));
+    NCCLCHECK(ncclCommDestroy(comm));
+    return 0;
+  }
+  NCCLCHECK(ncclCommInitRank(&comm, n, id, rank));
   EXPECT(pinToCpu(cpu) == 0, "pin rank %d to CPU %d", rank, cpu);
   EXPECT(sched_setaffinity(0, sizeof all, &all) == 0, "unpin rank %d", rank);
-  ncclComm_t comm;
-  NCCLCHECK(ncclCommInitRank(&comm, n, id, rank));
   float in[2] = {(float)rank, 1.0f}, out[2];
   int run = 0, longest = 0;
   for (int i = 0; i < 2000; i++) {
@@ -170,6 +186,52 @@ static int logsLinesWith(const char *needle) {
   return lines;
 }
 
+/* The CPUs the ranks' "starts on CPU c" lines name, as a bitmask (-1: no log). */
+static long placedCpus(int *lines) {
+  DIR *d = opendir(logDir);
+  if (!d) return -1;
+  long mask = 0;
+  *lines = 0;
+  struct dirent *de;
+  char path[384], line[512];
+  while ((de = readdir(d))) {
+    if (strncmp(de->d_name, "log.", 4)) continue;
+    snprintf(path, sizeof path, "%s/%s", logDir, de->d_name);
+    FILE *f = fopen(path, "r");
+    while (f && fgets(line, sizeof line, f)) {
+      const char *at = strstr(line, "starts on CPU ");
+      int c;
+      if (at && sscanf(at, "starts on CPU %d", &c) == 1 && c >= 0 && c < 62) {
+        mask |= 1L << c;
+        ++*lines;
+      }
+    }
+    if (f) fclose(f);
+  }
+  closedir(d);
+  return mask;
+}
+
+static int placed(void) {
+  cpu_set_t all;
+  long online = sysconf(_SC_NPROCESSORS_ONLN);
+  if (sched_getaffinity(0, sizeof all, &all) != 0 || CPU_COUNT(&all) < 2 || CPU_COUNT(&all) < online ||
+      testLaunched()) {
+    printf("test_affinity placed: one CPU, a mask short of the CPUs online, or a launcher's ranks: nothing to check\n");
+    return 0;
+  }
+  if (logPerProcess(logDir, "affinity", "INIT")) return 1;
+  int failed = runRanks(2, togetherRank, (void *)1, 60), lines = 0;
+  long cpus = placedCpus(&lines);
+  printf("test_affinity placed: %d rank(s) logged where init put them, CPUs mask 0x%lx\n", lines, cpus);
+  if (!failed && (lines != 2 || __builtin_popcountl(cpus) != 2)) {
+    fprintf(stderr, "test_affinity placed: 2 ranks that started on one CPU were not placed on two (%d lines, CPUs 0x%lx)\n",
+            lines, cpus);
+    failed = 1;
+  }
+  return failed ? 1 : 0;
+}
+
 static int together(void) {
   cpu_set_t all;
   if (sched_getaffinity(0, sizeof all, &all) != 0 || CPU_COUNT(&all) < 2 || testLaunched()) {
@@ -198,6 +260,7 @@ static int together(void) {
 
 int main(int argc, char **argv) {
   if (argc > 1 && !strcmp(argv[1], "together")) return together();
+  if (argc > 1 && !strcmp(argv[1], "placed")) return placed();
   if (argc > 2 && (!strcmp(argv[1], "shared") || !strcmp(argv[1], "apart"))) {
     int n = atoi(argv[2]), apart = !strcmp(argv[1], "apart");
     cpu_set_t all;

@@ -293,6 +293,35 @@ static int commSharesCores(const struct ncclComm *comm) {
   return cpus > 0 && commCoreRanks(comm) > cpus;
 }
 
+/* Forked ranks start on their parent's CPU and can stay together there for
+ * tens of milliseconds (this VM's kernel wakes a task where it slept), each
+ * copying or spinning in the other's time slice: 2 ranks, AllGather 4 MiB,
+ * the first 10-12 calls took 700-1300 us against 300-330 after (a step
+ * trace, CHORUS_TRACE_LEVEL=steps). So the thread that makes the
+ * communicator starts where its rank's place among the ranks sharing its
+ * CPUs says (rank i of them on their CPU i, modulo the CPUs), where its
+ * mask is every CPU (nobody pinned it) and no other rank of the
+ * communicator is a thread of its process (ncclCommInitAll). The mask is
+ * given back at once; waits move a thread that still meets another on its
+ * CPU (core/wait.c). */
+static void commPlaceThread(const struct ncclComm *comm) {
+  const struct topoRank *me = &comm->topo[comm->rank];
+  int slot = 0, sharing = 0;
+  for (int i = 0; i < comm->nranks; i++) {
+    const struct topoRank *t = &comm->topo[i];
+    if (!(me->kernel ? t->kernel == me->kernel : comm->hostOf[i] == comm->hostOf[comm->rank])) continue;
+    if (i != comm->rank && comm->hostOf[i] == comm->hostOf[comm->rank] &&
+        comm->boot.peers[i].pid == comm->boot.peers[comm->rank].pid)
+      return; /* ranks as threads of one process: placing one thread for each would move this one around */
+    sharing++;
+    slot += i < comm->rank;
+  }
+  if (sharing < 2) return;
+  int cpu = waitPlaceOn(slot);
+  if (cpu >= 0) INFO(subsysInit, "chorus : rank %d starts on CPU %d (%d of the %d ranks that share this machine's CPUs)",
+                     comm->rank, cpu, slot, sharing);
+}
+
 /* CHORUS_NT_STORES: from what size an operation's output goes past the
  * cache. Auto: when the outputs of the host's ranks together would fill
  * the L3 twice over, keeping them cached only evicts the FIFOs and the
@@ -580,6 +609,7 @@ static ncclResult_t commSetup(struct ncclComm *comm) {
   CHECKGOTO(commTopology(comm), res, fail);
   comm->ntStoreBytes = commNtStoreBytes(comm);
   commSingleCopy(comm);
+  commPlaceThread(comm);
   if (commSharesCores(comm)) {
     waitSharedCores();
     INFO(subsysInit, "chorus : %d ranks on this machine's %d CPUs (%d on this host): waits yield after a few spins",

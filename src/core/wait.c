@@ -87,6 +87,24 @@ static void waitMoveOff(uint64_t now, uint64_t tookNs) {
              (unsigned long long)tookNs, sched_getcpu(), first ? " (later moves are logged at TRACE)" : "");
 }
 
+int waitPlaceOn(int slot) {
+  cpu_set_t mine, one;
+  long online = sysconf(_SC_NPROCESSORS_ONLN);
+  if (slot < 0 || online < 2 || sched_getaffinity(0, sizeof mine, &mine) != 0 || CPU_COUNT(&mine) < online) return -1;
+  int want = slot % CPU_COUNT(&mine), cpu = -1;
+  for (int c = 0, seen = 0; c < CPU_SETSIZE && cpu < 0; c++)
+    if (CPU_ISSET(c, &mine) && seen++ == want) cpu = c;
+  if (cpu < 0) return -1;
+  if (sched_getcpu() == cpu) return cpu;
+  CPU_ZERO(&one);
+  CPU_SET(cpu, &one);
+  if (sched_setaffinity(0, sizeof one, &one) != 0) return -1;
+  memset(&mine, 0xff, sizeof mine); /* no mask of its own (waitMoveOff) */
+  if (sched_setaffinity(0, sizeof mine, &mine) != 0)
+    WARN("could not restore this thread's CPU affinity after placing it on CPU %d: %s", cpu, strerror(errno));
+  return sched_getcpu();
+}
+
 static void waitYieldTimed(void) {
   uint64_t before = clockNs();
   sched_yield();

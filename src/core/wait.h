@@ -44,6 +44,12 @@ void waitBegin(struct waitState *w, volatile int *abortFlag, waitLivenessFn live
  * yields, and one that can sleep until woken yields a little while first: a
  * communicator found more ranks on its machine than cores. */
 void waitSharedCores(void);
+/* Moves the calling thread onto the slot-th CPU (modulo their number) of
+ * its affinity mask, where that mask names every CPU online (nobody pinned
+ * it), and gives the mask back at once: only where it runs changes, and
+ * the kernel may move it again. Returns the CPU it runs on after, or -1
+ * where it did not try. */
+int waitPlaceOn(int slot);
 /* 1 once waitSharedCores was called: ranks of this process's machine wait
  * for each other's cores (what else would use a second core is off). */
 int waitCoresShared(void);
