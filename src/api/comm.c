@@ -303,8 +303,12 @@ static int commSharesCores(const struct ncclComm *comm) {
  * mask is every CPU (nobody pinned it) and no other rank of the
  * communicator is a thread of its process (ncclCommInitAll). The mask is
  * given back at once; waits move a thread that still meets another on its
- * CPU (core/wait.c). */
+ * CPU (core/wait.c). Once per process, for its first communicator: a
+ * later one (a split, a torch subgroup) numbers a subset of the machine's
+ * ranks, whose places would fall on CPUs other ranks were given. */
 static void commPlaceThread(const struct ncclComm *comm) {
+  static int placedOnce;
+  if (__atomic_exchange_n(&placedOnce, 1, __ATOMIC_RELAXED)) return;
   const struct topoRank *me = &comm->topo[comm->rank];
   int slot = 0, sharing = 0;
   for (int i = 0; i < comm->nranks; i++) {
