@@ -265,6 +265,13 @@ static int commCoreRanks(const struct ncclComm *comm) {
   return machine > local ? machine : local;
 }
 
+/* 1 when rank i runs on this rank's CPUs: on its machine (the same
+ * kernel) where that is known, else on its host. */
+static int commSharesCpusWith(const struct ncclComm *comm, int i) {
+  const struct topoRank *me = &comm->topo[comm->rank];
+  return me->kernel ? comm->topo[i].kernel == me->kernel : comm->hostOf[i] == comm->hostOf[comm->rank];
+}
+
 /* The CPUs those ranks may run on, together: the union of their affinity
  * masks (ranks pinned to a core each, as mpirun --bind-to core pins them,
  * have as many as ranks; ranks all started under `taskset -c 0` one), or
@@ -274,7 +281,7 @@ static int commCoreCpus(const struct ncclComm *comm) {
   uint64_t set[TOPO_CPU_WORDS] = {0};
   for (int i = 0; i < comm->nranks; i++) {
     const struct topoRank *t = &comm->topo[i];
-    if (!(me->kernel ? t->kernel == me->kernel : comm->hostOf[i] == comm->hostOf[comm->rank])) continue;
+    if (!commSharesCpusWith(comm, i)) continue;
     if (t->ncpus <= 0 || topoCpuListAdd(t->cpus, set) != t->ncpus) return me->pus;
   }
   int n = 0;
@@ -309,11 +316,9 @@ static int commSharesCores(const struct ncclComm *comm) {
 static void commPlaceThread(const struct ncclComm *comm) {
   static int placedOnce;
   if (__atomic_exchange_n(&placedOnce, 1, __ATOMIC_RELAXED)) return;
-  const struct topoRank *me = &comm->topo[comm->rank];
   int slot = 0, sharing = 0;
   for (int i = 0; i < comm->nranks; i++) {
-    const struct topoRank *t = &comm->topo[i];
-    if (!(me->kernel ? t->kernel == me->kernel : comm->hostOf[i] == comm->hostOf[comm->rank])) continue;
+    if (!commSharesCpusWith(comm, i)) continue;
     if (i != comm->rank && comm->hostOf[i] == comm->hostOf[comm->rank] &&
         comm->boot.peers[i].pid == comm->boot.peers[comm->rank].pid)
       return; /* ranks as threads of one process: placing one thread for each would move this one around */

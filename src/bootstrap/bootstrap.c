@@ -64,8 +64,7 @@ static pthread_mutex_t rootsLock = PTHREAD_MUTEX_INITIALIZER;
  * parent's root has closed it, and a rank trying that id again would wait
  * on it (seconds, then a misleading timeout) instead of finding it closed
  * at once. The lock, held across the fork, keeps each listenFd open in the
- * parent while it is tracked. */
-/* (Only the listener: connections the root accepted before the fork stay
+ * parent while it is tracked. (Only the listener: connections the root accepted before the fork stay
  * open in the child too, which matters only to a launcher forking ranks
  * one at a time during the rendezvous, whose ranks then see no EOF from a
  * root that died: they fail at their timeout.) */
@@ -124,7 +123,6 @@ static void rootUntrack(int slot) {
   if (slot < 0) return;
   pthread_mutex_lock(&rootsLock);
   rootsRunning[slot].secret = 0;
-  rootsRunning[slot].listenFd = -1;
   pthread_mutex_unlock(&rootsLock);
 }
 

@@ -64,22 +64,33 @@ static int waitMoveAllowed(uint64_t now) {
   return 1;
 }
 
-/* Off the CPU this thread runs on, onto another one it may use (the
- * kernel moves it at once when its mask leaves out the CPU it is on), if
- * the budget allows. Between the two calls another thread's change to this
- * thread's mask would be undone: none of chorus's does that. */
+/* Moves this thread within its mask mine: onto the CPUs of via (the
+ * kernel moves it at once when its mask leaves out the CPU it is on), then
+ * the mask back, so that only where it runs changes (all CPUs where mine
+ * named every CPU online: Linux keeps the last mask set as the thread's
+ * own request, which a CPU set that later grows must not be held to).
+ * Between the two calls another thread's change to this thread's mask
+ * would be undone: none of chorus's does that. 0, or -1 where it did not
+ * move. */
+static int waitMoveVia(const cpu_set_t *via, const cpu_set_t *mine) {
+  if (sched_setaffinity(0, sizeof *via, via) != 0) return -1;
+  long online = sysconf(_SC_NPROCESSORS_ONLN);
+  cpu_set_t back = *mine;
+  if (online > 0 && CPU_COUNT(mine) >= online) memset(&back, 0xff, sizeof back); /* no mask of its own */
+  if (sched_setaffinity(0, sizeof back, &back) != 0 && sched_setaffinity(0, sizeof *mine, mine) != 0)
+    WARN("could not restore this thread's CPU affinity after moving it: %s", strerror(errno));
+  return 0;
+}
+
+/* Off the CPU this thread runs on, onto another one it may use, if the
+ * budget allows. */
 static void waitMoveOff(uint64_t now, uint64_t tookNs) {
   cpu_set_t mine, others;
   int cpu = sched_getcpu();
   if (cpu < 0 || cpu >= CPU_SETSIZE || sched_getaffinity(0, sizeof mine, &mine) != 0) return;
   others = mine;
   CPU_CLR(cpu, &others);
-  if (CPU_COUNT(&others) == 0 || !waitMoveAllowed(now) || sched_setaffinity(0, sizeof others, &others) != 0) return;
-  long online = sysconf(_SC_NPROCESSORS_ONLN);
-  cpu_set_t back = mine;
-  if (online > 0 && CPU_COUNT(&mine) >= online) memset(&back, 0xff, sizeof back); /* no mask of its own */
-  if (sched_setaffinity(0, sizeof back, &back) != 0 && sched_setaffinity(0, sizeof mine, &mine) != 0)
-    WARN("could not restore this thread's CPU affinity after moving it off CPU %d: %s", cpu, strerror(errno));
+  if (CPU_COUNT(&others) == 0 || !waitMoveAllowed(now) || waitMoveVia(&others, &mine) != 0) return;
   static int told; /* the first move at INFO, the rest at TRACE */
   int first = !__atomic_exchange_n(&told, 1, __ATOMIC_RELAXED);
   CHORUS_LOG(first ? logInfo : logTrace, subsysInit,
@@ -98,11 +109,7 @@ int waitPlaceOn(int slot) {
   if (sched_getcpu() == cpu) return cpu;
   CPU_ZERO(&one);
   CPU_SET(cpu, &one);
-  if (sched_setaffinity(0, sizeof one, &one) != 0) return -1;
-  memset(&mine, 0xff, sizeof mine); /* no mask of its own (waitMoveOff) */
-  if (sched_setaffinity(0, sizeof mine, &mine) != 0)
-    WARN("could not restore this thread's CPU affinity after placing it on CPU %d: %s", cpu, strerror(errno));
-  return sched_getcpu();
+  return waitMoveVia(&one, &mine) == 0 ? sched_getcpu() : -1;
 }
 
 static void waitYieldTimed(void) {

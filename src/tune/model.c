@@ -153,8 +153,8 @@ static int pairThroughFifos(const struct tuneTopo *t, int coll, size_t bytes, in
  * OneHop 7.1-7.5, Ring 9.3-10.2 (the model, charging both twice, picked
  * Ring: 1.4x the best); 2 KiB OneHop 3.6-3.9, RecDoubling 3.2-4.2, Ring
  * 7.1-7.4; 32 KiB all three 15-18 (measured on 4 ranks only: 3 and 8 on
- * 2 cores are noisier still); 128 KiB-32 MiB recursive doubling 1.2-1.6x the ring's time (-i
- * 20), below the 2.1x the model still gives it. AllGather and
+ * 2 cores are noisier still); 128 KiB-32 MiB recursive doubling 1.2-1.6x
+ * the ring's time (-i 20), below the 2.1x the model still gives it. AllGather and
  * ReduceScatter keep the second share: there recursive doubling moves the
  * ring's bytes in fewer steps, yet measured 1.2-1.9x the ring's time from
  * 128 KiB (ReduceScatter) and at 32 MiB (AllGather). */
@@ -189,12 +189,12 @@ double tuneModelUs(const struct tuneTopo *topo, int coll, int algo, int proto, i
     case algoLocal: return b / SHM_COPY_BPUS;
     case algoOneHop: { /* one hop; each rank posts its input (a block) n-1 times and reduces (or,
                         * AllGather, copies out) n-1, and when ranks share cores all those copies
-                        * queue for them (not an AllReduce's: allReduceQueue); a Broadcast's root alone posts (under CHORUS_CHECK in
-                        * the agreement's tokens, which the other algorithms send as well), and
-                        * no other rank's copies queue with its posting: 4 ranks on 2 cores,
-                        * 16 KiB, OneHop 4.1-5.8 us against Chain's 5.1-6.0, when the model,
-                        * charging the root's copies twice, put OneHop at 3x Chain's time
-                        * (bench/tune_check -n 4, 2026-12-06) */
+                        * queue for them (not an AllReduce's: allReduceQueue); a Broadcast's root
+                        * alone posts (under CHORUS_CHECK in the agreement's tokens, which the
+                        * other algorithms send as well), and no other rank's copies queue with
+                        * its posting: 4 ranks on 2 cores, 16 KiB, OneHop 4.1-5.8 us against
+                        * Chain's 5.1-6.0, when the model, charging the root's copies twice, put
+                        * OneHop at 3x Chain's time (bench/tune_check -n 4, 2026-12-06) */
       if (coll == collBroadcast) return l.hop + (n - 1) * b / l.copy + (topo->net ? (n - 2) * NET_MSG_US : 0);
       double post = (n - 1) * b / l.copy, take = (n - 1) * b / (coll == collAllGather ? l.copy : l.reduce);
       /* Streaming (LL, a core per rank), the peers' posting and this rank's
