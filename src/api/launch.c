@@ -490,7 +490,7 @@ static int sameCall(const struct collDesc *a, const struct collDesc *b) {
   return a->coll == b->coll && a->sendbuff == b->sendbuff && a->recvbuff == b->recvbuff && a->count == b->count &&
          a->dtype == b->dtype && a->root == b->root && ra->dtype == rb->dtype && ra->kind == rb->kind &&
          ra->scaleF == rb->scaleF && ra->scaleI == rb->scaleI && ra->divisor == rb->divisor &&
-         ra->scaleAt == rb->scaleAt &&
+         ra->scaleAt == rb->scaleAt && ra->finite == rb->finite &&
          ca->count == cb->count && ca->coll == cb->coll && ca->dtype == cb->dtype && ca->op == cb->op &&
          ca->tag == cb->tag && ca->root == cb->root && ca->rank == cb->rank;
 }

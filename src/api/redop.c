@@ -51,6 +51,7 @@ ncclResult_t commLowerOp(struct ncclComm *comm, ncclRedOp_t op, ncclDataType_t d
       if (dtypeIsFloat(dtype)) {
         out->kind = redPreMulSum;
         out->scaleF = 1.0 / comm->nranks;
+        out->finite = 1;
       } else {
         out->kind = redSumPostDiv;
         out->divisor = comm->nranks;

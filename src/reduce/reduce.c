@@ -115,6 +115,16 @@ static void stE4m3(void *p, size_t i, float v) { ((uint8_t *)p)[i] = floatToFp8(
 static float ldE5m2(const void *p, size_t i) { return fp8ToFloat(((const uint8_t *)p)[i], 0); }
 static void stE5m2(void *p, size_t i, float v) { ((uint8_t *)p)[i] = floatToFp8(v, 0); }
 
+/* The largest finite value of a narrow float type, as a float. */
+static float narrowMax(int dtype) {
+  switch (dtype) {
+    case ncclFloat16: return 65504.0f;
+    case ncclBfloat16: return bf16ToFloat(0x7f7f);
+    case ncclFloat8e4m3: return 448.0f;
+    default: return 57344.0f; /* e5m2 */
+  }
+}
+
 static void narrowFloat(const struct redOp *op, void *dst, const void *acc, const void *in, size_t n,
                         int post, loadFn ld, storeFn st) {
   enum { block = 256 };
@@ -123,8 +133,13 @@ static void narrowFloat(const struct redOp *op, void *dst, const void *acc, cons
   /* The scalar as a float: a user's PreMulSum scalar is of the type
    * already, and avg's 1/n rounded to the type (as NCCL stores it) would
    * scale every average by the same error: bf16's 1/3 is 0.33398, +0.2%
-   * on 3 ranks, where gloo's average is unbiased. */
+   * on 3 ranks, where gloo's average is unbiased. Its products, each
+   * rounded to nearest, may round up: three fp16 65504s times 1/3 are
+   * 21840 each, whose sum (65520) would round to inf, so avg's sums of
+   * finite values saturate instead (redOp.finite), to 65504, the average;
+   * NCCL's fp16 1/3, 0.33325, rounds them down to 65472. */
   float s = (float)op->scaleF;
+  float top = op->finite ? narrowMax(op->dtype) : INFINITY;
   for (size_t base = 0; base < n; base += block) {
     size_t m = n - base < block ? n - base : block;
     const char *inp = (const char *)in + base * esz;
@@ -148,6 +163,9 @@ static void narrowFloat(const struct redOp *op, void *dst, const void *acc, cons
       }
     }
     (void)post; /* float avg is PreMulSum: nothing to do after the sum */
+    if (op->finite)
+      for (size_t i = 0; i < m; i++)
+        if (isfinite(a[i]) && fabsf(a[i]) > top) a[i] = copysignf(top, a[i]);
     char *dp = (char *)dst + base * esz;
     for (size_t i = 0; i < m; i++) st(dp, i, a[i]);
   }

@@ -18,6 +18,10 @@ struct redOp {
   double scaleF;  /* PreMulSum scalar for float types */
   int64_t scaleI; /* PreMulSum scalar for integer types */
   int64_t divisor; /* SumPostDiv */
+  /* Float avg: its sums of finite values stay finite, saturating at the
+   * type's largest value (an average of finite inputs is never past it;
+   * only the rounding of the scaled inputs can carry a sum there). */
+  int finite;
   /* PreMulSum's scalar where the caller keeps it (ncclScalarDevice), read
    * into scaleF and scaleI when the operation starts running, as NCCL's
    * kernels read it; NULL when the scale fields hold it already. */
