@@ -32,8 +32,10 @@ static int printTune(int nranks, int hosts, int machines, int linkMbps) {
     fprintf(stderr, "chorus-info --tune: need 1 <= MACHINES <= HOSTS <= NRANKS\n");
     return 2;
   }
+  struct topoRank here; /* this machine's L3 */
+  topoDiscover(&here, 0);
   struct tuneTopo topo = {nranks, hosts, (nranks + hosts - 1) / hosts, (int)sysconf(_SC_NPROCESSORS_ONLN), hosts > 1,
-                          (nranks + machines - 1) / machines, 0, linkMbps};
+                          (nranks + machines - 1) / machines, 0, linkMbps, topoCacheBytes(here.l3KiB)};
   struct tuneConfig cfg;
   tuneConfigFromEnv(&cfg);
   struct tuneTable t;

@@ -173,7 +173,7 @@ struct commAgreement {
 
 /* The topology the tuner's model reads, the same on every rank. */
 static struct tuneTopo tuneTopoOf(const struct bootstrap *b, const struct commAgreement *agree) {
-  struct tuneTopo t = {b->nranks, 0, 0, 0, 0, 0, 0, 0};
+  struct tuneTopo t = {b->nranks, 0, 0, 0, 0, 0, 0, 0, 0};
   for (int i = 0; i < b->nranks; i++) {
     int same = 0, first = 1, machine = 0;
     for (int j = 0; j < b->nranks; j++) {
@@ -188,6 +188,8 @@ static struct tuneTopo tuneTopoOf(const struct bootstrap *b, const struct commAg
     if (same > t.machineRanks) t.machineRanks = same;
     if (machine > t.machineRanks) t.machineRanks = machine;
     if (t.cores == 0 || (agree[i].cores > 0 && agree[i].cores < t.cores)) t.cores = agree[i].cores;
+    uint64_t cache = topoCacheBytes(agree[i].topo.l3KiB);
+    if (t.cacheBytes == 0 || cache < t.cacheBytes) t.cacheBytes = cache;
     if (transportTable[transportFor(b, i)] == &netTransport) t.net = 1;
     if (same > 1 && b->peers[i].shmDisable) t.hostNet = 1;
     const struct topoRank *r = &agree[i].topo;
@@ -335,18 +337,14 @@ static void commPlaceThread(const struct ncclComm *comm) {
  * cache. Auto: when the outputs of the host's ranks together would fill
  * the L3 twice over, keeping them cached only evicts the FIFOs and the
  * inputs still to be read, and every line written costs a read first.
- * The L3 counts at most 32 MiB: what a VM or a many-chiplet CPU reports is
- * often the whole package's, of which a process sees one slice (this
- * machine says 480 MiB, and behaves as 32: 2 ranks, AllReduce 32 MiB +8%,
- * 64 MiB +27%, 256 MiB +22%, 16 MiB -9% with them; 4 ranks, 16 MiB +17%,
- * 8 MiB even). A local choice: ranks need not agree. */
-#define NT_L3_MAX (32ull << 20)
+ * The L3 counts at most 32 MiB (topoCacheBytes): this machine says 480
+ * MiB, and behaves as 32: 2 ranks, AllReduce 32 MiB +8%, 64 MiB +27%, 256
+ * MiB +22%, 16 MiB -9% with them; 4 ranks, 16 MiB +17%, 8 MiB even. A
+ * local choice: ranks need not agree. */
 static uint64_t commNtStoreBytes(const struct ncclComm *comm) {
   int64_t v = paramInt(paramNtStores);
   if (v >= 0) return (uint64_t)v;
-  uint64_t l3 = (uint64_t)comm->topo[comm->rank].l3KiB * 1024;
-  if (l3 == 0 || l3 > NT_L3_MAX) l3 = NT_L3_MAX;
-  return 2 * l3 / (uint64_t)commLocalRanks(comm);
+  return 2 * topoCacheBytes(comm->topo[comm->rank].l3KiB) / (uint64_t)commLocalRanks(comm);
 }
 
 /* CHORUS_SINGLE_COPY: from what size an operation's sends (where its

@@ -35,6 +35,17 @@ struct topoRank {
   char source[8]; /* "hwloc" or "sysfs" */
 };
 
+/* The L3 a host's ranks share, as the engine and the tuner count it: at
+ * most 32 MiB, since what a VM or a many-chiplet CPU reports is often the
+ * whole package's, of which a process sees one slice (this machine says
+ * 480 MiB, and behaves as 32: see api/comm.c's NT stores); 32 MiB when
+ * unknown (l3KiB 0). */
+#define TOPO_L3_MAX (32ull << 20)
+static inline uint64_t topoCacheBytes(uint32_t l3KiB) {
+  uint64_t l3 = (uint64_t)l3KiB * 1024;
+  return l3 == 0 || l3 > TOPO_L3_MAX ? TOPO_L3_MAX : l3;
+}
+
 /* This rank's view: the host (discovered once per process) and the calling
  * thread's CPUs. full: through hwloc (packages, cores and caches as it
  * sees them; a few milliseconds a process), else from sysconf and sysfs

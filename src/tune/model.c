@@ -143,22 +143,41 @@ static int pairThroughFifos(const struct tuneTopo *t, int coll, size_t bytes, in
   return t->nranks == 2 && !t->net && !mapped && bytes < PAIR_FIFO_MAX_BYTES;
 }
 
-/* Where ranks share cores, OneHop's and recursive doubling's copies queue
- * for the cores a second time (their bytes at a share of a share: every
- * rank's part waits for all of them, or for its round's partner), except
- * an AllReduce's: its bytes, copied and reduced in each round (recursive
- * doubling) or from each peer (OneHop), already outweigh the ring's, which
- * reduces 2 (n - 1) / n of them. bench/tune_check -n 4 -i 1000, 4 ranks on
- * 2 cores, 2026-12-06, two runs: AllReduce 8 KiB RecDoubling 5.1-6.9 us,
- * OneHop 7.1-7.5, Ring 9.3-10.2 (the model, charging both twice, picked
- * Ring: 1.4x the best); 2 KiB OneHop 3.6-3.9, RecDoubling 3.2-4.2, Ring
- * 7.1-7.4; 32 KiB all three 15-18 (measured on 4 ranks only: 3 and 8 on
- * 2 cores are noisier still); 128 KiB-32 MiB recursive doubling 1.2-1.6x
- * the ring's time (-i 20), below the 2.1x the model still gives it. AllGather and
- * ReduceScatter keep the second share: there recursive doubling moves the
- * ring's bytes in fewer steps, yet measured 1.2-1.9x the ring's time from
- * 128 KiB (ReduceScatter) and at 32 MiB (AllGather). */
-static double allReduceQueue(const struct link *l, int coll) { return coll == collAllReduce ? 1 : l->share; }
+/* Where ranks share cores, the copies of OneHop and recursive doubling,
+ * whose rounds pair ranks, queue for the cores a second time (their bytes
+ * at a share of a share: every rank's part waits for all of them, or for
+ * its round's partner), except where measured otherwise:
+ * - AllReduce: its bytes, copied and reduced in each round (recursive
+ *   doubling) or from each peer (OneHop), already outweigh the ring's,
+ *   which reduces 2 (n - 1) / n of them. bench/tune_check -n 4 -i 1000, 4
+ *   ranks on 2 cores, 2026-12-06, two runs: AllReduce 8 KiB RecDoubling
+ *   5.1-6.9 us, OneHop 7.1-7.5, Ring 9.3-10.2 (the model, charging both
+ *   twice, picked Ring: 1.4x the best); 2 KiB OneHop 3.6-3.9, RecDoubling
+ *   3.2-4.2, Ring 7.1-7.4; 32 KiB all three 15-18; 128 KiB-32 MiB
+ *   recursive doubling 1.2-1.6x the ring's time (-i 20), below the 2.1x
+ *   the model still gives it.
+ * - AllGather while its output stays in the cache (below the size from
+ *   which the engine writes outputs past it, CHORUS_NT_STORES' default:
+ *   twice the L3 over the host's ranks): recursive doubling's later rounds
+ *   pair ranks placed on one core (init places rank i on CPU i mod
+ *   cores), which exchange through its cache. bench/tune_check, -r 5 -i
+ *   300 and -r 3 -i 100, 2026-12-06: 4 ranks on 2 cores, 32 KiB-8 MiB,
+ *   5.6-1341 us against the ring's 7.7-1383 (1.03-1.37x faster), 32 MiB
+ *   1.12-1.2x the ring's time; 8 ranks, 64 KiB-2 MiB 1.0-1.3x faster, 8
+ *   MiB 1.5x the ring's time. The model, charging it twice, had picked the
+ *   ring from 32 KiB.
+ * ReduceScatter, and AllGather past the cache, pay a quarter more, not the
+ * share again: recursive halving moves the ring's bytes in fewer steps,
+ * measured 0.85x the ring's time at 32 KiB and 1.2-1.3x from 512 KiB on 4
+ * ranks, 0.7-0.9x at 8-64 KiB, even at 128-256 KiB and 1.2-1.8x from 512
+ * KiB on 8; the full share (2x and 4x) put the crossing at 14 and 13 KiB. */
+#define PAIR_SHARED_BYTE_FACTOR 1.25
+static double pairQueue(const struct link *l, const struct tuneTopo *t, int coll, size_t bytes) {
+  if (l->share <= 1 || coll == collAllReduce) return 1;
+  double output = (double)bytes * t->nranks; /* AllGather's, of a rank's block */
+  if (coll == collAllGather && output * t->localRanks < 2.0 * (double)t->cacheBytes) return 1;
+  return PAIR_SHARED_BYTE_FACTOR;
+}
 
 /* floor(log2(n)) for n >= 1. */
 static int log2Floor(int n) {
@@ -189,7 +208,7 @@ double tuneModelUs(const struct tuneTopo *topo, int coll, int algo, int proto, i
     case algoLocal: return b / SHM_COPY_BPUS;
     case algoOneHop: { /* one hop; each rank posts its input (a block) n-1 times and reduces (or,
                         * AllGather, copies out) n-1, and when ranks share cores all those copies
-                        * queue for them (not an AllReduce's: allReduceQueue); a Broadcast's root
+                        * queue for them (but see pairQueue); a Broadcast's root
                         * alone posts (under CHORUS_CHECK in the agreement's tokens, which the
                         * other algorithms send as well), and no other rank's copies queue with
                         * its posting: 4 ranks on 2 cores, 16 KiB, OneHop 4.1-5.8 us against
@@ -202,7 +221,7 @@ double tuneModelUs(const struct tuneTopo *topo, int coll, int algo, int proto, i
        * Ring/LL's 2.2, ReduceScatter 1.12 against 1.27, AllGather 1.07
        * against 1.18; bench/tune_check -n 2). */
       double work = l.stream ? (post > take ? post : take) : post + take;
-      return hopAll + allReduceQueue(&l, coll) * work + (topo->net ? 2 * (n - 2) * NET_MSG_US * l.busy : 0);
+      return hopAll + pairQueue(&l, topo, coll, bytes) * work + (topo->net ? 2 * (n - 2) * NET_MSG_US * l.busy : 0);
     }
     case algoRing: {
       /* AllReduce's blocks are the message's n parts; over sockets a step
@@ -233,7 +252,7 @@ double tuneModelUs(const struct tuneTopo *topo, int coll, int algo, int proto, i
     }
     case algoRecDoubling: { /* log2 rounds (two more hops when n is no power of two); a round's
                              * partners must run at once, so ranks sharing cores move its
-                             * bytes at a share of a share (but see allReduceQueue) */
+                             * bytes at a share of a share (but see pairQueue) */
       if (coll == collAllReduce && topo->nhosts > 1 && topo->nhosts < topo->nranks) {
         /* host by host (recdouble.c): a hop within each host to its first rank and back (a
          * shared-memory hop, which already counts the ranks waiting for the cores: localHop),
@@ -248,8 +267,8 @@ double tuneModelUs(const struct tuneTopo *topo, int coll, int algo, int proto, i
       }
       double rounds = log2Floor(topo->nranks), fold = (1 << (int)rounds) != topo->nranks ? 2 : 0;
       double lat = (rounds + fold) * (hopAll + RING_STEP_US);
-      if (coll == collAllReduce) return lat + allReduceQueue(&l, coll) * (rounds + fold) * (b / l.copy + b / l.reduce);
-      return lat + l.share * (n - 1 + fold) * b / (coll == collReduceScatter ? l.reduce : l.copy);
+      if (coll == collAllReduce) return lat + pairQueue(&l, topo, coll, bytes) * (rounds + fold) * (b / l.copy + b / l.reduce);
+      return lat + pairQueue(&l, topo, coll, bytes) * (n - 1 + fold) * b / (coll == collReduceScatter ? l.reduce : l.copy);
     }
     case algoRabenseifner: { /* halving then doubling: 2 log2 rounds (two more hops to fold), moving
                               * 2 (p - 1) / p of the message and reducing (p - 1) / p of it */

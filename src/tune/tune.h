@@ -34,6 +34,7 @@ struct tuneTopo {
   int hostNet;       /* ranks of one host talk over sockets too (NCCL_SHM_DISABLE) */
   int netMbps;       /* the slowest link the ranks' sockets use, Mb/s (its NIC's speed in sysfs, as NCCL's
                       * socket network reads it; 0: unknown) */
+  uint64_t cacheBytes; /* the smallest L3 of the ranks' hosts, as topoCacheBytes counts it */
 };
 
 /* The collectives NCCL_ALGO / NCCL_PROTO name (NCCL's functions); the
