@@ -83,6 +83,18 @@ torchrun2() { # two processes with torchrun's variables only: torchrun2 PROGRAM 
   rm -rf "$d"
 }
 check "device lines, torchrun's variables" devices_ok 2 torchrun2 "$bin/all_reduce_perf"
+pmi2() { # two processes with PMI's variables and NCCL_COMM_ID (another MPI's launcher, say): pmi2 PROGRAM ARGS...
+  local port=$((20000 + RANDOM % 20000)) d
+  d=$(mktemp -d)
+  for r in 0 1; do
+    timeout 60 env -u CHORUS_RANK -u CHORUS_NRANKS -u RANK -u WORLD_SIZE PMI_RANK=$r PMI_SIZE=2 \
+      NCCL_COMM_ID=127.0.0.1:$port "$@" >"$d/$r" 2>&1 &
+  done
+  wait
+  cat "$d/0" "$d/1"
+  rm -rf "$d"
+}
+check "device lines, PMI's variables" devices_ok 2 pmi2 "$bin/all_reduce_perf"
 if command -v mpirun >/dev/null && grep -q libmpi <<<"$(ldd "$bin/all_reduce_perf")"; then
   mpi2() { timeout 60 mpirun --allow-run-as-root --oversubscribe --mca btl self,tcp -np 2 "$@"; }
   check "device lines, mpirun -np 2" devices_ok 2 mpi2 "$bin/all_reduce_perf"

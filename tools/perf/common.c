@@ -793,6 +793,11 @@ static void setupProcesses(int *argc, char ***argv) {
     MPI_Init(argc, argv);
     MPI_Comm_size(MPI_COMM_WORLD, &nProcs);
     MPI_Comm_rank(MPI_COMM_WORLD, &proc);
+    /* Another MPI's launcher (PMI_SIZE from MPICH's Hydra or Slurm, this
+     * build linked with Open MPI) leaves each process a world of its own:
+     * the launcher's variables name the job then, not MPI. */
+    int envProc, envProcs;
+    if (nProcs == 1 && chorusEnvRank(&envProc, &envProcs) == ncclSuccess && envProcs > 1) useMpi = 0;
   }
 #endif
   if (!useMpi && chorusEnvRank(&proc, &nProcs) != ncclSuccess) {
