@@ -115,15 +115,9 @@ static void stE4m3(void *p, size_t i, float v) { ((uint8_t *)p)[i] = floatToFp8(
 static float ldE5m2(const void *p, size_t i) { return fp8ToFloat(((const uint8_t *)p)[i], 0); }
 static void stE5m2(void *p, size_t i, float v) { ((uint8_t *)p)[i] = floatToFp8(v, 0); }
 
-/* The largest finite value of a narrow float type, as a float. */
-static float narrowMax(int dtype) {
-  switch (dtype) {
-    case ncclFloat16: return 65504.0f;
-    case ncclBfloat16: return bf16ToFloat(0x7f7f);
-    case ncclFloat8e4m3: return 448.0f;
-    default: return 57344.0f; /* e5m2 */
-  }
-}
+/* The largest finite value of a 16-bit float type, as a float (fp8's
+ * stores saturate on their own: floatToFp8). */
+static float narrowMax(int dtype) { return dtype == ncclBfloat16 ? bf16ToFloat(0x7f7f) : 65504.0f; }
 
 static void narrowFloat(const struct redOp *op, void *dst, const void *acc, const void *in, size_t n,
                         int post, loadFn ld, storeFn st) {
@@ -139,7 +133,6 @@ static void narrowFloat(const struct redOp *op, void *dst, const void *acc, cons
    * finite values saturate instead (redOp.finite), to 65504, the average;
    * NCCL's fp16 1/3, 0.33325, rounds them down to 65472. */
   float s = (float)op->scaleF;
-  float top = op->finite ? narrowMax(op->dtype) : INFINITY;
   for (size_t base = 0; base < n; base += block) {
     size_t m = n - base < block ? n - base : block;
     const char *inp = (const char *)in + base * esz;
@@ -163,9 +156,11 @@ static void narrowFloat(const struct redOp *op, void *dst, const void *acc, cons
       }
     }
     (void)post; /* float avg is PreMulSum: nothing to do after the sum */
-    if (op->finite)
+    if (op->finite && esz == 2) {
+      float top = narrowMax(op->dtype);
       for (size_t i = 0; i < m; i++)
         if (isfinite(a[i]) && fabsf(a[i]) > top) a[i] = copysignf(top, a[i]);
+    }
     char *dp = (char *)dst + base * esz;
     for (size_t i = 0; i < m; i++) st(dp, i, a[i]);
   }

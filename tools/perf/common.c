@@ -783,12 +783,16 @@ static void parseArgs(int argc, char **argv) {
   }
 }
 
+#ifdef CHORUS_PERF_MPI
+static int mpiStarted; /* setupProcesses called MPI_Init (the job's ranks may still come from elsewhere) */
+#endif
+
 /* Ranks come from the launcher: mpirun (when built with MPI), chorusrun,
  * torchrun-style variables, PMI or Slurm; none means one process. */
 static void setupProcesses(int *argc, char ***argv) {
   int useMpi = 0;
 #ifdef CHORUS_PERF_MPI
-  useMpi = getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK");
+  useMpi = mpiStarted = getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK");
   if (useMpi) {
     MPI_Init(argc, argv);
     MPI_Comm_size(MPI_COMM_WORLD, &nProcs);
@@ -898,7 +902,7 @@ int perfMain(int argc, char **argv, const struct testColl *c) {
   (void)bwSum;
   (void)bwCount;
 #ifdef CHORUS_PERF_MPI
-  if (getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK")) MPI_Finalize();
+  if (mpiStarted) MPI_Finalize();
 #endif
   return errors ? 1 : 0;
 }
