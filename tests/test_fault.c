@@ -14,13 +14,27 @@
  *              while the others wait for it in a collective, and in a large
  *              send: they fail within 1 s, naming it (CHORUS_TIMEOUT 600).
  *   shm      - nothing is left in /dev/shm after a SIGKILL.
+ *   busy     - a receiver busy (outside chorus) for longer than half of
+ *              CHORUS_TIMEOUT, with its communicator's own timeout longer
+ *              still: a 64 MiB Send to it succeeds with the right data (over
+ *              sockets the kernel must not give up on a full window).
+ *   leftdiag - a rank destroys its communicator and exits, another skips a
+ *              Recv's peer: the timeout's diagnosis says the first
+ *              "destroyed its communicator", the second is in no call.
+ *   linkbreak- over sockets, rank 0's data connection to rank 1 breaks (shut
+ *              down under the library) while both live: every rank fails
+ *              within 2 s, and rank 2 learns which connection broke, not
+ *              that rank 0 or 1 left.
  *   test_fault <case> */
 #define _GNU_SOURCE
 #include <dirent.h>
+#include <netinet/in.h>
+#include <linux/tcp.h> /* tcp_info with tcpi_bytes_acked (glibc's is older) */
 #include <pthread.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "chorus.h"
@@ -249,6 +263,103 @@ static int departRank(int rank, int n, ncclUniqueId id, void *arg) {
   return 0;
 }
 
+static int busyRank(int rank, int n, ncclUniqueId id, void *arg) {
+  ncclComm_t comm;
+  NCCLCHECK(ncclCommInitRank(&comm, n, id, rank));
+  NCCLCHECK(chorusCommSetTimeout(comm, 20000)); /* as torch's group timeout does */
+  size_t count = 16 << 20;
+  float *buf = malloc(count * sizeof(float));
+  for (size_t i = 0; i < count; i++) buf[i] = rank == 0 ? (float)(i % 1000) : -1;
+  double t0 = nowSec();
+  ncclResult_t res;
+  if (rank == 0) res = ncclSend(buf, count, ncclFloat, 1, comm, NULL);
+  else {
+    usleep(2500000); /* CHORUS_TIMEOUT is 2 */
+    res = ncclRecv(buf, count, ncclFloat, 0, comm, NULL);
+  }
+  EXPECT(res == ncclSuccess, "rank %d: %s after %.2f s: %s", rank, ncclGetErrorString(res), nowSec() - t0,
+         ncclGetLastError(comm));
+  for (size_t i = 0; rank == 1 && res == ncclSuccess && i < count; i++)
+    if (buf[i] != (float)(i % 1000)) {
+      EXPECT(0, "element %zu: %g", i, buf[i]);
+      break;
+    }
+  free(buf);
+  NCCLCHECK(ncclCommDestroy(comm));
+  return 0;
+}
+
+static int leftDiagRank(int rank, int n, ncclUniqueId id, void *arg) {
+  ncclComm_t comm;
+  NCCLCHECK(ncclCommInitRank(&comm, n, id, rank));
+  float x = 1, y;
+  NCCLCHECK(ncclAllReduce(&x, &y, 1, ncclFloat, ncclSum, comm, NULL)); /* #1, together */
+  if (rank == 2) {
+    NCCLCHECK(ncclCommDestroy(comm));
+    return 0;
+  }
+  if (rank == 1) { /* in no call until rank 0 has its diagnosis */
+    usleep(2500000);
+    NCCLCHECK(ncclCommAbort(comm));
+    return 0;
+  }
+  usleep(300000); /* rank 2 is gone by now */
+  ncclResult_t res = ncclRecv(&y, 1, ncclFloat, 1, comm, NULL);
+  const char *err = ncclGetLastError(comm);
+  EXPECT(res == ncclTimeout, "got %s", ncclGetErrorString(res));
+  EXPECT(strstr(err, "rank 1 (host") && strstr(err, "is in no call") && strstr(err, "rank 2 (host") &&
+             strstr(err, "destroyed its communicator") && !strstr(err, "does not answer"),
+         "last error '%s'", err);
+  NCCLCHECK(ncclCommAbort(comm));
+  return 0;
+}
+
+/* Rank 0's socket that has sent the most: its data connection to the next
+ * rank of the ring (the bootstrap's connections carry little). */
+static int busiestSocket(void) {
+  int best = -1;
+  unsigned long long most = 0;
+  for (int fd = 3; fd < 1024; fd++) {
+    struct tcp_info ti;
+    socklen_t len = sizeof ti;
+    if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0) continue;
+    if (ti.tcpi_bytes_acked > most) {
+      most = ti.tcpi_bytes_acked;
+      best = fd;
+    }
+  }
+  return most > (8u << 20) ? best : -1;
+}
+
+static int linkBreakRank(int rank, int n, ncclUniqueId id, void *arg) {
+  ncclComm_t comm;
+  NCCLCHECK(ncclCommInitRank(&comm, n, id, rank));
+  size_t count = 1 << 20;
+  float *buf = malloc(count * sizeof(float));
+  for (size_t i = 0; i < count; i++) buf[i] = 1;
+  ncclResult_t res = ncclSuccess;
+  for (int iter = 0; iter < 1000 && res == ncclSuccess; iter++) {
+    if (rank == 0 && iter == 10) {
+      int fd = busiestSocket();
+      EXPECT(fd >= 0, "no data socket found");
+      if (fd >= 0) shutdown(fd, SHUT_RDWR);
+      shared[0] = nowSec();
+    }
+    res = ncclAllReduce(buf, buf, count, ncclFloat, ncclSum, comm, NULL);
+  }
+  double after = nowSec() - shared[0];
+  const char *err = ncclGetLastError(comm);
+  EXPECT(res == ncclRemoteError, "rank %d got %s", rank, ncclGetErrorString(res));
+  EXPECT(after < 2.0, "rank %d: error %.2f s after the break", rank, after);
+  EXPECT(strstr(err, "lost its connection") && !strstr(err, "exited"), "rank %d: last error '%s'", rank, err);
+  fprintf(stderr, "rank %d: %.0f ms after the break: %s\n", rank, after * 1e3, err);
+  faultTime("a data connection breaks, both ends alive (sockets)", res, after * 1e3);
+  usleep(1000000); /* alive until every rank has its error */
+  NCCLCHECK(ncclCommAbort(comm));
+  free(buf);
+  return 0;
+}
+
 static int countShm(void) {
   DIR *d = opendir("/dev/shm");
   if (!d) return 0;
@@ -289,6 +400,16 @@ int main(int argc, char **argv) {
       lateDepart = 1;
       failed += runRanks(2, departRank, NULL, 30) + runRanks(4, departRank, NULL, 30);
     }
+  } else if (strcmp(which, "busy") == 0) {
+    setenv("CHORUS_TIMEOUT", "2", 1);
+    failed = runRanks(2, busyRank, NULL, 30);
+  } else if (strcmp(which, "leftdiag") == 0) {
+    setenv("CHORUS_TIMEOUT", "1", 1);
+    failed = runRanks(3, leftDiagRank, NULL, 30);
+  } else if (strcmp(which, "linkbreak") == 0) {
+    setenv("CHORUS_TIMEOUT", "20", 1); /* an error must come from the break, not a stall */
+    shared[0] = 1e30;
+    failed = runRanks(3, linkBreakRank, NULL, 30);
   } else if (strcmp(which, "commtimeout") == 0) {
     unsetenv("CHORUS_TIMEOUT");
     commTimeout = 1;

@@ -129,9 +129,15 @@ static void diagnoseTimeout(struct ncclComm *comm) {
     char d[160];
     /* States read "rank 3 ... <singular>" / "ranks 3, 5 ... <plural>": both forms, split by '|'. */
     for (int i = 0; i < nranks; i++) {
-      if (!answered[i])
-        snprintf(states[i], 400, "%s", oobPeerGone(&comm->boot, i) ? "has exited|have exited"
-                                                                   : "does not answer (stopped or frozen?)|do not answer (stopped or frozen?)");
+      if (!answered[i]) {
+        /* A rank that said goodbye (its monitor stopped then) is no frozen one. */
+        int left = bootstrapPeerDeparted(&comm->boot, i);
+        snprintf(states[i], 400, "%s",
+                 left == oobFinalized ? "finalized its communicator|finalized their communicators"
+                 : left               ? "destroyed its communicator|destroyed their communicators"
+                 : oobPeerGone(&comm->boot, i) ? "has exited|have exited"
+                                               : "does not answer (stopped or frozen?)|do not answer (stopped or frozen?)");
+      }
       else if (rep[i].inCall) {
         descStr(&rep[i].current, d, sizeof d);
         snprintf(states[i], 400, "waits in %s|wait in %s", d, d);

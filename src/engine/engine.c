@@ -527,13 +527,18 @@ static void drivenCollect(const struct schedule *s, struct engineDriven *ed) {
  * left to receive, and a receive that finds nothing is a system call);
  * *busy says whether a sender still holds slots its transport has not sent,
  * *moved whether any bytes moved (a slow link is no stall). */
-static ncclResult_t drivenPump(struct engineDriven *ed, int sendersOnly, int *busy, int *moved) {
+static ncclResult_t drivenPump(struct engineDriven *ed, int sendersOnly, int *busy, int *moved,
+                               struct conn **failed) {
   *busy = 0;
   for (int i = 0; i < ed->n; i++) {
     struct conn *c = ed->c[i];
     if (sendersOnly && !c->tp->pending(c)) continue;
     uint64_t before = c->tp->moved(c);
-    CHECK(c->tp->progress(c));
+    ncclResult_t res = c->tp->progress(c);
+    if (res != ncclSuccess) {
+      *failed = c;
+      return res;
+    }
     if (c->tp->moved(c) != before) *moved = 1;
     if (c->tp->pending(c)) *busy = 1;
   }
@@ -546,8 +551,10 @@ static ncclResult_t drivenPump(struct engineDriven *ed, int sendersOnly, int *bu
  * memory before its files are closed). So let the bootstrap's view settle,
  * up to 200 ms, until the set of gone ranks holds still for 20 ms: then the
  * last error names them all, the first one included. It waits through the
- * one wait. */
-static ncclResult_t drivenBroken(struct schedule *s, ncclResult_t res) {
+ * one wait. Where nobody is gone (a link broke, the peer lives), the
+ * connection that broke (c, when known) is what the other ranks learn:
+ * otherwise they would name this rank, which leaves because of it. */
+static ncclResult_t drivenBroken(struct schedule *s, ncclResult_t res, struct conn *c) {
   struct bootstrap *b = s->ntasks ? s->tasks[0].boot : NULL;
   if (b) {
     struct waitState w;
@@ -565,17 +572,37 @@ static ncclResult_t drivenBroken(struct schedule *s, ncclResult_t res) {
     }
   }
   ncclResult_t live = scheduleLiveness(s);
-  return live != ncclSuccess ? live : res;
+  if (live != ncclSuccess) return live;
+  if (b && b->oob && c) {
+    struct task *t = &s->tasks[0];
+    for (int i = 0; i < s->ntasks; i++) {
+      struct task *u = &s->tasks[i];
+      if (u->done || u->cur >= u->nsteps) continue;
+      const struct step *st = &s->steps[u->firstStep + u->cur];
+      if (st->recv == c || st->send == c) t = u;
+    }
+    char peer[128], op[160], text[400];
+    if (t->desc.seq) descStr(&t->desc, op, sizeof op);
+    else snprintf(op, sizeof op, "%s", t->what);
+    snprintf(text, sizeof text, "rank %d lost its connection with %s (%s) in %s", b->rank,
+             bootstrapDescribePeer(b, c->peer, peer, sizeof peer), c->tp->name, op);
+    oobBroadcastFault(b, res, text);
+  }
+  return res;
 }
 
 /* A stalled step that waits for data no transport can bring any more (the
  * peer closed its end) fails. */
-static ncclResult_t drivenCheckStalled(struct schedule *s) {
+static ncclResult_t drivenCheckStalled(struct schedule *s, struct conn **failed) {
   for (int i = 0; i < s->ntasks; i++) {
     struct task *t = &s->tasks[i];
     if (t->done || t->cur >= t->nsteps) continue;
     struct step *st = &s->steps[t->firstStep + t->cur];
-    if (st->recv && st->recv->tp->stalled) CHECK(st->recv->tp->stalled(st->recv));
+    ncclResult_t res = st->recv && st->recv->tp->stalled ? st->recv->tp->stalled(st->recv) : ncclSuccess;
+    if (res != ncclSuccess) {
+      *failed = st->recv;
+      return res;
+    }
   }
   return ncclSuccess;
 }
@@ -659,16 +686,17 @@ static ncclResult_t engineRunTasks(struct schedule *s) {
       struct task *t = &s->tasks[i];
       if (t->done || (t->dep >= 0 && !s->tasks[t->dep].done) || (t->dep2 >= 0 && !s->tasks[t->dep2].done)) continue;
       int r = taskProgress(s, t);
-      if (r == -(int)ncclRemoteError) return drivenBroken(s, ncclRemoteError); /* name who is gone */
+      if (r == -(int)ncclRemoteError) return drivenBroken(s, ncclRemoteError, NULL); /* name who is gone */
       if (r < 0) return (ncclResult_t)-r;
       moved |= r;
       if (t->done) remaining--;
     }
     int busy;
     if (!moved && ed.n) {
-      ncclResult_t res = drivenPump(&ed, 0, &busy, &moved);
-      if (res == ncclSuccess && !moved) res = drivenCheckStalled(s);
-      if (res != ncclSuccess) return drivenBroken(s, res);
+      struct conn *failed = NULL;
+      ncclResult_t res = drivenPump(&ed, 0, &busy, &moved, &failed);
+      if (res == ncclSuccess && !moved) res = drivenCheckStalled(s, &failed);
+      if (res != ncclSuccess) return drivenBroken(s, res, failed);
       w.blockNow = !moved && drivenOnlyWait(s);
     }
     if (ed.n && s->tasks[0].prof) profPollSent(s);
@@ -689,8 +717,9 @@ static ncclResult_t engineRunTasks(struct schedule *s) {
   }
   for (;;) {
     int busy = 0, moved = 0;
-    ncclResult_t res = ed.n ? drivenPump(&ed, 1, &busy, &moved) : ncclSuccess;
-    if (res != ncclSuccess) return drivenBroken(s, res);
+    struct conn *failed = NULL;
+    ncclResult_t res = ed.n ? drivenPump(&ed, 1, &busy, &moved, &failed) : ncclSuccess;
+    if (res != ncclSuccess) return drivenBroken(s, res, failed);
     if (ed.n && s->tasks[0].prof) profPollSent(s);
     const struct conn *held = refsHeldBy(s);
     if (!busy && !held) return ncclSuccess;

@@ -68,22 +68,14 @@ static ncclResult_t netFail(struct conn *c, const char *what, int err) {
   return ncclRemoteError;
 }
 
-/* A link that goes silent (cable pulled, host frozen) leaves sent bytes
- * unacknowledged: let the kernel break the connection after half of
- * CHORUS_TIMEOUT, so that the error names the peer, and the ranks that only
- * wait see the failed rank leave, before the stall timeout fires. */
-static void setUserTimeout(int fd) {
-  int64_t t = paramInt(paramTimeout);
-  if (t <= 0) return;
-  unsigned int ms = (unsigned int)(t * 500 < 1000 ? 1000 : t * 500 > 0x7fffffff ? 0x7fffffff : t * 500);
-  setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &ms, sizeof ms);
-}
-
-/* Every transport socket, once connected: the user timeout above, and
- * CHORUS_SOCKET_BUFSIZE's kernel buffers when set (tests make them small,
- * so that every large message meets short writes and reads). */
+/* Every transport socket, once connected: CHORUS_SOCKET_BUFSIZE's kernel
+ * buffers when set (tests make them small, so that every large message
+ * meets short writes and reads). No TCP_USER_TIMEOUT: Linux counts the
+ * zero-window probes to a receiver that is alive but busy (computing,
+ * checkpointing) against it, so it broke a connection to a rank that would
+ * have read on time; a link that goes silent is the stall timeout's, which
+ * honours the communicator's own timeout and asks the peers who is stuck. */
 static void sockTune(int fd) {
-  setUserTimeout(fd);
   int64_t b = paramInt(paramSocketBufSize);
   if (b <= 0) return;
   int v = b > 0x7fffffff ? 0x7fffffff : (int)b;
