@@ -354,21 +354,21 @@ static uint64_t commNtStoreBytes(const struct ncclComm *comm) {
  * (AllGather, Broadcast). While each of the host's ranks has a core to
  * itself, from where the NT stores start: there the FIFO's two
  * copies leave the cache (2 ranks on 2 cores, AllGather 256 MiB 2.6 ->
- * 4.1 GB/s busbw, Broadcast 3.1 -> 4.6). Between 2 ranks it wins from
- * 64 KiB: a Broadcast's root writes half of each read (CHORUS_CMA_SPLIT,
- * transport/shm.c) and an AllGather's two ranks read at once; 32 KiB is a
- * draw (AllGather 2.7-2.9 us either way). Times out of place / in place
- * at 64 KiB, 3 alternated runs of `-n 500 -y 1`: AllGather 4.7-5.1 /
- * 4.6-5.5 -> 2.8-3.1 / 2.3-2.7 us, Broadcast 5.0-5.7 / 4.2-6.1 -> 3.8-5.1 /
- * 2.7-3.5. Busbw out of place / in place, `-y 1`, runs of 2026-12-05
- * alternated with the FIFO: AllGather 64 KiB-1 MiB 6.5-8.4 / 7.1-10.3 -> 10.9-16.6 / 12.8-24.0,
- * 2 MiB 5.6-5.8 / 7.2-7.4 -> 7.4-7.7 / 15.2-16.4, 8 MiB 5.5 / 6.9 ->
- * 5.8-6.1 / 10.2-10.3; Broadcast 256 KiB 6.5-8.1 / 13.1-13.8 -> 22-24.5 /
- * 28.6-31.5, 4 MiB 8.1-8.5 / 12.3-13.6 -> 10.4-11.4 / 14.2-17.8. More
- * ranks (a ring or chain, each reading its predecessor's copy) were not
- * measured with a core each (this host has 2), and keep the NT stores'
- * size. Send/Recv stays with the FIFOs: both directions at once lost
- * (5.9 -> 2.2).
+ * 4.1 GB/s busbw, Broadcast 3.1 -> 4.6). Below it the FIFO's copies stay
+ * in the cache, where a copy runs at 2-4x the kernel's behind
+ * process_vm_readv (a scratch program, 2026-12-06: 512 KiB 48 against 13
+ * GB/s, 4 MiB 31 against 11, 64 MiB 11 against 6), and run on both cores at
+ * once. From 2026-12-05 to -06 two ranks read each other from 64 KiB,
+ * measured faster then (AllGather 64 KiB-1 MiB busbw out of place / in
+ * place 6.5-8.4 / 7.1-10.3 -> 10.9-16.6 / 12.8-24.0); since the FIFOs fault
+ * their pages in once (connPopulate) they are the faster: 7 alternated runs
+ * of `chorusrun -n 2 all_gather_perf -b 32K -e 16M -f 2 -n 50 -w 10 -c 0
+ * -y 1` (and broadcast_perf) against CHORUS_SINGLE_COPY=0, 2026-12-06,
+ * medians of the FIFO's time over single copy's, out of place / in place:
+ * AllGather 64 KiB-2 MiB 0.61-0.91 / 0.48-0.79, 4 MiB 1.12 / 0.99, 8-16
+ * MiB 0.78-0.87 / 0.73; Broadcast 512 KiB-16 MiB 0.79-0.99 / 0.54-0.88,
+ * 64-256 KiB 0.99-1.30 / 0.83-1.16. Send/Recv stays with the FIFOs: both
+ * directions at once lost (5.9 -> 2.2).
  * Where ranks share cores, one copy wins in a window: from
  * SHARED_SINGLE_COPY_MIN (at 128 KiB the FIFO is faster, 256-512 KiB a
  * draw) to below CHORUS_NT_STORES's size, from where the FIFO's copies
@@ -397,11 +397,11 @@ static void commSingleCopy(struct ncclComm *comm) {
     comm->singleCopyBytes = comm->singleCopyP2pBytes = (uint64_t)v;
     return;
   }
-  int cores = commCoreCpus(comm) > 0, pair = comm->nranks == 2 && commLocalRanks(comm) == 2;
+  int cores = commCoreCpus(comm) > 0;
   if (!cores) {
     comm->singleCopyBytes = 0;
   } else if (!commSharesCores(comm)) {
-    comm->singleCopyBytes = pair ? 65536 : comm->ntStoreBytes;
+    comm->singleCopyBytes = comm->ntStoreBytes;
   } else {
     /* No window where the FIFO's stores never pass the cache (CHORUS_NT_STORES=0), as with a core each. */
     uint64_t below = comm->ntStoreBytes;
