@@ -545,6 +545,24 @@ static ncclResult_t drivenPump(struct engineDriven *ed, int sendersOnly, int *bu
   return ncclSuccess;
 }
 
+/* Tells the other ranks that connection c broke in this run (its
+ * transport WARNed the details here), naming the operation waiting on it. */
+static void relayBrokenConn(struct schedule *s, struct bootstrap *b, ncclResult_t res, const struct conn *c) {
+  struct task *t = &s->tasks[0];
+  for (int i = 0; i < s->ntasks; i++) {
+    struct task *u = &s->tasks[i];
+    if (u->done || u->cur >= u->nsteps) continue;
+    const struct step *st = &s->steps[u->firstStep + u->cur];
+    if (st->recv == c || st->send == c) t = u;
+  }
+  char peer[128], op[160], text[400];
+  if (t->desc.seq) descStr(&t->desc, op, sizeof op);
+  else snprintf(op, sizeof op, "%s", t->what);
+  snprintf(text, sizeof text, "rank %d lost its connection with %s (%s) in %s", b->rank,
+           bootstrapDescribePeer(b, c->peer, peer, sizeof peer), c->tp->name, op);
+  oobBroadcastFault(b, res, text);
+}
+
 /* A broken connection usually means a dead peer, and the first peer to
  * notice a death may abort and close its own sockets before the dead
  * process's other connections have all closed (a killed process unmaps its
@@ -573,21 +591,7 @@ static ncclResult_t drivenBroken(struct schedule *s, ncclResult_t res, struct co
   }
   ncclResult_t live = scheduleLiveness(s);
   if (live != ncclSuccess) return live;
-  if (b && b->oob && c) {
-    struct task *t = &s->tasks[0];
-    for (int i = 0; i < s->ntasks; i++) {
-      struct task *u = &s->tasks[i];
-      if (u->done || u->cur >= u->nsteps) continue;
-      const struct step *st = &s->steps[u->firstStep + u->cur];
-      if (st->recv == c || st->send == c) t = u;
-    }
-    char peer[128], op[160], text[400];
-    if (t->desc.seq) descStr(&t->desc, op, sizeof op);
-    else snprintf(op, sizeof op, "%s", t->what);
-    snprintf(text, sizeof text, "rank %d lost its connection with %s (%s) in %s", b->rank,
-             bootstrapDescribePeer(b, c->peer, peer, sizeof peer), c->tp->name, op);
-    oobBroadcastFault(b, res, text);
-  }
+  if (b && b->oob && c) relayBrokenConn(s, b, res, c);
   return res;
 }
 
