@@ -344,7 +344,7 @@ static void commPlaceThread(const struct ncclComm *comm) {
 static uint64_t commNtStoreBytes(const struct ncclComm *comm) {
   int64_t v = paramInt(paramNtStores);
   if (v >= 0) return (uint64_t)v;
-  return 2 * topoCacheBytes(comm->topo[comm->rank].l3KiB) / (uint64_t)commLocalRanks(comm);
+  return topoPastCacheBytes(topoCacheBytes(comm->topo[comm->rank].l3KiB), commLocalRanks(comm));
 }
 
 /* CHORUS_SINGLE_COPY: from what size an operation's sends (where its

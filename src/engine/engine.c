@@ -429,6 +429,13 @@ static struct conn *stalledOn(struct schedule *s, struct task *t) {
   return NULL;
 }
 
+/* What a fault's text calls t's operation: its descriptor (AllReduce #2
+ * (count=...)), or its name where it has none. */
+static void taskOpName(const struct task *t, char *op, size_t len) {
+  if (t->desc.seq) descStr(&t->desc, op, len);
+  else snprintf(op, len, "%s", t->what);
+}
+
 /* A step that waits for a peer which has destroyed or finalized its
  * communicator would wait forever: fail now, naming it. The peer said so
  * after publishing its last slot, so a step that still waits once that is
@@ -456,8 +463,7 @@ static ncclResult_t departedPeers(struct schedule *s) {
       }
     }
     char peer[128], op[160], text[400];
-    if (t->desc.seq) descStr(&t->desc, op, sizeof op);
-    else snprintf(op, sizeof op, "%s", t->what);
+    taskOpName(t, op, sizeof op);
     snprintf(text, sizeof text, "%s %s its communicator while rank %d waited for it in %s",
              bootstrapDescribePeer(t->boot, c->peer, peer, sizeof peer),
              why == oobFinalized ? "finalized" : "destroyed", t->rank, op);
@@ -556,8 +562,7 @@ static void relayBrokenConn(struct schedule *s, struct bootstrap *b, ncclResult_
     if (st->recv == c || st->send == c) t = u;
   }
   char peer[128], op[160], text[400];
-  if (t->desc.seq) descStr(&t->desc, op, sizeof op);
-  else snprintf(op, sizeof op, "%s", t->what);
+  taskOpName(t, op, sizeof op);
   snprintf(text, sizeof text, "rank %d lost its connection with %s (%s) in %s", b->rank,
            bootstrapDescribePeer(b, c->peer, peer, sizeof peer), c->tp->name, op);
   oobBroadcastFault(b, res, text);

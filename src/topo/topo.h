@@ -45,6 +45,12 @@ static inline uint64_t topoCacheBytes(uint32_t l3KiB) {
   uint64_t l3 = (uint64_t)l3KiB * 1024;
   return l3 == 0 || l3 > TOPO_L3_MAX ? TOPO_L3_MAX : l3;
 }
+/* From what size an operation's output leaves that cache: twice the L3
+ * over the host's ranks (the engine's NT stores start there, and the tuner
+ * knows it). */
+static inline uint64_t topoPastCacheBytes(uint64_t cacheBytes, int localRanks) {
+  return 2 * cacheBytes / (uint64_t)(localRanks > 0 ? localRanks : 1);
+}
 
 /* This rank's view: the host (discovered once per process) and the calling
  * thread's CPUs. full: through hwloc (packages, cores and caches as it

@@ -15,6 +15,7 @@
  * where few ranks move at once, 17). */
 #include "algo/algo.h"
 #include "engine/desc.h"
+#include "topo/topo.h"
 #include "tune/tune.h"
 
 /* Microseconds per hop and bytes per microsecond (= MB/s). An LL hop over
@@ -175,7 +176,7 @@ static int pairThroughFifos(const struct tuneTopo *t, int coll, size_t bytes, in
 static double pairQueue(const struct link *l, const struct tuneTopo *t, int coll, size_t bytes) {
   if (l->share <= 1 || coll == collAllReduce) return 1;
   double output = (double)bytes * t->nranks; /* AllGather's, of a rank's block */
-  if (coll == collAllGather && output * t->localRanks < 2.0 * (double)t->cacheBytes) return 1;
+  if (coll == collAllGather && output < (double)topoPastCacheBytes(t->cacheBytes, t->localRanks)) return 1;
   return PAIR_SHARED_BYTE_FACTOR;
 }
 
