@@ -93,6 +93,17 @@ CHORUS_EXPORT ncclResult_t chorusSendTag(const void *sendbuff, size_t count, ncc
 CHORUS_EXPORT ncclResult_t chorusRecvTag(void *recvbuff, size_t count, ncclDataType_t datatype, int peer, int tag,
                                          ncclComm_t comm, cudaStream_t stream);
 
+/* Bitwise reductions (gloo's and torch.distributed's BAND, BOR and BXOR,
+ * which NCCL lacks), for the integer types (ncclInt8 to ncclUint64;
+ * ncclInvalidArgument for the float ones): the operator is comm's, like
+ * ncclRedOpCreatePreMulSum's, is passed wherever an ncclRedOp_t goes
+ * (AllReduce, Reduce, ReduceScatter) with the datatype it was made for,
+ * and is freed with ncclRedOpDestroy. Ranks must reduce with the same
+ * kind: with CHORUS_CHECK=1 ranks that do not fail with ncclInvalidUsage. */
+typedef enum { chorusBand = 0, chorusBor = 1, chorusBxor = 2 } chorusBitwiseOp_t;
+CHORUS_EXPORT ncclResult_t chorusRedOpCreateBitwise(ncclRedOp_t *op, chorusBitwiseOp_t kind, ncclDataType_t datatype,
+                                                    ncclComm_t comm);
+
 /* The calling thread's device, as CUDA's current device is: a number, 0
  * until set. ncclCommInitRank and ncclCommInitRankConfig give the
  * communicator the caller's (its cudaDev: ncclCommCuDevice, the logs), as

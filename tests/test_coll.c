@@ -8,13 +8,19 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "chorus.h"
 #include "harness.h"
 #include "values.h"
 
 enum { AR, BC, RED, AG, RS, NCOLL };
 static const char *collNames[] = {"AllReduce", "Broadcast", "Reduce", "AllGather", "ReduceScatter"};
 #define OP_PREMUL 5
-static const char *opNames[] = {"sum", "prod", "max", "min", "avg", "premulsum"};
+#define OP_BAND 6 /* chorusRedOpCreateBitwise's, for integer types */
+#define OP_BOR 7
+#define OP_BXOR 8
+#define NOPS 9
+static const char *opNames[] = {"sum", "prod", "max", "min", "avg", "premulsum", "band", "bor", "bxor"};
+static int isBitwise(int op) { return op >= OP_BAND && op <= OP_BXOR; }
 
 struct testCase {
   int coll, dtype, op, inplace, root;
@@ -29,6 +35,7 @@ struct rankState {
 
 static double inputVal(const struct testCase *c, int rank, size_t i) {
   if (c->op == ncclProd) return ((rank + i) % 3 == 0) ? 2 : 1;
+  if (isBitwise(c->op)) return (double)((rank * 37 + i * 11 + 5) % 128); /* every bit of int8's 7 */
   int maxv = typeIsFp8(c->dtype) ? 2 : 4;
   return (double)((rank * 7 + i * 3 + 1) % maxv);
 }
@@ -41,6 +48,9 @@ static double reduced(const struct testCase *c, int nranks, size_t i) {
   for (int r = 1; r < nranks; r++) {
     double v = inputVal(c, r, i) * (c->op == OP_PREMUL ? premulScalar(r) : 1);
     switch (c->op) {
+      case OP_BAND: acc = (double)((int64_t)acc & (int64_t)v); break;
+      case OP_BOR: acc = (double)((int64_t)acc | (int64_t)v); break;
+      case OP_BXOR: acc = (double)((int64_t)acc ^ (int64_t)v); break;
       case ncclProd: acc *= v; break;
       case ncclMax: acc = v > acc ? v : acc; break;
       case ncclMin: acc = v < acc ? v : acc; break;
@@ -89,6 +99,7 @@ static int prepare(const struct testCase *c, int rank, int n, ncclComm_t comm, s
     putValue(c->dtype, scalar, 0, premulScalar(rank));
     NCCLCHECK(ncclRedOpCreatePreMulSum(&s->op, scalar, c->dtype, ncclScalarHostImmediate, comm));
   }
+  if (isBitwise(c->op)) NCCLCHECK(chorusRedOpCreateBitwise(&s->op, (chorusBitwiseOp_t)(c->op - OP_BAND), c->dtype, comm));
   return 0;
 }
 
@@ -149,7 +160,7 @@ static int check(const struct testCase *c, int rank, int n, ncclComm_t comm, str
     }
   }
   int guards = (s->sendAlloc && guardCheck(s->sendAlloc)) || (s->recvAlloc && guardCheck(s->recvAlloc));
-  if (c->op == OP_PREMUL) NCCLCHECK(ncclRedOpDestroy(s->op, comm));
+  if (c->op == OP_PREMUL || isBitwise(c->op)) NCCLCHECK(ncclRedOpDestroy(s->op, comm));
   guardFree(s->sendAlloc);
   guardFree(s->recvAlloc);
   if (bad || guards) {
@@ -174,8 +185,9 @@ static int forEachCase(int n, int quick, caseFn fn, void *arg) {
   for (int ci = 0; ci < ncounts; ci++)
     for (int coll = 0; coll < NCOLL; coll++)
       for (int t = 0; t < ncclNumTypes; t++)
-        for (int op = 0; op < (isReduction(coll) ? 6 : 1); op++)
+        for (int op = 0; op < (isReduction(coll) ? NOPS : 1); op++)
           for (int inplace = 0; inplace < 2; inplace++) {
+            if (isBitwise(op) && typeIsFloat(t)) continue; /* bitwise: integers only */
             struct testCase c = {coll, t, op, inplace, (int)((counts[ci] + coll + t) % n), counts[ci]};
             if (fn(&c, arg)) return 1;
           }

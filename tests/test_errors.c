@@ -367,6 +367,20 @@ static int rankMain(int rank, int n, ncclUniqueId id, void *arg) {
   BAD(ncclRedOpDestroy(ncclSum, comm), ncclInvalidArgument, "builtin");
   BAD(ncclRedOpCreatePreMulSum(NULL, &two, ncclFloat, ncclScalarHostImmediate, comm), ncclInvalidArgument, "op");
   BAD(ncclRedOpCreatePreMulSum(&op, NULL, ncclFloat, ncclScalarHostImmediate, comm), ncclInvalidArgument, "scalar");
+  /* Bitwise operators: integer types only, a known kind, and like any user
+   * op only with the datatype they were made for. */
+  BAD(chorusRedOpCreateBitwise(NULL, chorusBand, ncclInt32, comm), ncclInvalidArgument, "op");
+  BAD(chorusRedOpCreateBitwise(&op, (chorusBitwiseOp_t)3, ncclInt32, comm), ncclInvalidArgument, "kind");
+  BAD(chorusRedOpCreateBitwise(&op, (chorusBitwiseOp_t)-1, ncclInt32, comm), ncclInvalidArgument, "kind");
+  BAD(chorusRedOpCreateBitwise(&op, chorusBxor, ncclFloat, comm), ncclInvalidArgument, "integer");
+  BAD(chorusRedOpCreateBitwise(&op, chorusBor, ncclBfloat16, comm), ncclInvalidArgument, "integer");
+  BAD(chorusRedOpCreateBitwise(&op, chorusBor, ncclNumTypes, comm), ncclInvalidArgument, "datatype");
+  BAD(chorusRedOpCreateBitwise(&op, chorusBand, ncclInt32, NULL), ncclInvalidArgument, "comm");
+  NCCLCHECK(chorusRedOpCreateBitwise(&op, chorusBand, ncclInt32, comm));
+  BAD(ncclAllReduce(send, recv, 2, ncclInt64, op, comm, NULL), ncclInvalidArgument, "created for");
+  BAD(ncclAllReduce(send, recv, 2, ncclFloat, op, comm, NULL), ncclInvalidArgument, "created for");
+  NCCLCHECK(ncclRedOpDestroy(op, comm));
+  BAD(ncclAllReduce(send, recv, 2, ncclInt32, op, comm, NULL), ncclInvalidArgument, "operation");
   /* Nothing above touched the output. */
   for (int i = 0; i < 16; i++) EXPECT(recv[i] == -7, "recv[%d] changed to %g by a rejected call", i, recv[i]);
   /* Zero counts with NULL buffers: a collective is a no-op; a send or

@@ -5,8 +5,9 @@
  * float ulp either side of both, subnormals, overflow and specials encoded,
  * plus a million random floats; every reduction of every narrow type over
  * pairs (all of them for 8-bit types), with PreMulSum/avg scaling rounded
- * as the type rounds; integer wrap-around and integer avg; odd lengths and
- * unaligned starts so that vector bodies and tails both run.
+ * as the type rounds; integer wrap-around, integer avg and the bitwise
+ * reductions; odd lengths and unaligned starts so that vector bodies and
+ * tails both run.
  *   test_kernels            (the build's kernels: target_clones picks AVX2/AVX-512)
  *   test_kernels_portable   (the same sources built with CHORUS_NO_CLONES)
  * A failure prints the inputs, the result and the expected bits. */
@@ -239,9 +240,9 @@ static void checkNarrowReductions(const struct fmt *f) {
       /* Avg divides by the whole rank count, which T need not hold (int8:                              \
        * 200 ranks are -56 in it, 256 are 0): 3, 200, 256 and 70000 ranks. */                             \
       static const int kinds[] = {redSum, redProd, redMax, redMin, redSumPostDiv, redSumPostDiv,          \
-                                  redSumPostDiv, redSumPostDiv};                                          \
-      static const int64_t divisors[] = {3, 3, 3, 3, 3, 200, 256, 70000};                                 \
-      for (int k = 0; k < 8; k++) {                                                                        \
+                                  redSumPostDiv, redSumPostDiv, redBand, redBor, redBxor};                \
+      static const int64_t divisors[] = {3, 3, 3, 3, 3, 200, 256, 70000, 3, 3, 3};                        \
+      for (int k = 0; k < 11; k++) {                                                                       \
         struct redOp op = {.dtype = DT, .kind = kinds[k], .divisor = divisors[k]};                        \
         reduceTwo(&op, d, a, b, n, kinds[k] == redSumPostDiv ? REDUCE_POST : 0);                          \
         for (size_t i = 0; i < n; i++) {                                                                   \
@@ -252,6 +253,9 @@ static void checkNarrowReductions(const struct fmt *f) {
             case redProd: want = (T)((uint64_t)x * (uint64_t)y); break;                                    \
             case redMax: want = x > y ? a[i] : b[i]; break;                                                \
             case redMin: want = x < y ? a[i] : b[i]; break;                                                \
+            case redBand: want = (T)(x & y); break;                                                        \
+            case redBor: want = (T)(x | y); break;                                                         \
+            case redBxor: want = (T)(x ^ y); break;                                                        \
             default: want = (T)((WIDE)(T)((uint64_t)x + (uint64_t)y) / (WIDE)divisors[k]); break;           \
           }                                                                                                \
           if (d[i] != want) FAIL(#T " kind %d (divisor %lld) n=%zu i=%zu: got %lld want %lld", kinds[k],  \
@@ -342,8 +346,8 @@ static void checkCopyStreaming(void) {
 static void checkReduceTwoStreaming(void) {
   enum { MAXB = 3 * 8192 + 256, GUARD = 64, SPAN = MAXB + 2 * GUARD + 64 };
   static unsigned char acc[MAXB], in[MAXB], want[SPAN], got[SPAN], want2[SPAN], got2[SPAN];
-  const int kinds[] = {redSum, redProd, redMax, redMin, redPreMulSum, redSumPostDiv};
-  const int flagsOf[] = {0, 0, 0, 0, REDUCE_PRE, REDUCE_POST};
+  const int kinds[] = {redSum, redProd, redMax, redMin, redPreMulSum, redSumPostDiv, redBand, redBor, redBxor};
+  const int flagsOf[] = {0, 0, 0, 0, REDUCE_PRE, REDUCE_POST, 0, 0, 0};
   const char *ways[] = {"reduceTwoStreaming", "reduceTwoBoth streaming", "reduceTwoBoth"};
   srand(7);
   for (int dt = 0; dt < ncclNumTypes; dt++) {
@@ -351,8 +355,9 @@ static void checkReduceTwoStreaming(void) {
     for (size_t i = 0; i < MAXB; i++) acc[i] = (unsigned char)rand(), in[i] = (unsigned char)rand();
     if (dtypeIsFloat(dt)) /* clear the exponent's top bit: no infinities or NaNs */
       for (size_t i = 0; i + esz <= MAXB; i += esz) acc[i + esz - 1] &= 0xbf, in[i + esz - 1] &= 0xbf;
-    for (int k = 0; k < 6; k++) {
+    for (int k = 0; k < 9; k++) {
       if (kinds[k] == redSumPostDiv && dtypeIsFloat(dt)) continue; /* float avg is PreMulSum */
+      if (kinds[k] >= redBand && dtypeIsFloat(dt)) continue;       /* bitwise: integers only */
       struct redOp op = {.dtype = dt, .kind = kinds[k], .scaleF = 0.375, .scaleI = 3, .divisor = 3};
       const size_t lens[] = {0, 1, 7, 8192 / esz - 1, 8192 / esz, 8192 / esz + 1, 2 * 8192 / esz + 13, MAXB / esz};
       for (int l = 0; l < 8; l++)

@@ -1,7 +1,8 @@
 /* Mismatched operations end in ncclInvalidUsage on every rank, never a hang
  * or an overrun (CHORUS_CHECK, on by default). One rank calls something else
  * than the others; each case runs on 3 ranks:
- *   count dtype op root coll p2p tag every    test_mismatch <case>
+ *   count dtype op bitwise root coll p2p tag every    test_mismatch <case>
+ * (bitwise: chorusRedOpCreateBitwise's BAND, and BOR on the odd rank)
  * (every: each collective and Send/Recv, by count and by datatype)
  * (tag: a ring of chorusSendTag/chorusRecvTag, one receive with another tag)
  * (roots: Broadcast, Reduce, Gather and Scatter with the last rank's root
@@ -36,6 +37,13 @@ static ncclResult_t oddCall(int rank, int n, float *in, float *out, ncclComm_t c
   if (strcmp(which, "count") == 0) return ncclAllReduce(in, out, odd ? COUNT - 1 : COUNT, ncclFloat, ncclSum, comm, NULL);
   if (strcmp(which, "dtype") == 0) return ncclAllReduce(in, out, COUNT, odd ? ncclInt32 : ncclFloat, ncclSum, comm, NULL);
   if (strcmp(which, "op") == 0) return ncclAllReduce(in, out, COUNT, ncclFloat, odd ? ncclMax : ncclSum, comm, NULL);
+  if (strcmp(which, "bitwise") == 0) {
+    ncclRedOp_t op;
+    NCCLCHECK(chorusRedOpCreateBitwise(&op, odd ? chorusBor : chorusBand, ncclInt32, comm));
+    ncclResult_t res = ncclAllReduce(in, out, COUNT, ncclInt32, op, comm, NULL);
+    NCCLCHECK(ncclRedOpDestroy(op, comm));
+    return res;
+  }
   if (strcmp(which, "root") == 0) return ncclBroadcast(in, out, COUNT, ncclFloat, odd ? 1 : 0, comm, NULL);
   if (strcmp(which, "coll") == 0) {
     if (odd) return ncclReduce(in, out, COUNT, ncclFloat, ncclSum, 0, comm, NULL);
@@ -78,8 +86,12 @@ static int mismatchRank(int rank, int n, ncclUniqueId id, void *arg) {
   EXPECT(t < 2.0, "rank %d: the error took %.2f s", rank, t);
   const char *err = ncclGetLastError(comm);
   EXPECT(strstr(err, "called") != NULL && strstr(err, "but rank") != NULL, "rank %d: last error '%s'", rank, err);
-  if (strcmp(which, "count") == 0 || strcmp(which, "dtype") == 0 || strcmp(which, "op") == 0)
+  if (strcmp(which, "count") == 0 || strcmp(which, "dtype") == 0 || strcmp(which, "op") == 0 ||
+      strcmp(which, "bitwise") == 0)
     EXPECT(strstr(err, "AllReduce #3 ("), "rank %d: last error '%s' does not name AllReduce #3", rank, err);
+  if (strcmp(which, "bitwise") == 0)
+    EXPECT(strstr(err, "int32, band)") && strstr(err, "int32, bor)"), "rank %d: last error '%s' names not both", rank,
+           err);
   if (strcmp(which, "tag") == 0)
     EXPECT(strstr(err, "tag 7") && strstr(err, "tag 8"), "rank %d: last error '%s' names not both tags", rank, err);
   EXPECT(guardCheck(in) == 0 && guardCheck(out) == 0, "rank %d: guard bytes overwritten", rank);

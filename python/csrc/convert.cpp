@@ -67,10 +67,16 @@ Reduction Reduction::of(const c10d::ReduceOp &rop, const at::Tensor &t, const ch
     case c10d::ReduceOp::MAX: red.op = ncclMax; break;
     case c10d::ReduceOp::AVG: red.op = ncclAvg; break;
     case c10d::ReduceOp::PREMUL_SUM: red.premul = true; break;
+    // bitwise as gloo's, on integer and bool tensors (bool's bytes are 0 or 1)
+    case c10d::ReduceOp::BAND: red.bitwise = chorusBand; break;
+    case c10d::ReduceOp::BOR: red.bitwise = chorusBor; break;
+    case c10d::ReduceOp::BXOR: red.bitwise = chorusBxor; break;
     default:
       TORCH_CHECK(false, "chorus: ", call, ": ReduceOp.", reduceOpName(kind),
-                  " is not supported (chorus reduces with SUM, AVG, PRODUCT, MIN, MAX and PREMUL_SUM)");
+                  " is not supported (chorus reduces with SUM, AVG, PRODUCT, MIN, MAX, PREMUL_SUM, BAND, BOR and BXOR)");
   }
+  TORCH_CHECK(!red.bitwise || red.dtype < ncclFloat16, "chorus: ", call, ": ReduceOp.",
+              reduceOpName(kind), " cannot reduce ", st, " tensors (bitwise reductions take integer and bool tensors)");
   TORCH_CHECK(!isBool || (kind != c10d::ReduceOp::AVG && kind != c10d::ReduceOp::PREMUL_SUM), "chorus: ", call,
               ": ReduceOp.", reduceOpName(kind), " cannot reduce bool tensors");
   TORCH_CHECK(!red.complex || kind == c10d::ReduceOp::SUM || kind == c10d::ReduceOp::AVG ||

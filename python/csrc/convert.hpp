@@ -2,6 +2,7 @@
 // results. Every refusal is a c10::Error whose text says what chorus
 // supports instead.
 #pragma once
+#include <chorus.h>
 #include <nccl.h>
 
 #include <ATen/ATen.h>
@@ -28,12 +29,14 @@ size_t movedPerElement(at::ScalarType t);
 
 // A reduction as chorus runs it on a tensor: the operator and datatype,
 // checked when the torch call is made. PREMUL_SUM's factor is read then and
-// kept; its chorus operator is created on the communicator, inside the chorus
+// kept; its chorus operator, like BAND's, BOR's and BXOR's (chorus's bitwise
+// operators, as gloo's), is created on the communicator, inside the chorus
 // group, only for the call that uses it (run) and destroyed right after.
 struct Reduction {
   ncclRedOp_t op = ncclSum;
   ncclDataType_t dtype = ncclFloat;
   bool premul = false;
+  std::optional<chorusBitwiseOp_t> bitwise;
   bool complex = false;  // complex tensors reduce as pairs of reals
   alignas(8) unsigned char factor[8] = {};
 
@@ -43,10 +46,11 @@ struct Reduction {
   // fn(op) with the operator to pass to the chorus call.
   template <class Fn>
   ncclResult_t run(ncclComm_t comm, Fn fn) const {
-    if (!premul) return fn(op);
+    if (!premul && !bitwise) return fn(op);
     ncclRedOp_t made;
     ncclResult_t r =
-        ncclRedOpCreatePreMulSum(&made, const_cast<unsigned char *>(factor), dtype, ncclScalarHostImmediate, comm);
+        bitwise ? chorusRedOpCreateBitwise(&made, *bitwise, dtype, comm)
+                : ncclRedOpCreatePreMulSum(&made, const_cast<unsigned char *>(factor), dtype, ncclScalarHostImmediate, comm);
     if (r != ncclSuccess) return r;
     r = fn(made);
     ncclRedOpDestroy(made, comm);  // the call has lowered it already

@@ -14,7 +14,8 @@ DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int
           torch.int64, torch.bool]
 FLOATS = {torch.float32, torch.float64, torch.float16, torch.bfloat16}
 SIZES = [0, 1, 7, 1000, 70001]  # 70001 floats: past the one-hop size, through the ring
-OPS = ["SUM", "AVG", "PRODUCT", "MIN", "MAX", "PREMUL_SUM"]
+OPS = ["SUM", "AVG", "PRODUCT", "MIN", "MAX", "PREMUL_SUM", "BAND", "BOR", "BXOR"]
+BITWISE = {"BAND": torch.bitwise_and, "BOR": torch.bitwise_or, "BXOR": torch.bitwise_xor}
 
 
 def value(rank, n, dtype, op="SUM", salt=0):
@@ -30,6 +31,11 @@ def value(rank, n, dtype, op="SUM", salt=0):
 
 def reduce_ref(values, op, dtype, size):
     """What the reduction must give, computed here in wide types."""
+    if op in BITWISE:  # gloo's BAND, BOR, BXOR: bitwise, bool's as its 0 and 1
+        r = values[0].clone()
+        for v in values[1:]:
+            r = BITWISE[op](r, v)
+        return r
     if dtype == torch.bool:
         s = torch.stack([v.to(torch.int64) for v in values])
         r = {"SUM": s.amax(0), "MAX": s.amax(0), "PRODUCT": s.amin(0), "MIN": s.amin(0)}[op]
@@ -56,6 +62,8 @@ def redop(op):
 
 
 def applies(op, dtype):
+    if op in BITWISE:
+        return dtype not in FLOATS
     if dtype == torch.bool:
         return op in ("SUM", "PRODUCT", "MIN", "MAX")
     if op == "PREMUL_SUM":
@@ -112,14 +120,14 @@ def avg_unbiased(rank, size):
 
 
 def refused(rank, size):
-    t = torch.ones(4, dtype=torch.int32)
-    for op in ("BAND", "BOR", "BXOR"):
+    t = torch.ones(4, dtype=torch.float32)
+    for op in ("BAND", "BOR", "BXOR"):  # as gloo: bitwise reductions of integers and bools only
         try:
             dist.all_reduce(t, op=getattr(dist.ReduceOp, op))
         except RuntimeError as e:
-            assert f"ReduceOp.{op} is not supported" in str(e), str(e)
+            assert f"ReduceOp.{op} cannot reduce Float tensors" in str(e), str(e)
         else:
-            raise AssertionError(f"ReduceOp.{op} was accepted")
+            raise AssertionError(f"ReduceOp.{op} of floats was accepted")
     try:
         dist.all_reduce(torch.ones(3, dtype=torch.int16))
     except RuntimeError as e:
@@ -201,7 +209,7 @@ def gathers(rank, size):
             flat[rank * n:(rank + 1) * n] = mine
             dist.all_gather_into_tensor(flat, flat[rank * n:(rank + 1) * n])
             check(flat, torch.cat(every), f"all_gather_into_tensor in place {dtype} n={n}")
-            for op in ("SUM", "MIN", "AVG"):
+            for op in ("SUM", "MIN", "AVG", "BXOR"):
                 if not applies(op, dtype):
                     continue
                 blocks = [value(rank, n, dtype, op, salt=b) for b in range(size)]
@@ -234,7 +242,7 @@ def uneven_lists(rank, size):
             if size > 1:
                 check(rows[1, 1: 2 * n[1]: 2], torch.full((n[1],), 9, dtype=dtype),
                       f"uneven all_gather {dtype}: the strided output's gaps")
-            for op in ("SUM", "MAX", "PREMUL_SUM"):
+            for op in ("SUM", "MAX", "PREMUL_SUM", "BOR"):
                 if not applies(op, dtype):
                     continue
                 blocks = [value(rank, n[p], dtype, op, salt=p) for p in range(size)]

@@ -69,6 +69,16 @@ static int buffersSymmetric(const struct callArgs *a, size_t esz) {
   return windowsSymmetricMapped(comm, a->sendbuff, sendBytes, a->recvbuff, recvBytes);
 }
 
+/* The operator as descriptors carry it: ranks that reduce with different
+ * kinds must not match (a bitwise kind is its own code; PreMulSums, whose
+ * scalars may differ by rank, share one). */
+static uint8_t descOpOf(const struct callArgs *a, const struct redOp *red) {
+  if (!isReduction(a->coll)) return OPDESC_NO_OP;
+  if ((int)a->op < (int)ncclNumOps) return (uint8_t)a->op;
+  if (red->kind >= redBand && red->kind <= redBxor) return (uint8_t)(OPDESC_BAND + (red->kind - redBand));
+  return OPDESC_USER_OP;
+}
+
 static ncclResult_t enqueueCheckArgs(const struct callArgs *a) {
   const char *name = collName(a->coll);
   CHECK(commCheck(a->comm, name));
@@ -133,7 +143,7 @@ static ncclResult_t enqueueCheckArgs(const struct callArgs *a) {
   c->count = a->count;
   c->coll = (uint8_t)a->coll;
   c->dtype = (uint8_t)a->dtype;
-  c->op = !isReduction(a->coll) ? OPDESC_NO_OP : (int)a->op < (int)ncclNumOps ? (uint8_t)a->op : OPDESC_USER_OP;
+  c->op = descOpOf(a, &d->red);
   if (p2p) c->tag = (uint16_t)a->tag;
   c->root = rooted || p2p ? a->root : -1;
   c->rank = comm->rank;

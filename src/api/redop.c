@@ -1,10 +1,11 @@
 /* Reduction operators: built-in ones lowered per datatype, and user
- * PreMulSum operators owned by a communicator. */
+ * operators (PreMulSum, chorus's bitwise ones) owned by a communicator. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "api/api.h"
 #include "api/comm.h"
+#include "chorus.h"
 #include "core/err.h"
 #include "core/log.h"
 #include "reduce/floatconv.h"
@@ -72,6 +73,40 @@ ncclResult_t commLowerOp(struct ncclComm *comm, ncclRedOp_t op, ncclDataType_t d
   return ncclSuccess;
 }
 
+/* A free entry of comm's user op table, for an operator of dtype (the
+ * table doubles as NCCL's when full); call names the caller in a WARN. */
+static ncclResult_t userOpNew(struct ncclComm *comm, ncclDataType_t dtype, const char *call, struct userRedOp **out) {
+  int idx = 0;
+  while (idx < comm->nUserOps && comm->userOps[idx].used) idx++;
+  if (idx == COMM_MAX_USER_OPS) {
+    WARN("%s : too many reduction operations (%d)", call, COMM_MAX_USER_OPS);
+    return ncclInvalidUsage;
+  }
+  if (idx == comm->userOpsCap) {
+    int cap = comm->userOpsCap ? 2 * comm->userOpsCap : 16;
+    struct userRedOp *grown = realloc(comm->userOps, sizeof *grown * (size_t)cap);
+    if (!grown) {
+      WARN("%s : out of memory for %d reduction operations", call, cap);
+      return ncclSystemError;
+    }
+    comm->userOps = grown;
+    comm->userOpsCap = cap;
+  }
+  struct userRedOp *u = &comm->userOps[idx];
+  memset(u, 0, sizeof *u);
+  u->used = 1;
+  u->dtype = dtype;
+  u->red.dtype = dtype;
+  if (idx == comm->nUserOps) comm->nUserOps++;
+  *out = u;
+  return ncclSuccess;
+}
+
+/* The handle of u, an entry of comm's table (see userOpIndex). */
+static ncclRedOp_t userOpHandle(const struct ncclComm *comm, const struct userRedOp *u) {
+  return (ncclRedOp_t)(ncclNumOps + ((int)(u - comm->userOps) ^ (int)comm->opMangle));
+}
+
 void redOpReadScalar(struct redOp *red) {
   if (red->scaleAt) readScalar(red->scaleAt, red->dtype, &red->scaleF, &red->scaleI);
 }
@@ -91,35 +126,38 @@ NCCL_API(ncclResult_t, ncclRedOpCreatePreMulSum, ncclRedOp_t *op, void *scalar, 
     WARN("ncclRedOpCreatePreMulSum : invalid residence %d", (int)residence);
     return ncclInvalidArgument;
   }
-  int idx = 0;
-  while (idx < comm->nUserOps && comm->userOps[idx].used) idx++;
-  if (idx == COMM_MAX_USER_OPS) {
-    WARN("ncclRedOpCreatePreMulSum : too many reduction operations (%d)", COMM_MAX_USER_OPS);
-    return ncclInvalidUsage;
-  }
-  if (idx == comm->userOpsCap) { /* the table doubles, as NCCL's */
-    int cap = comm->userOpsCap ? 2 * comm->userOpsCap : 16;
-    struct userRedOp *grown = realloc(comm->userOps, sizeof *grown * (size_t)cap);
-    if (!grown) {
-      WARN("ncclRedOpCreatePreMulSum : out of memory for %d reduction operations", cap);
-      return ncclSystemError;
-    }
-    comm->userOps = grown;
-    comm->userOpsCap = cap;
-  }
-  struct userRedOp *u = &comm->userOps[idx];
-  memset(u, 0, sizeof *u);
-  u->used = 1;
-  u->dtype = datatype;
-  u->red.dtype = datatype;
+  struct userRedOp *u;
+  CHECK(userOpNew(comm, datatype, "ncclRedOpCreatePreMulSum", &u));
   u->red.kind = redPreMulSum;
   /* An immediate scalar is read now; a "device" one (host memory here too)
    * each time an operation using it starts running, so a caller may update
    * it between calls, or on the stream before one, as NCCL allows. */
   if (residence == ncclScalarDevice) u->red.scaleAt = scalar;
   else readScalar(scalar, datatype, &u->red.scaleF, &u->red.scaleI);
-  if (idx == comm->nUserOps) comm->nUserOps++;
-  *op = (ncclRedOp_t)(ncclNumOps + (idx ^ (int)comm->opMangle));
+  *op = userOpHandle(comm, u);
+  return ncclSuccess;
+}
+
+ncclResult_t chorusRedOpCreateBitwise(ncclRedOp_t *op, chorusBitwiseOp_t kind, ncclDataType_t datatype,
+                                      ncclComm_t comm) {
+  CHECK(commCheck(comm, "chorusRedOpCreateBitwise"));
+  if (op == NULL) {
+    WARN("chorusRedOpCreateBitwise : op argument is NULL");
+    return ncclInvalidArgument;
+  }
+  if ((int)kind < 0 || kind > chorusBxor) {
+    WARN("chorusRedOpCreateBitwise : invalid kind %d (chorusBand, chorusBor or chorusBxor)", (int)kind);
+    return ncclInvalidArgument;
+  }
+  if ((int)datatype < 0 || datatype >= ncclNumTypes || dtypeIsFloat(datatype)) {
+    WARN("chorusRedOpCreateBitwise : invalid datatype %d (%s): bitwise reductions take integer types", (int)datatype,
+         dtypeName(datatype));
+    return ncclInvalidArgument;
+  }
+  struct userRedOp *u;
+  CHECK(userOpNew(comm, datatype, "chorusRedOpCreateBitwise", &u));
+  u->red.kind = kind == chorusBand ? redBand : kind == chorusBor ? redBor : redBxor;
+  *op = userOpHandle(comm, u);
   return ncclSuccess;
 }
 

@@ -44,7 +44,9 @@ int descSamePlan(const struct opDesc *mine, const struct opDesc *theirs) {
 
 const char *descOpName(int op) {
   static const char *names[] = {"sum", "prod", "max", "min", "avg"};
+  static const char *bitwise[] = {"band", "bor", "bxor"};
   if (op < 5) return names[op];
+  if (op >= OPDESC_BAND && op < OPDESC_BAND + 3) return bitwise[op - OPDESC_BAND];
   return op == OPDESC_USER_OP ? "user op" : "";
 }
 

@@ -44,7 +44,7 @@ struct opDesc {
   uint8_t dtype; /* ncclDataType_t */
   union {
     struct {
-      uint8_t op;        /* ncclRedOp_t for built-in ones, OPDESC_USER_OP for ncclRedOpCreatePreMulSum's */
+      uint8_t op;        /* ncclRedOp_t for built-in ones, OPDESC_USER_OP for PreMulSum's, OPDESC_BAND.. for bitwise ones */
       uint8_t algo : 5;  /* collectives: the tuner's algorithm (enum algoId) and protocol */
       uint8_t proto : 3; /* (enum protoId), so ranks that chose differently fail, not mix up data */
     };
@@ -57,6 +57,7 @@ struct opDesc {
 _Static_assert(sizeof(struct opDesc) == 24, "struct connDesc carries 24 bytes");
 #define OPDESC_USER_OP 255
 #define OPDESC_NO_OP 254 /* not a reduction */
+#define OPDESC_BAND 251  /* chorusRedOpCreateBitwise's: BAND, BOR (252), BXOR (253) */
 #define OPDESC_MAX_RANKS (1 << 24)
 
 /* Step flags (struct step.check): the first slot of this step, on its

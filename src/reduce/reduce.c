@@ -35,6 +35,25 @@ int dtypeIsFloat(int dtype) { return dtype >= ncclFloat16; }
 #define OP_MAX(a, b) (((b) != (b) || (a) > (b)) ? (a) : (b))
 #define OP_MIN(a, b) (((b) != (b) || (a) < (b)) ? (a) : (b))
 
+/* Bitwise reductions, for the integer types only (chorusRedOpCreateBitwise
+ * refuses the others): kernels and their cases in native_*'s switch. */
+#define BITWISE_KERNELS(NAME, T)                                                                      \
+  CLONES static void two_##NAME##_band(T *restrict d, const T *a, const T *b, size_t n) {             \
+    for (size_t i = 0; i < n; i++) d[i] = (T)(a[i] & b[i]);                                           \
+  }                                                                                                   \
+  CLONES static void two_##NAME##_bor(T *restrict d, const T *a, const T *b, size_t n) {              \
+    for (size_t i = 0; i < n; i++) d[i] = (T)(a[i] | b[i]);                                           \
+  }                                                                                                   \
+  CLONES static void two_##NAME##_bxor(T *restrict d, const T *a, const T *b, size_t n) {             \
+    for (size_t i = 0; i < n; i++) d[i] = (T)(a[i] ^ b[i]);                                           \
+  }
+#define BITWISE_CASES(NAME)                                                                           \
+  case redBand: two_##NAME##_band(d, a, b, n); break;                                                 \
+  case redBor: two_##NAME##_bor(d, a, b, n); break;                                                   \
+  case redBxor: two_##NAME##_bxor(d, a, b, n); break;
+#define NO_BITWISE_KERNELS(NAME, T)
+#define NO_BITWISE_CASES(NAME)
+
 /* Native types: T is the storage type; sums and products are computed in
  * U (the unsigned twin for signed integers) so that overflow wraps, as on
  * the GPU, instead of being undefined. */
@@ -46,7 +65,7 @@ int dtypeIsFloat(int dtype) { return dtype >= ncclFloat16; }
    : (T)-1 > (T)0 ? (T)((uint64_t)(x) / (uint64_t)(div))                                              \
                   : (T)((int64_t)(x) / (int64_t)(div)))
 
-#define NATIVE_KERNELS(NAME, T, U)                                                                    \
+#define NATIVE_KERNELS(NAME, T, U, BITWISE)                                                           \
   CLONES static void two_##NAME##_sum(T *restrict d, const T *a, const T *b, size_t n) {             \
     for (size_t i = 0; i < n; i++) d[i] = (T)OP_SUM((U)a[i], (U)b[i]);                                \
   }                                                                                                   \
@@ -59,6 +78,7 @@ int dtypeIsFloat(int dtype) { return dtype >= ncclFloat16; }
   CLONES static void two_##NAME##_min(T *restrict d, const T *a, const T *b, size_t n) {             \
     for (size_t i = 0; i < n; i++) d[i] = OP_MIN(a[i], b[i]);                                         \
   }                                                                                                   \
+  BITWISE##_KERNELS(NAME, T)                                                                          \
   CLONES static void two_##NAME##_premul(T *restrict d, const T *a, const T *b, size_t n, T s) {     \
     for (size_t i = 0; i < n; i++) d[i] = (T)((U)a[i] + (U)b[i] * (U)s);                              \
   }                                                                                                   \
@@ -90,17 +110,18 @@ int dtypeIsFloat(int dtype) { return dtype >= ncclFloat16; }
       case redMin: two_##NAME##_min(d, a, b, n); break;                                               \
       case redPreMulSum: two_##NAME##_premul(d, a, b, n, sF); break;                                  \
       case redSumPostDiv: two_##NAME##_div(d, a, b, n, op->divisor, post); break;                     \
+      BITWISE##_CASES(NAME)                                                                             \
     }                                                                                                 \
   }
 
-NATIVE_KERNELS(i8, int8_t, uint8_t)
-NATIVE_KERNELS(u8, uint8_t, uint8_t)
-NATIVE_KERNELS(i32, int32_t, uint32_t)
-NATIVE_KERNELS(u32, uint32_t, uint32_t)
-NATIVE_KERNELS(i64, int64_t, uint64_t)
-NATIVE_KERNELS(u64, uint64_t, uint64_t)
-NATIVE_KERNELS(f32, float, float)
-NATIVE_KERNELS(f64, double, double)
+NATIVE_KERNELS(i8, int8_t, uint8_t, BITWISE)
+NATIVE_KERNELS(u8, uint8_t, uint8_t, BITWISE)
+NATIVE_KERNELS(i32, int32_t, uint32_t, BITWISE)
+NATIVE_KERNELS(u32, uint32_t, uint32_t, BITWISE)
+NATIVE_KERNELS(i64, int64_t, uint64_t, BITWISE)
+NATIVE_KERNELS(u64, uint64_t, uint64_t, BITWISE)
+NATIVE_KERNELS(f32, float, float, NO_BITWISE)
+NATIVE_KERNELS(f64, double, double, NO_BITWISE)
 
 /* Narrow float types compute in float, one block at a time, and round once
  * per result so every rank rounds the same way. */

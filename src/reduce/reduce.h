@@ -9,8 +9,9 @@
 
 /* What the kernels do, after ncclAvg and user ops are lowered (as NCCL's
  * hostToDevRedOp does): integer avg is sum then divide by nranks, float avg
- * and PreMulSum multiply each input by a scalar, then sum. */
-enum redKind { redSum, redProd, redMax, redMin, redPreMulSum, redSumPostDiv, redKindCount };
+ * and PreMulSum multiply each input by a scalar, then sum. The bitwise ones
+ * (chorusRedOpCreateBitwise, gloo's BAND/BOR/BXOR) take integer types only. */
+enum redKind { redSum, redProd, redMax, redMin, redPreMulSum, redSumPostDiv, redBand, redBor, redBxor, redKindCount };
 
 struct redOp {
   int dtype;      /* ncclDataType_t */
