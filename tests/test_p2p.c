@@ -2,9 +2,11 @@
  * ping-pong outside groups, messages larger than a FIFO, every datatype;
  * groups that mix a ring shift with rooted collectives (whose agreement and
  * Gather/Scatter data share the point-to-point connections), the calls in
- * another order on odd ranks than on even ones, as NCCL allows.
- *   test_p2p <nranks> */
+ * another order on odd ranks than on even ones, as NCCL allows; forty sends
+ * to one peer in one group while the receivers come late.
+ *   test_p2p <nranks> [manyconns] */
 #include <string.h>
+#include <unistd.h>
 
 #include "harness.h"
 #include "values.h"
@@ -108,6 +110,30 @@ static int rankMain(int rank, int n, ncclUniqueId id, void *arg) {
     guardFree(in);
     guardFree(out);
   }
+  /* Many sends to one peer in one group, the receivers late: each send's
+   * first slot carries a descriptor, and over sockets a sender holds up to
+   * a FIFO of slots it has not yet handed to the kernel (the socket
+   * transport's queue of pieces once overflowed here: the receiver saw a
+   * later send's descriptor, a false mismatch, or sendmsg failed). */
+  {
+    enum { NMSG = 40, C = 25000 };
+    int next = (rank + 1) % n, prev = (rank - 1 + n) % n;
+    float *s = guardAlloc((size_t)NMSG * C * 4), *r = guardAlloc((size_t)NMSG * C * 4);
+    for (size_t i = 0; i < (size_t)NMSG * C; i++) s[i] = (float)((size_t)rank * 7 + i % 1000003);
+    if (rank % 2 == 1) usleep(300000);
+    NCCLCHECK(ncclGroupStart());
+    for (int m = 0; m < NMSG; m++) {
+      NCCLCHECK(ncclSend(s + (size_t)m * C, C, ncclFloat, next, comm, NULL));
+      NCCLCHECK(ncclRecv(r + (size_t)m * C, C, ncclFloat, prev, comm, NULL));
+    }
+    NCCLCHECK(ncclGroupEnd());
+    for (size_t i = 0; i < (size_t)NMSG * C; i++)
+      EXPECT(r[i] == (float)((size_t)prev * 7 + i % 1000003), "many sends to one peer: element %zu from %d: got %g", i,
+             prev, r[i]);
+    EXPECT(!guardCheck(s) && !guardCheck(r), "guard bytes around the many sends' buffers");
+    guardFree(s);
+    guardFree(r);
+  }
   /* A send to self outside a group has no matching receive. */
   float x = 1;
   ncclResult_t res = ncclSend(&x, 1, ncclFloat, rank, comm, NULL);
@@ -116,9 +142,41 @@ static int rankMain(int rank, int n, ncclUniqueId id, void *arg) {
   return 0;
 }
 
+/* One group of a 64 MiB AllReduce and a 4 MiB Send/Recv with every peer:
+ * with NCCL_MIN_NCHANNELS=64 on sockets, a run of more than 256
+ * connections (the engine once drove only the first 256: the last sends'
+ * bytes stayed queued, and every rank timed out). */
+static int manyConnsRank(int rank, int n, ncclUniqueId id, void *arg) {
+  (void)arg;
+  enum { AR = 16 << 20, P = 1 << 20 };
+  ncclComm_t comm;
+  NCCLCHECK(ncclCommInitRank(&comm, n, id, rank));
+  float *ar = guardAlloc((size_t)AR * 4), *s = guardAlloc((size_t)P * 4), *r = guardAlloc((size_t)P * (size_t)n * 4);
+  for (size_t i = 0; i < AR; i++) ar[i] = (float)(i % 5);
+  for (size_t i = 0; i < P; i++) s[i] = (float)val(rank, 0, i);
+  NCCLCHECK(ncclGroupStart());
+  NCCLCHECK(ncclAllReduce(ar, ar, AR, ncclFloat, ncclSum, comm, NULL));
+  for (int d = 1; d < n; d++) {
+    NCCLCHECK(ncclSend(s, P, ncclFloat, (rank + d) % n, comm, NULL));
+    NCCLCHECK(ncclRecv(r + (size_t)d * P, P, ncclFloat, (rank - d + n) % n, comm, NULL));
+  }
+  NCCLCHECK(ncclGroupEnd());
+  for (size_t i = 0; i < AR; i++) EXPECT(ar[i] == (float)(i % 5 * n), "AllReduce element %zu: %g", i, ar[i]);
+  for (int d = 1; d < n; d++)
+    if (checkBuf(ncclFloat, r + (size_t)d * P, P, (rank - d + n) % n, 0, "a receive beside a 64-channel AllReduce"))
+      return 1;
+  EXPECT(!guardCheck(ar) && !guardCheck(s) && !guardCheck(r), "guard bytes (many connections)");
+  guardFree(ar);
+  guardFree(s);
+  guardFree(r);
+  NCCLCHECK(ncclCommDestroy(comm));
+  return 0;
+}
+
 int main(int argc, char **argv) {
   int n = argc > 1 ? atoi(argv[1]) : 2;
-  int failed = runRanks(n, rankMain, NULL, 300);
+  int many = argc > 2 && strcmp(argv[2], "manyconns") == 0;
+  int failed = runRanks(n, many ? manyConnsRank : rankMain, NULL, 300);
   printf("test_p2p %d ranks: %s\n", n, failed ? "FAILED" : "passed");
   return failed != 0;
 }

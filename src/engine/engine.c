@@ -3,6 +3,7 @@
 
 #include <poll.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -504,28 +505,36 @@ static ncclResult_t scheduleLiveness(void *arg) {
  * they need the running thread to drive them while it waits, and before it
  * returns (a posted slot not yet handed to the kernel would otherwise wait
  * for the next call). */
-#define ENGINE_MAX_DRIVEN 256
 struct engineDriven {
   int n;
   int quiet; /* some connection's transport moves bytes without waking poll() */
-  struct conn *c[ENGINE_MAX_DRIVEN];
+  struct conn **c; /* the schedule's room for them: every one (a connection left out was never sent on) */
 };
 
 static void drivenAdd(struct engineDriven *ed, struct conn *c) {
   if (!c || !c->tp->progress) return;
   for (int i = 0; i < ed->n; i++)
     if (ed->c[i] == c) return;
-  if (ed->n < ENGINE_MAX_DRIVEN) ed->c[ed->n++] = c;
+  ed->c[ed->n++] = c;
   ed->quiet |= !c->tp->pollWakes(c);
 }
 
-static void drivenCollect(const struct schedule *s, struct engineDriven *ed) {
+/* -1 when out of memory for the list. */
+static int drivenCollect(struct schedule *s, struct engineDriven *ed) {
   ed->n = 0;
   ed->quiet = 0;
+  if (s->drivenCap < 2 * s->nsteps) { /* each step names at most two */
+    struct conn **c = realloc(s->driven, sizeof *c * 2 * (size_t)s->nsteps);
+    if (!c) return -1;
+    s->driven = c;
+    s->drivenCap = 2 * s->nsteps;
+  }
+  ed->c = s->driven;
   for (int i = 0; i < s->nsteps; i++) {
     drivenAdd(ed, s->steps[i].recv);
     drivenAdd(ed, s->steps[i].send);
   }
+  return 0;
 }
 
 /* Progress on every driven connection (with sendersOnly, on those that
@@ -687,7 +696,10 @@ static ncclResult_t engineRunTasks(struct schedule *s) {
   uint64_t diagnosis = waitDiagnosisNs(w.timeoutNs);
   if (w.timeoutNs > diagnosis) w.timeoutNs -= diagnosis; /* then the diagnosis (api/watch.c) */
   struct engineDriven ed;
-  drivenCollect(s, &ed);
+  if (drivenCollect(s, &ed) != 0) {
+    WARN("%s on rank %d: out of memory for its list of connections", label, s->ntasks ? s->tasks[0].rank : -1);
+    return ncclSystemError;
+  }
   if (ed.n) waitSetBlock(&w, drivenBlock, &ed);
   while (remaining > 0) {
     int moved = 0;

@@ -99,6 +99,7 @@ void scheduleFree(struct schedule *s) {
   free(s->temps);
   free(s->profs);
   free(s->kchs);
+  free(s->driven);
   memset(s, 0, sizeof *s);
 }
 

@@ -101,6 +101,8 @@ struct schedule {
   struct profTask *profs; /* each task's, when a run is profiled or traced (scheduleProfiled) */
   struct profKernelCh *kchs; /* KernelCh events, at most one per task (scheduleKernelCh) */
   int profCap, nkchs;
+  struct conn **driven; /* room for the run's connections that the engine drives (engine.c) */
+  int drivenCap;
   /* The operation being built: what the tasks and steps added next carry. */
   int proto;     /* its protocol (enum protoId), on each connection that allows it (protoFor) */
   uint64_t opId; /* its operation id */

@@ -531,8 +531,12 @@ static ncclResult_t netConnAlloc(struct netState *s, struct conn *c, int peer, i
   n->cut = *cut;
   n->nsocks = 1 + cut->ndata;
   for (int i = 0; i < n->nsocks; i++) n->socks[i].fd = -1;
+  /* A sender holds at most a FIFO of slots not yet handed to the kernel,
+   * each at most three pieces on the control socket (its header, the
+   * operation's descriptor, its data where no data socket takes it) and one
+   * on each data socket (cutSlot deals at most a piece to each). */
   for (int i = 0; i < n->nsocks; i++) {
-    n->socks[i].qcap = 2 * c->nslots + 2;
+    n->socks[i].qcap = (i == 0 ? 3 : 1) * c->nslots + 2;
     n->socks[i].q = calloc(n->socks[i].qcap, sizeof(struct netTask));
     if (!n->socks[i].q) return ncclSystemError;
   }
