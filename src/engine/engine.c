@@ -3,7 +3,6 @@
 
 #include <poll.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -523,13 +522,7 @@ static void drivenAdd(struct engineDriven *ed, struct conn *c) {
 static int drivenCollect(struct schedule *s, struct engineDriven *ed) {
   ed->n = 0;
   ed->quiet = 0;
-  if (s->drivenCap < 2 * s->nsteps) { /* each step names at most two */
-    struct conn **c = realloc(s->driven, sizeof *c * 2 * (size_t)s->nsteps);
-    if (!c) return -1;
-    s->driven = c;
-    s->drivenCap = 2 * s->nsteps;
-  }
-  ed->c = s->driven;
+  if (!(ed->c = scheduleConnRoom(s))) return -1;
   for (int i = 0; i < s->nsteps; i++) {
     drivenAdd(ed, s->steps[i].recv);
     drivenAdd(ed, s->steps[i].send);

@@ -99,7 +99,7 @@ void scheduleFree(struct schedule *s) {
   free(s->temps);
   free(s->profs);
   free(s->kchs);
-  free(s->driven);
+  free(s->connRoom);
   memset(s, 0, sizeof *s);
 }
 
@@ -142,6 +142,15 @@ static void *scheduleGrow(void *arr, int *cap, int first, size_t elem) {
   void *p = realloc(arr, elem * (size_t)want);
   if (p) *cap = want;
   return p;
+}
+
+struct conn **scheduleConnRoom(struct schedule *s) {
+  while (!s->connRoom || s->connRoomCap < 2 * s->nsteps) { /* some room even for no steps: NULL is failure */
+    struct conn **c = scheduleGrow(s->connRoom, &s->connRoomCap, 2 * s->nsteps + 2, sizeof *c);
+    if (!c) return NULL;
+    s->connRoom = c;
+  }
+  return s->connRoom;
 }
 
 void *scheduleTemp(struct schedule *s, size_t bytes) {

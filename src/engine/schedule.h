@@ -101,8 +101,8 @@ struct schedule {
   struct profTask *profs; /* each task's, when a run is profiled or traced (scheduleProfiled) */
   struct profKernelCh *kchs; /* KernelCh events, at most one per task (scheduleKernelCh) */
   int profCap, nkchs;
-  struct conn **driven; /* room for the run's connections that the engine drives (engine.c) */
-  int drivenCap;
+  struct conn **connRoom; /* scheduleConnRoom's */
+  int connRoomCap;
   /* The operation being built: what the tasks and steps added next carry. */
   int proto;     /* its protocol (enum protoId), on each connection that allows it (protoFor) */
   uint64_t opId; /* its operation id */
@@ -114,6 +114,10 @@ void scheduleReset(struct schedule *s);
  * out of memory. */
 int scheduleReserve(struct schedule *s);
 void scheduleFree(struct schedule *s);
+/* Room for a list of the connections the steps name (two per step at
+ * most), kept with the schedule for its next runs; NULL when out of
+ * memory. */
+struct conn **scheduleConnRoom(struct schedule *s);
 /* Returns the new task's index, or -1 when out of memory. */
 int scheduleAddTask(struct schedule *s, const struct redOp *red, int dep, struct bootstrap *boot,
                     volatile int *abortFlag, int rank, const char *what);
