@@ -119,6 +119,15 @@ CHORUS_EXPORT ncclResult_t chorusGetDevice(int *device);
  * called while a nonblocking init is still in progress. */
 CHORUS_EXPORT ncclResult_t chorusCommSetTimeout(ncclComm_t comm, int64_t timeoutMs);
 
+/* Whether comm's launches on different streams run in the order they were
+ * issued (ordered 1, the default, as NCCL's do: a call on another stream
+ * than the last one's waits for it) or each stream's only among
+ * themselves (0). Unordered, the caller keeps calls that may run at once
+ * apart: sends on one stream and receives on another, say, as the torch
+ * backend's point-to-point communicator does, so that a receive issued
+ * before a send does not hold the send back. */
+CHORUS_EXPORT ncclResult_t chorusCommSetStreamOrder(ncclComm_t comm, int ordered);
+
 /* Creates this process's rank of a communicator from a launcher's
  * environment: rank and size from CHORUS_RANK/CHORUS_NRANKS (chorusrun),
  * RANK/WORLD_SIZE (torchrun), OMPI_COMM_WORLD_RANK/SIZE (Open MPI),

@@ -228,15 +228,19 @@ static int streams(int rank, int n, ncclUniqueId id, void *arg) {
   NCCLCHECK(chorusStreamCreate(&s1));
   NCCLCHECK(chorusStreamCreate(&s2));
   ncclWaitSignalDesc_t desc = {.opCnt = 1, .peer = peer, .sigIdx = 0, .ctx = 0};
-  /* Round 0: both ranks wait on s1 before they put on s2. Round 1: a
-   * group holds a wait and then a put, both on s1. */
+  /* Round 0: both ranks put on s2, then wait on s1: the wait runs after
+   * the put (a communicator's launches keep their order across streams, as
+   * NCCL's do; the other way round, each rank's put would wait for its own
+   * wait, there and here). Round 1: a group holds a wait and then a put,
+   * both on s1. */
   for (int round = 0; round < 2; round++) {
     struct fill f = {send, BYTES, rank, round};
     cudaStream_t putOn = round == 0 ? s2 : s1;
     if (round == 1) NCCLCHECK(ncclGroupStart());
-    NCCLCHECK(ncclWaitSignal(1, &desc, comm, s1));
+    if (round == 1) NCCLCHECK(ncclWaitSignal(1, &desc, comm, s1));
     NCCLCHECK(chorusLaunchHostFunc(putOn, fillLater, &f));
     NCCLCHECK(ncclPutSignal(send, BYTES, ncclUint8, peer, w, 0, 0, 0, 0, comm, putOn));
+    if (round == 0) NCCLCHECK(ncclWaitSignal(1, &desc, comm, s1));
     if (round == 1) NCCLCHECK(ncclGroupEnd());
     NCCLCHECK(chorusStreamSynchronize(s1));
     NCCLCHECK(chorusStreamSynchronize(s2));

@@ -235,6 +235,60 @@ static int groupAcrossStreams(int rank, int n, ncclComm_t comm, cudaStream_t st)
   return 0;
 }
 
+/* Separate calls on one communicator, on two streams and the NULL stream,
+ * run in the order they were issued, as NCCL's do (each launch waits for
+ * the communicator's last one). Each rank holds up a different stream's
+ * earlier work (a late host function), so calls that ran as their streams
+ * allowed would run in different orders on the ranks: a mismatch, or
+ * another call's values without CHORUS_CHECK (each call reduces with its
+ * own operation). */
+static void sleepLate(void *arg, ncclResult_t status) {
+  (void)status;
+  usleep(*(const int *)arg);
+}
+static int callsAcrossStreams(int rank, int n, ncclComm_t comm, cudaStream_t st) {
+  cudaStream_t st2;
+  NCCLCHECK(chorusStreamCreate(&st2));
+  static const int delayUs = 20000;
+  for (int iter = 0; iter < 6; iter++) {
+    int a = rank + iter, b = 10 * rank + iter, c = 100 * rank + iter, sum = -1, max = -1, min = -1;
+    cudaStream_t late = (rank + iter) % 2 ? st : st2, third = iter % 2 ? NULL : st2;
+    NCCLCHECK(chorusLaunchHostFunc(late, sleepLate, (void *)&delayUs));
+    NCCLCHECK(ncclAllReduce(&a, &sum, 1, ncclInt, ncclSum, comm, st));
+    NCCLCHECK(ncclAllReduce(&b, &max, 1, ncclInt, ncclMax, comm, st2));
+    NCCLCHECK(ncclAllReduce(&c, &min, 1, ncclInt, ncclMin, comm, third));
+    if (!third) /* the NULL stream's call waited for both */
+      EXPECT(min == iter && sum == n * (n - 1) / 2 + n * iter && max == 10 * (n - 1) + iter,
+             "iter %d: on return of the NULL-stream call: min %d sum %d max %d", iter, min, sum, max);
+    NCCLCHECK(chorusStreamSynchronize(st));
+    NCCLCHECK(chorusStreamSynchronize(st2));
+    EXPECT(sum == n * (n - 1) / 2 + n * iter, "iter %d: sum %d want %d", iter, sum, n * (n - 1) / 2 + n * iter);
+    EXPECT(max == 10 * (n - 1) + iter, "iter %d: max %d want %d", iter, max, 10 * (n - 1) + iter);
+    EXPECT(min == iter, "iter %d: min %d want %d", iter, min, iter);
+  }
+  /* Unordered (chorusCommSetStreamOrder 0), a receive on one stream does
+   * not hold back a send issued after it on another: every rank receives
+   * from the one before it first, then sends to the one after it (in
+   * order, each send would wait for its rank's receive, which waits for
+   * the send of the rank before: a cycle). */
+  EXPECT(chorusCommSetStreamOrder(comm, 2) == ncclInvalidArgument, "chorusCommSetStreamOrder(comm, 2) accepted");
+  EXPECT(chorusCommSetStreamOrder(NULL, 0) == ncclInvalidArgument, "chorusCommSetStreamOrder(NULL, 0) accepted");
+  if (n > 1) {
+    NCCLCHECK(chorusCommSetStreamOrder(comm, 0));
+    NCCLCHECK(chorusCommSetTimeout(comm, 5000)); /* a cycle fails in seconds */
+    int out = 1000 + rank, in = -1;
+    NCCLCHECK(ncclRecv(&in, 1, ncclInt, (rank + n - 1) % n, comm, st2));
+    NCCLCHECK(ncclSend(&out, 1, ncclInt, (rank + 1) % n, comm, st));
+    NCCLCHECK(chorusStreamSynchronize(st));
+    NCCLCHECK(chorusStreamSynchronize(st2));
+    EXPECT(in == 1000 + (rank + n - 1) % n, "unordered: received %d want %d", in, 1000 + (rank + n - 1) % n);
+    NCCLCHECK(chorusCommSetStreamOrder(comm, 1));
+    NCCLCHECK(chorusCommSetTimeout(comm, 0));
+  }
+  NCCLCHECK(chorusStreamDestroy(st2));
+  return 0;
+}
+
 static int rankMain(int rank, int n, ncclUniqueId id, void *arg) {
   ncclComm_t comm;
   NCCLCHECK(ncclCommInitRank(&comm, n, id, rank));
@@ -288,6 +342,7 @@ static int rankMain(int rank, int n, ncclUniqueId id, void *arg) {
   }
   if (deviceScalar(rank, n, comm, st)) return 1;
   if (groupAcrossStreams(rank, n, comm, st)) return 1;
+  if (callsAcrossStreams(rank, n, comm, st)) return 1;
   if (hostAndEvents(rank, n, comm, st)) return 1;
   NCCLCHECK(chorusStreamDestroy(st));
   NCCLCHECK(n > 1 ? ncclCommAbort(comm) : ncclCommDestroy(comm)); /* rank 0's has failed */

@@ -186,6 +186,10 @@ void Group::startP2p(std::chrono::milliseconds timeout) {
     p2pComm_ = p2p;
   }
   r = chorusCommSetTimeout(p2pComm_, timeoutMs_);
+  // Sends go on p2pStream_, receives on recvStream_, each in its own order:
+  // an irecv issued before an isend must not hold the send back (gloo's
+  // semantics), which NCCL's one order per communicator would.
+  if (r == ncclSuccess) r = chorusCommSetStreamOrder(p2pComm_, 0);
   if (r == ncclSuccess) r = chorusStreamCreate(&p2pStream_);
   if (r != ncclSuccess) throwBackend(c10::str("chorus: group '", name_, "': cannot set up its point-to-point stream"));
 }

@@ -21,6 +21,7 @@
 #include "core/log.h"
 #include "core/param.h"
 #include "core/wait.h"
+#include "engine/stream.h"
 #include "transport/transport.h"
 #include "tune/tune.h"
 #include "chorus.h"
@@ -122,6 +123,7 @@ void commFree(struct ncclComm *comm, int graceful) {
   free(comm->scratch);
   free(comm->userOps);
   free(comm->p2pSeq);
+  if (comm->orderStream) streamRelease(comm->orderStream); /* the last launch's (commOrderNote's hold) */
   windowFreeAll(comm); /* the monitor, which writes into windows, has stopped */
   registerFreeAll(comm);
   rmaFreeEarly(comm);

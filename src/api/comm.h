@@ -68,6 +68,12 @@ struct ncclComm {
   int suspended; /* ncclCommSuspend until ncclCommResume: operations refused */
   int64_t timeoutMs; /* chorusCommSetTimeout; 0: CHORUS_TIMEOUT */
   int busy;     /* calls in flight, so abort waits before freeing */
+  /* The stream of the last launch and the point after it (held; NULL: the
+   * NULL stream's, done), which the next launch on another stream waits
+   * for (commOrderWait). */
+  cudaStream_t orderStream;
+  uint64_t orderPos;
+  int streamsUnordered; /* chorusCommSetStreamOrder(comm, 0) */
   /* Who keeps the memory: 1 for the owner until ncclCommDestroy or
    * ncclCommAbort, plus 2 for each call an open group holds (group.c).
    * Whoever takes it to 0 frees it, so a communicator destroyed or aborted

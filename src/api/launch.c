@@ -437,7 +437,9 @@ static void streamJobDone(struct streamWork *w, ncclResult_t res) {
   jobPut(job);
 }
 
-static ncclResult_t launchStream(const struct groupItem *items, int n, cudaStream_t stream, int urgent) {
+/* Queues the items on stream as one job; *pos: the point after it. */
+static ncclResult_t launchStream(const struct groupItem *items, int n, cudaStream_t stream, int urgent,
+                                 uint64_t *pos) {
   int m = 0;
   for (int i = 0; i < n; i++) m += items[i].stream == stream;
   struct streamJob *job = jobGet(m);
@@ -459,7 +461,7 @@ static ncclResult_t launchStream(const struct groupItem *items, int n, cudaStrea
   job->work.urgent = urgent;
   busyAdd(job->items, job->n, stream, 1);
   watchBegin(job->items, job->n, stream);
-  streamEnqueue(stream, &job->work);
+  *pos = streamEnqueue(stream, &job->work);
   if (launchEvent) profStop(launchEvent);
   return ncclSuccess;
 }
@@ -471,6 +473,27 @@ static int firstOfItsStream(const struct groupItem *items, int i, int byDevice) 
     if (items[j].stream == items[i].stream && (!byDevice || items[j].comm->cudaDev == items[i].comm->cudaDev))
       return 0;
   return 1;
+}
+
+/* 1 when items[i] is the first of the group on its communicator (whose
+ * items share one stream by now: streamJoinPlan). */
+static int firstOfItsComm(const struct groupItem *items, int i) {
+  for (int j = 0; j < i; j++)
+    if (items[j].comm == items[i].comm) return 0;
+  return 1;
+}
+
+/* Each communicator with a part on stream waits for its last launch on
+ * another stream, and then (orderNote) ends there. */
+static ncclResult_t orderWait(const struct groupItem *items, int n, cudaStream_t stream) {
+  for (int i = 0; i < n; i++)
+    if (items[i].stream == stream && items[i].comm->orderStream != stream && firstOfItsComm(items, i))
+      CHECK(commOrderWait(items[i].comm, stream, collName(items[i].desc.coll)));
+  return ncclSuccess;
+}
+static void orderNote(const struct groupItem *items, int n, cudaStream_t stream, uint64_t pos) {
+  for (int i = 0; i < n; i++)
+    if (items[i].stream == stream && firstOfItsComm(items, i)) commOrderNote(items[i].comm, stream, pos);
 }
 
 /* A launch failed before the parts on the streams from item `from` on (and
@@ -581,13 +604,17 @@ static ncclResult_t launchJoined(struct groupItem *items, int n, struct streamJo
   if (obs && flightActive()) flightQueued(items, n, queuedNs);
   for (int i = 0; i < n; i++)
     if (items[i].stream != NULL && firstOfItsStream(items, i, 0)) {
-      ncclResult_t res = launchStream(items, n, items[i].stream, lanes > 1);
+      uint64_t pos;
+      ncclResult_t res = orderWait(items, n, items[i].stream);
+      if (res == ncclSuccess) res = launchStream(items, n, items[i].stream, lanes > 1, &pos);
       if (res != ncclSuccess) {
         launchDropped(items, n, i, res);
         return res;
       }
+      orderNote(items, n, items[i].stream, pos);
     }
   ncclResult_t joined = streamJoinCaller(joins, nj);
+  if (joined == ncclSuccess) joined = orderWait(items, n, NULL); /* the caller runs the NULL stream's part */
   if (joined != ncclSuccess) {
     launchDropped(items, n, n, joined);
     return joined;

@@ -32,4 +32,13 @@ ncclResult_t streamJoinCaller(struct streamJoin *joins, int nj);
  * waited for are let go. */
 ncclResult_t streamJoinAfter(struct streamJoin *joins, int nj);
 
+/* A communicator's launches run in issue order across streams
+ * (streamjoin.c): before a launch on stream, commOrderWait makes it wait for
+ * the communicator's last launch on another stream (the caller waits now
+ * when stream is NULL; call names the caller in an error); after it,
+ * commOrderNote records where it ends (pos, from streamEnqueue; the NULL
+ * stream's is done on return; commFree lets go of the stream held). */
+ncclResult_t commOrderWait(struct ncclComm *comm, cudaStream_t stream, const char *call);
+void commOrderNote(struct ncclComm *comm, cudaStream_t stream, uint64_t pos);
+
 #endif

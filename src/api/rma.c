@@ -17,6 +17,7 @@
 #include "api/api.h"
 #include "api/comm.h"
 #include "api/group.h"
+#include "api/launch.h"
 #include "api/rma.h"
 #include "bootstrap/oob.h"
 #include "core/err.h"
@@ -282,15 +283,20 @@ static void rmaWorkDone(struct streamWork *w, ncclResult_t res) {
  * NULL stream it runs now. */
 static ncclResult_t rmaIssue(void *arg) {
   struct rmaCall *c = arg;
-  if (!c->stream) {
-    streamLegacyWait(c->comm->cudaDev);
-    ncclResult_t res = rmaRun(c);
+  struct ncclComm *comm = c->comm;
+  cudaStream_t stream = c->stream;
+  ncclResult_t res = commOrderWait(comm, stream, c->call); /* after the communicator's earlier launches */
+  if (res != ncclSuccess || !stream) {
+    if (res == ncclSuccess) {
+      streamLegacyWait(comm->cudaDev);
+      res = rmaRun(c);
+    }
     rmaFree(c);
     return res;
   }
   c->work = (struct streamWork){.run = rmaWorkRun, .done = rmaWorkDone};
-  __atomic_add_fetch(&c->comm->busy, 1, __ATOMIC_ACQ_REL);
-  streamEnqueue(c->stream, &c->work);
+  __atomic_add_fetch(&comm->busy, 1, __ATOMIC_ACQ_REL);
+  commOrderNote(comm, stream, streamEnqueue(stream, &c->work)); /* c may be gone */
   return ncclSuccess;
 }
 

@@ -29,24 +29,25 @@ static void waitPoint(void *arg, ncclResult_t status) {
   free(p);
 }
 
+/* waiter's later work waits for stream to pass pos; takes over a hold of
+ * stream (streamMark's or streamHold's), which it lets go. */
+static ncclResult_t waitAt(cudaStream_t waiter, cudaStream_t stream, uint64_t pos) {
+  struct streamPoint *p = malloc(sizeof *p);
+  ncclResult_t res = p ? ncclSuccess : ncclSystemError;
+  if (p) {
+    *p = (struct streamPoint){stream, pos};
+    if (waiter == NULL) waitPoint(p, ncclSuccess);
+    else if ((res = chorusLaunchHostFunc(waiter, waitPoint, p)) != ncclSuccess) free(p);
+  }
+  if (res != ncclSuccess) streamRelease(stream);
+  return res;
+}
+
 /* waiter's later work (NULL: the caller, now) waits for what has been
  * issued on stream so far. */
 static ncclResult_t waitFor(cudaStream_t waiter, cudaStream_t stream) {
   if (stream == NULL || waiter == stream) return ncclSuccess; /* NULL-stream work is done when issued */
-  struct streamPoint *p = malloc(sizeof *p);
-  if (!p) return ncclSystemError;
-  p->stream = stream;
-  p->pos = streamMark(stream);
-  if (waiter == NULL) {
-    waitPoint(p, ncclSuccess);
-    return ncclSuccess;
-  }
-  ncclResult_t res = chorusLaunchHostFunc(waiter, waitPoint, p);
-  if (res != ncclSuccess) {
-    streamRelease(stream);
-    free(p);
-  }
-  return res;
+  return waitAt(waiter, stream, streamMark(stream));
 }
 
 int streamJoinPlan(struct groupItem *items, int n, struct streamJoin **joins) {
@@ -112,4 +113,43 @@ ncclResult_t streamJoinAfter(struct streamJoin *joins, int nj) {
     if (first == ncclSuccess) first = res;
   }
   return first;
+}
+
+/* One communicator's launches run in the order they were issued, whatever
+ * their streams, as NCCL's do (each launch waits for the communicator's
+ * previous one, through its device stream): two calls on two streams would
+ * otherwise run at once on the same connections, each rank's in its own
+ * order (a mismatch under CHORUS_CHECK, wrong data without it). */
+ncclResult_t commOrderWait(struct ncclComm *comm, cudaStream_t stream, const char *call) {
+  cudaStream_t last = comm->orderStream;
+  if (last == NULL || last == stream || comm->streamsUnordered) return ncclSuccess; /* in order already (NULL: done) */
+  uint64_t pos = comm->orderPos;
+  if (stream == NULL) { /* the caller runs the launch: it waits now */
+    ncclResult_t res = streamWaitFor(last, pos, call);
+    if (res == ncclSuccess) commOrderNote(comm, NULL, 0);
+    return res;
+  }
+  if (streamPassed(last, pos)) return ncclSuccess;
+  streamHold(last);
+  return waitAt(stream, last, pos);
+}
+
+void commOrderNote(struct ncclComm *comm, cudaStream_t stream, uint64_t pos) {
+  cudaStream_t last = comm->orderStream;
+  if (stream != last) {
+    if (stream) streamHold(stream);
+    if (last) streamRelease(last);
+    comm->orderStream = stream;
+  }
+  comm->orderPos = pos;
+}
+
+ncclResult_t chorusCommSetStreamOrder(ncclComm_t comm, int ordered) {
+  CHECK(commCheck(comm, "chorusCommSetStreamOrder"));
+  if (ordered != 0 && ordered != 1) {
+    WARN("chorusCommSetStreamOrder : invalid ordered %d (must be 0 or 1)", ordered);
+    return ncclInvalidArgument;
+  }
+  comm->streamsUnordered = !ordered;
+  return ncclSuccess;
 }

@@ -185,7 +185,7 @@ static void *streamWorker(void *arg) {
   return NULL;
 }
 
-void streamEnqueue(cudaStream_t s, struct streamWork *w) {
+uint64_t streamEnqueue(cudaStream_t s, struct streamWork *w) {
   w->next = NULL;
   w->enqueuedNs = clockNs();
   pthread_mutex_lock(&s->lock);
@@ -197,8 +197,10 @@ void streamEnqueue(cudaStream_t s, struct streamWork *w) {
   s->issued++;
   if (s->blocking) __atomic_fetch_add(&blockingPending, 1, __ATOMIC_RELAXED);
   streamWakeWorker(s, w->urgent); /* else only after an idle spell: otherwise it polls */
+  uint64_t after = s->issued;
   if (s->pending > STREAM_MAX_PENDING) streamDrain(s, s->issued - STREAM_MAX_PENDING / 2);
   pthread_mutex_unlock(&s->lock);
+  return after;
 }
 
 uint64_t streamMark(cudaStream_t s) {
@@ -207,6 +209,12 @@ uint64_t streamMark(cudaStream_t s) {
   s->refs++;
   pthread_mutex_unlock(&s->lock);
   return pos;
+}
+
+void streamHold(cudaStream_t s) {
+  pthread_mutex_lock(&s->lock);
+  s->refs++;
+  pthread_mutex_unlock(&s->lock);
 }
 
 int streamPassed(cudaStream_t s, uint64_t pos) {

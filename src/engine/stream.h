@@ -46,12 +46,16 @@ void streamLegacyWait(int device);
 
 /* 1 when stream was made by chorusStreamCreate and not destroyed. */
 int streamValid(cudaStream_t stream);
-void streamEnqueue(cudaStream_t stream, struct streamWork *w);
+/* Queues w; returns the point in the stream's order right after it (w may
+ * have run, and been freed by its done, by the time this returns). */
+uint64_t streamEnqueue(cudaStream_t stream, struct streamWork *w);
 
 /* Events (event.c) hold a stream and a point in its order. streamMark
  * returns the point after everything issued so far and holds the stream
  * (its memory outlives chorusStreamDestroy) until streamRelease. */
 uint64_t streamMark(cudaStream_t stream);
+/* Holds the stream, as streamMark does, for a point already known. */
+void streamHold(cudaStream_t stream);
 void streamRelease(cudaStream_t stream);
 /* 1 once the stream has finished everything before pos. */
 int streamPassed(cudaStream_t stream, uint64_t pos);
