@@ -43,7 +43,7 @@ struct commConfig {
  * lines: a split's parent, color and key too. */
 struct commOrigin {
   const char *func; /* "ncclCommInitRank", "ncclCommInitAll", "ncclCommSplit", ... */
-  struct ncclComm *parent;
+  struct ncclComm *parent; /* its address only, for the logs: it may be freed while this one initializes */
   int color, key;
   uint64_t ids; /* a hash of ncclCommInitRankScalable's nId ids, which every rank must pass alike; 0: one id */
   const struct commConfig *config; /* NULL: nothing set */
@@ -114,6 +114,7 @@ struct ncclComm {
   struct commOrigin origin;
   uint64_t commHash; /* NCCL's commId in the logs: a hash of the unique id */
   int childCount;    /* communicators split off this one */
+  int parentChildCount; /* origin.parent's, this one counted (read at commAlloc: never the parent's memory after) */
   /* Windows (window.c) and one-sided signals (rma.c). */
   pthread_mutex_t winLock;            /* the windows, against the monitor's one-sided writes; registrations */
   struct ncclWindow_vidmem *windows; /* live, newest first */
