@@ -511,6 +511,24 @@ int main(void) {
   NCCLCHECK(ncclGetUniqueId(&fresh));
   NCCLCHECK(ncclCommInitRankConfig(&comm, 1, fresh, 0, &sock));
   NCCLCHECK(ncclCommDestroy(comm));
+  /* An init whose arguments are refused fails its group, as NCCL's does:
+   * ncclGroupEnd returns the error at once and runs none of the group's
+   * inits (the good one would wait for its peer until the timeout). */
+  for (int bad = 0; bad < 3; bad++) {
+    ncclComm_t pair[2] = {(ncclComm_t)&v, (ncclComm_t)&v};
+    ncclUniqueId gid;
+    NCCLCHECK(ncclGetUniqueId(&gid));
+    NCCLCHECK(ncclGroupStart());
+    NCCLCHECK(ncclCommInitRank(&pair[0], 2, gid, 0));
+    ncclResult_t r = bad == 0   ? ncclCommInitRank(&pair[1], 0, gid, 1)
+                     : bad == 1 ? ncclCommInitRankConfig(&pair[1], 2, gid, 1, &cfg2)
+                                : ncclCommInitRankScalable(&pair[1], 2, 1, 0, &gid, NULL);
+    EXPECT(r == ncclInvalidArgument, "bad init %d in a group returned %s", bad, ncclGetErrorString(r));
+    double t0 = nowSec();
+    BAD(ncclGroupEnd(), ncclInvalidArgument, NULL);
+    EXPECT(nowSec() - t0 < 1, "bad init %d: ncclGroupEnd took %.2f s", bad, nowSec() - t0);
+    EXPECT(pair[0] == NULL && pair[1] == NULL, "bad init %d: a communicator came of the failed group", bad);
+  }
   sock.netName = "IB";
   sock.version = NCCL_VERSION(2, 16, 0);
   NCCLCHECK(ncclGetUniqueId(&fresh));

@@ -183,7 +183,11 @@ static ncclResult_t initConfig(const ncclConfig_t *config, const char *call, con
   return ncclSuccess;
 }
 
-NCCL_API(ncclResult_t, ncclCommInitRank, ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank) {
+/* The init calls' bodies: a failure fails the group it was called in
+ * (groupNoteError in the NCCL_API functions below), as NCCL's do, so that
+ * ncclGroupEnd does not run the group's other inits, which would wait for
+ * this rank until the timeout. */
+static ncclResult_t initRankCall(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank) {
   CHECK(checkInitArgs(comm, nranks, rank, &commId, "ncclCommInitRank"));
   int blocking;
   struct commConfig cfg;
@@ -194,8 +198,8 @@ NCCL_API(ncclResult_t, ncclCommInitRank, ncclComm_t *comm, int nranks, ncclUniqu
   return groupInit(&job);
 }
 
-NCCL_API(ncclResult_t, ncclCommInitRankConfig, ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank,
-         ncclConfig_t *config) {
+static ncclResult_t initRankConfigCall(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank,
+                                       ncclConfig_t *config) {
   CHECK(checkInitArgs(comm, nranks, rank, &commId, "ncclCommInitRankConfig"));
   int blocking;
   struct commConfig cfg;
@@ -214,8 +218,8 @@ NCCL_API(ncclResult_t, ncclCommInitRankConfig, ncclComm_t *comm, int nranks, ncc
  * first id's root, this process ends the roots it runs for the others,
  * and the ranks check at init that they all passed the same ids in the
  * same order (commSetup: a rank that did not fails every rank's init). */
-NCCL_API(ncclResult_t, ncclCommInitRankScalable, ncclComm_t *newcomm, int nranks, int myrank, int nId,
-         ncclUniqueId *commIds, ncclConfig_t *config) {
+static ncclResult_t initRankScalableCall(ncclComm_t *newcomm, int nranks, int myrank, int nId,
+                                         ncclUniqueId *commIds, ncclConfig_t *config) {
   static const char call[] = "ncclCommInitRankScalable";
   if (newcomm) *newcomm = NULL; /* a call that fails leaves it NULL, as NCCL's do */
   if (commIds == NULL) {
@@ -246,6 +250,20 @@ NCCL_API(ncclResult_t, ncclCommInitRankScalable, ncclComm_t *newcomm, int nranks
                         .id = commIds[0], .func = call, .ids = ids};
   chorusGetDevice(&job.cudaDev);
   return groupInit(&job);
+}
+
+NCCL_API(ncclResult_t, ncclCommInitRank, ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank) {
+  return groupNoteError(initRankCall(comm, nranks, commId, rank));
+}
+
+NCCL_API(ncclResult_t, ncclCommInitRankConfig, ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank,
+         ncclConfig_t *config) {
+  return groupNoteError(initRankConfigCall(comm, nranks, commId, rank, config));
+}
+
+NCCL_API(ncclResult_t, ncclCommInitRankScalable, ncclComm_t *newcomm, int nranks, int myrank, int nId,
+         ncclUniqueId *commIds, ncclConfig_t *config) {
+  return groupNoteError(initRankScalableCall(newcomm, nranks, myrank, nId, commIds, config));
 }
 
 NCCL_API(ncclResult_t, ncclCommInitAll, ncclComm_t *comms, int ndev, const int *devlist) {
