@@ -15,7 +15,8 @@
  *              timeout), with a text that says which rank could not read
  *              whose buffer. This also proves that the reads are used.
  *   deadreader - the receiver of a send that fits the FIFO dies before
- *              it reads: the sender's call fails within 2 s, naming it.
+ *              it reads, or destroys its communicator: the sender's call
+ *              fails within 2 s, naming it.
  *   off      - CHORUS_SINGLE_COPY=0 on one rank only: all still right.
  *   nowrite  - with CHORUS_CMA_SPLIT=1 (readers offer senders half of each
  *              read), rank 0 may read its peers' memory but not write it
@@ -242,6 +243,7 @@ static int failedForDeath(ncclComm_t comm, ncclResult_t res, int me, int dead, c
   return 0;
 }
 
+/* arg: 1 when the reader leaves by ncclCommDestroy instead of dying. */
 static int deadReaderRank(int rank, int n, ncclUniqueId id, void *arg) {
   ncclComm_t comm;
   NCCLCHECK(ncclCommInitRank(&comm, n, id, rank));
@@ -251,6 +253,11 @@ static int deadReaderRank(int rank, int n, ncclUniqueId id, void *arg) {
   if (rank == 1) {
     usleep(300000);
     shared[0] = nowSec();
+    if (*(const int *)arg) {
+      NCCLCHECK(ncclCommDestroy(comm));
+      guardFree(buf);
+      return 0;
+    }
     raise(SIGKILL);
   }
   ncclResult_t res = ncclSend(buf, count, ncclFloat, 1, comm, NULL);
@@ -518,7 +525,10 @@ int main(int argc, char **argv) {
   } else if (!strcmp(c, "revoked")) {
     failed = runRanks(3, revokedRank, NULL, 60);
   } else if (!strcmp(c, "deadreader")) {
-    failed = runRanks(2, deadReaderRank, NULL, 60) != 1; /* the victim counts as failed (killed) */
+    int leaves = 0;
+    failed = runRanks(2, deadReaderRank, &leaves, 60) != 1; /* the victim counts as failed (killed) */
+    leaves = 1; /* the reader destroys its communicator instead */
+    failed |= runRanks(2, deadReaderRank, &leaves, 60) != 0;
   } else if (!strcmp(c, "nowrite")) {
     setenv("CHORUS_CMA_SPLIT", "1", 1);
     if (logPerProcess(logDir, "singlecopy", "SHM")) return 1;

@@ -444,10 +444,32 @@ static void taskOpName(const struct task *t, char *op, size_t len) {
  * its way when the goodbye, on another connection, has come: there the
  * wait ends only when a second look, a liveness check later, finds that
  * nothing more arrived. */
+/* The error of t's wait for a peer that has left (why: oobFinalized or
+ * oobDestroyed), told to the ranks that wait on this one. */
+static ncclResult_t departedFault(const struct task *t, int peerRank, int why) {
+  char peer[128], op[160], text[400];
+  taskOpName(t, op, sizeof op);
+  snprintf(text, sizeof text, "%s %s its communicator while rank %d waited for it in %s",
+           bootstrapDescribePeer(t->boot, peerRank, peer, sizeof peer),
+           why == oobFinalized ? "finalized" : "destroyed", t->rank, op);
+  WARN("%s", text);
+  if (t->boot->oob) oobBroadcastFault(t->boot, ncclRemoteError, text);
+  return ncclRemoteError;
+}
+
 static ncclResult_t departedPeers(struct schedule *s) {
   for (int i = 0; i < s->ntasks; i++) {
     struct task *t = &s->tasks[i];
     if (!t->boot) continue;
+    /* Its steps done, a task may wait for a receiver to read what it was
+     * pointed to: one that left never will (the departure is looked at
+     * first: a reader releases before it says goodbye). */
+    const struct conn *reader = t->cur >= t->nsteps && t->refsPosted ? taskRefsHeld(s, t) : NULL;
+    if (reader) {
+      int why = bootstrapPeerDeparted(t->boot, reader->peer);
+      if (why && taskRefsHeld(s, t) == reader) return departedFault(t, reader->peer, why);
+      continue;
+    }
     struct conn *c = stalledOn(s, t);
     int why = c ? bootstrapPeerDeparted(t->boot, c->peer) : 0;
     if (!why || stalledOn(s, t) != c) continue;
@@ -462,15 +484,7 @@ static ncclResult_t departedPeers(struct schedule *s) {
         }
       }
     }
-    char peer[128], op[160], text[400];
-    taskOpName(t, op, sizeof op);
-    snprintf(text, sizeof text, "%s %s its communicator while rank %d waited for it in %s",
-             bootstrapDescribePeer(t->boot, c->peer, peer, sizeof peer),
-             why == oobFinalized ? "finalized" : "destroyed", t->rank, op);
-    WARN("%s", text);
-    /* The ranks that wait on this one, not on the one that left, learn why. */
-    if (t->boot->oob) oobBroadcastFault(t->boot, ncclRemoteError, text);
-    return ncclRemoteError;
+    return departedFault(t, c->peer, why); /* the ranks that wait on this one, not on the one that left, learn why */
   }
   return ncclSuccess;
 }
