@@ -302,7 +302,7 @@ static int args(void) {
   ncclWindow_t w, wOther;
   NCCLCHECK(ncclCommWindowRegister(comms[0], win, sizeof win, &w, 0));
   NCCLCHECK(ncclCommWindowRegister(other[0], win, sizeof win, &wOther, 0));
-  ncclWaitSignalDesc_t bad[] = {{1, 5, 0, 0}, {1, 1, 1, 0}, {1, 1, 0, 1}, {-1, 1, 0, 0}};
+  ncclWaitSignalDesc_t bad[] = {{1, 5, 0, 0}, {1, 1, 1, 0}, {1, 1, 0, 1}, {-1, 1, 0, 0}, {0, 1, 0, 0}};
   ncclResult_t r[] = {
       ncclPutSignal(buf, 8, ncclInt8, 2, w, 0, 0, 0, 0, comms[0], NULL),       /* peer out of range */
       ncclPutSignal(buf, 8, ncclInt8, 1, w, 0, 1, 0, 0, comms[0], NULL),       /* sigIdx */
@@ -320,12 +320,14 @@ static int args(void) {
       ncclWaitSignal(1, &bad[1], comms[0], NULL),                              /* sigIdx */
       ncclWaitSignal(1, &bad[2], comms[0], NULL),                              /* ctx */
       ncclWaitSignal(1, &bad[3], comms[0], NULL),                              /* opCnt */
+      ncclWaitSignal(1, &bad[4], comms[0], NULL),                              /* opCnt 0 (NCCL: invalid) */
+      ncclWaitSignal(0, bad, comms[0], NULL),                                  /* no descriptor (NCCL: invalid) */
+      ncclWaitSignal(0, NULL, comms[0], NULL),                                 /* the same */
+      ncclPutSignal(NULL, 0, ncclInt8, 1, w, 0, 0, 0, 0, comms[0], NULL),      /* no buffer, count 0 (NCCL: invalid) */
+      ncclPutSignal(buf, SIZE_MAX / 4, ncclInt64, 1, w, 0, 0, 0, 0, comms[0], NULL), /* count * 8 wraps around */
   };
   for (size_t i = 0; i < sizeof r / sizeof r[0]; i++)
     EXPECT(r[i] == ncclInvalidArgument, "bad call %zu gave %s", i, ncclGetErrorString(r[i]));
-  ncclWaitSignalDesc_t none = {0, 1, 0, 0};
-  NCCLCHECK(ncclWaitSignal(1, &none, comms[1], NULL)); /* nothing was sent: 0 signals are there */
-  NCCLCHECK(ncclWaitSignal(0, NULL, comms[1], NULL));
   NCCLCHECK(ncclCommWindowDeregister(comms[0], w));
   NCCLCHECK(ncclCommWindowDeregister(other[0], wOther));
   NCCLCHECK(ncclCommDestroy(comms[0]));

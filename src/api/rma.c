@@ -342,9 +342,13 @@ static ncclResult_t putSignal(const void *localbuff, size_t count, ncclDataType_
     WARN("%s : invalid type %d", call, (int)datatype);
     return ncclInvalidArgument;
   }
-  size_t bytes = count * dtypeSize(datatype);
-  if (localbuff == NULL && count > 0) {
-    WARN("%s : localbuff argument is NULL with count %zu", call, count);
+  size_t bytes;
+  if (__builtin_mul_overflow(count, dtypeSize(datatype), &bytes)) {
+    WARN("%s : count %zu is too large", call, count);
+    return ncclInvalidArgument;
+  }
+  if (localbuff == NULL) { /* even with count 0, as NCCL's */
+    WARN("%s : localbuff argument is NULL", call);
     return ncclInvalidArgument;
   }
   uint32_t window;
@@ -382,14 +386,14 @@ NCCL_API(ncclResult_t, ncclSignal, int peer, int sigIdx, int ctx, unsigned int f
 static ncclResult_t waitSignal(int nDesc, ncclWaitSignalDesc_t *signalDescs, ncclComm_t comm, cudaStream_t stream) {
   static const char call[] = "ncclWaitSignal";
   CHECK(commCheck(comm, call));
-  if (nDesc < 0 || (nDesc > 0 && signalDescs == NULL)) {
-    WARN("%s : nDesc %d with signalDescs %p", call, nDesc, (void *)signalDescs);
+  if (nDesc <= 0 || signalDescs == NULL) { /* nothing to wait for is a misuse, as in NCCL */
+    WARN("%s : nDesc %d with signalDescs %p (at least one descriptor)", call, nDesc, (void *)signalDescs);
     return ncclInvalidArgument;
   }
   for (int i = 0; i < nDesc; i++) {
     const ncclWaitSignalDesc_t *d = &signalDescs[i];
     CHECK(rmaCheckTarget(comm, call, d->peer, d->sigIdx, d->ctx, 0));
-    if (d->opCnt < 0) {
+    if (d->opCnt <= 0) {
       WARN("%s : signalDescs[%d].opCnt is %d", call, i, d->opCnt);
       return ncclInvalidArgument;
     }
