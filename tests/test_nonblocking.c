@@ -40,6 +40,19 @@ static int rankMain(int rank, int n, ncclUniqueId id, void *arg) {
   if (rank == 0 && state == ncclInProgress) {
     res = ncclAllReduce(&x, &y, 1, ncclFloat, ncclSum, comm, NULL);
     EXPECT(res == ncclInvalidArgument, "collective on an initializing communicator returned %s", ncclGetErrorString(res));
+    /* and what NCCL's ncclCommEnsureReady guards (the rank waits for rank n - 1 for 0.3 s yet) */
+    ncclRedOp_t op;
+    float scale = 2;
+    ncclWindow_t win;
+    uint64_t stat;
+    char buf[64];
+    EXPECT(ncclRedOpCreatePreMulSum(&op, &scale, ncclFloat, ncclScalarHostImmediate, comm) == ncclInvalidArgument,
+           "ncclRedOpCreatePreMulSum on an initializing communicator");
+    EXPECT(ncclCommWindowRegister(comm, buf, sizeof buf, &win, 0) == ncclInvalidArgument,
+           "ncclCommWindowRegister on an initializing communicator");
+    EXPECT(ncclCommMemStats(comm, ncclStatGpuMemSuspended, &stat) == ncclInvalidArgument,
+           "ncclCommMemStats on an initializing communicator");
+    EXPECT(ncclCommResume(comm) == ncclInvalidArgument, "ncclCommResume on an initializing communicator");
   }
   if (waitReady(comm)) return 1;
   NCCLCHECK(ncclAllReduce(&x, &y, 1, ncclFloat, ncclSum, comm, NULL));

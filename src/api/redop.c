@@ -114,6 +114,7 @@ void redOpReadScalar(struct redOp *red) {
 NCCL_API(ncclResult_t, ncclRedOpCreatePreMulSum, ncclRedOp_t *op, void *scalar, ncclDataType_t datatype,
          ncclScalarResidence_t residence, ncclComm_t comm) {
   CHECK(commCheck(comm, "ncclRedOpCreatePreMulSum"));
+  CHECK(commInitDone(comm, "ncclRedOpCreatePreMulSum")); /* as NCCL's ncclCommEnsureReady */
   if (op == NULL || scalar == NULL) {
     WARN("ncclRedOpCreatePreMulSum : %s argument is NULL", op == NULL ? "op" : "scalar");
     return ncclInvalidArgument;
@@ -141,6 +142,7 @@ NCCL_API(ncclResult_t, ncclRedOpCreatePreMulSum, ncclRedOp_t *op, void *scalar, 
 ncclResult_t chorusRedOpCreateBitwise(ncclRedOp_t *op, chorusBitwiseOp_t kind, ncclDataType_t datatype,
                                       ncclComm_t comm) {
   CHECK(commCheck(comm, "chorusRedOpCreateBitwise"));
+  CHECK(commInitDone(comm, "chorusRedOpCreateBitwise")); /* as NCCL's ncclCommEnsureReady */
   if (op == NULL) {
     WARN("chorusRedOpCreateBitwise : op argument is NULL");
     return ncclInvalidArgument;

@@ -28,6 +28,7 @@ NCCL_API(ncclResult_t, ncclCommSuspend, ncclComm_t comm, int flags) {
 
 NCCL_API(ncclResult_t, ncclCommResume, ncclComm_t comm) {
   CHECK(commCheck(comm, "ncclCommResume"));
+  CHECK(commInitDone(comm, "ncclCommResume")); /* as NCCL's ncclCommEnsureReady */
   if (!__atomic_load_n(&comm->suspended, __ATOMIC_ACQUIRE)) {
     WARN("ncclCommResume : rank %d: the communicator is not suspended", comm->rank);
     return ncclInvalidUsage;
@@ -38,6 +39,7 @@ NCCL_API(ncclResult_t, ncclCommResume, ncclComm_t comm) {
 
 NCCL_API(ncclResult_t, ncclCommMemStats, ncclComm_t comm, ncclCommMemStat_t stat, uint64_t *value) {
   CHECK(commCheck(comm, "ncclCommMemStats"));
+  CHECK(commInitDone(comm, "ncclCommMemStats")); /* as NCCL's ncclCommEnsureReady */
   if (value == NULL) {
     WARN("ncclCommMemStats : value argument is NULL");
     return ncclInvalidArgument;

@@ -40,6 +40,7 @@ static int windowOf(struct ncclComm *comm, ncclWindow_t win) {
 NCCL_API(ncclResult_t, ncclCommWindowRegister, ncclComm_t comm, void *buff, size_t size, ncclWindow_t *win,
          int winFlags) {
   CHECK(commCheck(comm, "ncclCommWindowRegister"));
+  CHECK(commInitDone(comm, "ncclCommWindowRegister")); /* as NCCL's ncclCommEnsureReady */
   if (win == NULL) {
     WARN("ncclCommWindowRegister : win argument is NULL");
     return ncclInvalidArgument;
