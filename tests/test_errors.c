@@ -575,8 +575,8 @@ int main(void) {
   BAD(ncclGroupEnd(), ncclInvalidUsage, "not in a group");
   ncclSimInfo_t sim = NCCL_SIM_INFO_INITIALIZER;
   NCCLCHECK(ncclGroupStart());
-  NCCLCHECK(ncclGroupSimulateEnd(&sim)); /* an empty group: nothing to take time */
-  EXPECT(sim.estimatedTime == 0.0f, "an empty group's estimated time %g", sim.estimatedTime);
+  NCCLCHECK(ncclGroupSimulateEnd(&sim)); /* an empty group: nothing is estimated (NCCL leaves the field) */
+  EXPECT(sim.estimatedTime == -1.0f, "an empty group's estimated time %g, not the initializer's -1", sim.estimatedTime);
   BAD(ncclGroupEnd(), ncclInvalidUsage, "not in a group");
   ncclSimInfo_t unset = NCCL_SIM_INFO_INITIALIZER;
   unset.magic = 0;

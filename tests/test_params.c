@@ -2,10 +2,11 @@
  * chorus's table, with the environment set before anything reads it:
  * numbers in every integer type they fit (and refused where they do not),
  * text as a string and as bytes, keys with or without "NCCL_", the key
- * list, unknown keys refused, and ncclParamDumpAll's log without a
+ * list, unknown keys refused, and ncclParamDumpAll's listing without a
  * secret's value. */
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -72,7 +73,8 @@ int main(void) {
   EXPECT(ncclParamBind(&none, "NCCL_NO_SUCH_THING") == ncclInvalidArgument && none == NULL, "an unknown key bound");
   EXPECT(strstr(ncclGetLastError(NULL), "no parameter called NCCL_NO_SUCH_THING"), "last error '%s'",
          ncclGetLastError(NULL));
-  EXPECT(ncclParamGetParameter("NCCL_NO_SUCH_THING", &s, &vlen) == ncclInvalidArgument, "an unknown key read");
+  EXPECT(ncclParamGetParameter("NCCL_NO_SUCH_THING", &s, &vlen) == ncclInvalidArgument && s == NULL && vlen == 0,
+         "an unknown key read (NCCL: NULL and 0 out)");
   EXPECT(ncclParamGetI64(NULL, &i64) == ncclInvalidArgument, "a NULL handle read");
 
   const char **keys = NULL;
@@ -87,10 +89,21 @@ int main(void) {
   EXPECT(nkeys > 20 && sawBuff == 1 && sawTimeout == 1, "%d keys, NCCL_BUFFSIZE %d times, CHORUS_TIMEOUT %d times",
          nkeys, sawBuff, sawTimeout);
 
+  /* on stdout, as NCCL's */
+  char dumped[128];
+  snprintf(dumped, sizeof dumped, "%s/dump", dir);
+  fflush(stdout);
+  int saved = dup(1), to = open(dumped, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  EXPECT(saved >= 0 && to >= 0 && dup2(to, 1) == 1, "redirecting stdout to %s", dumped);
   ncclParamDumpAll();
-  EXPECT(0 < fileLinesWith(log, "NCCL_BUFFSIZE = 65536"), "ncclParamDumpAll did not log NCCL_BUFFSIZE in %s", log);
-  EXPECT(0 < fileLinesWith(log, "CHORUS_SECRET = (set, not logged)") && fileLinesWith(log, "hunter2") <= 0,
-         "ncclParamDumpAll and the secret (%s)", log);
+  dup2(saved, 1);
+  close(to);
+  close(saved);
+  EXPECT(fileLinesWith(dumped, "=== ncclParam Registry Dump ===") == 1, "ncclParamDumpAll's heading in %s", dumped);
+  EXPECT(0 < fileLinesWith(dumped, "= 65536        (default 4194304)"), "ncclParamDumpAll did not print NCCL_BUFFSIZE's value in %s", dumped);
+  EXPECT(0 < fileLinesWith(dumped, "CHORUS_SECRET") && fileLinesWith(dumped, "hunter2") <= 0,
+         "ncclParamDumpAll and the secret (%s)", dumped);
+  EXPECT(fileLinesWith(log, "hunter2") <= 0, "the secret in the log %s", log);
   printf("test_params: passed\n");
   return 0;
 }

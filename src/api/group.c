@@ -196,9 +196,10 @@ static ncclResult_t groupEnd(ncclSimInfo_t *simInfo, const char *call) {
   groupIssueLaters(1, run, &res);
   if (res == ncclSuccess && run) res = launchItems(groupItems, groupCount);
   groupIssueLaters(0, run, &res);
-  if (res == ncclSuccess && simInfo) {
+  if (res == ncclSuccess && simInfo && groupCount > 0) {
     /* The tuner's prediction for what the group holds (each call was tuned
-     * when it was made); nothing runs. */
+     * when it was made); nothing runs. An empty group leaves the caller's
+     * value (the initializer's -1), as NCCL's does. */
     double us = 0;
     for (int i = 0; i < groupCount; i++) us += groupItems[i].plan.us > 0 ? groupItems[i].plan.us : 0;
     simInfo->estimatedTime = (float)us;

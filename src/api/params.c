@@ -126,7 +126,9 @@ NCCL_API(ncclResult_t, ncclParamGetParameter, const char *key, const char **valu
     return ncclInvalidArgument;
   }
   int id = paramByKey(key);
-  if (id < 0) {
+  if (id < 0) { /* NULL and 0 out, as NCCL's */
+    *value = NULL;
+    *valueLen = 0;
     WARN("ncclParamGetParameter : no parameter called %s", key);
     return ncclInvalidArgument;
   }
@@ -147,11 +149,10 @@ NCCL_API(ncclResult_t, ncclParamGetAllParameterKeys, const char ***table, int *t
   return ncclSuccess;
 }
 
-/* Every parameter in the log (INFO, ENV), a secret's value left out. */
+/* Every parameter on stdout, as NCCL's prints its registry (a secret's
+ * value left out): chorus-info's table under NCCL's heading. */
 NCCL_API(void, ncclParamDumpAll, void) {
-  for (int i = 0; i < paramCount; i++) {
-    enum paramId id = (enum paramId)i;
-    INFO(subsysEnv, "%s = %s%s", paramName(id), paramHidden(id) && paramFromEnv(id) ? "(set, not logged)" : paramStr(id),
-         paramFromEnv(id) ? "" : " (default)");
-  }
+  printf("=== ncclParam Registry Dump ===\n");
+  paramPrintAll(stdout);
+  fflush(stdout);
 }
