@@ -10,6 +10,9 @@
  *            3 split it into a working communicator.
  *   shrink - the same, but rank 2 exits at once (dead): 0 and 1 revoke
  *            and shrink it away, and the 2-rank result works.
+ *   timedout - rank 2 revokes and splits at once; 0 and 1 time out in an
+ *            AllReduce it skips, then revoke and split: the reports of that
+ *            timeout, which reach rank 2 in its split, fail no split.
  *   args   - bad flags are ncclInvalidArgument and change nothing; a NULL
  *            communicator is ncclSuccess, as for destroy and abort.
  *   test_revoke <case> */
@@ -17,6 +20,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "chorus.h"
 #include "harness.h"
 
 struct inFlight {
@@ -101,6 +105,31 @@ static int stuckRank(int rank, int n, ncclUniqueId id, void *arg) {
   return 0;
 }
 
+/* Rank 2 revokes at once and waits in its split; ranks 0 and 1 time out
+ * in an AllReduce rank 2 never joins (their reports of it reach rank 2
+ * while it waits), then revoke and split too, rank 1 a second later: the
+ * split works on every rank (the reports concern what the revoke ended). */
+static int timedOutRank(int rank, int n, ncclUniqueId id, void *arg) {
+  (void)arg;
+  ncclComm_t comm, child;
+  NCCLCHECK(ncclCommInitRank(&comm, n, id, rank));
+  if (rank < 2) {
+    NCCLCHECK(chorusCommSetTimeout(comm, 1000));
+    float x = 1, y = 0;
+    ncclResult_t r = ncclAllReduce(&x, &y, 1, ncclFloat, ncclSum, comm, NULL);
+    EXPECT(r == ncclTimeout || r == ncclRemoteError, "rank %d: the AllReduce rank 2 skips gave %s", rank,
+           ncclGetErrorString(r));
+    NCCLCHECK(chorusCommSetTimeout(comm, 0)); /* the split's: CHORUS_TIMEOUT's 5 s */
+    if (rank == 1) usleep(1000000);
+  }
+  NCCLCHECK(ncclCommRevoke(comm, NCCL_REVOKE_DEFAULT));
+  NCCLCHECK(ncclCommSplit(comm, 0, rank, &child, NULL));
+  if (works(child, rank, n)) return 1;
+  NCCLCHECK(ncclCommDestroy(child));
+  NCCLCHECK(ncclCommDestroy(comm));
+  return 0;
+}
+
 static int shrinkRank(int rank, int n, ncclUniqueId id, void *arg) {
   (void)arg;
   ncclComm_t comm;
@@ -137,8 +166,9 @@ int main(int argc, char **argv) {
   if (!strcmp(c, "stuck")) failed = runRanks(3, stuckRank, NULL, 30);
   else if (!strcmp(c, "shrink")) failed = runRanks(3, shrinkRank, NULL, 30);
   else if (!strcmp(c, "args")) failed = runRanks(2, argsRank, NULL, 30);
+  else if (!strcmp(c, "timedout")) failed = runRanks(3, timedOutRank, NULL, 30);
   else {
-    fprintf(stderr, "usage: test_revoke stuck|shrink|args\n");
+    fprintf(stderr, "usage: test_revoke stuck|shrink|args|timedout\n");
     return 2;
   }
   printf("test_revoke %s: %s\n", c, failed ? "FAILED" : "passed");

@@ -488,6 +488,7 @@ NCCL_API(ncclResult_t, ncclCommRevoke, ncclComm_t comm, int revokeFlags) {
     WARN("ncclCommRevoke : comm %p rank %d is already revoked", (void *)comm, comm->rank);
     return ncclInvalidArgument;
   }
+  __atomic_store_n(&comm->boot.faultsEnded, 1, __ATOMIC_RELEASE); /* reports of those end with them */
   commEndInFlight(comm); /* what the revoke ends */
   __atomic_store_n(&comm->asyncError, ncclSuccess, __ATOMIC_RELEASE); /* what the ended calls recorded */
   INFO(subsysInit, "comm %p rank %d nranks %d - Revoke COMPLETE", (void *)comm, comm->rank, comm->nranks);

@@ -949,6 +949,7 @@ int bootstrapGoneCount(struct bootstrap *b) {
 static ncclResult_t relayedFault(struct bootstrap *b) {
   char text[512], peer[128];
   int from;
+  if (__atomic_load_n(&b->faultsEnded, __ATOMIC_ACQUIRE)) return ncclSuccess;
   ncclResult_t fault = oobPendingFault(b, text, sizeof text, &from);
   if (fault != ncclSuccess) WARN("%s reported: %s", bootstrapDescribePeer(b, from, peer, sizeof peer), text);
   return fault;

@@ -50,6 +50,11 @@ struct bootstrap {
    * (api/watch.c); NULL: none. */
   ncclResult_t (*stallProbe)(void *arg);
   void *stallProbeArg;
+  /* Set by ncclCommRevoke: the faults peers report (a timeout, a mismatch)
+   * concern the operations the revoke ended, so bootstrapLiveness no longer
+   * fails the split or shrink that follows for them; peers that are gone
+   * still count. */
+  int faultsEnded;
 };
 
 /* Fills a handle for ncclGetUniqueId: NCCL_COMM_ID, or a fresh root thread
