@@ -10,9 +10,11 @@
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "bootstrap/acceptor.h"
 #include "core/clock.h"
 #include "core/err.h"
 #include "core/log.h"
@@ -437,6 +439,125 @@ static void *shmMapPeer(struct conn *c, uint64_t addr, uint64_t key, size_t byte
   return at;
 }
 
+/* Who may take this rank's segment. Its setup socket's name is public (any
+ * process on the host lists it in /proc/net/unix), so a connection gets the
+ * segment only once it has shown that it is the local peer it claims to be:
+ * its process runs as this process's user and, where pids can be compared,
+ * is that peer's process (SO_PEERCRED, set by the kernel at connect), and
+ * its first message carries the token this rank gave the communicator's
+ * ranks over the bootstrap (a random 128 bits nobody else has seen: it
+ * rules out another process of the same user, a reused pid or a thread of
+ * a peer's process that is not chorus's). Ranks of one host (the same
+ * hostname and boot id, or NCCL_HOSTID) may live in different pid
+ * namespaces (containers that share a network namespace), where the pid
+ * SO_PEERCRED reports is not the one the peer reported: each rank says
+ * which pid namespace it is in, and only pids of one namespace are
+ * compared. */
+struct shmSetupInfo {
+  uint64_t token[2];          /* what a peer sends this rank to be handed its segment */
+  uint64_t pidnsDev, pidnsIno; /* this rank's pid namespace (0, 0: unknown) */
+};
+struct shmHello {
+  int32_t rank; /* the connecting rank */
+  uint32_t zero;
+  uint64_t token[2]; /* the token of the rank it connects to */
+};
+
+static void shmSetupInfoMine(struct shmSetupInfo *mine) {
+  memset(mine, 0, sizeof *mine);
+  if (getrandom(mine->token, sizeof mine->token, 0) != (ssize_t)sizeof mine->token) {
+    /* No entropy from the kernel (a seccomp filter?): still unknown outside the communicator, if weaker. */
+    mine->token[0] = (uint64_t)clockNs() * 0x9e3779b97f4a7c15ull ^ (uint64_t)getpid() << 32 ^ (uintptr_t)mine;
+    mine->token[1] = (uint64_t)clockNs() * 0xbf58476d1ce4e5b9ull ^ shmProcessCookie();
+  }
+  struct stat st;
+  if (stat("/proc/self/ns/pid", &st) == 0) {
+    mine->pidnsDev = (uint64_t)st.st_dev;
+    mine->pidnsIno = (uint64_t)st.st_ino;
+  }
+}
+
+/* 1 when SO_PEERCRED's pids of peer's process mean what peer reported at rendezvous. */
+static int shmPidsComparable(const struct shmSetupInfo *infos, int me, int peer) {
+  return infos[me].pidnsIno != 0 && infos[me].pidnsIno == infos[peer].pidnsIno &&
+         infos[me].pidnsDev == infos[peer].pidnsDev;
+}
+
+/* NULL when the process at the other end of the Unix socket fd may be
+ * local rank peer, else why not (into why). */
+static const char *shmCredRefusal(int fd, const struct bootstrap *b, const struct shmSetupInfo *infos, int peer,
+                                  struct ucred *uc, char *why, size_t len) {
+  socklen_t ulen = sizeof *uc;
+  memset(uc, 0, sizeof *uc);
+  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, uc, &ulen) != 0) {
+    snprintf(why, len, "its credentials cannot be read: %s", strerror(errno));
+    return why;
+  }
+  if (uc->uid != geteuid()) {
+    snprintf(why, len, "it runs as uid %u, this rank as uid %u", (unsigned)uc->uid, (unsigned)geteuid());
+    return why;
+  }
+  if (peer >= 0 && shmPidsComparable(infos, b->rank, peer) && uc->pid != (pid_t)b->peers[peer].pid) {
+    snprintf(why, len, "it is pid %d, and rank %d is pid %d", (int)uc->pid, peer, b->peers[peer].pid);
+    return why;
+  }
+  return NULL;
+}
+
+/* NULL when the connection fd, whose hello is h, is local rank h->rank's,
+ * which this rank has yet to serve; else why not. */
+static const char *shmHelloRefusal(int fd, const struct shmHello *h, const struct bootstrap *b,
+                                   const struct shmSetupInfo *infos, const unsigned char *mine,
+                                   const unsigned char *served, struct ucred *uc, char *why, size_t len) {
+  int peer = h->rank >= 0 && h->rank < b->nranks && h->rank != b->rank && mine[h->rank] ? h->rank : -1;
+  if (shmCredRefusal(fd, b, infos, peer, uc, why, len)) return why;
+  uint64_t diff = (h->token[0] ^ infos[b->rank].token[0]) | (h->token[1] ^ infos[b->rank].token[1]);
+  if (diff) return "it does not have this communicator's token";
+  if (peer < 0) {
+    snprintf(why, len, "it claims rank %d, which is not a local peer of this rank", h->rank);
+    return why;
+  }
+  if (served[peer]) {
+    snprintf(why, len, "local rank %d has connected already", peer);
+    return why;
+  }
+  return NULL;
+}
+
+/* The first refusal of a setup is a WARN, the rest INFO. */
+#define SHM_REFUSED "SHM : rank %d refused a connection to its setup socket from pid %d (uid %u): %s; it was given nothing"
+static void shmRefuseConn(int *refusals, int me, const struct ucred *uc, const char *why) {
+  if ((*refusals)++ == 0) WARN(SHM_REFUSED " (more at INFO)", me, (int)uc->pid, (unsigned)uc->uid, why);
+  else INFO(subsysShm, SHM_REFUSED, me, (int)uc->pid, (unsigned)uc->uid, why);
+}
+
+/* connect() without waiting: 1 connected, 0 not yet (the listener's queue
+ * is full), -1 failed (errno). */
+static int shmTryConnect(int sock, const struct sockaddr_un *a, socklen_t len) {
+  if (connect(sock, (const struct sockaddr *)a, len) == 0 || errno == EISCONN) return 1;
+  return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINPROGRESS || errno == EALREADY || errno == EINTR ? 0
+                                                                                                                : -1;
+}
+
+/* What a local peer's setup with this rank had come to (shmSetup). */
+enum { shmConnecting = 1, shmSayingHello, shmReceiving, shmReceived };
+
+/* The timeout's WARN says which local peers the setup still waited for. */
+static void shmSetupStalled(const struct bootstrap *b, const unsigned char *mine, const unsigned char *phase,
+                            const unsigned char *served) {
+  for (int p = 0; p < b->nranks; p++) {
+    if (!mine[p]) continue;
+    char who[160];
+    bootstrapDescribePeer(b, p, who, sizeof who);
+    if (phase[p] == shmConnecting || phase[p] == shmSayingHello)
+      WARN("SHM : rank %d: local %s did not take a connection to its setup socket (its queue stayed full)", b->rank,
+           who);
+    else if (phase[p] == shmReceiving)
+      WARN("SHM : rank %d: local %s did not hand over its segment", b->rank, who);
+    if (!served[p]) WARN("SHM : rank %d: local %s did not connect to this rank's setup socket", b->rank, who);
+  }
+}
+
 static ncclResult_t shmSetup(void **state, struct bootstrap *b, struct connTable *t, size_t buffSize,
                              const unsigned char *mine) {
   int me = b->rank, n = b->nranks, lanes = t->nch + 1;
@@ -464,6 +585,9 @@ static ncclResult_t shmSetup(void **state, struct bootstrap *b, struct connTable
   SYSCHECK(memfd, "memfd_create");
   ncclResult_t res = ncclSuccess;
   int listenFd = -1, *peerSock = NULL;
+  unsigned char *phase = NULL, *served = NULL;
+  struct shmSetupInfo *infos = NULL;
+  struct acceptor *acc = NULL;
   if (ftruncate(memfd, (off_t)s->segBytes) < 0) {
     WARN("Call to ftruncate failed: %s", strerror(errno));
     res = ncclSystemError;
@@ -483,7 +607,10 @@ static ncclResult_t shmSetup(void **state, struct bootstrap *b, struct connTable
   info->cookieAddr = (uintptr_t)&shmCookie;
   info->cookie = shmProcessCookie();
   peerSock = malloc(sizeof(int) * n);
-  if (!peerSock) {
+  phase = calloc(n, 1);
+  served = calloc(n, 1);
+  infos = calloc(n, sizeof *infos);
+  if (!peerSock || !phase || !served || !infos) {
     res = ncclSystemError;
     goto out;
   }
@@ -499,51 +626,89 @@ static ncclResult_t shmSetup(void **state, struct bootstrap *b, struct connTable
       res = ncclSystemError;
       goto out;
     }
-  }
-  /* Everyone listens before anyone connects. */
-  CHECKGOTO(bootstrapBarrier(b), res, out);
-  int toReceive = 0, toServe = nlocal - 1;
-  for (int p = 0; p < n; p++) {
-    if (!mine[p]) continue;
-    peerSock[p] = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-    socklen_t len = udsName(&addr, nonce, p);
-    if (peerSock[p] < 0 || connect(peerSock[p], (struct sockaddr *)&addr, len) < 0) {
-      /* It listened before the barrier: now it is gone (the WARN names it). */
-      res = peerSock[p] < 0 ? ncclSystemError : bootstrapLiveness(b);
-      WARN("SHM : cannot reach local rank %d over a Unix socket: %s", p, strerror(errno));
-      if (res == ncclSuccess) res = ncclRemoteError;
+    /* Strangers that connect and stay silent, or flood it, hold up nobody. */
+    acc = malloc(sizeof *acc);
+    if (!acc) {
+      res = ncclSystemError;
       goto out;
     }
+    acceptorInit(acc, listenFd, sizeof(struct shmHello));
+  }
+  /* Everyone listens before anyone connects: the all-gather that hands out
+   * each rank's token and pid namespace is the barrier. */
+  shmSetupInfoMine(&infos[me]);
+  CHECKGOTO(bootstrapAllGather(b, infos, sizeof *infos), res, out);
+  int toReceive = 0, toServe = nlocal - 1, refusals = 0;
+  for (int p = 0; p < n; p++) {
+    if (!mine[p]) continue;
+    peerSock[p] = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (peerSock[p] < 0) {
+      WARN("SHM : cannot open a Unix socket: %s", strerror(errno));
+      res = ncclSystemError;
+      goto out;
+    }
+    phase[p] = shmConnecting;
     toReceive++;
   }
+  /* Nothing here waits on one socket: a listener whose queue strangers
+   * filled is tried again each round, and the one wait bounds it all. */
   struct waitState w;
   waitBegin(&w, b->abortFlag, bootstrapLiveness, b, "shared-memory setup");
   while (toReceive > 0 || toServe > 0) {
     int progressed = 0;
-    if (toServe > 0) {
-      int c;
-      CHECKGOTO(sockTryAccept(listenFd, &c), res, out); /* EMFILE, say: waiting would not help */
-      if (c >= 0) {
-        s->chanIn[s->nIn++] = c; /* kept: the peer's notes come on it */
-        res = sendFd(c, memfd);
-        if (res != ncclSuccess) goto out;
-        toServe--;
+    for (int p = 0; p < n; p++) {
+      if (phase[p] == shmConnecting) {
+        socklen_t len = udsName(&addr, nonce, p);
+        int r = shmTryConnect(peerSock[p], &addr, len);
+        if (r < 0) {
+          /* It listened before the all-gather: now it is gone (the WARN names it). */
+          int err = errno;
+          res = bootstrapLiveness(b);
+          WARN("SHM : rank %d cannot reach local rank %d over a Unix socket: %s", me, p, strerror(err));
+          if (res == ncclSuccess) res = ncclRemoteError;
+          goto out;
+        }
+        if (r == 0) continue; /* its queue is full: next round */
+        struct ucred uc;
+        char why[160];
+        if (shmCredRefusal(peerSock[p], b, infos, p, &uc, why, sizeof why)) {
+          WARN("SHM : rank %d will not use the setup socket of local rank %d, held by pid %d: %s%s", me, p,
+               (int)uc.pid, why, uc.uid != geteuid() ? " (ranks of one host that run as different users need "
+                                                       "NCCL_SHM_DISABLE=1)" : "");
+          res = ncclSystemError;
+          goto out;
+        }
+        phase[p] = shmSayingHello;
         progressed = 1;
       }
-    }
-    for (int p = 0; p < n; p++) {
-      if (peerSock[p] < 0) continue;
+      if (phase[p] == shmSayingHello) {
+        struct shmHello h = {me, 0, {infos[p].token[0], infos[p].token[1]}};
+        ssize_t sent = sendWithFd(peerSock[p], &h, sizeof h, -1, MSG_DONTWAIT);
+        if (sent < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) continue;
+        if (sent != (ssize_t)sizeof h) {
+          int err = sent < 0 ? errno : EPIPE;
+          res = bootstrapLiveness(b);
+          WARN("SHM : rank %d cannot introduce itself to local rank %d over a Unix socket: %s", me, p,
+               strerror(err));
+          if (res == ncclSuccess) res = ncclRemoteError;
+          goto out;
+        }
+        phase[p] = shmReceiving;
+        progressed = 1;
+      }
+      if (phase[p] != shmReceiving) continue;
       int fd, r = tryRecvFd(peerSock[p], &fd);
       if (r == 0) continue;
       s->peers[p].chanOut = peerSock[p]; /* kept: this rank's notes go to the peer on it */
       peerSock[p] = -1;
+      phase[p] = shmReceived;
       if (r == -2) {
         WARN("SHM : local rank %d's segment came, but this process could not take its descriptor (%s)", p,
              strerror(EMFILE));
         res = ncclSystemError;
         goto out;
       }
-      if (r < 0) { /* it closed without handing it over: gone */
+      if (r < 0) { /* it closed without handing it over: gone, or it refused this rank (its WARN says why) */
         res = bootstrapLiveness(b);
         WARN("SHM : local rank %d did not hand over its segment", p);
         if (res == ncclSuccess) res = ncclRemoteError;
@@ -560,8 +725,35 @@ static ncclResult_t shmSetup(void **state, struct bootstrap *b, struct connTable
       toReceive--;
       progressed = 1;
     }
-    if (progressed) waitProgress(&w);
-    else CHECKGOTO(waitPause(&w), res, out);
+    /* Connections whose hello has come: a local peer's gets the segment,
+     * anyone else's is closed, uncounted (not progress either: strangers
+     * cannot hold the setup past its timeout). A few per round. */
+    for (int k = 0; k < 64 && toServe > 0; k++) {
+      int c, moved;
+      struct shmHello h;
+      CHECKGOTO(acceptorPoll(acc, &c, &h, &moved), res, out); /* EMFILE, say: waiting would not help */
+      if (c < 0) break;
+      struct ucred uc;
+      char why[160];
+      const char *refusal = shmHelloRefusal(c, &h, b, infos, mine, served, &uc, why, sizeof why);
+      if (refusal) {
+        shmRefuseConn(&refusals, me, &uc, refusal);
+        close(c);
+        continue;
+      }
+      s->chanIn[s->nIn++] = c; /* kept: the peer's notes come on it */
+      res = sendFd(c, memfd);
+      if (res != ncclSuccess) goto out;
+      served[h.rank] = 1;
+      toServe--;
+      progressed = 1;
+    }
+    if (progressed) {
+      waitProgress(&w);
+    } else if ((res = waitPause(&w)) != ncclSuccess) {
+      if (res == ncclTimeout) shmSetupStalled(b, mine, phase, served);
+      goto out;
+    }
   }
   for (int p = 0; p < n; p++) {
     if (!mine[p]) continue;
@@ -612,6 +804,13 @@ out:
     for (int p = 0; p < n; p++)
       if (peerSock[p] >= 0) close(peerSock[p]);
   free(peerSock);
+  free(phase);
+  free(served);
+  free(infos);
+  if (acc) { /* strangers still waiting to be read */
+    acceptorClose(acc);
+    free(acc);
+  }
   if (listenFd >= 0) close(listenFd);
   close(memfd);
   return res;

@@ -1,7 +1,8 @@
 /* Shared-memory transport between ranks on one host (processes or threads),
  * behind the transport table as shmTransport:
  * each rank's receive FIFOs live in one memfd segment, handed to local peers
- * over an abstract Unix socket (SCM_RIGHTS). Nothing is ever created in
+ * over an abstract Unix socket (SCM_RIGHTS), to a connection only once it
+ * has shown it is one (shm.c: user, token, pid). Nothing is ever created in
  * /dev/shm, so nothing can be left there, SIGKILL included. */
 #ifndef CHORUS_TRANSPORT_SHM_H
 #define CHORUS_TRANSPORT_SHM_H
