@@ -666,8 +666,8 @@ static ncclResult_t recvRootReply(struct bootstrap *b, int rootFd, const union s
   for (;;) {
     char frame[WIRE_PROGRESS_BYTES];
     int32_t mark;
-    uint64_t until = checkedIn ? deadline : checkInBy;
-    if (until) w->timeoutNs = clockNs() < until ? until - clockNs() : 1;
+    uint64_t until = checkedIn ? deadline : checkInBy; /* 0: no timeout (CHORUS_TIMEOUT=0), once checked in */
+    w->timeoutNs = until ? (clockNs() < until ? until - clockNs() : 1) : 0;
     if ((res = sockRecvAll(rootFd, &mark, sizeof mark, w)) != ncclSuccess) break;
     checkedIn = 1; /* a root that says anything is one */
     if (mark == WIRE_CHECKED_IN) continue;
