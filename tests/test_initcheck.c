@@ -253,6 +253,10 @@ int main(int argc, char **argv) {
        * does not try again within half the timeout (1.5 s) */
       {"rank-out-of-range", 3, {{3, 0}, {3, 3}, {3, 1}}, "asked for rank 3 of 3 (ranks are 0 to 2)", ncclInvalidUsage, 0,
        2500},
+      /* rank -2 too (until 2026-12-06 the root took it for ncclCommShrink's report of a disagreement, and
+       * refused the others at once saying "does not agree with the other ranks on who takes part") */
+      {"rank-minus-two", 3, {{3, 0}, {3, 1}, {3, -2}}, "asked for rank -2 of 3 (ranks are 0 to 2)", ncclInvalidUsage, 0,
+       2500},
       /* ranks 1 and 3 of 4 never come: the timeout names them (the root said
        * whom it waits for, twice within the 3 s timeout) */
       {"missing-ranks", 2, {{4, 0}, {4, 2}}, "was still waiting for ranks 1, 3 (of 4; 2 checked in)",

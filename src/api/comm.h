@@ -137,10 +137,13 @@ ncclResult_t commInit(struct ncclComm **out, int nranks, const ncclUniqueId *id,
 /* NCCL's bus id of a device, for the logs (what the host-CUDA shim's
  * devices show too: device d on bus d, "0000:0d:00.0"). */
 long commBusId(int cudaDev);
-/* An init that asked for a rank outside 0..nranks-1 of id (or passes
- * BOOTSTRAP_RANK_DISAGREES): the root is told, so that every rank of the
- * rendezvous fails within seconds, not at its timeout (bootstrap.h). */
+/* An init that asked for a rank outside 0..nranks-1 of id: the root is
+ * told, so that every rank of the rendezvous fails within seconds, not at
+ * its timeout (bootstrap.h). */
 void commReportBadRank(const ncclUniqueId *id, int rank, int nranks);
+/* A process handed the rendezvous at id (of nranks) with terms it does not
+ * share tells its root, which refuses every rank at once (bootstrap.h). */
+void commReportDisagreement(const ncclUniqueId *id, int nranks);
 /* NCCL's version line (NCCL_DEBUG=VERSION or more), once per process. */
 void commLogVersion(void);
 /* Frees a communicator and everything it owns; graceful says goodbye to

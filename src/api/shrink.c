@@ -60,7 +60,7 @@ ncclResult_t commShrinkRun(struct initJob *j) {
     WARN("ncclCommShrink : rank %d excludes other ranks than rank %d does (%d vs %d survivors)", me, leader, m,
          hand.nranks);
     /* The others are in the new rendezvous by now: its root refuses them. */
-    commReportBadRank(&j->id, BOOTSTRAP_RANK_DISAGREES, hand.nranks);
+    commReportDisagreement(&j->id, hand.nranks);
     return ncclInvalidArgument;
   }
   j->nranks = m;

@@ -394,10 +394,14 @@ static void *rootThread(void *argp) {
       close(fd);
       continue;
     }
-    if (!refusal[0] && hello.rank == BOOTSTRAP_RANK_DISAGREES) {
-      snprintf(refusal, sizeof refusal, "host %s pid %d does not agree with the other ranks on who takes part "
-               "(it was handed this rendezvous with another member list)", hello.info.hostname, hello.info.pid);
-      rootRefuseAll(fds, nranks, refusal, &w, &refusingUntil);
+    if (hello.flags & WIRE_HELLO_DISAGREES) { /* a report: nothing answers it */
+      if (!refusal[0]) {
+        snprintf(refusal, sizeof refusal, "host %s pid %d does not agree with the other ranks on who takes part "
+                 "(it was handed this rendezvous with another member list)", hello.info.hostname, hello.info.pid);
+        rootRefuseAll(fds, nranks, refusal, &w, &refusingUntil);
+      }
+      close(fd);
+      continue;
     }
     if (rootHelloBadRank(&hello)) { /* a report: nothing answers it */
       if (!refusal[0]) rootBadRankNoted(&bad, &hello, ranksTimeoutNs);
@@ -709,7 +713,7 @@ static ncclResult_t recvRootReply(struct bootstrap *b, int rootFd, const union s
  * the interface that reaches the root's network (port 0: to listen on). */
 static ncclResult_t rootHelloFill(struct rootHello *hello, const struct bootstrapHandle *h, int rank, int nranks,
                                   const struct bootstrapPeerInfo *me, char *ifname, size_t ifnameLen) {
-  *hello = (struct rootHello){h->secret, rank, nranks, *me};
+  *hello = (struct rootHello){.secret = h->secret, .rank = rank, .nranks = nranks, .info = *me};
   hello->info.rank = rank;
   ncclResult_t picked = sockPickAddr(&h->addr, &hello->info.listenAddr, ifname, ifnameLen);
   if (picked != ncclSuccess) { /* no interface to listen on: a hello that says so (an address of no family) */
@@ -817,6 +821,14 @@ void bootstrapReportBadRank(const struct bootstrapHandle *h, int rank, int nrank
   struct rootHello hello;
   char ifname[64];
   if (rootHelloFill(&hello, h, rank, nranks, me, ifname, sizeof ifname) != ncclSuccess) return;
+  reportToRoot(h, &hello);
+}
+
+void bootstrapReportDisagreement(const struct bootstrapHandle *h, int nranks, const struct bootstrapPeerInfo *me) {
+  struct rootHello hello;
+  char ifname[64];
+  if (rootHelloFill(&hello, h, -1, nranks, me, ifname, sizeof ifname) != ncclSuccess) return;
+  hello.flags = WIRE_HELLO_DISAGREES;
   reportToRoot(h, &hello);
 }
 
