@@ -9,8 +9,17 @@
  *   differ - ranks 0 and 1 exclude rank 3, rank 2 excludes 1 and 3: rank 2
  *          gets ncclInvalidArgument, and 0 and 1 a refusal naming its
  *          process within 2 s (not their timeout).
+ *   abort - 3 ranks; rank 1 alone calls ncclCommShrink (excluding rank 2),
+ *          then ncclCommSplit and ncclCommGrow, each on a communicator of
+ *          its own, while the others are busy elsewhere; a second thread
+ *          ncclCommAborts that parent after 0.3 s: each call returns
+ *          ncclInvalidUsage ("ended by ncclCommAbort") within a second, not
+ *          at the 4 s timeout (until 2026-12-06 the shrink's wait did not
+ *          look at the abort flag, and none of the three held the parent,
+ *          so the abort freed what they read: ASan builds see that).
  *   test_shrink <case> */
 #define _GNU_SOURCE
+#include <pthread.h>
 #include <signal.h>
 #include <string.h>
 #include <unistd.h>
@@ -115,11 +124,73 @@ static int differRank(int rank, int n, ncclUniqueId id, void *arg) {
   return 0;
 }
 
+struct abortAfter {
+  ncclComm_t comm;
+  double at, took; /* when the abort began, how long it took */
+};
+
+static void *abortAfter(void *p) {
+  struct abortAfter *a = p;
+  usleep(300000);
+  a->at = nowSec();
+  ncclCommAbort(a->comm);
+  a->took = nowSec() - a->at;
+  return NULL;
+}
+
+/* Rank 1 alone calls what (0 shrink, 1 split, 2 grow) on comm, which a
+ * second thread aborts meanwhile. */
+static int abortedCall(ncclComm_t comm, int what) {
+  static const char *const names[] = {"ncclCommShrink", "ncclCommSplit", "ncclCommGrow"};
+  struct abortAfter a = {comm, 0, 0};
+  pthread_t t;
+  EXPECT(pthread_create(&t, NULL, abortAfter, &a) == 0, "a thread");
+  ncclComm_t child = NULL;
+  int exclude[] = {2};
+  ncclResult_t res = what == 0   ? ncclCommShrink(comm, exclude, 1, &child, NULL, NCCL_SHRINK_DEFAULT)
+                     : what == 1 ? ncclCommSplit(comm, 0, 0, &child, NULL)
+                                 : ncclCommGrow(comm, 4, NULL, -1, &child, NULL);
+  double end = nowSec();
+  pthread_join(t, NULL);
+  const char *why = ncclGetLastError(NULL);
+  fprintf(stderr, "rank 1: %s returned %s %.1f ms after ncclCommAbort began, which took %.1f ms: %s\n", names[what],
+          ncclGetErrorString(res), (end - a.at) * 1e3, a.took * 1e3, why);
+  EXPECT(res == ncclInvalidUsage && strstr(why, "ended by ncclCommAbort"), "%s: %s: %s", names[what],
+         ncclGetErrorString(res), why);
+  EXPECT(end - a.at < 1.0 && a.took < 1.0, "%s returned %.2f s after the abort began, which took %.2f s", names[what],
+         end - a.at, a.took);
+  EXPECT(child == NULL, "%s left a communicator", names[what]);
+  faultTime(what == 0 ? "ncclCommAbort of the parent during ncclCommShrink" : what == 1 ?
+            "ncclCommAbort of the parent during ncclCommSplit" : "ncclCommAbort of the parent during ncclCommGrow",
+            res, (end - a.at) * 1e3);
+  return 0;
+}
+
+static int abortRank(int rank, int n, ncclUniqueId id, void *arg) {
+  (void)arg;
+  ncclComm_t comm[3];
+  NCCLCHECK(ncclCommInitRank(&comm[0], n, id, rank));
+  NCCLCHECK(ncclCommSplit(comm[0], 0, rank, &comm[1], NULL));
+  NCCLCHECK(ncclCommSplit(comm[0], 0, rank, &comm[2], NULL));
+  if (rank != 1) { /* busy elsewhere until rank 1 is done */
+    usleep(2500000);
+    for (int i = 0; i < 3; i++) ncclCommAbort(comm[i]); /* rank 1 aborted: no goodbyes */
+    return 0;
+  }
+  for (int what = 0; what < 3; what++)
+    if (abortedCall(comm[what], what)) return 1;
+  return 0;
+}
+
 int main(int argc, char **argv) {
   const char *which = argc > 1 ? argv[1] : "dead";
   int failed;
   if (strcmp(which, "dead") == 0) failed = runRanks(4, deadRank, NULL, 30) != 1; /* rank 2 dies */
   else if (strcmp(which, "differ") == 0) failed = runRanks(4, differRank, NULL, 30);
+  else if (strcmp(which, "abort") == 0) {
+    setenv("CHORUS_TIMEOUT", "4", 1); /* a call the abort does not end fails the test within seconds */
+    failed = runRanks(3, abortRank, NULL, 30);
+  }
   else failed = runRanks(4, liveRank, NULL, 30);
   printf("test_shrink %s: %s\n", which, failed ? "FAILED" : "passed");
   return failed != 0;

@@ -39,9 +39,12 @@ ncclResult_t commShrinkRun(struct initJob *j) {
   }
   uint64_t digest = excludeDigest(j->excluded, n);
   /* Only the peer each message goes to or comes from matters: the
-   * excluded ranks may well be dead. */
+   * excluded ranks may well be dead, so no bootstrapLiveness, which
+   * fails for any gone peer (oobRecvData and oobSendData look at theirs).
+   * ncclCommAbort of the parent from another thread ends the wait (it
+   * waits for this job: initJobParentDone). */
   struct waitState w;
-  waitBegin(&w, NULL, NULL, NULL, "ncclCommShrink handoff");
+  waitBegin(&w, &parent->abortFlag, NULL, NULL, "ncclCommShrink handoff");
   struct shrinkHandoff hand;
   memset(&hand, 0, sizeof hand);
   if (!b->oob) return ncclInternalError;
@@ -68,5 +71,7 @@ ncclResult_t commShrinkRun(struct initJob *j) {
   INFO(subsysInit, "ncclCommShrink : rank %d becomes rank %d of %d", me, newRank, m);
   struct commOrigin origin = {"ncclCommShrink", parent, 0, me, 0, &j->config};
   __atomic_fetch_add(&parent->childCount, 1, __ATOMIC_RELAXED);
-  return commInit(j->comm, m, &j->id, newRank, parent->cudaDev, j->blocking, &origin);
+  int dev = parent->cudaDev;
+  initJobParentDone(j);
+  return commInit(j->comm, m, &j->id, newRank, dev, j->blocking, &origin);
 }
