@@ -6,9 +6,15 @@
  *   live - 4 healthy ranks, 0..2 shrink away rank 3 (NCCL_SHRINK_DEFAULT);
  *          rank 3 trying to shrink itself away, a NULL or empty list, an
  *          out-of-range rank and bad flags all give ncclInvalidArgument.
- *   differ - ranks 0 and 1 exclude rank 3, rank 2 excludes 1 and 3: rank 2
- *          gets ncclInvalidArgument, and 0 and 1 a refusal naming its
- *          process within 2 s (not their timeout).
+ *   differ - ranks 0 and 1 exclude rank 3, rank 2 excludes 1 and 3: each
+ *          of the three gets ncclInvalidUsage naming a rank it disagrees
+ *          with (host and pid) within 2 s (measured 0-200 ms), none a
+ *          communicator.
+ *   leader - the same where the lists disagree on the first survivor, who
+ *          hands out the new rendezvous: ranks 0 and 1 exclude rank 3,
+ *          rank 2 excludes rank 0 (until 2026-12-06 every rank waited for
+ *          its timeout); and cycle - 3 ranks, each excludes the next one:
+ *          no two agree, and no rank keeps a rank that keeps it.
  *   abort - 3 ranks; rank 1 alone calls ncclCommShrink (excluding rank 2),
  *          then ncclCommSplit and ncclCommGrow, each on a communicator of
  *          its own, while the others are busy elsewhere; a second thread
@@ -96,30 +102,34 @@ static int liveRank(int rank, int n, ncclUniqueId id, void *arg) {
   return 0;
 }
 
+/* Lists that differ (arg: which case): every rank that calls fails within
+ * 2 s (measured: 0-200 ms) with ncclInvalidUsage naming a rank (host and pid), gets no
+ * communicator, and none waits for its timeout. */
+struct differCase {
+  int exclude[4][2]; /* each rank's list, -1 ended; none: it does not call */
+  int count[4];
+};
+
 static int differRank(int rank, int n, ncclUniqueId id, void *arg) {
-  (void)arg;
+  const struct differCase *c = arg;
   ncclComm_t comm, child = NULL;
   NCCLCHECK(ncclCommInitRank(&comm, n, id, rank));
-  int mostExclude[] = {3}, twoExclude[] = {1, 3};
+  int *exclude = (int *)c->exclude[rank];
   double t0 = nowSec();
-  ncclResult_t res = ncclSuccess;
-  if (rank == 2) res = ncclCommShrink(comm, twoExclude, 2, &child, NULL, NCCL_SHRINK_DEFAULT);
-  else if (rank < 2) res = ncclCommShrink(comm, mostExclude, 1, &child, NULL, NCCL_SHRINK_DEFAULT);
-  else usleep(1000000); /* excluded by all: takes no part */
+  if (c->count[rank] == 0) { /* excluded by all: takes no part */
+    usleep(1500000);
+    NCCLCHECK(ncclCommDestroy(comm));
+    return 0;
+  }
+  ncclResult_t res = ncclCommShrink(comm, exclude, c->count[rank], &child, NULL, NCCL_SHRINK_DEFAULT);
   double s = nowSec() - t0;
   const char *why = ncclGetLastError(NULL);
-  if (rank == 2)
-    EXPECT(res == ncclInvalidArgument && strstr(why, "excludes other ranks than rank 0"), "rank 2: %s: %s",
-           ncclGetErrorString(res), why);
-  else if (rank < 2)
-    EXPECT(res == ncclInvalidUsage && strstr(why, "does not agree with the other ranks") && s < 2.0,
-           "rank %d: %s after %.2f s: %s", rank, ncclGetErrorString(res), s, why);
+  fprintf(stderr, "rank %d: %s after %.0f ms: %s\n", rank, ncclGetErrorString(res), s * 1e3, why);
+  EXPECT(res == ncclInvalidUsage && strstr(why, "ncclCommShrink") && strstr(why, "exclude") && strstr(why, " pid ") &&
+             s < 2.0,
+         "rank %d: %s after %.2f s: %s", rank, ncclGetErrorString(res), s, why);
   EXPECT(child == NULL, "rank %d: a failed shrink left a communicator", rank);
-  /* The new rendezvous's root lives in rank 0's process and refuses the
-   * survivors as they come; a survivor scheduled late would otherwise find
-   * the process gone ("not listening ... has exited", a clear error but not
-   * the one this test asks for). */
-  if (rank == 0) usleep(1000000);
+  faultTime("ncclCommShrink with exclude lists that differ", res, s * 1e3);
   ncclCommAbort(comm); /* the mesh saw failures: no goodbyes */
   return 0;
 }
@@ -186,7 +196,15 @@ int main(int argc, char **argv) {
   const char *which = argc > 1 ? argv[1] : "dead";
   int failed;
   if (strcmp(which, "dead") == 0) failed = runRanks(4, deadRank, NULL, 30) != 1; /* rank 2 dies */
-  else if (strcmp(which, "differ") == 0) failed = runRanks(4, differRank, NULL, 30);
+  else if (strcmp(which, "differ") == 0 || strcmp(which, "leader") == 0 || strcmp(which, "cycle") == 0) {
+    static const struct differCase differ = {{{3, -1}, {3, -1}, {1, 3}, {-1}}, {1, 1, 2, 0}};
+    static const struct differCase leader = {{{3, -1}, {3, -1}, {0, -1}, {-1}}, {1, 1, 1, 0}};
+    static const struct differCase cycle = {{{1, -1}, {2, -1}, {0, -1}, {-1}}, {1, 1, 1, 0}};
+    setenv("CHORUS_TIMEOUT", "5", 1); /* a rank left waiting fails the test within seconds */
+    failed = which[0] == 'd' ? runRanks(4, differRank, (void *)&differ, 30)
+             : which[0] == 'l' ? runRanks(4, differRank, (void *)&leader, 30)
+                               : runRanks(3, differRank, (void *)&cycle, 30);
+  }
   else if (strcmp(which, "abort") == 0) {
     setenv("CHORUS_TIMEOUT", "4", 1); /* a call the abort does not end fails the test within seconds */
     failed = runRanks(3, abortRank, NULL, 30);

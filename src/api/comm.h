@@ -108,6 +108,7 @@ struct ncclComm {
   struct commOrigin origin;
   uint64_t commHash; /* NCCL's commId in the logs: a hash of the unique id */
   int childCount;    /* communicators split off this one */
+  uint32_t shrinkCalls; /* ncclCommShrink handoffs begun on it: their messages say which (shrink.c) */
   /* Windows (window.c) and one-sided signals (rma.c). */
   pthread_mutex_t winLock;            /* the windows, against the monitor's one-sided writes; registrations */
   struct ncclWindow_vidmem *windows; /* live, newest first */
@@ -141,8 +142,8 @@ long commBusId(int cudaDev);
  * told, so that every rank of the rendezvous fails within seconds, not at
  * its timeout (bootstrap.h). */
 void commReportBadRank(const ncclUniqueId *id, int rank, int nranks);
-/* A process handed the rendezvous at id (of nranks) with terms it does not
- * share tells its root, which refuses every rank at once (bootstrap.h). */
+/* A process handed the rendezvous at id (of nranks) that will not join it
+ * tells its root, which refuses every rank at once (bootstrap.h). */
 void commReportDisagreement(const ncclUniqueId *id, int nranks);
 /* NCCL's version line (NCCL_DEBUG=VERSION or more), once per process. */
 void commLogVersion(void);

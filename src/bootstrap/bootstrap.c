@@ -396,8 +396,9 @@ static void *rootThread(void *argp) {
     }
     if (hello.flags & WIRE_HELLO_DISAGREES) { /* a report: nothing answers it */
       if (!refusal[0]) {
-        snprintf(refusal, sizeof refusal, "host %s pid %d does not agree with the other ranks on who takes part "
-                 "(it was handed this rendezvous with another member list)", hello.info.hostname, hello.info.pid);
+        snprintf(refusal, sizeof refusal, "host %s pid %d, which was handed this rendezvous, will not join it (it does "
+                 "not agree with the other ranks on who takes part, or failed first: see its log)", hello.info.hostname,
+                 hello.info.pid);
         rootRefuseAll(fds, nranks, refusal, &w, &refusingUntil);
       }
       close(fd);

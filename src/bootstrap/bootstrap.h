@@ -84,10 +84,10 @@ ncclResult_t bootstrapInit(struct bootstrap *b, const struct bootstrapHandle *h,
  * reason instead of waiting for a rank that never comes. */
 void bootstrapReportBadRank(const struct bootstrapHandle *h, int rank, int nranks,
                             const struct bootstrapPeerInfo *me);
-/* A process that was handed the rendezvous of h (of nranks) with terms it
- * does not share (ncclCommShrink: another exclude list) tells its root,
- * which refuses every rank at once, naming it (best effort, within a
- * second). */
+/* A process that was handed the rendezvous of h (of nranks) and will not
+ * join it (ncclCommShrink: it failed after its leader handed it out) tells
+ * its root, which refuses every rank at once, naming it (best effort,
+ * within a second). */
 void bootstrapReportDisagreement(const struct bootstrapHandle *h, int nranks, const struct bootstrapPeerInfo *me);
 /* data holds nranks blocks of size bytes; this rank's block is filled in. */
 ncclResult_t bootstrapAllGather(struct bootstrap *b, void *data, size_t size);
