@@ -109,10 +109,11 @@ static int strangerAtSecretJob(int proc, int procs, ncclUniqueId unused, void *a
 }
 
 /* A rank that comes 4 s late, past the 3 s check-in window: the root's
- * check-in keeps the others waiting, as they should. */
+ * check-in keeps the others waiting, as they should, with a timeout of
+ * 30 s (arg) and with none ("0": until 2026-12-06 a rank that had checked
+ * in gave up 3 s after its hello, the check-in's limit left in place). */
 static int lateRank(int proc, int procs, ncclUniqueId id, void *arg) {
-  (void)arg;
-  setenv("CHORUS_TIMEOUT", "30", 1);
+  setenv("CHORUS_TIMEOUT", arg, 1);
   if (proc == 1) usleep(4000000);
   ncclComm_t comm;
   ncclResult_t res = ncclCommInitRank(&comm, procs, id, proc);
@@ -252,6 +253,10 @@ int main(int argc, char **argv) {
        * does not try again within half the timeout (1.5 s) */
       {"rank-out-of-range", 3, {{3, 0}, {3, 3}, {3, 1}}, "asked for rank 3 of 3 (ranks are 0 to 2)", ncclInvalidUsage, 0,
        2500},
+      /* rank -2 too (until 2026-12-06 the root took it for ncclCommShrink's report of a disagreement, and
+       * refused the others at once saying "does not agree with the other ranks on who takes part") */
+      {"rank-minus-two", 3, {{3, 0}, {3, 1}, {3, -2}}, "asked for rank -2 of 3 (ranks are 0 to 2)", ncclInvalidUsage, 0,
+       2500},
       /* ranks 1 and 3 of 4 never come: the timeout names them (the root said
        * whom it waits for, twice within the 3 s timeout) */
       {"missing-ranks", 2, {{4, 0}, {4, 2}}, "was still waiting for ranks 1, 3 (of 4; 2 checked in)",
@@ -318,13 +323,14 @@ int main(int argc, char **argv) {
     failed += f;
     if (failed) return 1; /* fail fast: the first failing case ends the test */
   }
-  if (!fixedId && part("late")) {
+  for (int none = 0; none < 2 && !fixedId && part("late"); none++) {
+    const char *timeout = none ? "0" : "30";
     ncclUniqueId late;
-    setenv("CHORUS_TIMEOUT", "30", 1); /* the root's own (it lives in this process) */
+    setenv("CHORUS_TIMEOUT", timeout, 1); /* the root's own (it lives in this process) */
     if (testCommId(&late) != 0) return 1;
     setenv("CHORUS_TIMEOUT", "3", 1);
-    int f = runRanksWithId(2, late, lateRank, NULL, 20);
-    printf("initcheck late-rank: %s\n", f ? "FAILED" : "passed");
+    int f = runRanksWithId(2, late, lateRank, (void *)timeout, 20);
+    printf("initcheck late-rank (CHORUS_TIMEOUT=%s): %s\n", timeout, f ? "FAILED" : "passed");
     failed += f;
     if (failed) return 1; /* fail fast: the first failing case ends the test */
   }

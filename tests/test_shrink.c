@@ -6,11 +6,26 @@
  *   live - 4 healthy ranks, 0..2 shrink away rank 3 (NCCL_SHRINK_DEFAULT);
  *          rank 3 trying to shrink itself away, a NULL or empty list, an
  *          out-of-range rank and bad flags all give ncclInvalidArgument.
- *   differ - ranks 0 and 1 exclude rank 3, rank 2 excludes 1 and 3: rank 2
- *          gets ncclInvalidArgument, and 0 and 1 a refusal naming its
- *          process within 2 s (not their timeout).
+ *   differ - ranks 0 and 1 exclude rank 3, rank 2 excludes 1 and 3: each
+ *          of the three gets ncclInvalidUsage naming a rank it disagrees
+ *          with (host and pid) within 2 s (measured 0-200 ms), none a
+ *          communicator.
+ *   leader - the same where the lists disagree on the first survivor, who
+ *          hands out the new rendezvous: ranks 0 and 1 exclude rank 3,
+ *          rank 2 excludes rank 0 (until 2026-12-06 every rank waited for
+ *          its timeout); and cycle - 3 ranks, each excludes the next one:
+ *          no two agree, and no rank keeps a rank that keeps it.
+ *   abort - 3 ranks; rank 1 alone calls ncclCommShrink (excluding rank 2),
+ *          then ncclCommSplit and ncclCommGrow, each on a communicator of
+ *          its own, while the others are busy elsewhere; a second thread
+ *          ncclCommAborts that parent after 0.3 s: each call returns
+ *          ncclInvalidUsage ("ended by ncclCommAbort") within a second, not
+ *          at the 4 s timeout (until 2026-12-06 the shrink's wait did not
+ *          look at the abort flag, and none of the three held the parent,
+ *          so the abort freed what they read: ASan builds see that).
  *   test_shrink <case> */
 #define _GNU_SOURCE
+#include <pthread.h>
 #include <signal.h>
 #include <string.h>
 #include <unistd.h>
@@ -87,31 +102,93 @@ static int liveRank(int rank, int n, ncclUniqueId id, void *arg) {
   return 0;
 }
 
+/* Lists that differ (arg: which case): every rank that calls fails within
+ * 2 s (measured: 0-200 ms) with ncclInvalidUsage naming a rank (host and pid), gets no
+ * communicator, and none waits for its timeout. */
+struct differCase {
+  int exclude[4][2]; /* each rank's list, -1 ended; none: it does not call */
+  int count[4];
+};
+
 static int differRank(int rank, int n, ncclUniqueId id, void *arg) {
-  (void)arg;
+  const struct differCase *c = arg;
   ncclComm_t comm, child = NULL;
   NCCLCHECK(ncclCommInitRank(&comm, n, id, rank));
-  int mostExclude[] = {3}, twoExclude[] = {1, 3};
+  int *exclude = (int *)c->exclude[rank];
   double t0 = nowSec();
-  ncclResult_t res = ncclSuccess;
-  if (rank == 2) res = ncclCommShrink(comm, twoExclude, 2, &child, NULL, NCCL_SHRINK_DEFAULT);
-  else if (rank < 2) res = ncclCommShrink(comm, mostExclude, 1, &child, NULL, NCCL_SHRINK_DEFAULT);
-  else usleep(1000000); /* excluded by all: takes no part */
+  if (c->count[rank] == 0) { /* excluded by all: takes no part */
+    usleep(1500000);
+    NCCLCHECK(ncclCommDestroy(comm));
+    return 0;
+  }
+  ncclResult_t res = ncclCommShrink(comm, exclude, c->count[rank], &child, NULL, NCCL_SHRINK_DEFAULT);
   double s = nowSec() - t0;
   const char *why = ncclGetLastError(NULL);
-  if (rank == 2)
-    EXPECT(res == ncclInvalidArgument && strstr(why, "excludes other ranks than rank 0"), "rank 2: %s: %s",
-           ncclGetErrorString(res), why);
-  else if (rank < 2)
-    EXPECT(res == ncclInvalidUsage && strstr(why, "does not agree with the other ranks") && s < 2.0,
-           "rank %d: %s after %.2f s: %s", rank, ncclGetErrorString(res), s, why);
+  fprintf(stderr, "rank %d: %s after %.0f ms: %s\n", rank, ncclGetErrorString(res), s * 1e3, why);
+  EXPECT(res == ncclInvalidUsage && strstr(why, "ncclCommShrink") && strstr(why, "exclude") && strstr(why, " pid ") &&
+             s < 2.0,
+         "rank %d: %s after %.2f s: %s", rank, ncclGetErrorString(res), s, why);
   EXPECT(child == NULL, "rank %d: a failed shrink left a communicator", rank);
-  /* The new rendezvous's root lives in rank 0's process and refuses the
-   * survivors as they come; a survivor scheduled late would otherwise find
-   * the process gone ("not listening ... has exited", a clear error but not
-   * the one this test asks for). */
-  if (rank == 0) usleep(1000000);
+  faultTime("ncclCommShrink with exclude lists that differ", res, s * 1e3);
   ncclCommAbort(comm); /* the mesh saw failures: no goodbyes */
+  return 0;
+}
+
+struct abortAfter {
+  ncclComm_t comm;
+  double at, took; /* when the abort began, how long it took */
+};
+
+static void *abortAfter(void *p) {
+  struct abortAfter *a = p;
+  usleep(300000);
+  a->at = nowSec();
+  ncclCommAbort(a->comm);
+  a->took = nowSec() - a->at;
+  return NULL;
+}
+
+/* Rank 1 alone calls what (0 shrink, 1 split, 2 grow) on comm, which a
+ * second thread aborts meanwhile. */
+static int abortedCall(ncclComm_t comm, int what) {
+  static const char *const names[] = {"ncclCommShrink", "ncclCommSplit", "ncclCommGrow"};
+  struct abortAfter a = {comm, 0, 0};
+  pthread_t t;
+  EXPECT(pthread_create(&t, NULL, abortAfter, &a) == 0, "a thread");
+  ncclComm_t child = NULL;
+  int exclude[] = {2};
+  ncclResult_t res = what == 0   ? ncclCommShrink(comm, exclude, 1, &child, NULL, NCCL_SHRINK_DEFAULT)
+                     : what == 1 ? ncclCommSplit(comm, 0, 0, &child, NULL)
+                                 : ncclCommGrow(comm, 4, NULL, -1, &child, NULL);
+  double end = nowSec();
+  pthread_join(t, NULL);
+  const char *why = ncclGetLastError(NULL);
+  fprintf(stderr, "rank 1: %s returned %s %.1f ms after ncclCommAbort began, which took %.1f ms: %s\n", names[what],
+          ncclGetErrorString(res), (end - a.at) * 1e3, a.took * 1e3, why);
+  EXPECT(res == ncclInvalidUsage && strstr(why, "ended by ncclCommAbort"), "%s: %s: %s", names[what],
+         ncclGetErrorString(res), why);
+  EXPECT(end - a.at < 1.0 && a.took < 1.0, "%s returned %.2f s after the abort began, which took %.2f s", names[what],
+         end - a.at, a.took);
+  EXPECT(child == NULL, "%s left a communicator", names[what]);
+  faultTime(what == 0 ? "ncclCommAbort of the parent during ncclCommShrink" : what == 1 ?
+            "ncclCommAbort of the parent during ncclCommSplit" : "ncclCommAbort of the parent during ncclCommGrow",
+            res, (end - a.at) * 1e3);
+  return 0;
+}
+
+static int abortRank(int rank, int n, ncclUniqueId id, void *arg) {
+  (void)arg;
+  ncclComm_t comm[3];
+  NCCLCHECK(ncclCommInitRank(&comm[0], n, id, rank));
+  NCCLCHECK(ncclCommSplit(comm[0], 0, rank, &comm[1], NULL));
+  NCCLCHECK(ncclCommSplit(comm[0], 0, rank, &comm[2], NULL));
+  if (rank != 1) { /* busy elsewhere until rank 1 is done */
+    usleep(2500000);
+    for (int i = 0; i < 3; i++) ncclCommAbort(comm[i]); /* rank 1 aborted: no goodbyes */
+    return 0;
+  }
+  for (int what = 0; what < 3; what++)
+    if (abortedCall(comm[what], what)) return 1;
   return 0;
 }
 
@@ -119,7 +196,19 @@ int main(int argc, char **argv) {
   const char *which = argc > 1 ? argv[1] : "dead";
   int failed;
   if (strcmp(which, "dead") == 0) failed = runRanks(4, deadRank, NULL, 30) != 1; /* rank 2 dies */
-  else if (strcmp(which, "differ") == 0) failed = runRanks(4, differRank, NULL, 30);
+  else if (strcmp(which, "differ") == 0 || strcmp(which, "leader") == 0 || strcmp(which, "cycle") == 0) {
+    static const struct differCase differ = {{{3, -1}, {3, -1}, {1, 3}, {-1}}, {1, 1, 2, 0}};
+    static const struct differCase leader = {{{3, -1}, {3, -1}, {0, -1}, {-1}}, {1, 1, 1, 0}};
+    static const struct differCase cycle = {{{1, -1}, {2, -1}, {0, -1}, {-1}}, {1, 1, 1, 0}};
+    setenv("CHORUS_TIMEOUT", "5", 1); /* a rank left waiting fails the test within seconds */
+    failed = which[0] == 'd' ? runRanks(4, differRank, (void *)&differ, 30)
+             : which[0] == 'l' ? runRanks(4, differRank, (void *)&leader, 30)
+                               : runRanks(3, differRank, (void *)&cycle, 30);
+  }
+  else if (strcmp(which, "abort") == 0) {
+    setenv("CHORUS_TIMEOUT", "4", 1); /* a call the abort does not end fails the test within seconds */
+    failed = runRanks(3, abortRank, NULL, 30);
+  }
   else failed = runRanks(4, liveRank, NULL, 30);
   printf("test_shrink %s: %s\n", which, failed ? "FAILED" : "passed");
   return failed != 0;

@@ -455,6 +455,14 @@ void commReportBadRank(const ncclUniqueId *id, int rank, int nranks) {
   bootstrapReportBadRank(&h, rank, nranks, &me);
 }
 
+void commReportDisagreement(const ncclUniqueId *id, int nranks) {
+  struct bootstrapHandle h;
+  memcpy(&h, id->internal, sizeof h);
+  struct bootstrapPeerInfo me;
+  commPeerInfo(-1, 0, &me);
+  bootstrapReportDisagreement(&h, nranks, &me);
+}
+
 static struct ncclComm *commAlloc(int nranks, const ncclUniqueId *id, int rank, int cudaDev, int blocking,
                                    const struct commOrigin *origin) {
   struct ncclComm *comm = calloc(1, sizeof *comm);

@@ -115,6 +115,7 @@ struct ncclComm {
   uint64_t commHash; /* NCCL's commId in the logs: a hash of the unique id */
   int childCount;    /* communicators split off this one */
   int parentChildCount; /* origin.parent's, this one counted (read at commAlloc: never the parent's memory after) */
+  uint32_t shrinkCalls; /* ncclCommShrink handoffs begun on it: their messages say which (shrink.c) */
   /* Windows (window.c) and one-sided signals (rma.c). */
   pthread_mutex_t winLock;            /* the windows, against the monitor's one-sided writes; registrations */
   struct ncclWindow_vidmem *windows; /* live, newest first */
@@ -144,10 +145,13 @@ ncclResult_t commInit(struct ncclComm **out, int nranks, const ncclUniqueId *id,
 /* NCCL's bus id of a device, for the logs (what the host-CUDA shim's
  * devices show too: device d on bus d, "0000:0d:00.0"). */
 long commBusId(int cudaDev);
-/* An init that asked for a rank outside 0..nranks-1 of id (or passes
- * BOOTSTRAP_RANK_DISAGREES): the root is told, so that every rank of the
- * rendezvous fails within seconds, not at its timeout (bootstrap.h). */
+/* An init that asked for a rank outside 0..nranks-1 of id: the root is
+ * told, so that every rank of the rendezvous fails within seconds, not at
+ * its timeout (bootstrap.h). */
 void commReportBadRank(const ncclUniqueId *id, int rank, int nranks);
+/* A process handed the rendezvous at id (of nranks) that will not join it
+ * tells its root, which refuses every rank at once (bootstrap.h). */
+void commReportDisagreement(const ncclUniqueId *id, int nranks);
 /* NCCL's version line (NCCL_DEBUG=VERSION or more), once per process. */
 void commLogVersion(void);
 /* Frees a communicator and everything it owns; graceful says goodbye to

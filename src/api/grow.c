@@ -98,5 +98,7 @@ ncclResult_t commGrowRun(struct initJob *j) {
        j->nranks, coord);
   struct commOrigin origin = {"ncclCommGrow", parent, 0, me, 0, &j->config};
   __atomic_fetch_add(&parent->childCount, 1, __ATOMIC_RELAXED);
-  return commInit(j->comm, j->nranks, &j->id, me, parent->cudaDev, j->blocking, &origin);
+  int dev = parent->cudaDev;
+  initJobParentDone(j);
+  return commInit(j->comm, j->nranks, &j->id, me, dev, j->blocking, &origin);
 }

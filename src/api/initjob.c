@@ -11,10 +11,21 @@
 #include "core/err.h"
 #include "core/log.h"
 
+void initJobParentDone(struct initJob *j) {
+  if (!j->parentHeld) return;
+  j->parentHeld = 0;
+  __atomic_add_fetch(&j->parent->busy, -1, __ATOMIC_ACQ_REL);
+}
+
 static void *initJobThread(void *p) {
   struct initJob *j = p;
   struct commOrigin origin = {j->func, NULL, 0, 0, j->ids, &j->config};
+  if (j->run && j->parent) { /* see initJobParentDone */
+    __atomic_add_fetch(&j->parent->busy, 1, __ATOMIC_ACQ_REL);
+    j->parentHeld = 1;
+  }
   j->res = j->run ? j->run(j) : commInit(j->comm, j->nranks, &j->id, j->rank, j->cudaDev, j->blocking, &origin);
+  initJobParentDone(j);
   if (j->res != ncclSuccess && j->res != ncclInProgress) snprintf(j->why, sizeof j->why, "%s", logThreadLastError());
   return NULL;
 }

@@ -24,10 +24,17 @@ struct initJob {
    * by the job: groupInit and ncclGroupEnd free it) */
   char *excluded;
   int shrinkFlags;
+  int parentHeld; /* the job counts in parent->busy (initJobParentDone) */
   const char *func; /* the call, for the logs (commOrigin) */
   uint64_t ids;     /* ncclCommInitRankScalable's ids, hashed (commOrigin); 0: one id */
   char why[512];    /* the init thread's last WARN when res is an error */
 };
+/* The job is done with its parent (split, shrink, grow): from the start of
+ * the job until this is called (by its run function before the child's own
+ * rendezvous, else when the run returns) it counts in parent->busy, so that
+ * ncclCommAbort or ncclCommDestroy of the parent from another thread waits
+ * until it no longer reads the parent (an abort ends its waits first). */
+void initJobParentDone(struct initJob *job);
 /* The shrink itself, on the init thread (shrink.c). */
 ncclResult_t commShrinkRun(struct initJob *job);
 /* A grow's parent rank, on the init thread (grow.c). */

@@ -394,10 +394,15 @@ static void *rootThread(void *argp) {
       close(fd);
       continue;
     }
-    if (!refusal[0] && hello.rank == BOOTSTRAP_RANK_DISAGREES) {
-      snprintf(refusal, sizeof refusal, "host %s pid %d does not agree with the other ranks on who takes part "
-               "(it was handed this rendezvous with another member list)", hello.info.hostname, hello.info.pid);
-      rootRefuseAll(fds, nranks, refusal, &w, &refusingUntil);
+    if (hello.flags & WIRE_HELLO_DISAGREES) { /* a report: nothing answers it */
+      if (!refusal[0]) {
+        snprintf(refusal, sizeof refusal, "host %s pid %d, which was handed this rendezvous, will not join it (it does "
+                 "not agree with the other ranks on who takes part, or failed first: see its log)", hello.info.hostname,
+                 hello.info.pid);
+        rootRefuseAll(fds, nranks, refusal, &w, &refusingUntil);
+      }
+      close(fd);
+      continue;
     }
     if (rootHelloBadRank(&hello)) { /* a report: nothing answers it */
       if (!refusal[0]) rootBadRankNoted(&bad, &hello, ranksTimeoutNs);
@@ -666,8 +671,8 @@ static ncclResult_t recvRootReply(struct bootstrap *b, int rootFd, const union s
   for (;;) {
     char frame[WIRE_PROGRESS_BYTES];
     int32_t mark;
-    uint64_t until = checkedIn ? deadline : checkInBy;
-    if (until) w->timeoutNs = clockNs() < until ? until - clockNs() : 1;
+    uint64_t until = checkedIn ? deadline : checkInBy; /* 0: no timeout (CHORUS_TIMEOUT=0), once checked in */
+    w->timeoutNs = until ? (clockNs() < until ? until - clockNs() : 1) : 0;
     if ((res = sockRecvAll(rootFd, &mark, sizeof mark, w)) != ncclSuccess) break;
     checkedIn = 1; /* a root that says anything is one */
     if (mark == WIRE_CHECKED_IN) continue;
@@ -709,7 +714,7 @@ static ncclResult_t recvRootReply(struct bootstrap *b, int rootFd, const union s
  * the interface that reaches the root's network (port 0: to listen on). */
 static ncclResult_t rootHelloFill(struct rootHello *hello, const struct bootstrapHandle *h, int rank, int nranks,
                                   const struct bootstrapPeerInfo *me, char *ifname, size_t ifnameLen) {
-  *hello = (struct rootHello){h->secret, rank, nranks, *me};
+  *hello = (struct rootHello){.secret = h->secret, .rank = rank, .nranks = nranks, .info = *me};
   hello->info.rank = rank;
   ncclResult_t picked = sockPickAddr(&h->addr, &hello->info.listenAddr, ifname, ifnameLen);
   if (picked != ncclSuccess) { /* no interface to listen on: a hello that says so (an address of no family) */
@@ -817,6 +822,14 @@ void bootstrapReportBadRank(const struct bootstrapHandle *h, int rank, int nrank
   struct rootHello hello;
   char ifname[64];
   if (rootHelloFill(&hello, h, rank, nranks, me, ifname, sizeof ifname) != ncclSuccess) return;
+  reportToRoot(h, &hello);
+}
+
+void bootstrapReportDisagreement(const struct bootstrapHandle *h, int nranks, const struct bootstrapPeerInfo *me) {
+  struct rootHello hello;
+  char ifname[64];
+  if (rootHelloFill(&hello, h, -1, nranks, me, ifname, sizeof ifname) != ncclSuccess) return;
+  hello.flags = WIRE_HELLO_DISAGREES;
   reportToRoot(h, &hello);
 }
 

@@ -82,10 +82,6 @@ void bootstrapRefuseRoot(const struct bootstrapHandle *h, const char *why);
 ncclResult_t bootstrapStartRoot(const struct bootstrapHandle *h, int nranks);
 ncclResult_t bootstrapInit(struct bootstrap *b, const struct bootstrapHandle *h, int rank, int nranks,
                            const struct bootstrapPeerInfo *me, volatile int *abortFlag);
-/* The rank bootstrapReportBadRank passes for a process that was handed a
- * rendezvous whose terms it does not share (ncclCommShrink: another exclude
- * list): the root refuses every rank at once, naming it. */
-#define BOOTSTRAP_RANK_DISAGREES (-2)
 /* A rank that asked for a rank outside 0..nranks-1 tells the root (within
  * a second, best effort). Unless the same process calls in with a good
  * rank within a grace period (it may try again, as NCCL allows), the root
@@ -93,6 +89,11 @@ ncclResult_t bootstrapInit(struct bootstrap *b, const struct bootstrapHandle *h,
  * reason instead of waiting for a rank that never comes. */
 void bootstrapReportBadRank(const struct bootstrapHandle *h, int rank, int nranks,
                             const struct bootstrapPeerInfo *me);
+/* A process that was handed the rendezvous of h (of nranks) and will not
+ * join it (ncclCommShrink: it failed after its leader handed it out) tells
+ * its root, which refuses every rank at once, naming it (best effort,
+ * within a second). */
+void bootstrapReportDisagreement(const struct bootstrapHandle *h, int nranks, const struct bootstrapPeerInfo *me);
 /* data holds nranks blocks of size bytes; this rank's block is filled in. */
 ncclResult_t bootstrapAllGather(struct bootstrap *b, void *data, size_t size);
 ncclResult_t bootstrapSend(struct bootstrap *b, int peer, const void *data, size_t size);

@@ -409,6 +409,29 @@ ncclResult_t oobRecvData(struct bootstrap *b, int peer, void *data, size_t size,
   }
 }
 
+int oobPeekData(struct bootstrap *b, int peer, void *data, size_t size) {
+  struct oob *o = b->oob;
+  pthread_mutex_lock(&o->lock);
+  const struct oobMsg *m = o->peers[peer].inHead;
+  int got = !m ? 0 : m->len == size ? 1 : -1;
+  if (got == 1) memcpy(data, m->data, size);
+  pthread_mutex_unlock(&o->lock);
+  return got;
+}
+
+void oobDropData(struct bootstrap *b, int peer) {
+  struct oob *o = b->oob;
+  struct oobPeer *p = &o->peers[peer];
+  pthread_mutex_lock(&o->lock);
+  struct oobMsg *m = p->inHead;
+  if (m) {
+    p->inHead = m->next;
+    if (!p->inHead) p->inTail = NULL;
+  }
+  pthread_mutex_unlock(&o->lock);
+  free(m);
+}
+
 int oobPeerGone(const struct bootstrap *b, int peer) {
   return __atomic_load_n(&b->oob->peers[peer].gone, __ATOMIC_ACQUIRE);
 }

@@ -50,6 +50,12 @@ ncclResult_t oobSendData(struct bootstrap *b, int peer, const void *data, size_t
 ncclResult_t oobSendRma(struct bootstrap *b, int peer, const void *payload, size_t size, struct waitState *w);
 /* The next data message from peer, which must be exactly size bytes. */
 ncclResult_t oobRecvData(struct bootstrap *b, int peer, void *data, size_t size, struct waitState *w);
+/* Without waiting, the next data message from peer: 1, copied into data,
+ * when it is exactly size bytes; -1 when it has another size; 0 when none
+ * has come. It stays queued until oobDropData. */
+int oobPeekData(struct bootstrap *b, int peer, void *data, size_t size);
+/* Drops the data message from peer that oobPeekData saw. */
+void oobDropData(struct bootstrap *b, int peer);
 
 /* 1 when peer went away without a goodbye (or broke the protocol). */
 int oobPeerGone(const struct bootstrap *b, int peer);

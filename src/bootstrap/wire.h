@@ -14,8 +14,15 @@
 struct rootHello {
   uint64_t secret;
   int32_t rank, nranks;
+  uint32_t flags; /* WIRE_HELLO_DISAGREES */
+  uint32_t pad;
   struct bootstrapPeerInfo info;
 };
+/* The hello only reports that its process was handed this rendezvous and
+ * will not join it (bootstrapReportDisagreement): the root refuses every
+ * rank. A flag, not a rank value, so that no rank a user asks for can be
+ * taken for it. */
+#define WIRE_HELLO_DISAGREES 0x1u
 /* A rank to a higher one, opening their mesh connection. */
 struct meshHello {
   uint64_t secret;
