@@ -14,7 +14,13 @@
  *          hands out the new rendezvous: ranks 0 and 1 exclude rank 3,
  *          rank 2 excludes rank 0 (until 2026-12-06 every rank waited for
  *          its timeout); and cycle - 3 ranks, each excludes the next one:
- *          no two agree, and no rank keeps a rank that keeps it.
+ *          no two agree, and no rank keeps a rank that keeps it, so no
+ *          rank can tell the others' lists from their next shrinks (as
+ *          torch's new_group makes them, subsets at their own pace): each
+ *          fails at its timeout, naming the rank it waited for, or is told
+ *          by one that did.
+ *   subsets - subsets of 4 ranks made by their members alone, each at its
+ *          own pace, as torch's new_group makes them (subsetsRank).
  *   abort - 3 ranks; rank 1 alone calls ncclCommShrink (excluding rank 2),
  *          then ncclCommSplit and ncclCommGrow, each on a communicator of
  *          its own, while the others are busy elsewhere; a second thread
@@ -108,6 +114,7 @@ static int liveRank(int rank, int n, ncclUniqueId id, void *arg) {
 struct differCase {
   int exclude[4][2]; /* each rank's list, -1 ended; none: it does not call */
   int count[4];
+  int atTimeout; /* no two ranks that keep each other disagree: each fails at its timeout (5 s) or is told */
 };
 
 static int differRank(int rank, int n, ncclUniqueId id, void *arg) {
@@ -125,12 +132,50 @@ static int differRank(int rank, int n, ncclUniqueId id, void *arg) {
   double s = nowSec() - t0;
   const char *why = ncclGetLastError(NULL);
   fprintf(stderr, "rank %d: %s after %.0f ms: %s\n", rank, ncclGetErrorString(res), s * 1e3, why);
-  EXPECT(res == ncclInvalidUsage && strstr(why, "ncclCommShrink") && strstr(why, "exclude") && strstr(why, " pid ") &&
-             s < 2.0,
-         "rank %d: %s after %.2f s: %s", rank, ncclGetErrorString(res), s, why);
+  if (c->atTimeout)
+    EXPECT((res == ncclTimeout || res == ncclInvalidUsage) && strstr(why, "ncclCommShrink") && strstr(why, " pid ") &&
+               s < 7.0,
+           "rank %d: %s after %.2f s: %s", rank, ncclGetErrorString(res), s, why);
+  else
+    EXPECT(res == ncclInvalidUsage && strstr(why, "ncclCommShrink") && strstr(why, "exclude") && strstr(why, " pid ") &&
+               s < 2.0,
+           "rank %d: %s after %.2f s: %s", rank, ncclGetErrorString(res), s, why);
   EXPECT(child == NULL, "rank %d: a failed shrink left a communicator", rank);
   faultTime("ncclCommShrink with exclude lists that differ", res, s * 1e3);
   ncclCommAbort(comm); /* the mesh saw failures: no goodbyes */
+  return 0;
+}
+
+/* Subsets of 4 ranks, each made by its members alone at their own pace, as
+ * torch's new_group makes them: {0,2}, {1,3}, {3}, {0,3}, {0,1,2}, every
+ * rank in its order. Rank 1 comes to {1,3} late, so rank 3 waits there
+ * while rank 0, done with {0,2}, sends rank 3 its list for {0,3}: the
+ * next shrink of the two, not a disagreement. Each child must work. */
+static int subsetsRank(int rank, int n, ncclUniqueId id, void *arg) {
+  (void)arg;
+  static const int layouts[][4] = {{0, 2, -1}, {1, 3, -1}, {3, -1}, {0, 3, -1}, {0, 1, 2, -1}};
+  ncclComm_t comm, child[5] = {NULL};
+  NCCLCHECK(ncclCommInitRank(&comm, n, id, rank));
+  for (int l = 0; l < 5; l++) {
+    int in = 0, m = 0, me = -1, excl[4], nexcl = 0;
+    for (int k = 0; k < 4 && layouts[l][k] >= 0; k++) {
+      if (layouts[l][k] == rank) me = m;
+      in |= 1 << layouts[l][k];
+      m++;
+    }
+    if (me < 0) continue;
+    for (int r = 0; r < n; r++)
+      if (!(in & (1 << r))) excl[nexcl++] = r;
+    if (rank == 1 && l == 1) usleep(300000);
+    NCCLCHECK(ncclCommShrink(comm, excl, nexcl, &child[l], NULL, NCCL_SHRINK_DEFAULT));
+    int x = rank + 1, sum = 0, want = 0;
+    for (int k = 0; k < m; k++) want += layouts[l][k] + 1;
+    NCCLCHECK(ncclAllReduce(&x, &sum, 1, ncclInt, ncclSum, child[l], NULL));
+    EXPECT(sum == want, "rank %d: the AllReduce of subset %d gave %d, want %d", rank, l, sum, want);
+  }
+  for (int l = 0; l < 5; l++)
+    if (child[l]) NCCLCHECK(ncclCommDestroy(child[l]));
+  NCCLCHECK(ncclCommDestroy(comm));
   return 0;
 }
 
@@ -197,13 +242,17 @@ int main(int argc, char **argv) {
   int failed;
   if (strcmp(which, "dead") == 0) failed = runRanks(4, deadRank, NULL, 30) != 1; /* rank 2 dies */
   else if (strcmp(which, "differ") == 0 || strcmp(which, "leader") == 0 || strcmp(which, "cycle") == 0) {
-    static const struct differCase differ = {{{3, -1}, {3, -1}, {1, 3}, {-1}}, {1, 1, 2, 0}};
-    static const struct differCase leader = {{{3, -1}, {3, -1}, {0, -1}, {-1}}, {1, 1, 1, 0}};
-    static const struct differCase cycle = {{{1, -1}, {2, -1}, {0, -1}, {-1}}, {1, 1, 1, 0}};
+    static const struct differCase differ = {{{3, -1}, {3, -1}, {1, 3}, {-1}}, {1, 1, 2, 0}, 0};
+    static const struct differCase leader = {{{3, -1}, {3, -1}, {0, -1}, {-1}}, {1, 1, 1, 0}, 0};
+    static const struct differCase cycle = {{{1, -1}, {2, -1}, {0, -1}, {-1}}, {1, 1, 1, 0}, 1};
     setenv("CHORUS_TIMEOUT", "5", 1); /* a rank left waiting fails the test within seconds */
     failed = which[0] == 'd' ? runRanks(4, differRank, (void *)&differ, 30)
              : which[0] == 'l' ? runRanks(4, differRank, (void *)&leader, 30)
                                : runRanks(3, differRank, (void *)&cycle, 30);
+  }
+  else if (strcmp(which, "subsets") == 0) {
+    setenv("CHORUS_TIMEOUT", "5", 1);
+    failed = runRanks(4, subsetsRank, NULL, 30);
   }
   else if (strcmp(which, "abort") == 0) {
     setenv("CHORUS_TIMEOUT", "4", 1); /* a call the abort does not end fails the test within seconds */

@@ -123,6 +123,7 @@ void commFree(struct ncclComm *comm, int graceful) {
   free(comm->scratch);
   free(comm->userOps);
   free(comm->p2pSeq);
+  free(comm->shrinkWith);
   if (comm->orderStream) streamRelease(comm->orderStream); /* the last launch's (commOrderNote's hold) */
   windowFreeAll(comm); /* the monitor, which writes into windows, has stopped */
   registerFreeAll(comm);

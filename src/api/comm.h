@@ -115,7 +115,7 @@ struct ncclComm {
   uint64_t commHash; /* NCCL's commId in the logs: a hash of the unique id */
   int childCount;    /* communicators split off this one */
   int parentChildCount; /* origin.parent's, this one counted (read at commAlloc: never the parent's memory after) */
-  uint32_t shrinkCalls; /* ncclCommShrink handoffs begun on it: their messages say which (shrink.c) */
+  uint32_t *shrinkWith; /* [nranks]: ncclCommShrinks begun on it with each rank kept (shrink.c); NULL: none */
   /* Windows (window.c) and one-sided signals (rma.c). */
   pthread_mutex_t winLock;            /* the windows, against the monitor's one-sided writes; registrations */
   struct ncclWindow_vidmem *windows; /* live, newest first */

@@ -3,8 +3,9 @@
  * part, over the parent's bootstrap mesh, so dead ranks cannot hold it up:
  *   1. each survivor sends a digest of its exclude list to every rank it
  *      keeps and waits for each of theirs. A digest other than its own is a
- *      disagreement; so is the digest of a rank it excludes (which keeps
- *      it, so waits for it), which it answers with a refusal. A survivor
+ *      disagreement. (One from a rank it excludes, which keeps it, may be
+ *      that rank's next shrink, so it is left for this rank's next; only a
+ *      survivor whose shrink failed refuses such lists for a moment.) A survivor
  *      that fails tells every rank it keeps why, so that they fail at once
  *      too, each naming a rank, instead of waiting for ranks that will not
  *      come (until 2026-12-06 survivors that disagreed on the first survivor
@@ -13,8 +14,12 @@
  *      starts a fresh rendezvous and hands its id to the others.
  * No survivor joins the new rendezvous before every rank it keeps has sent
  * it the same list, so none gets a communicator that one of its members
- * did not ask for. Each message carries the number of the sender's shrink
- * on this parent: what a failed shrink left unread is dropped by the next.
+ * did not ask for. Each message carries the number of the shrinks on this
+ * parent that the sender and its receiver both took part in (each pair's
+ * own count: a shrink leaves out the ranks it excludes, which do not call
+ * it, so a count of all would differ between ranks that made different
+ * subsets, as torch's new_group does): what a failed shrink left unread is
+ * dropped by the next.
  * NCCL_SHRINK_ABORT first ends what is still running on the parent (as
  * ncclCommAbort would, but the parent stays usable for ncclCommDestroy). */
 #include <stdarg.h>
@@ -41,7 +46,7 @@ enum shrinkKind { shrinkDigest = 1, shrinkHandoff, shrinkFail };
 struct shrinkMsg {
   uint32_t magic;
   uint32_t kind;
-  uint32_t call;   /* the sender's shrink on this parent (shrinkCalls); a refusal's: the one it answers */
+  uint32_t call;   /* the pair's shrink on this parent (shrinkWith); a refusal's: the one it answers */
   int32_t nranks;  /* the survivors in the sender's list */
   int32_t first;   /* its first survivor (who hands the rendezvous out) */
   int32_t code;    /* shrinkFail: the error */
@@ -56,7 +61,8 @@ struct shrinkState {
   struct bootstrap *b;
   const char *excluded; /* [n] */
   int n, me, leader, m;
-  uint32_t call;
+  uint32_t *call; /* [n]: this shrink's number with rank i (with[i] + 1 before it counts) */
+  uint32_t *with; /* [n]: the parent's shrinkWith */
   uint64_t digest;
   char *need; /* [n]: the digest of rank i, which this rank keeps, has not come */
   int handed; /* a follower has the leader's handoff */
@@ -123,11 +129,12 @@ static ncclResult_t shrinkLiveness(void *arg) {
   return ncclSuccess;
 }
 
-static void shrinkMsgFill(const struct shrinkState *s, struct shrinkMsg *msg, int kind) {
+/* A message of this shrink to rank p. */
+static void shrinkMsgFill(const struct shrinkState *s, struct shrinkMsg *msg, int kind, int p) {
   memset(msg, 0, sizeof *msg);
   msg->magic = SHRINK_MAGIC;
   msg->kind = (uint32_t)kind;
-  msg->call = s->call;
+  msg->call = s->call[p];
   msg->nranks = s->m;
   msg->first = s->leader;
   msg->digest = s->digest;
@@ -139,7 +146,7 @@ static void shrinkTell(const struct shrinkState *s, int p, uint32_t call, ncclRe
                        const char *why) {
   if (oobPeerGone(s->b, p) || oobPeerDeparted(s->b, p)) return;
   struct shrinkMsg msg;
-  shrinkMsgFill(s, &msg, shrinkFail);
+  shrinkMsgFill(s, &msg, shrinkFail, p);
   msg.call = call;
   msg.code = (int32_t)code;
   msg.origin = origin;
@@ -163,6 +170,7 @@ static void shrinkTake(struct shrinkState *s, int p, const struct shrinkMsg *msg
                  s->me, p, s->me, s->m, s->leader, p, msg->nranks, msg->first);
         INFO(subsysInit, "%s: refused", why);
         shrinkTell(s, p, msg->call, ncclInvalidUsage, s->me, why);
+        s->with[p] = msg->call; /* it counted this shrink with this rank: so does this rank */
       } else if (!s->need[p]) {
         shrinkFailed(s, ncclInvalidUsage, s->me, "ncclCommShrink : rank %d got a second exclude list from %s",
                      s->me, peerName(s, p, name, sizeof name));
@@ -220,19 +228,25 @@ static int shrinkRead(struct shrinkState *s) {
                        s->me, peerName(s, p, name, sizeof name));
         break;
       }
-      if (msg.call > s->call) { /* its next shrink's: left for this rank's next */
+      /* Its next shrink's, left for this rank's next: one past this rank's
+       * count with it, or its number now from a rank this one excludes (which
+       * keeps this rank: its next shrink with it, or lists that differ; which
+       * of the two cannot be told here, so no refusal: a rank that keeps
+       * this one and is kept by none that agree with it waits for its
+       * timeout, naming this rank) */
+      if (msg.call > s->call[p] || (msg.call == s->call[p] && s->excluded[p])) {
         if (shrinkAwaits(s, p)) {
           shrinkFailed(s, ncclInvalidUsage, s->me,
-                       "ncclCommShrink : rank %d: %s began its ncclCommShrink #%u on this communicator while this "
-                       "rank waited for its part of #%u (did it skip a shrink the others made?)",
-                       s->me, peerName(s, p, name, sizeof name), msg.call, s->call);
+                       "ncclCommShrink : rank %d: %s began their ncclCommShrink #%u together on this communicator "
+                       "while this rank waited for its part of #%u (did it skip a shrink that kept both?)",
+                       s->me, peerName(s, p, name, sizeof name), msg.call, s->call[p]);
           shrinkTell(s, p, msg.call, s->code, s->me, s->why);
         }
         break;
       }
       oobDropData(s->b, p);
       moved = 1;
-      if (msg.call == s->call) shrinkTake(s, p, &msg); /* else left by an earlier shrink that failed */
+      if (msg.call == s->call[p]) shrinkTake(s, p, &msg); /* else left by an earlier shrink that failed */
     }
   }
   return moved;
@@ -259,10 +273,10 @@ static void shrinkLinger(struct shrinkState *s) {
       struct shrinkMsg msg;
       int got;
       while (!heard[p] && (got = oobPeekData(s->b, p, &msg, sizeof msg)) == 1 && msg.magic == SHRINK_MAGIC &&
-             msg.call <= s->call) {
+             msg.call <= s->call[p]) {
         oobDropData(s->b, p);
         moved = 1;
-        if (msg.call < s->call) continue;
+        if (msg.call < s->call[p]) continue;
         heard[p] = 1;
         if (msg.kind == shrinkDigest) shrinkTake(s, p, &msg); /* the refusal */
       }
@@ -287,10 +301,10 @@ static void shrinkHandOut(struct shrinkState *s, struct waitState *w) {
   }
   s->rootMade = 1;
   struct shrinkMsg msg;
-  shrinkMsgFill(s, &msg, shrinkHandoff);
-  msg.h = s->hand;
   for (int p = s->leader + 1; p < s->n && s->code == ncclSuccess; p++) {
     if (s->excluded[p]) continue;
+    shrinkMsgFill(s, &msg, shrinkHandoff, p);
+    msg.h = s->hand;
     res = oobSendData(s->b, p, &msg, sizeof msg, w);
     if (res != ncclSuccess) shrinkFailedSaid(s, res, s->me, logThreadLastError());
   }
@@ -327,8 +341,15 @@ ncclResult_t commShrinkRun(struct initJob *j) {
   if (!b->oob) return ncclInternalError;
   int n = parent->nranks, me = parent->rank, newRank = 0;
   struct shrinkState s = {.b = b, .excluded = j->excluded, .n = n, .me = me, .leader = -1};
+  if (!parent->shrinkWith) parent->shrinkWith = calloc((size_t)n, sizeof *parent->shrinkWith);
+  s.with = parent->shrinkWith;
   s.need = calloc((size_t)n, 1);
-  if (!s.need) return ncclSystemError;
+  s.call = calloc((size_t)n, sizeof *s.call);
+  if (!s.need || !s.call || !s.with) {
+    free(s.need);
+    free(s.call);
+    return ncclSystemError;
+  }
   for (int i = 0; i < n; i++) {
     if (j->excluded[i]) continue;
     if (s.leader < 0) s.leader = i;
@@ -337,15 +358,18 @@ ncclResult_t commShrinkRun(struct initJob *j) {
     s.m++;
   }
   s.digest = excludeDigest(j->excluded, n);
-  s.call = ++parent->shrinkCalls;
+  for (int p = 0; p < n; p++) { /* counted with the ranks it keeps; an excluded one counts if it keeps this one */
+    s.call[p] = s.with[p] + 1;
+    if (p != me && !j->excluded[p]) s.with[p] = s.call[p];
+  }
   /* ncclCommAbort of the parent from another thread ends the wait (and
    * waits for this job: initJobParentDone). */
   struct waitState w;
   waitBegin(&w, &parent->abortFlag, shrinkLiveness, &s, "ncclCommShrink handoff");
   struct shrinkMsg msg;
-  shrinkMsgFill(&s, &msg, shrinkDigest);
   for (int p = 0; p < n && s.code == ncclSuccess; p++) {
     if (p == me || j->excluded[p]) continue;
+    shrinkMsgFill(&s, &msg, shrinkDigest, p);
     ncclResult_t res = oobSendData(b, p, &msg, sizeof msg, &w);
     if (res != ncclSuccess) shrinkWaitFailed(&s, res);
   }
@@ -368,7 +392,7 @@ ncclResult_t commShrinkRun(struct initJob *j) {
   }
   if (s.code != ncclSuccess) {
     for (int p = 0; p < n; p++)
-      if (p != me && !j->excluded[p]) shrinkTell(&s, p, s.call, s.told, s.origin, s.why);
+      if (p != me && !j->excluded[p]) shrinkTell(&s, p, s.call[p], s.told, s.origin, s.why);
     if (!__atomic_load_n(&parent->abortFlag, __ATOMIC_ACQUIRE)) shrinkLinger(&s);
     /* Ranks that went on to the new rendezvous (its leader handed it out:
      * they all agreed, and this rank failed after) are refused there at
@@ -381,9 +405,11 @@ ncclResult_t commShrinkRun(struct initJob *j) {
       commReportDisagreement(&id, s.m);
     }
     free(s.need);
+    free(s.call);
     return s.code;
   }
   free(s.need);
+  free(s.call);
   memset(&j->id, 0, sizeof j->id);
   memcpy(j->id.internal, &s.hand, sizeof s.hand);
   j->nranks = s.m;
