@@ -53,7 +53,10 @@ static struct {
   uint64_t secret; /* 0: free */
   int retire;
   int refuse;        /* bootstrapRefuseRoot: why is set */
+  int stop;          /* bootstrapStopRoot: close the port now */
+  int refusing;      /* the root refuses every rank (it keeps its port for the late ones) */
   int listenFd;      /* open while the root listens, else -1 (rootCloseListener) */
+  union sockAddr addr; /* where it listens */
   char why[200];
 } rootsRunning[ROOTS_TRACKED];
 static pthread_mutex_t rootsLock = PTHREAD_MUTEX_INITIALIZER;
@@ -101,7 +104,7 @@ static struct {
 } rootsFailed[ROOTS_FAILED];
 static int rootsFailedNext;
 
-static int rootTrack(uint64_t secret, int listenFd) {
+static int rootTrack(uint64_t secret, int listenFd, const union sockAddr *addr) {
   pthread_once(&rootsAtforkOnce, rootsAtfork);
   pthread_mutex_lock(&rootsLock);
   int slot = -1;
@@ -110,7 +113,10 @@ static int rootTrack(uint64_t secret, int listenFd) {
       rootsRunning[i].secret = secret;
       rootsRunning[i].retire = 0;
       rootsRunning[i].refuse = 0;
+      rootsRunning[i].stop = 0;
+      rootsRunning[i].refusing = 0;
       rootsRunning[i].listenFd = listenFd;
+      rootsRunning[i].addr = *addr;
       slot = i;
     }
   for (int i = 0; i < ROOTS_FAILED; i++) /* NCCL_COMM_ID's secret is the same for every root of its address */
@@ -167,6 +173,54 @@ void bootstrapRefuseRoot(const struct bootstrapHandle *h, const char *why) {
       __atomic_store_n(&rootsRunning[i].refuse, 1, __ATOMIC_RELEASE);
     }
   pthread_mutex_unlock(&rootsLock);
+}
+
+/* 1 when the process asked the root to close its port (bootstrapStopRoot)
+ * and not to refuse its rendezvous: a refusing root keeps its port to
+ * refuse the ranks that come late. The refusal, asked first, is seen with
+ * the stop. */
+static int rootStopWanted(int slot) {
+  return slot >= 0 && __atomic_load_n(&rootsRunning[slot].stop, __ATOMIC_ACQUIRE) &&
+         !__atomic_load_n(&rootsRunning[slot].refuse, __ATOMIC_ACQUIRE);
+}
+
+static int sameAddr(const union sockAddr *a, const union sockAddr *b) {
+  if (a->sa.sa_family != b->sa.sa_family) return 0;
+  if (a->sa.sa_family == AF_INET)
+    return a->sin.sin_port == b->sin.sin_port && a->sin.sin_addr.s_addr == b->sin.sin_addr.s_addr;
+  return a->sin6.sin6_port == b->sin6.sin6_port && memcmp(&a->sin6.sin6_addr, &b->sin6.sin6_addr, 16) == 0;
+}
+
+/* How long bootstrapStopRoot waits for the port to close: the root sees
+ * the request within a millisecond, between two rounds of its wait; an
+ * abort must return within a second. */
+#define ROOT_STOP_WAIT_NS 500000000ull
+
+void bootstrapStopRoot(const struct bootstrapHandle *h) {
+  pthread_mutex_lock(&rootsLock);
+  for (int i = 0; i < ROOTS_TRACKED; i++)
+    if (rootsRunning[i].secret == h->secret && sameAddr(&rootsRunning[i].addr, &h->addr))
+      __atomic_store_n(&rootsRunning[i].stop, 1, __ATOMIC_RELEASE);
+  pthread_mutex_unlock(&rootsLock);
+  struct waitState w; /* bounded below, quietly: the caller has failed already, and says why */
+  waitBegin(&w, NULL, NULL, NULL, "the root to close its port");
+  w.timeoutNs = 0;
+  uint64_t until = clockNs() + ROOT_STOP_WAIT_NS;
+  for (;;) {
+    int open = 0;
+    pthread_mutex_lock(&rootsLock);
+    for (int i = 0; i < ROOTS_TRACKED; i++)
+      open += rootsRunning[i].secret == h->secret && sameAddr(&rootsRunning[i].addr, &h->addr) &&
+              rootsRunning[i].listenFd >= 0 && !__atomic_load_n(&rootsRunning[i].refusing, __ATOMIC_ACQUIRE);
+    pthread_mutex_unlock(&rootsLock);
+    if (!open) return;
+    if (clockNs() >= until) {
+      INFO(subsysBootstrap, "Bootstrap : the root of this rendezvous has not closed its port within %.1f s",
+           (double)ROOT_STOP_WAIT_NS / 1e9);
+      return;
+    }
+    waitPause(&w);
+  }
 }
 
 void bootstrapRetireRoot(const struct bootstrapHandle *h) {
@@ -349,16 +403,28 @@ static void *rootThread(void *argp) {
   char refusal[400] = ""; /* set once ranks disagreed: every rank is refused */
   struct rootBadRank bad = {.why = ""};
   uint64_t refusingUntil = 0, nextProgressNs = 0;
-  int retired = 0;
+  int retired = 0, listening = 1;
   while (refusal[0] ? clockNs() < refusingUntil : nranks == 0 || got < nranks) {
-    int fd, progressed;
+    int fd = -1, progressed = 0;
     struct rootHello hello;
+    /* The process's rank 0 has failed or was aborted (bootstrapStopRoot):
+     * the port closes now, so that it may try again on the same address at
+     * once. The ranks checked in are left to their own timeouts or leave
+     * notices, as they would be with the port open. */
+    if (listening && !refusal[0] && rootStopWanted(a.slot)) {
+      INFO(subsysBootstrap, "Bootstrap : root: its process's rank 0 gave up on the rendezvous; closing the port");
+      rootCloseListener(a.slot, a.listenFd);
+      acceptorClose(acc);
+      listening = 0;
+    }
     if (!refusal[0] && rootRefused(a.slot, refusal, sizeof refusal)) rootRefuseAll(fds, nranks, refusal, &w, &refusingUntil);
     if (!refusal[0] && bad.why[0] && clockNs() >= bad.until) {
       snprintf(refusal, sizeof refusal, "%s", bad.why);
       rootRefuseAll(fds, nranks, refusal, &w, &refusingUntil);
     }
-    if (acceptorPoll(acc, &fd, &hello, &progressed) != ncclSuccess) {
+    if (refusal[0] && a.slot >= 0) __atomic_store_n(&rootsRunning[a.slot].refusing, 1, __ATOMIC_RELEASE);
+    if (refusal[0] && !listening) break; /* those checked in were told; nobody else can come */
+    if (listening && acceptorPoll(acc, &fd, &hello, &progressed) != ncclSuccess) {
       rootFailed(a.secret, logThreadLastError()); /* before the listener closes: its ranks look here */
       break;
     }
@@ -370,7 +436,7 @@ static void *rootThread(void *argp) {
       if (progressed) waitProgress(&w);
       else if (waitPause(&w) != ncclSuccess) break;
       if (fds && !refusal[0] && clockNs() >= nextProgressNs) {
-        rootSendProgress(a.listenFd, fds, nranks, got);
+        rootSendProgress(listening ? a.listenFd : -1, fds, nranks, got);
         nextProgressNs = clockNs() + rootProgressInterval(w.timeoutNs);
       }
       /* When every rank that checked in has said it leaves (its init was
@@ -429,7 +495,7 @@ static void *rootThread(void *argp) {
    * that tries its id again finds the port closed and fails at once (see
    * BOOTSTRAP_ROOT_UP), in this process and in children forked after, which
    * would otherwise inherit the open port and wait on it. */
-  rootCloseListener(a.slot, a.listenFd);
+  if (listening) rootCloseListener(a.slot, a.listenFd);
   if (refusal[0]) {
     /* every rank that called in was told */
   } else if (retired) {
@@ -455,7 +521,7 @@ static void *rootThread(void *argp) {
   return NULL;
 }
 
-static ncclResult_t spawnRoot(int listenFd, uint64_t secret, int nranks) {
+static ncclResult_t spawnRoot(int listenFd, const union sockAddr *addr, uint64_t secret, int nranks) {
   struct rootArgs *a = malloc(sizeof *a);
   struct acceptor *acc = malloc(sizeof *acc);
   if (!a || !acc) {
@@ -470,7 +536,7 @@ static ncclResult_t spawnRoot(int listenFd, uint64_t secret, int nranks) {
   a->nranks = nranks;
   a->started = &started;
   a->acc = acc;
-  a->slot = rootTrack(secret, listenFd);
+  a->slot = rootTrack(secret, listenFd, addr);
   pthread_t t;
   pthread_attr_t attr;
   pthread_attr_init(&attr);
@@ -553,14 +619,14 @@ ncclResult_t bootstrapNewRoot(struct bootstrapHandle *h) {
   CHECK(sockListen(&h->addr, &fd));
   char buf[80];
   INFO(subsysBootstrap, "Bootstrap : root listening on %s (%s)", sockAddrStr(&h->addr, buf, sizeof buf), ifname);
-  return spawnRoot(fd, h->secret, 0);
+  return spawnRoot(fd, &h->addr, h->secret, 0);
 }
 
 ncclResult_t bootstrapStartRoot(const struct bootstrapHandle *h, int nranks) {
   union sockAddr addr = h->addr;
   int fd;
   CHECK(sockListen(&addr, &fd));
-  return spawnRoot(fd, h->secret, nranks);
+  return spawnRoot(fd, &addr, h->secret, nranks);
 }
 
 /* ---- ranks ---- */

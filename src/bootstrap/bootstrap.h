@@ -75,6 +75,13 @@ void bootstrapRetireRoot(const struct bootstrapHandle *h);
 void bootstrapRefuseRoot(const struct bootstrapHandle *h, const char *why);
 /* With NCCL_COMM_ID, rank 0 hosts the root. */
 ncclResult_t bootstrapStartRoot(const struct bootstrapHandle *h, int nranks);
+/* The root bootstrapStartRoot started for h, when rank 0's init failed or
+ * was aborted: it closes its port at once (the ranks checked in are left
+ * to their own timeouts), and this returns once it has (at most half a
+ * second, through the one wait), so that init may be tried again on the
+ * same address straight away. A root that refuses the rendezvous keeps its
+ * port a while to refuse late ranks, and is not waited for. */
+void bootstrapStopRoot(const struct bootstrapHandle *h);
 ncclResult_t bootstrapInit(struct bootstrap *b, const struct bootstrapHandle *h, int rank, int nranks,
                            const struct bootstrapPeerInfo *me, volatile int *abortFlag);
 /* The rank bootstrapReportBadRank passes for a process that was handed a
