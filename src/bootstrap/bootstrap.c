@@ -631,6 +631,48 @@ ncclResult_t bootstrapStartRoot(const struct bootstrapHandle *h, int nranks) {
 
 /* ---- ranks ---- */
 
+/* The bootstraps of this process, so that a process forked while one of
+ * them lives (a DataLoader worker, a multiprocessing fork after init)
+ * closes its copies of their descriptors. Kept open there, they held the
+ * mesh connections up after the parent died: no end-of-file reached its
+ * peers, which waited out their timeout for a rank that was gone and
+ * called it "stopped or frozen". The child only closes (a shutdown would
+ * end the parent's connections too) and sends nothing. The lock, held
+ * across the fork, keeps every listed bootstrap's descriptors open in the
+ * parent: bootstrapClose unlists and closes under it. */
+static pthread_mutex_t bootsLock = PTHREAD_MUTEX_INITIALIZER;
+static struct bootstrap *bootsLive;
+
+/* Under bootsLock: closes b's descriptors, marking them closed. */
+static void bootCloseFds(struct bootstrap *b, int goodbye) {
+  for (int i = 0; b->peerFd && i < b->nranks; i++) {
+    if (b->peerFd[i] < 0) continue;
+    if (goodbye) send(b->peerFd[i], &goodbyeMagic, sizeof goodbyeMagic, MSG_NOSIGNAL | MSG_DONTWAIT);
+    close(b->peerFd[i]);
+    b->peerFd[i] = -1;
+  }
+  if (b->listenFd >= 0) close(b->listenFd);
+  b->listenFd = -1;
+}
+
+static void bootsForkPrepare(void) { pthread_mutex_lock(&bootsLock); }
+static void bootsForkParent(void) { pthread_mutex_unlock(&bootsLock); }
+static void bootsForkChild(void) {
+  for (struct bootstrap *b = bootsLive; b; b = b->nextLive) bootCloseFds(b, 0);
+  bootsLive = NULL; /* the parent's: none is this process's to close again */
+  pthread_mutex_unlock(&bootsLock);
+}
+static void bootsAtfork(void) { pthread_atfork(bootsForkPrepare, bootsForkParent, bootsForkChild); }
+static pthread_once_t bootsAtforkOnce = PTHREAD_ONCE_INIT;
+
+static void bootList(struct bootstrap *b) {
+  pthread_once(&bootsAtforkOnce, bootsAtfork);
+  pthread_mutex_lock(&bootsLock);
+  b->nextLive = bootsLive;
+  bootsLive = b;
+  pthread_mutex_unlock(&bootsLock);
+}
+
 /* Rank j, which checked in at the root (so its listener was up), refuses
  * connections now: it is gone (killed during init, or it gave up). */
 static ncclResult_t meshPeerGone(const struct bootstrap *b, int j) {
@@ -817,6 +859,7 @@ ncclResult_t bootstrapInit(struct bootstrap *b, const struct bootstrapHandle *h,
   b->peers = calloc(nranks, sizeof *b->peers);
   if (!b->peerFd || !b->departed || !b->peers) return ncclSystemError;
   for (int i = 0; i < nranks; i++) b->peerFd[i] = -1;
+  bootList(b); /* until bootstrapClose: every descriptor it holds from now on */
 
   struct rootHello hello;
   ncclResult_t picked = rootHelloFill(&hello, h, rank, nranks, me, b->ifname, sizeof b->ifname);
@@ -1051,12 +1094,14 @@ ncclResult_t bootstrapLiveness(void *arg) {
 void bootstrapClose(struct bootstrap *b, int graceful) {
   int framed = b->oob != NULL;
   oobStop(b, graceful); /* says goodbye in a frame, when it ran */
-  for (int i = 0; b->peerFd && i < b->nranks; i++) {
-    if (b->peerFd[i] < 0) continue;
-    if (graceful && !framed) send(b->peerFd[i], &goodbyeMagic, sizeof goodbyeMagic, MSG_NOSIGNAL | MSG_DONTWAIT);
-    close(b->peerFd[i]);
-  }
-  if (b->listenFd >= 0) close(b->listenFd);
+  pthread_mutex_lock(&bootsLock);
+  for (struct bootstrap **at = &bootsLive; *at; at = &(*at)->nextLive)
+    if (*at == b) {
+      *at = b->nextLive;
+      break;
+    }
+  bootCloseFds(b, graceful && !framed);
+  pthread_mutex_unlock(&bootsLock);
   free(b->peerFd);
   free(b->departed);
   free(b->peers);

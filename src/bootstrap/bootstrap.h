@@ -39,6 +39,7 @@ struct bootstrap {
   uint64_t secret;
   int listenFd;
   int *peerFd;      /* mesh connection to each rank, -1 for self */
+  struct bootstrap *nextLive; /* the live bootstraps, whose descriptors a forked child closes */
   char *departed;   /* peer said goodbye: its EOF is no failure */
   struct bootstrapPeerInfo *peers;
   volatile int *abortFlag;
