@@ -4,11 +4,13 @@
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/random.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "bootstrap/acceptor.h"
@@ -653,6 +655,10 @@ static void bootCloseFds(struct bootstrap *b, int goodbye) {
   }
   if (b->listenFd >= 0) close(b->listenFd);
   b->listenFd = -1;
+  for (int i = 0; b->pidFd && i < b->nranks; i++) {
+    if (b->pidFd[i] >= 0) close(b->pidFd[i]);
+    b->pidFd[i] = -1;
+  }
 }
 
 static void bootsForkPrepare(void) { pthread_mutex_lock(&bootsLock); }
@@ -761,6 +767,33 @@ out:
   return res;
 }
 
+/* Every peer that is another process in this rank's pid namespace (its
+ * pid means the same here: machinePidNamespace) is watched through its pid
+ * as well as its connection, which another process may hold open (one
+ * forked without the fork handlers, or handed its sockets): with a pidfd,
+ * readable once the process has exited (a zombie included) and immune to
+ * the pid's reuse; with kill(pid, 0) where the kernel has none (before
+ * Linux 5.3, seccomp, no descriptors left), which does not see a zombie.
+ * Every peer is alive now: it connected. */
+static void watchLocalPeers(struct bootstrap *b) {
+  const struct bootstrapPeerInfo *me = &b->peers[b->rank];
+  int fds = 0, kills = 0;
+  for (int p = 0; me->pidNs && p < b->nranks; p++) {
+    const struct bootstrapPeerInfo *q = &b->peers[p];
+    if (p == b->rank || q->pidNs != me->pidNs || q->pid <= 0 || q->pid == me->pid) continue;
+    int fd = -1;
+#ifdef SYS_pidfd_open
+    fd = (int)syscall(SYS_pidfd_open, (pid_t)q->pid, 0);
+#endif
+    b->pidFd[p] = fd >= 0 ? fd : BOOTSTRAP_PID_KILL;
+    fds += fd >= 0;
+    kills += fd < 0;
+  }
+  if (fds + kills)
+    INFO(subsysBootstrap, "Bootstrap : rank %d watches %d local peer(s) by pid (%d with pidfds, %d with kill)", b->rank,
+         fds + kills, fds, kills);
+}
+
 /* The root's answer: progress frames (logged), then the table or a
  * refusal, into b->peers. The rank's timeout runs from the start, whatever
  * frames come; when it expires the WARN says whom the root still waited for. */
@@ -819,6 +852,7 @@ static ncclResult_t rootHelloFill(struct rootHello *hello, const struct bootstra
                                   const struct bootstrapPeerInfo *me, char *ifname, size_t ifnameLen) {
   *hello = (struct rootHello){h->secret, rank, nranks, *me};
   hello->info.rank = rank;
+  hello->info.pidNs = machinePidNamespace();
   ncclResult_t picked = sockPickAddr(&h->addr, &hello->info.listenAddr, ifname, ifnameLen);
   if (picked != ncclSuccess) { /* no interface to listen on: a hello that says so (an address of no family) */
     memset(&hello->info.listenAddr, 0, sizeof hello->info.listenAddr);
@@ -857,8 +891,9 @@ ncclResult_t bootstrapInit(struct bootstrap *b, const struct bootstrapHandle *h,
   b->peerFd = malloc(sizeof(int) * nranks);
   b->departed = calloc(nranks, 1);
   b->peers = calloc(nranks, sizeof *b->peers);
-  if (!b->peerFd || !b->departed || !b->peers) return ncclSystemError;
-  for (int i = 0; i < nranks; i++) b->peerFd[i] = -1;
+  b->pidFd = malloc(sizeof(int) * nranks);
+  if (!b->peerFd || !b->departed || !b->peers || !b->pidFd) return ncclSystemError;
+  for (int i = 0; i < nranks; i++) b->peerFd[i] = b->pidFd[i] = -1;
   bootList(b); /* until bootstrapClose: every descriptor it holds from now on */
 
   struct rootHello hello;
@@ -912,6 +947,7 @@ ncclResult_t bootstrapInit(struct bootstrap *b, const struct bootstrapHandle *h,
   }
   CHECK(wirePeerTableCheck(b->peers, nranks));
   res = meshConnect(b);
+  if (res == ncclSuccess) watchLocalPeers(b);
 out:
   if (rootFd >= 0) { /* leaving before the root replied: tell it */
     if (send(rootFd, &rootLeaveNotice, 1, MSG_NOSIGNAL | MSG_DONTWAIT) < 0) { /* it may be gone already */
@@ -1013,14 +1049,25 @@ ncclResult_t bootstrapBarrier(struct bootstrap *b) {
   return res;
 }
 
-/* A peer is gone when its end of the mesh connection shut down without the
- * goodbye that bootstrapClose sends first. All gone peers are named: when
- * one rank dies, others may abort because of it, and the WARN should still
- * show the first. */
+int bootstrapPeerExited(const struct bootstrap *b, int i) {
+  int fd = b->pidFd ? b->pidFd[i] : -1;
+  if (fd >= 0) {
+    struct pollfd p = {fd, POLLIN, 0};
+    return poll(&p, 1, 0) > 0;
+  }
+  return fd == BOOTSTRAP_PID_KILL && kill((pid_t)b->peers[i].pid, 0) != 0 && errno == ESRCH;
+}
+
+/* A peer is gone when its end of the mesh connection shut down, or its
+ * process exited (whoever still holds its end: what it sent is here by
+ * then), without the goodbye that bootstrapClose sends first. All gone
+ * peers are named: when one rank dies, others may abort because of it,
+ * and the WARN should still show the first. */
 static int peerGone(struct bootstrap *b, int i) {
   if (b->oob) return oobPeerGone(b, i); /* the monitor reads the mesh */
   struct pollfd p = {b->peerFd[i], POLLRDHUP, 0};
-  if (poll(&p, 1, 0) <= 0 || !(p.revents & (POLLRDHUP | POLLHUP | POLLERR))) return 0;
+  int closed = poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
+  if (!closed && !bootstrapPeerExited(b, i)) return 0;
   int pending = 0;
   ioctl(b->peerFd[i], FIONREAD, &pending);
   if (pending >= (int)sizeof goodbyeMagic && !(p.revents & POLLERR)) {
@@ -1103,9 +1150,11 @@ void bootstrapClose(struct bootstrap *b, int graceful) {
   bootCloseFds(b, graceful && !framed);
   pthread_mutex_unlock(&bootsLock);
   free(b->peerFd);
+  free(b->pidFd);
   free(b->departed);
   free(b->peers);
   b->peerFd = NULL;
+  b->pidFd = NULL;
   b->departed = NULL;
   b->peers = NULL;
   b->listenFd = -1;

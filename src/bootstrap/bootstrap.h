@@ -30,9 +30,12 @@ struct bootstrapPeerInfo {
   int shmDisable; /* NCCL_SHM_DISABLE: either side's 1 keeps a pair off shared memory */
   uint64_t nonce;    /* random per rank; rank 0's names the communicator */
   uint64_t hostHash; /* hostname + boot id, or NCCL_HOSTID */
+  uint64_t pidNs;    /* machinePidNamespace(): ranks with the same one (not 0) watch each other's pid */
   char hostname[64];
   union sockAddr listenAddr;
 };
+
+#define BOOTSTRAP_PID_KILL (-2)
 
 struct bootstrap {
   int rank, nranks;
@@ -40,6 +43,12 @@ struct bootstrap {
   int listenFd;
   int *peerFd;      /* mesh connection to each rank, -1 for self */
   struct bootstrap *nextLive; /* the live bootstraps, whose descriptors a forked child closes */
+  /* Per peer: a peer in this rank's pid namespace (another process) is
+   * watched through its pid too, so that its death is seen even while
+   * another process holds its sockets: a pidfd (readable once it has
+   * exited), or BOOTSTRAP_PID_KILL where the kernel gave none (kill(pid, 0)
+   * says); -1: not watched. */
+  int *pidFd;
   char *departed;   /* peer said goodbye: its EOF is no failure */
   struct bootstrapPeerInfo *peers;
   volatile int *abortFlag;
@@ -113,6 +122,9 @@ ncclResult_t bootstrapLiveness(void *bootstrap);
 int bootstrapPeerDeparted(const struct bootstrap *b, int peer);
 /* "rank 3 (host b, pid 4711)" into buf. */
 const char *bootstrapDescribePeer(const struct bootstrap *b, int peer, char *buf, size_t len);
+/* 1 when peer is watched by pid (pidFd) and its process has exited; never
+ * blocks. */
+int bootstrapPeerExited(const struct bootstrap *b, int peer);
 /* How many peers are gone (as bootstrapLiveness sees them), quietly. */
 int bootstrapGoneCount(struct bootstrap *b);
 /* Closes everything; graceful says goodbye first, so peers do not take the
