@@ -316,6 +316,14 @@ static int denyCalls(long read, long write, uint32_t action) {
 
 int denyCma(void) { return denyCalls(__NR_process_vm_readv, __NR_process_vm_writev, SECCOMP_RET_ERRNO | EPERM); }
 
+int denyPidfd(void) {
+#ifdef __NR_pidfd_open
+  return denyCalls(__NR_pidfd_open, -1, SECCOMP_RET_ERRNO | ENOSYS);
+#else
+  return 0;
+#endif
+}
+
 int denyCmaWrite(void) { return denyCalls(-1, __NR_process_vm_writev, SECCOMP_RET_ERRNO | EPERM); }
 
 int dieOnCmaWrite(void) { return denyCalls(-1, __NR_process_vm_writev, SECCOMP_RET_KILL_PROCESS); }

@@ -75,6 +75,9 @@ int logPerProcess(char *dir, const char *name, const char *subsys);
  * EPERM in every thread of this process, as a container's seccomp filter
  * makes them; 0 on success. */
 int denyCma(void);
+/* From here on pidfd_open fails with ENOSYS in every thread of this
+ * process, as on a kernel before 5.3; 0 on success. */
+int denyPidfd(void);
 /* The same for process_vm_writev only: this process reads its peers'
  * memory but cannot write it. */
 int denyCmaWrite(void);

@@ -25,6 +25,14 @@
  *              down under the library) while both live: every rank fails
  *              within 2 s, and rank 2 learns which connection broke, not
  *              that rank 0 or 1 left.
+ *   forkchild- a rank forks a child after init (a DataLoader worker) and is
+ *              SIGKILLed while the child lives on: the child holds none of
+ *              its sockets, and the survivors fail within 2 s naming it
+ *              (CHORUS_TIMEOUT 5, which they waited out before).
+ *   heldsockets - the same with a child forked by the raw system call (no
+ *              fork handlers run), which keeps the rank's sockets open:
+ *              its peers on the host see its pid exit instead (by pidfd,
+ *              and by kill(pid, 0) where pidfd_open fails).
  *   test_fault <case> */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -35,6 +43,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "chorus.h"
@@ -314,6 +323,66 @@ static int leftDiagRank(int rank, int n, ncclUniqueId id, void *arg) {
   return 0;
 }
 
+/* The sockets this process holds (mesh, transport, listeners). */
+static int countSockets(void) {
+  DIR *d = opendir("/proc/self/fd");
+  int n = 0;
+  for (struct dirent *e; d && (e = readdir(d));) {
+    char path[300], link[64];
+    snprintf(path, sizeof path, "/proc/self/fd/%s", e->d_name);
+    ssize_t len = readlink(path, link, sizeof link - 1);
+    n += len > 7 && strncmp(link, "socket:", 7) == 0;
+  }
+  if (d) closedir(d);
+  return n;
+}
+
+/* forkchild: shared[2] the child's pid, shared[3] 1 + the sockets of its
+ * parent's communicator the child still holds (0: not counted yet).
+ * heldsockets (arg not NULL): the child comes from the raw fork system
+ * call, which runs no fork handlers: it holds them all. */
+static int noPidfd; /* heldsockets: pidfd_open fails (ENOSYS) in every rank */
+
+static int forkChildRank(int rank, int n, ncclUniqueId id, void *arg) {
+  int raw = arg != NULL;
+  int victim = n - 1, before = countSockets();
+  EXPECT(!noPidfd || denyPidfd() == 0, "cannot deny pidfd_open");
+  ncclComm_t comm;
+  NCCLCHECK(ncclCommInitRank(&comm, n, id, rank));
+  float x = 1, y;
+  NCCLCHECK(ncclAllReduce(&x, &y, 1, ncclFloat, ncclSum, comm, NULL)); /* #1: every connection up */
+  if (rank == victim) {
+    pid_t child = raw ? (pid_t)syscall(SYS_fork) : fork();
+    if (child == 0) { /* lives on after its parent, up to 6 s: rank 0 ends it */
+      shared[3] = raw ? 1 : 1 + countSockets() - before; /* (no allocation after a raw fork) */
+      for (int i = 0; i < 60; i++) usleep(100000);
+      _exit(0);
+    }
+    shared[2] = child;
+    while (shared[3] == 0) usleep(1000);
+    usleep(100000); /* the others wait in #2 */
+    shared[0] = nowSec();
+    raise(SIGKILL);
+  }
+  ncclResult_t res = ncclAllReduce(&x, &y, 1, ncclFloat, ncclSum, comm, NULL); /* #2 */
+  double after = nowSec() - shared[0];
+  const char *err = ncclGetLastError(comm);
+  char want[32];
+  snprintf(want, sizeof want, "rank %d (host", victim);
+  EXPECT(res == ncclRemoteError && after < 2.0 && strstr(err, want),
+         "rank %d: %s %.2f s after rank %d died (its forked child alive): %s", rank, ncclGetErrorString(res), after,
+         victim, err);
+  fprintf(stderr, "rank %d: %.0f ms after the death: %s\n", rank, after * 1e3, err);
+  faultTime(raw ? "kill -9 of a rank whose child holds its sockets" : "kill -9 of a rank whose forked child lives on",
+            res, after * 1e3);
+  if (rank == 0) {
+    EXPECT(shared[3] == 1, "the forked child held %d of its parent's communicator's sockets", (int)shared[3] - 1);
+    kill((pid_t)shared[2], SIGKILL);
+  }
+  NCCLCHECK(ncclCommAbort(comm));
+  return 0;
+}
+
 /* Rank 0's socket that has sent the most: its data connection to the next
  * rank of the ring (the bootstrap's connections carry little). */
 static int busiestSocket(void) {
@@ -410,6 +479,21 @@ int main(int argc, char **argv) {
     setenv("CHORUS_TIMEOUT", "20", 1); /* an error must come from the break, not a stall */
     shared[0] = 1e30;
     failed = runRanks(3, linkBreakRank, NULL, 30);
+  } else if (strcmp(which, "forkchild") == 0 || strcmp(which, "heldsockets") == 0) {
+    setenv("CHORUS_TIMEOUT", "5", 1); /* a death nobody sees fails in 5 s */
+    failed = 0;
+    for (int n = 2; n <= 3; n++) {
+      shared[0] = 1e30;
+      shared[2] = shared[3] = 0;
+      /* the victim counts as failed (killed) */
+      failed += runRanks(n, forkChildRank, which[0] == 'h' ? shared : NULL, 30) != 1;
+    }
+    if (which[0] == 'h') { /* watched with kill(pid, 0) */
+      noPidfd = 1;
+      shared[0] = 1e30;
+      shared[2] = shared[3] = 0;
+      failed += runRanks(3, forkChildRank, shared, 30) != 1;
+    }
   } else if (strcmp(which, "commtimeout") == 0) {
     unsetenv("CHORUS_TIMEOUT");
     commTimeout = 1;

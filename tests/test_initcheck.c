@@ -7,13 +7,15 @@
  * cannot complete (ranks that never come) times out on every rank that came,
  * each saying which ranks the root still waited for. A unique id used for a
  * second communicator is refused at once on every rank. A process that
- * asked for a rank past nranks may try again with a good one. */
+ * asked for a rank past nranks may try again with a good one. Rank 0 may
+ * retry a failed or aborted init on NCCL_COMM_ID's port at once. */
 #include <dirent.h>
 #include <regex.h>
 #include <string.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -142,6 +144,66 @@ static int retryRank(int proc, int procs, ncclUniqueId id, void *arg) {
   int x = proc + 1;
   NCCLCHECK(ncclAllReduce(&x, &x, 1, ncclInt32, ncclSum, comm, NULL));
   EXPECT(x == procs * (procs + 1) / 2, "retry: rank %d: allreduce gave %d", proc, x);
+  NCCLCHECK(ncclCommDestroy(comm));
+  return 0;
+}
+
+/* NCCL_COMM_ID: rank 0 fails its init, at its 1 s timeout (blocking) or
+ * by ncclCommAbort 20 ms in (nonblocking, as a watchdog would), and tries
+ * again on the same address at once, again and again, while rank 1 waits
+ * at whichever root is up, for a third rank that never comes (each of
+ * rank 0's roots would keep it 2 s past rank 0's timeout). No attempt may
+ * find the port taken by the last one's root (until 2026-12-06 most did,
+ * "Address already in use": the root kept its port until it saw every rank
+ * leave). Then both meet for a communicator of 2 on the same address. */
+static volatile int *retryGo; /* shared: 1 once rank 0's attempts are over, 2 once rank 1 has left its own */
+
+static int commIdRetry(int proc, int procs, ncclUniqueId unused, void *arg) {
+  (void)unused;
+  setenv("NCCL_COMM_ID", arg, 1);
+  setenv("CHORUS_TIMEOUT", proc == 0 ? "1" : "30", 1);
+  ncclUniqueId id;
+  NCCLCHECK(ncclGetUniqueId(&id));
+  ncclComm_t comm = NULL;
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  cfg.blocking = 0;
+  if (proc == 0) {
+    for (int i = 0; i < 4; i++) {
+      ncclResult_t res = ncclCommInitRank(&comm, procs + 1, id, 0);
+      const char *why = ncclGetLastError(NULL);
+      EXPECT(res == ncclTimeout && !strstr(why, "Address already in use"), "commid-retry: blocking attempt %d: %s: %s",
+             i, ncclGetErrorString(res), why);
+    }
+    for (int i = 0; i < 10; i++) {
+      comm = NULL;
+      ncclResult_t res = ncclCommInitRankConfig(&comm, procs + 1, id, 0, &cfg), async = ncclSuccess;
+      usleep(20000);
+      if (comm) ncclCommGetAsyncError(comm, &async);
+      EXPECT(res == ncclInProgress && async == ncclInProgress, "commid-retry: aborted attempt %d: init %s, then %s: %s",
+             i, ncclGetErrorString(res), ncclGetErrorString(async), ncclGetLastError(comm));
+      double t0 = nowSec();
+      NCCLCHECK(ncclCommAbort(comm));
+      EXPECT(nowSec() - t0 < 1.0, "commid-retry: ncclCommAbort took %.2f s", nowSec() - t0);
+    }
+    *retryGo = 1;
+    while (*retryGo != 2) usleep(10000);
+  } else {
+    while (!*retryGo) { /* rank 1 of 3, at whichever root is up, until rank 0 is done */
+      ncclResult_t async = ncclInProgress;
+      NCCLCHECK(ncclCommInitRankConfig(&comm, procs + 1, id, 1, &cfg) == ncclInProgress ? ncclSuccess : ncclInternalError);
+      while (!*retryGo && async == ncclInProgress) {
+        usleep(10000);
+        ncclCommGetAsyncError(comm, &async);
+      }
+      NCCLCHECK(ncclCommAbort(comm));
+    }
+    *retryGo = 2;
+  }
+  setenv("CHORUS_TIMEOUT", "5", 1);
+  NCCLCHECK(ncclCommInitRank(&comm, procs, id, proc));
+  int x = proc + 1;
+  NCCLCHECK(ncclAllReduce(&x, &x, 1, ncclInt32, ncclSum, comm, NULL));
+  EXPECT(x == 3, "commid-retry: rank %d: allreduce gave %d", proc, x);
   NCCLCHECK(ncclCommDestroy(comm));
   return 0;
 }
@@ -320,6 +382,19 @@ int main(int argc, char **argv) {
     int f = runRanksWithId(3, id, retryRank, NULL, 20);
     setenv("CHORUS_TIMEOUT", "3", 1);
     printf("initcheck bad-rank-retried: %s\n", f ? "FAILED" : "passed");
+    failed += f;
+    if (failed) return 1; /* fail fast: the first failing case ends the test */
+  }
+  if (part("commidretry")) {
+    struct sockaddr_in at;
+    retryGo = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    EXPECT(retryGo != MAP_FAILED && testFreePort(&at) == 0, "a free port");
+    char commId[64];
+    snprintf(commId, sizeof commId, "127.0.0.1:%d", ntohs(at.sin_port));
+    ncclUniqueId none;
+    memset(&none, 0, sizeof none);
+    int f = runRanksWithId(2, none, commIdRetry, commId, 20);
+    printf("initcheck commid-retry: %s\n", f ? "FAILED" : "passed");
     failed += f;
     if (failed) return 1; /* fail fast: the first failing case ends the test */
   }

@@ -540,10 +540,13 @@ static ncclResult_t commSetup(struct ncclComm *comm) {
        rank, comm->origin.func, (void *)comm, rank, nranks, cudaDev, cudaDev, commBusId(cudaDev),
        (unsigned long long)comm->commHash);
   ncclResult_t res;
-  int booted = 0;
+  int booted = 0, ownRoot = 0;
   struct bootstrapHandle h;
   memcpy(&h, comm->initId.internal, sizeof h);
-  if (!(h.flags & BOOTSTRAP_ROOT_UP) && rank == 0) CHECKGOTO(bootstrapStartRoot(&h, nranks), res, fail);
+  if (!(h.flags & BOOTSTRAP_ROOT_UP) && rank == 0) {
+    CHECKGOTO(bootstrapStartRoot(&h, nranks), res, fail);
+    ownRoot = 1;
+  }
 
   struct bootstrapPeerInfo me;
   commPeerInfo(rank, cudaDev, &me);
@@ -703,6 +706,10 @@ fail: {
                cause[0] ? cause : ncclGetErrorString(res));
       bootstrapRefuseRoot(&h, why);
     }
+    /* NCCL_COMM_ID's root, which this rank started, closes its port before
+     * the failure returns: it kept it until it saw every rank leave, and a
+     * retry on the same address found it taken. */
+    if (ownRoot) bootstrapStopRoot(&h);
   }
   return res;
 }

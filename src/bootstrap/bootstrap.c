@@ -4,11 +4,13 @@
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/random.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "bootstrap/acceptor.h"
@@ -53,7 +55,10 @@ static struct {
   uint64_t secret; /* 0: free */
   int retire;
   int refuse;        /* bootstrapRefuseRoot: why is set */
+  int stop;          /* bootstrapStopRoot: close the port now */
+  int refusing;      /* the root refuses every rank (it keeps its port for the late ones) */
   int listenFd;      /* open while the root listens, else -1 (rootCloseListener) */
+  union sockAddr addr; /* where it listens */
   char why[200];
 } rootsRunning[ROOTS_TRACKED];
 static pthread_mutex_t rootsLock = PTHREAD_MUTEX_INITIALIZER;
@@ -101,7 +106,7 @@ static struct {
 } rootsFailed[ROOTS_FAILED];
 static int rootsFailedNext;
 
-static int rootTrack(uint64_t secret, int listenFd) {
+static int rootTrack(uint64_t secret, int listenFd, const union sockAddr *addr) {
   pthread_once(&rootsAtforkOnce, rootsAtfork);
   pthread_mutex_lock(&rootsLock);
   int slot = -1;
@@ -110,7 +115,10 @@ static int rootTrack(uint64_t secret, int listenFd) {
       rootsRunning[i].secret = secret;
       rootsRunning[i].retire = 0;
       rootsRunning[i].refuse = 0;
+      rootsRunning[i].stop = 0;
+      rootsRunning[i].refusing = 0;
       rootsRunning[i].listenFd = listenFd;
+      rootsRunning[i].addr = *addr;
       slot = i;
     }
   for (int i = 0; i < ROOTS_FAILED; i++) /* NCCL_COMM_ID's secret is the same for every root of its address */
@@ -167,6 +175,54 @@ void bootstrapRefuseRoot(const struct bootstrapHandle *h, const char *why) {
       __atomic_store_n(&rootsRunning[i].refuse, 1, __ATOMIC_RELEASE);
     }
   pthread_mutex_unlock(&rootsLock);
+}
+
+/* 1 when the process asked the root to close its port (bootstrapStopRoot)
+ * and not to refuse its rendezvous: a refusing root keeps its port to
+ * refuse the ranks that come late. The refusal, asked first, is seen with
+ * the stop. */
+static int rootStopWanted(int slot) {
+  return slot >= 0 && __atomic_load_n(&rootsRunning[slot].stop, __ATOMIC_ACQUIRE) &&
+         !__atomic_load_n(&rootsRunning[slot].refuse, __ATOMIC_ACQUIRE);
+}
+
+static int sameAddr(const union sockAddr *a, const union sockAddr *b) {
+  if (a->sa.sa_family != b->sa.sa_family) return 0;
+  if (a->sa.sa_family == AF_INET)
+    return a->sin.sin_port == b->sin.sin_port && a->sin.sin_addr.s_addr == b->sin.sin_addr.s_addr;
+  return a->sin6.sin6_port == b->sin6.sin6_port && memcmp(&a->sin6.sin6_addr, &b->sin6.sin6_addr, 16) == 0;
+}
+
+/* How long bootstrapStopRoot waits for the port to close: the root sees
+ * the request within a millisecond, between two rounds of its wait; an
+ * abort must return within a second. */
+#define ROOT_STOP_WAIT_NS 500000000ull
+
+void bootstrapStopRoot(const struct bootstrapHandle *h) {
+  pthread_mutex_lock(&rootsLock);
+  for (int i = 0; i < ROOTS_TRACKED; i++)
+    if (rootsRunning[i].secret == h->secret && sameAddr(&rootsRunning[i].addr, &h->addr))
+      __atomic_store_n(&rootsRunning[i].stop, 1, __ATOMIC_RELEASE);
+  pthread_mutex_unlock(&rootsLock);
+  struct waitState w; /* bounded below, quietly: the caller has failed already, and says why */
+  waitBegin(&w, NULL, NULL, NULL, "the root to close its port");
+  w.timeoutNs = 0;
+  uint64_t until = clockNs() + ROOT_STOP_WAIT_NS;
+  for (;;) {
+    int open = 0;
+    pthread_mutex_lock(&rootsLock);
+    for (int i = 0; i < ROOTS_TRACKED; i++)
+      open += rootsRunning[i].secret == h->secret && sameAddr(&rootsRunning[i].addr, &h->addr) &&
+              rootsRunning[i].listenFd >= 0 && !__atomic_load_n(&rootsRunning[i].refusing, __ATOMIC_ACQUIRE);
+    pthread_mutex_unlock(&rootsLock);
+    if (!open) return;
+    if (clockNs() >= until) {
+      INFO(subsysBootstrap, "Bootstrap : the root of this rendezvous has not closed its port within %.1f s",
+           (double)ROOT_STOP_WAIT_NS / 1e9);
+      return;
+    }
+    waitPause(&w);
+  }
 }
 
 void bootstrapRetireRoot(const struct bootstrapHandle *h) {
@@ -349,16 +405,28 @@ static void *rootThread(void *argp) {
   char refusal[400] = ""; /* set once ranks disagreed: every rank is refused */
   struct rootBadRank bad = {.why = ""};
   uint64_t refusingUntil = 0, nextProgressNs = 0;
-  int retired = 0;
+  int retired = 0, listening = 1;
   while (refusal[0] ? clockNs() < refusingUntil : nranks == 0 || got < nranks) {
-    int fd, progressed;
+    int fd = -1, progressed = 0;
     struct rootHello hello;
+    /* The process's rank 0 has failed or was aborted (bootstrapStopRoot):
+     * the port closes now, so that it may try again on the same address at
+     * once. The ranks checked in are left to their own timeouts or leave
+     * notices, as they would be with the port open. */
+    if (listening && !refusal[0] && rootStopWanted(a.slot)) {
+      INFO(subsysBootstrap, "Bootstrap : root: its process's rank 0 gave up on the rendezvous; closing the port");
+      rootCloseListener(a.slot, a.listenFd);
+      acceptorClose(acc);
+      listening = 0;
+    }
     if (!refusal[0] && rootRefused(a.slot, refusal, sizeof refusal)) rootRefuseAll(fds, nranks, refusal, &w, &refusingUntil);
     if (!refusal[0] && bad.why[0] && clockNs() >= bad.until) {
       snprintf(refusal, sizeof refusal, "%s", bad.why);
       rootRefuseAll(fds, nranks, refusal, &w, &refusingUntil);
     }
-    if (acceptorPoll(acc, &fd, &hello, &progressed) != ncclSuccess) {
+    if (refusal[0] && a.slot >= 0) __atomic_store_n(&rootsRunning[a.slot].refusing, 1, __ATOMIC_RELEASE);
+    if (refusal[0] && !listening) break; /* those checked in were told; nobody else can come */
+    if (listening && acceptorPoll(acc, &fd, &hello, &progressed) != ncclSuccess) {
       rootFailed(a.secret, logThreadLastError()); /* before the listener closes: its ranks look here */
       break;
     }
@@ -370,7 +438,7 @@ static void *rootThread(void *argp) {
       if (progressed) waitProgress(&w);
       else if (waitPause(&w) != ncclSuccess) break;
       if (fds && !refusal[0] && clockNs() >= nextProgressNs) {
-        rootSendProgress(a.listenFd, fds, nranks, got);
+        rootSendProgress(listening ? a.listenFd : -1, fds, nranks, got);
         nextProgressNs = clockNs() + rootProgressInterval(w.timeoutNs);
       }
       /* When every rank that checked in has said it leaves (its init was
@@ -434,7 +502,7 @@ static void *rootThread(void *argp) {
    * that tries its id again finds the port closed and fails at once (see
    * BOOTSTRAP_ROOT_UP), in this process and in children forked after, which
    * would otherwise inherit the open port and wait on it. */
-  rootCloseListener(a.slot, a.listenFd);
+  if (listening) rootCloseListener(a.slot, a.listenFd);
   if (refusal[0]) {
     /* every rank that called in was told */
   } else if (retired) {
@@ -460,7 +528,7 @@ static void *rootThread(void *argp) {
   return NULL;
 }
 
-static ncclResult_t spawnRoot(int listenFd, uint64_t secret, int nranks) {
+static ncclResult_t spawnRoot(int listenFd, const union sockAddr *addr, uint64_t secret, int nranks) {
   struct rootArgs *a = malloc(sizeof *a);
   struct acceptor *acc = malloc(sizeof *acc);
   if (!a || !acc) {
@@ -475,7 +543,7 @@ static ncclResult_t spawnRoot(int listenFd, uint64_t secret, int nranks) {
   a->nranks = nranks;
   a->started = &started;
   a->acc = acc;
-  a->slot = rootTrack(secret, listenFd);
+  a->slot = rootTrack(secret, listenFd, addr);
   pthread_t t;
   pthread_attr_t attr;
   pthread_attr_init(&attr);
@@ -558,17 +626,63 @@ ncclResult_t bootstrapNewRoot(struct bootstrapHandle *h) {
   CHECK(sockListen(&h->addr, &fd));
   char buf[80];
   INFO(subsysBootstrap, "Bootstrap : root listening on %s (%s)", sockAddrStr(&h->addr, buf, sizeof buf), ifname);
-  return spawnRoot(fd, h->secret, 0);
+  return spawnRoot(fd, &h->addr, h->secret, 0);
 }
 
 ncclResult_t bootstrapStartRoot(const struct bootstrapHandle *h, int nranks) {
   union sockAddr addr = h->addr;
   int fd;
   CHECK(sockListen(&addr, &fd));
-  return spawnRoot(fd, h->secret, nranks);
+  return spawnRoot(fd, &addr, h->secret, nranks);
 }
 
 /* ---- ranks ---- */
+
+/* The bootstraps of this process, so that a process forked while one of
+ * them lives (a DataLoader worker, a multiprocessing fork after init)
+ * closes its copies of their descriptors. Kept open there, they held the
+ * mesh connections up after the parent died: no end-of-file reached its
+ * peers, which waited out their timeout for a rank that was gone and
+ * called it "stopped or frozen". The child only closes (a shutdown would
+ * end the parent's connections too) and sends nothing. The lock, held
+ * across the fork, keeps every listed bootstrap's descriptors open in the
+ * parent: bootstrapClose unlists and closes under it. */
+static pthread_mutex_t bootsLock = PTHREAD_MUTEX_INITIALIZER;
+static struct bootstrap *bootsLive;
+
+/* Under bootsLock: closes b's descriptors, marking them closed. */
+static void bootCloseFds(struct bootstrap *b, int goodbye) {
+  for (int i = 0; b->peerFd && i < b->nranks; i++) {
+    if (b->peerFd[i] < 0) continue;
+    if (goodbye) send(b->peerFd[i], &goodbyeMagic, sizeof goodbyeMagic, MSG_NOSIGNAL | MSG_DONTWAIT);
+    close(b->peerFd[i]);
+    b->peerFd[i] = -1;
+  }
+  if (b->listenFd >= 0) close(b->listenFd);
+  b->listenFd = -1;
+  for (int i = 0; b->pidFd && i < b->nranks; i++) {
+    if (b->pidFd[i] >= 0) close(b->pidFd[i]);
+    b->pidFd[i] = -1;
+  }
+}
+
+static void bootsForkPrepare(void) { pthread_mutex_lock(&bootsLock); }
+static void bootsForkParent(void) { pthread_mutex_unlock(&bootsLock); }
+static void bootsForkChild(void) {
+  for (struct bootstrap *b = bootsLive; b; b = b->nextLive) bootCloseFds(b, 0);
+  bootsLive = NULL; /* the parent's: none is this process's to close again */
+  pthread_mutex_unlock(&bootsLock);
+}
+static void bootsAtfork(void) { pthread_atfork(bootsForkPrepare, bootsForkParent, bootsForkChild); }
+static pthread_once_t bootsAtforkOnce = PTHREAD_ONCE_INIT;
+
+static void bootList(struct bootstrap *b) {
+  pthread_once(&bootsAtforkOnce, bootsAtfork);
+  pthread_mutex_lock(&bootsLock);
+  b->nextLive = bootsLive;
+  bootsLive = b;
+  pthread_mutex_unlock(&bootsLock);
+}
 
 /* Rank j, which checked in at the root (so its listener was up), refuses
  * connections now: it is gone (killed during init, or it gave up). */
@@ -658,6 +772,33 @@ out:
   return res;
 }
 
+/* Every peer that is another process in this rank's pid namespace (its
+ * pid means the same here: machinePidNamespace) is watched through its pid
+ * as well as its connection, which another process may hold open (one
+ * forked without the fork handlers, or handed its sockets): with a pidfd,
+ * readable once the process has exited (a zombie included) and immune to
+ * the pid's reuse; with kill(pid, 0) where the kernel has none (before
+ * Linux 5.3, seccomp, no descriptors left), which does not see a zombie.
+ * Every peer is alive now: it connected. */
+static void watchLocalPeers(struct bootstrap *b) {
+  const struct bootstrapPeerInfo *me = &b->peers[b->rank];
+  int fds = 0, kills = 0;
+  for (int p = 0; me->pidNs && p < b->nranks; p++) {
+    const struct bootstrapPeerInfo *q = &b->peers[p];
+    if (p == b->rank || q->pidNs != me->pidNs || q->pid <= 0 || q->pid == me->pid) continue;
+    int fd = -1;
+#ifdef SYS_pidfd_open
+    fd = (int)syscall(SYS_pidfd_open, (pid_t)q->pid, 0);
+#endif
+    b->pidFd[p] = fd >= 0 ? fd : BOOTSTRAP_PID_KILL;
+    fds += fd >= 0;
+    kills += fd < 0;
+  }
+  if (fds + kills)
+    INFO(subsysBootstrap, "Bootstrap : rank %d watches %d local peer(s) by pid (%d with pidfds, %d with kill)", b->rank,
+         fds + kills, fds, kills);
+}
+
 /* The root's answer: progress frames (logged), then the table or a
  * refusal, into b->peers. The rank's timeout runs from the start, whatever
  * frames come; when it expires the WARN says whom the root still waited for. */
@@ -716,6 +857,7 @@ static ncclResult_t rootHelloFill(struct rootHello *hello, const struct bootstra
                                   const struct bootstrapPeerInfo *me, char *ifname, size_t ifnameLen) {
   *hello = (struct rootHello){.secret = h->secret, .rank = rank, .nranks = nranks, .info = *me};
   hello->info.rank = rank;
+  hello->info.pidNs = machinePidNamespace();
   ncclResult_t picked = sockPickAddr(&h->addr, &hello->info.listenAddr, ifname, ifnameLen);
   if (picked != ncclSuccess) { /* no interface to listen on: a hello that says so (an address of no family) */
     memset(&hello->info.listenAddr, 0, sizeof hello->info.listenAddr);
@@ -754,8 +896,10 @@ ncclResult_t bootstrapInit(struct bootstrap *b, const struct bootstrapHandle *h,
   b->peerFd = malloc(sizeof(int) * nranks);
   b->departed = calloc(nranks, 1);
   b->peers = calloc(nranks, sizeof *b->peers);
-  if (!b->peerFd || !b->departed || !b->peers) return ncclSystemError;
-  for (int i = 0; i < nranks; i++) b->peerFd[i] = -1;
+  b->pidFd = malloc(sizeof(int) * nranks);
+  if (!b->peerFd || !b->departed || !b->peers || !b->pidFd) return ncclSystemError;
+  for (int i = 0; i < nranks; i++) b->peerFd[i] = b->pidFd[i] = -1;
+  bootList(b); /* until bootstrapClose: every descriptor it holds from now on */
 
   struct rootHello hello;
   ncclResult_t picked = rootHelloFill(&hello, h, rank, nranks, me, b->ifname, sizeof b->ifname);
@@ -808,6 +952,7 @@ ncclResult_t bootstrapInit(struct bootstrap *b, const struct bootstrapHandle *h,
   }
   CHECK(wirePeerTableCheck(b->peers, nranks));
   res = meshConnect(b);
+  if (res == ncclSuccess) watchLocalPeers(b);
 out:
   if (rootFd >= 0) { /* leaving before the root replied: tell it */
     if (send(rootFd, &rootLeaveNotice, 1, MSG_NOSIGNAL | MSG_DONTWAIT) < 0) { /* it may be gone already */
@@ -917,14 +1062,25 @@ ncclResult_t bootstrapBarrier(struct bootstrap *b) {
   return res;
 }
 
-/* A peer is gone when its end of the mesh connection shut down without the
- * goodbye that bootstrapClose sends first. All gone peers are named: when
- * one rank dies, others may abort because of it, and the WARN should still
- * show the first. */
+int bootstrapPeerExited(const struct bootstrap *b, int i) {
+  int fd = b->pidFd ? b->pidFd[i] : -1;
+  if (fd >= 0) {
+    struct pollfd p = {fd, POLLIN, 0};
+    return poll(&p, 1, 0) > 0;
+  }
+  return fd == BOOTSTRAP_PID_KILL && kill((pid_t)b->peers[i].pid, 0) != 0 && errno == ESRCH;
+}
+
+/* A peer is gone when its end of the mesh connection shut down, or its
+ * process exited (whoever still holds its end: what it sent is here by
+ * then), without the goodbye that bootstrapClose sends first. All gone
+ * peers are named: when one rank dies, others may abort because of it,
+ * and the WARN should still show the first. */
 static int peerGone(struct bootstrap *b, int i) {
   if (b->oob) return oobPeerGone(b, i); /* the monitor reads the mesh */
   struct pollfd p = {b->peerFd[i], POLLRDHUP, 0};
-  if (poll(&p, 1, 0) <= 0 || !(p.revents & (POLLRDHUP | POLLHUP | POLLERR))) return 0;
+  int closed = poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
+  if (!closed && !bootstrapPeerExited(b, i)) return 0;
   int pending = 0;
   ioctl(b->peerFd[i], FIONREAD, &pending);
   if (pending >= (int)sizeof goodbyeMagic && !(p.revents & POLLERR)) {
@@ -999,16 +1155,20 @@ ncclResult_t bootstrapLiveness(void *arg) {
 void bootstrapClose(struct bootstrap *b, int graceful) {
   int framed = b->oob != NULL;
   oobStop(b, graceful); /* says goodbye in a frame, when it ran */
-  for (int i = 0; b->peerFd && i < b->nranks; i++) {
-    if (b->peerFd[i] < 0) continue;
-    if (graceful && !framed) send(b->peerFd[i], &goodbyeMagic, sizeof goodbyeMagic, MSG_NOSIGNAL | MSG_DONTWAIT);
-    close(b->peerFd[i]);
-  }
-  if (b->listenFd >= 0) close(b->listenFd);
+  pthread_mutex_lock(&bootsLock);
+  for (struct bootstrap **at = &bootsLive; *at; at = &(*at)->nextLive)
+    if (*at == b) {
+      *at = b->nextLive;
+      break;
+    }
+  bootCloseFds(b, graceful && !framed);
+  pthread_mutex_unlock(&bootsLock);
   free(b->peerFd);
+  free(b->pidFd);
   free(b->departed);
   free(b->peers);
   b->peerFd = NULL;
+  b->pidFd = NULL;
   b->departed = NULL;
   b->peers = NULL;
   b->listenFd = -1;

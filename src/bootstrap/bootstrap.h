@@ -30,15 +30,25 @@ struct bootstrapPeerInfo {
   int shmDisable; /* NCCL_SHM_DISABLE: either side's 1 keeps a pair off shared memory */
   uint64_t nonce;    /* random per rank; rank 0's names the communicator */
   uint64_t hostHash; /* hostname + boot id, or NCCL_HOSTID */
+  uint64_t pidNs;    /* machinePidNamespace(): ranks with the same one (not 0) watch each other's pid */
   char hostname[64];
   union sockAddr listenAddr;
 };
+
+#define BOOTSTRAP_PID_KILL (-2)
 
 struct bootstrap {
   int rank, nranks;
   uint64_t secret;
   int listenFd;
   int *peerFd;      /* mesh connection to each rank, -1 for self */
+  struct bootstrap *nextLive; /* the live bootstraps, whose descriptors a forked child closes */
+  /* Per peer: a peer in this rank's pid namespace (another process) is
+   * watched through its pid too, so that its death is seen even while
+   * another process holds its sockets: a pidfd (readable once it has
+   * exited), or BOOTSTRAP_PID_KILL where the kernel gave none (kill(pid, 0)
+   * says); -1: not watched. */
+  int *pidFd;
   char *departed;   /* peer said goodbye: its EOF is no failure */
   struct bootstrapPeerInfo *peers;
   volatile int *abortFlag;
@@ -80,6 +90,13 @@ void bootstrapRetireRoot(const struct bootstrapHandle *h);
 void bootstrapRefuseRoot(const struct bootstrapHandle *h, const char *why);
 /* With NCCL_COMM_ID, rank 0 hosts the root. */
 ncclResult_t bootstrapStartRoot(const struct bootstrapHandle *h, int nranks);
+/* The root bootstrapStartRoot started for h, when rank 0's init failed or
+ * was aborted: it closes its port at once (the ranks checked in are left
+ * to their own timeouts), and this returns once it has (at most half a
+ * second, through the one wait), so that init may be tried again on the
+ * same address straight away. A root that refuses the rendezvous keeps its
+ * port a while to refuse late ranks, and is not waited for. */
+void bootstrapStopRoot(const struct bootstrapHandle *h);
 ncclResult_t bootstrapInit(struct bootstrap *b, const struct bootstrapHandle *h, int rank, int nranks,
                            const struct bootstrapPeerInfo *me, volatile int *abortFlag);
 /* A rank that asked for a rank outside 0..nranks-1 tells the root (within
@@ -111,6 +128,9 @@ ncclResult_t bootstrapLiveness(void *bootstrap);
 int bootstrapPeerDeparted(const struct bootstrap *b, int peer);
 /* "rank 3 (host b, pid 4711)" into buf. */
 const char *bootstrapDescribePeer(const struct bootstrap *b, int peer, char *buf, size_t len);
+/* 1 when peer is watched by pid (pidFd) and its process has exited; never
+ * blocks. */
+int bootstrapPeerExited(const struct bootstrap *b, int peer);
 /* How many peers are gone (as bootstrapLiveness sees them), quietly. */
 int bootstrapGoneCount(struct bootstrap *b);
 /* Closes everything; graceful says goodbye first, so peers do not take the

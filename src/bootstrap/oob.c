@@ -42,6 +42,7 @@ struct oobPeer {
   size_t got; /* bytes of header, then of payload, read so far */
   struct oobMsg *msg; /* the payload being read */
   int closed; /* no longer polled */
+  uint64_t exitedNs; /* when its process was seen to have exited (bootstrap pidFd); 0: not */
   int gone, departed; /* atomics: read by any thread */
   struct oobMsg *inHead, *inTail; /* data messages, under oob.lock */
 };
@@ -227,28 +228,78 @@ static void peerRead(struct oob *o, int peer) {
   }
 }
 
+/* A local peer's process has exited (its pidfd, or kill(pid, 0) every
+ * OOB_KILL_CHECK_NS), while another process may hold its connection open
+ * (bootstrap.h, pidFd): it is gone once what it sent before has been read,
+ * this long after, unless that was a goodbye. (Its bytes are in this
+ * rank's socket by then, but the pidfd and the socket are polled apart.) */
+#define OOB_EXIT_GRACE_NS 100000000ull
+#define OOB_KILL_CHECK_NS 200000000ull
+
+/* Peers whose exit was seen OOB_EXIT_GRACE_NS ago: read what came, then
+ * gone unless they said goodbye. Returns the poll timeout, in ms, until the
+ * next one is due (at most ms). */
+static int exitsDue(struct oob *o, int ms) {
+  uint64_t now = clockNs();
+  for (int i = 0; i < o->b->nranks; i++) {
+    struct oobPeer *p = &o->peers[i];
+    if (!p->exitedNs || p->closed) continue;
+    if (now - p->exitedNs < OOB_EXIT_GRACE_NS) {
+      int left = (int)((OOB_EXIT_GRACE_NS - (now - p->exitedNs)) / 1000000ull) + 1;
+      if (left < ms) ms = left;
+      continue;
+    }
+    peerRead(o, i);
+    if (p->closed) continue;
+    INFO(subsysBootstrap, "Bootstrap : rank %d's process (pid %d) has exited", i, o->b->peers[i].pid);
+    markGone(o, i, NULL);
+  }
+  return ms;
+}
+
 static void *monitorMain(void *arg) {
   struct oob *o = arg;
   struct bootstrap *b = o->b;
-  struct pollfd *fds = malloc(sizeof *fds * (size_t)(b->nranks + 1));
-  int *who = malloc(sizeof *who * (size_t)(b->nranks + 1));
+  /* a socket and a pidfd per peer, and the eventfd */
+  struct pollfd *fds = malloc(sizeof *fds * (size_t)(2 * b->nranks + 1));
+  int *who = malloc(sizeof *who * (size_t)(2 * b->nranks + 1));
   if (!fds || !who) {
     free(fds);
     free(who);
     return NULL;
   }
+  uint64_t nextKillCheckNs = 0;
   while (!__atomic_load_n(&o->stop, __ATOMIC_ACQUIRE)) {
-    int nf = 0;
+    int nf = 0, kills = 0, ms = exitsDue(o, 1000);
     for (int i = 0; i < b->nranks; i++) {
       if (b->peerFd[i] < 0 || o->peers[i].closed) continue;
       fds[nf] = (struct pollfd){b->peerFd[i], POLLIN | POLLRDHUP, 0};
       who[nf++] = i;
+      int pidFd = b->pidFd ? b->pidFd[i] : -1;
+      if (o->peers[i].exitedNs) continue;
+      if (pidFd >= 0) {
+        fds[nf] = (struct pollfd){pidFd, POLLIN, 0};
+        who[nf++] = b->nranks + i;
+      }
+      kills += pidFd == BOOTSTRAP_PID_KILL;
     }
+    if (kills && clockNs() >= nextKillCheckNs) {
+      for (int i = 0; i < b->nranks; i++)
+        if (b->pidFd[i] == BOOTSTRAP_PID_KILL && !o->peers[i].closed && !o->peers[i].exitedNs &&
+            bootstrapPeerExited(b, i))
+          o->peers[i].exitedNs = clockNs();
+      nextKillCheckNs = clockNs() + OOB_KILL_CHECK_NS;
+    }
+    if (kills && ms > (int)(OOB_KILL_CHECK_NS / 1000000ull)) ms = (int)(OOB_KILL_CHECK_NS / 1000000ull);
     fds[nf] = (struct pollfd){o->efd, POLLIN, 0};
     who[nf++] = -1;
-    if (poll(fds, (nfds_t)nf, 1000) <= 0) continue;
+    if (poll(fds, (nfds_t)nf, ms) <= 0) continue;
     for (int k = 0; k < nf; k++) {
       if (!fds[k].revents) continue;
+      if (who[k] >= b->nranks) { /* a local peer's process has exited */
+        o->peers[who[k] - b->nranks].exitedNs = clockNs();
+        continue;
+      }
       if (who[k] < 0) {
         uint64_t v;
         if (read(o->efd, &v, sizeof v) < 0) { /* drained already */

@@ -504,6 +504,41 @@ static void helpersStop(struct netState *s) {
   s->helperSlots = 0;
 }
 
+/* ---- a forked child ---- */
+
+/* The states whose setup completed, so that a process forked while one
+ * lives closes its copies of their sockets (as the bootstrap does with its
+ * mesh): a child that kept them held the connections up after its parent
+ * died, and the peers saw no end-of-file. The child only closes, and the
+ * lock, held across the fork, keeps a listed state's sockets open in the
+ * parent: netClose unlists and closes under it. */
+static pthread_mutex_t netLiveLock = PTHREAD_MUTEX_INITIALIZER;
+static struct netState *netLiveStates;
+
+/* Under netLiveLock: closes s's sockets, marking them closed. */
+static void netCloseSockets(struct netState *s) {
+  for (int i = 0; s->conns && i < s->nconns; i++) {
+    struct netConn *n = NET(s->conns[i]);
+    for (int k = 0; n && k < n->nsocks; k++)
+      if (n->socks[k].fd >= 0) {
+        close(n->socks[k].fd);
+        n->socks[k].fd = -1;
+      }
+  }
+  if (s->listenFd >= 0) close(s->listenFd);
+  s->listenFd = -1;
+}
+
+static void netForkPrepare(void) { pthread_mutex_lock(&netLiveLock); }
+static void netForkParent(void) { pthread_mutex_unlock(&netLiveLock); }
+static void netForkChild(void) {
+  for (struct netState *s = netLiveStates; s; s = s->nextLive) netCloseSockets(s);
+  netLiveStates = NULL; /* the parent's */
+  pthread_mutex_unlock(&netLiveLock);
+}
+static void netAtfork(void) { pthread_atfork(netForkPrepare, netForkParent, netForkChild); }
+static pthread_once_t netAtforkOnce = PTHREAD_ONCE_INIT;
+
 /* ---- setup ---- */
 
 static ncclResult_t netConnAlloc(struct netState *s, struct conn *c, int peer, int isSend, int lane,
@@ -687,6 +722,11 @@ static ncclResult_t netSetup(void **state, struct bootstrap *b, struct connTable
   }
   CHECKGOTO(netAcceptAll(s, b, t, info, expected), res, out);
   CHECKGOTO(helpersStart(s), res, out);
+  pthread_once(&netAtforkOnce, netAtfork);
+  pthread_mutex_lock(&netLiveLock);
+  s->nextLive = netLiveStates;
+  netLiveStates = s;
+  pthread_mutex_unlock(&netLiveLock);
   char buf[80];
   INFO(subsysNet, "NET/Socket : %d remote peer(s), %d lane(s), %d socket(s) per connection, listening on %s",
        nremote, lanes, 1 + info[me].cut.ndata, sockAddrStr(&info[me].addr, buf, sizeof buf));
@@ -699,12 +739,17 @@ static void netClose(void *state) {
   struct netState *s = state;
   if (!s) return;
   helpersStop(s);
+  pthread_mutex_lock(&netLiveLock);
+  for (struct netState **at = &netLiveStates; *at; at = &(*at)->nextLive)
+    if (*at == s) {
+      *at = s->nextLive;
+      break;
+    }
+  netCloseSockets(s);
+  pthread_mutex_unlock(&netLiveLock);
   for (int i = 0; i < s->nconns; i++) {
     struct netConn *n = NET(s->conns[i]);
-    for (int k = 0; n && k < n->nsocks; k++) {
-      if (n->socks[k].fd >= 0) close(n->socks[k].fd);
-      free(n->socks[k].q);
-    }
+    for (int k = 0; n && k < n->nsocks; k++) free(n->socks[k].q);
     free(n);
     s->conns[i]->tpConn = NULL;
     munmap(s->mem[i], s->memBytes);
@@ -714,7 +759,6 @@ static void netClose(void *state) {
   s->conns = NULL;
   s->mem = NULL;
   s->nconns = 0;
-  if (s->listenFd >= 0) close(s->listenFd);
   free(s->mine);
   free(s);
 }

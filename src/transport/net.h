@@ -102,6 +102,7 @@ struct netState {
   size_t memBytes;
   int listenFd;
   unsigned char *mine; /* [nranks]: the peers it connects */
+  struct netState *nextLive; /* the live states, whose sockets a forked child closes */
 };
 
 #endif

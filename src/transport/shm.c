@@ -293,10 +293,19 @@ static void shmForget(uint64_t id) {
 
 /* A forked child has none of its parent's communicators: it must neither
  * wait on a lock a parent's thread held at the fork nor send notes on the
- * parent's sockets. */
+ * parent's sockets, and it closes its copies of them (only closes). */
 static void shmLivePrepare(void) { pthread_mutex_lock(&shmLiveLock); }
 static void shmLiveParent(void) { pthread_mutex_unlock(&shmLiveLock); }
 static void shmLiveChild(void) {
+  for (struct shmState *s = shmLiveStates; s; s = s->next) {
+    for (int p = 0; p < s->nranks; p++)
+      if (s->peers[p].chanOut >= 0) {
+        close(s->peers[p].chanOut);
+        s->peers[p].chanOut = -1;
+      }
+    for (int i = 0; i < s->nIn; i++) close(s->chanIn[i]);
+    s->nIn = 0;
+  }
   shmLiveStates = NULL;
   pthread_mutex_init(&shmLiveLock, NULL);
 }
