@@ -427,17 +427,23 @@ ncclResult_t oobSendRma(struct bootstrap *b, int peer, const void *payload, size
   return res;
 }
 
+/* The oldest message from peer, taken off its queue (the caller frees it), or NULL. */
+static struct oobMsg *oobTakeHead(struct oob *o, struct oobPeer *p) {
+  pthread_mutex_lock(&o->lock);
+  struct oobMsg *m = p->inHead;
+  if (m) {
+    p->inHead = m->next;
+    if (!p->inHead) p->inTail = NULL;
+  }
+  pthread_mutex_unlock(&o->lock);
+  return m;
+}
+
 ncclResult_t oobRecvData(struct bootstrap *b, int peer, void *data, size_t size, struct waitState *w) {
   struct oob *o = b->oob;
   struct oobPeer *p = &o->peers[peer];
   for (;;) {
-    pthread_mutex_lock(&o->lock);
-    struct oobMsg *m = p->inHead;
-    if (m) {
-      p->inHead = m->next;
-      if (!p->inHead) p->inTail = NULL;
-    }
-    pthread_mutex_unlock(&o->lock);
+    struct oobMsg *m = oobTakeHead(o, p);
     if (m) {
       ncclResult_t res = ncclSuccess;
       if (m->len != size) {
@@ -470,18 +476,7 @@ int oobPeekData(struct bootstrap *b, int peer, void *data, size_t size) {
   return got;
 }
 
-void oobDropData(struct bootstrap *b, int peer) {
-  struct oob *o = b->oob;
-  struct oobPeer *p = &o->peers[peer];
-  pthread_mutex_lock(&o->lock);
-  struct oobMsg *m = p->inHead;
-  if (m) {
-    p->inHead = m->next;
-    if (!p->inHead) p->inTail = NULL;
-  }
-  pthread_mutex_unlock(&o->lock);
-  free(m);
-}
+void oobDropData(struct bootstrap *b, int peer) { free(oobTakeHead(b->oob, &b->oob->peers[peer])); }
 
 int oobPeerGone(const struct bootstrap *b, int peer) {
   return __atomic_load_n(&b->oob->peers[peer].gone, __ATOMIC_ACQUIRE);
