@@ -246,6 +246,19 @@ static void sleepLate(void *arg, ncclResult_t status) {
   (void)status;
   usleep(*(const int *)arg);
 }
+/* A host function that makes a NULL-stream call on the communicator whose
+ * last launch was on the host function's own stream, done by then. */
+struct inHost {
+  ncclComm_t comm;
+  int x, y;
+  ncclResult_t res;
+};
+static void allReduceInHost(void *arg, ncclResult_t status) {
+  (void)status;
+  struct inHost *h = arg;
+  h->res = ncclAllReduce(&h->x, &h->y, 1, ncclInt, ncclSum, h->comm, NULL);
+}
+
 static int callsAcrossStreams(int rank, int n, ncclComm_t comm, cudaStream_t st) {
   cudaStream_t st2;
   NCCLCHECK(chorusStreamCreate(&st2));
@@ -266,6 +279,16 @@ static int callsAcrossStreams(int rank, int n, ncclComm_t comm, cudaStream_t st)
     EXPECT(max == 10 * (n - 1) + iter, "iter %d: max %d want %d", iter, max, 10 * (n - 1) + iter);
     EXPECT(min == iter, "iter %d: min %d want %d", iter, min, iter);
   }
+  /* The order's wait is not the host function's own: its stream's launch
+   * before it is done. */
+  int a = rank, sum = -1;
+  struct inHost h = {comm, rank + 1, -1, ncclInternalError};
+  NCCLCHECK(ncclAllReduce(&a, &sum, 1, ncclInt, ncclSum, comm, st));
+  NCCLCHECK(chorusLaunchHostFunc(st, allReduceInHost, &h));
+  NCCLCHECK(chorusStreamSynchronize(st));
+  EXPECT(h.res == ncclSuccess && h.y == n * (n + 1) / 2 && sum == n * (n - 1) / 2,
+         "a NULL-stream call in a host function after the stream's launch: %s, %d, %d", ncclGetErrorString(h.res), h.y,
+         sum);
   /* Unordered (chorusCommSetStreamOrder 0), a receive on one stream does
    * not hold back a send issued after it on another: every rank receives
    * from the one before it first, then sends to the one after it (in

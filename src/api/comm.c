@@ -495,10 +495,6 @@ static struct ncclComm *commAlloc(int nranks, const ncclUniqueId *id, int rank, 
   comm->origin = *origin;
   if (origin->config) comm->config = *origin->config;
   comm->origin.config = NULL; /* the caller's */
-  /* The parent may be destroyed once the call returns, before a nonblocking
-   * init's thread logs its Init COMPLETE line: what that prints of it is
-   * read now. */
-  if (origin->parent) comm->parentChildCount = __atomic_load_n(&origin->parent->childCount, __ATOMIC_RELAXED);
   comm->commHash = fnv1aBytes(FNV1A_INIT, id->internal, sizeof id->internal);
   flightInit(comm);
   statsInit(comm);
@@ -671,7 +667,7 @@ static ncclResult_t commSetup(struct ncclComm *comm) {
          "%s comm %p rank %d nranks %d cudaDev %d nvmlDev %d busId %lx parent %p childCount %d color %d key %d - Init "
          "COMPLETE",
          comm->origin.func, (void *)comm, rank, nranks, cudaDev, cudaDev, commBusId(cudaDev),
-         (void *)comm->origin.parent, comm->parentChildCount,
+         (void *)comm->origin.parent, comm->origin.childCount,
          comm->origin.color, comm->origin.key);
   else
     INFO(subsysInit, "%s comm %p rank %d nranks %d cudaDev %d nvmlDev %d busId %lx commId 0x%llx - Init COMPLETE",

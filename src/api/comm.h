@@ -47,6 +47,7 @@ struct commOrigin {
   int color, key;
   uint64_t ids; /* a hash of ncclCommInitRankScalable's nId ids, which every rank must pass alike; 0: one id */
   const struct commConfig *config; /* NULL: nothing set */
+  int childCount; /* the parent's count of children, this one included (the logs: the parent may be gone by then) */
 };
 
 struct ncclComm {
@@ -114,7 +115,6 @@ struct ncclComm {
   struct commOrigin origin;
   uint64_t commHash; /* NCCL's commId in the logs: a hash of the unique id */
   int childCount;    /* communicators split off this one */
-  int parentChildCount; /* origin.parent's, this one counted (read at commAlloc: never the parent's memory after) */
   uint32_t *shrinkWith; /* [nranks]: ncclCommShrinks begun on it with each rank kept (shrink.c); NULL: none */
   /* Windows (window.c) and one-sided signals (rma.c). */
   pthread_mutex_t winLock;            /* the windows, against the monitor's one-sided writes; registrations */

@@ -19,7 +19,7 @@ void initJobParentDone(struct initJob *j) {
 
 static void *initJobThread(void *p) {
   struct initJob *j = p;
-  struct commOrigin origin = {j->func, NULL, 0, 0, j->ids, &j->config};
+  struct commOrigin origin = {j->func, NULL, 0, 0, j->ids, &j->config, 0};
   if (j->run && j->parent) { /* see initJobParentDone */
     __atomic_add_fetch(&j->parent->busy, 1, __ATOMIC_ACQ_REL);
     j->parentHeld = 1;

@@ -415,8 +415,8 @@ ncclResult_t commShrinkRun(struct initJob *j) {
   j->nranks = s.m;
   j->rank = newRank;
   INFO(subsysInit, "ncclCommShrink : rank %d becomes rank %d of %d", me, newRank, s.m);
-  struct commOrigin origin = {"ncclCommShrink", parent, 0, me, 0, &j->config};
-  __atomic_fetch_add(&parent->childCount, 1, __ATOMIC_RELAXED);
+  struct commOrigin origin = {"ncclCommShrink", parent, 0, me, 0, &j->config,
+                              __atomic_add_fetch(&parent->childCount, 1, __ATOMIC_RELAXED)};
   int dev = parent->cudaDev;
   initJobParentDone(j);
   return commInit(j->comm, s.m, &j->id, newRank, dev, j->blocking, &origin);

@@ -124,8 +124,8 @@ ncclResult_t commOrderWait(struct ncclComm *comm, cudaStream_t stream, const cha
   cudaStream_t last = comm->orderStream;
   if (last == NULL || last == stream || comm->streamsUnordered) return ncclSuccess; /* in order already (NULL: done) */
   uint64_t pos = comm->orderPos;
-  if (stream == NULL) { /* the caller runs the launch: it waits now */
-    ncclResult_t res = streamWaitFor(last, pos, call);
+  if (stream == NULL) { /* the caller runs the launch: it waits now (not at all where it is past: a host function of last's own may call) */
+    ncclResult_t res = streamPassed(last, pos) ? ncclSuccess : streamWaitFor(last, pos, call);
     if (res == ncclSuccess) commOrderNote(comm, NULL, 0);
     return res;
   }

@@ -426,6 +426,7 @@ static void *rootThread(void *argp) {
     }
     if (refusal[0] && a.slot >= 0) __atomic_store_n(&rootsRunning[a.slot].refusing, 1, __ATOMIC_RELEASE);
     if (refusal[0] && !listening) break; /* those checked in were told; nobody else can come */
+    if (!listening && got == 0) break;   /* stopped before anyone checked in: nobody is left to serve */
     if (listening && acceptorPoll(acc, &fd, &hello, &progressed) != ncclSuccess) {
       rootFailed(a.secret, logThreadLastError()); /* before the listener closes: its ranks look here */
       break;
@@ -507,6 +508,8 @@ static void *rootThread(void *argp) {
     /* every rank that called in was told */
   } else if (retired) {
     INFO(subsysBootstrap, "Bootstrap : root of an unused unique id ends (ncclCommInitRankScalable)");
+  } else if (!listening && got == 0) {
+    INFO(subsysBootstrap, "Bootstrap : root ends: its process's rank 0 gave up before any rank checked in");
   } else if (nranks > 0 && got == nranks) {
     for (int i = 0; i < nranks; i++) {
       struct waitState ws;
