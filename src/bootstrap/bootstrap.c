@@ -783,12 +783,17 @@ out:
  * the pid's reuse; with kill(pid, 0) where the kernel has none (before
  * Linux 5.3, seccomp, no descriptors left), which does not see a zombie.
  * Every peer is alive now: it connected. */
+int bootstrapPidComparable(const struct bootstrap *b, int peer) {
+  const struct bootstrapPeerInfo *me = &b->peers[b->rank], *q = &b->peers[peer];
+  return me->pidNs != 0 && q->pidNs == me->pidNs && q->pid > 0;
+}
+
 static void watchLocalPeers(struct bootstrap *b) {
   const struct bootstrapPeerInfo *me = &b->peers[b->rank];
   int fds = 0, kills = 0;
-  for (int p = 0; me->pidNs && p < b->nranks; p++) {
+  for (int p = 0; p < b->nranks; p++) {
     const struct bootstrapPeerInfo *q = &b->peers[p];
-    if (p == b->rank || q->pidNs != me->pidNs || q->pid <= 0 || q->pid == me->pid) continue;
+    if (p == b->rank || !bootstrapPidComparable(b, p) || q->pid == me->pid) continue;
     int fd = -1;
 #ifdef SYS_pidfd_open
     fd = (int)syscall(SYS_pidfd_open, (pid_t)q->pid, 0);

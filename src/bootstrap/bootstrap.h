@@ -131,6 +131,10 @@ const char *bootstrapDescribePeer(const struct bootstrap *b, int peer, char *buf
 /* 1 when peer is watched by pid (pidFd) and its process has exited; never
  * blocks. */
 int bootstrapPeerExited(const struct bootstrap *b, int peer);
+/* 1 when peer's pid, as it reported it at the rendezvous, means the same
+ * process here: both said the same pid namespace (machinePidNamespace),
+ * known. Only such pids are watched (pidFd) or checked (SO_PEERCRED). */
+int bootstrapPidComparable(const struct bootstrap *b, int peer);
 /* How many peers are gone (as bootstrapLiveness sees them), quietly. */
 int bootstrapGoneCount(struct bootstrap *b);
 /* Closes everything; graceful says goodbye first, so peers do not take the

@@ -10,7 +10,6 @@
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -459,12 +458,11 @@ static void *shmMapPeer(struct conn *c, uint64_t addr, uint64_t key, size_t byte
  * a peer's process that is not chorus's). Ranks of one host (the same
  * hostname and boot id, or NCCL_HOSTID) may live in different pid
  * namespaces (containers that share a network namespace), where the pid
- * SO_PEERCRED reports is not the one the peer reported: each rank says
- * which pid namespace it is in, and only pids of one namespace are
- * compared. */
+ * SO_PEERCRED reports is not the one the peer reported: only pids of one
+ * namespace are compared (bootstrapPidComparable, from what each rank said
+ * at the rendezvous). */
 struct shmSetupInfo {
-  uint64_t token[2];          /* what a peer sends this rank to be handed its segment */
-  uint64_t pidnsDev, pidnsIno; /* this rank's pid namespace (0, 0: unknown) */
+  uint64_t token[2]; /* what a peer sends this rank to be handed its segment */
 };
 struct shmHello {
   int32_t rank; /* the connecting rank */
@@ -479,22 +477,11 @@ static void shmSetupInfoMine(struct shmSetupInfo *mine) {
     mine->token[0] = (uint64_t)clockNs() * 0x9e3779b97f4a7c15ull ^ (uint64_t)getpid() << 32 ^ (uintptr_t)mine;
     mine->token[1] = (uint64_t)clockNs() * 0xbf58476d1ce4e5b9ull ^ shmProcessCookie();
   }
-  struct stat st;
-  if (stat("/proc/self/ns/pid", &st) == 0) {
-    mine->pidnsDev = (uint64_t)st.st_dev;
-    mine->pidnsIno = (uint64_t)st.st_ino;
-  }
-}
-
-/* 1 when SO_PEERCRED's pids of peer's process mean what peer reported at rendezvous. */
-static int shmPidsComparable(const struct shmSetupInfo *infos, int me, int peer) {
-  return infos[me].pidnsIno != 0 && infos[me].pidnsIno == infos[peer].pidnsIno &&
-         infos[me].pidnsDev == infos[peer].pidnsDev;
 }
 
 /* NULL when the process at the other end of the Unix socket fd may be
  * local rank peer, else why not (into why). */
-static const char *shmCredRefusal(int fd, const struct bootstrap *b, const struct shmSetupInfo *infos, int peer,
+static const char *shmCredRefusal(int fd, const struct bootstrap *b, int peer,
                                   struct ucred *uc, char *why, size_t len) {
   socklen_t ulen = sizeof *uc;
   memset(uc, 0, sizeof *uc);
@@ -506,7 +493,7 @@ static const char *shmCredRefusal(int fd, const struct bootstrap *b, const struc
     snprintf(why, len, "it runs as uid %u, this rank as uid %u", (unsigned)uc->uid, (unsigned)geteuid());
     return why;
   }
-  if (peer >= 0 && shmPidsComparable(infos, b->rank, peer) && uc->pid != (pid_t)b->peers[peer].pid) {
+  if (peer >= 0 && bootstrapPidComparable(b, peer) && uc->pid != (pid_t)b->peers[peer].pid) {
     snprintf(why, len, "it is pid %d, and rank %d is pid %d", (int)uc->pid, peer, b->peers[peer].pid);
     return why;
   }
@@ -519,7 +506,7 @@ static const char *shmHelloRefusal(int fd, const struct shmHello *h, const struc
                                    const struct shmSetupInfo *infos, const unsigned char *mine,
                                    const unsigned char *served, struct ucred *uc, char *why, size_t len) {
   int peer = h->rank >= 0 && h->rank < b->nranks && h->rank != b->rank && mine[h->rank] ? h->rank : -1;
-  if (shmCredRefusal(fd, b, infos, peer, uc, why, len)) return why;
+  if (shmCredRefusal(fd, b, peer, uc, why, len)) return why;
   uint64_t diff = (h->token[0] ^ infos[b->rank].token[0]) | (h->token[1] ^ infos[b->rank].token[1]);
   if (diff) return "it does not have this communicator's token";
   if (peer < 0) {
@@ -680,7 +667,7 @@ static ncclResult_t shmSetup(void **state, struct bootstrap *b, struct connTable
         if (r == 0) continue; /* its queue is full: next round */
         struct ucred uc;
         char why[160];
-        if (shmCredRefusal(peerSock[p], b, infos, p, &uc, why, sizeof why)) {
+        if (shmCredRefusal(peerSock[p], b, p, &uc, why, sizeof why)) {
           WARN("SHM : rank %d will not use the setup socket of local rank %d, held by pid %d: %s%s", me, p,
                (int)uc.pid, why, uc.uid != geteuid() ? " (ranks of one host that run as different users need "
                                                        "NCCL_SHM_DISABLE=1)" : "");
