@@ -6,10 +6,12 @@
  * left waiting gets ncclTimeout, which fails the test. A rendezvous that
  * cannot complete (ranks that never come) times out on every rank that came,
  * each saying which ranks the root still waited for. A unique id used for a
- * second communicator is refused at once on every rank. A process that
- * asked for a rank past nranks may try again with a good one. Rank 0 may
+ * second communicator is refused at once on every rank. A thread that
+ * asked for a rank past nranks may try again with a good one; the other
+ * ranks of its process are refused with the rest. Rank 0 may
  * retry a failed or aborted init on NCCL_COMM_ID's port at once. */
 #include <dirent.h>
+#include <pthread.h>
 #include <regex.h>
 #include <string.h>
 #include <arpa/inet.h>
@@ -145,6 +147,44 @@ static int retryRank(int proc, int procs, ncclUniqueId id, void *arg) {
   NCCLCHECK(ncclAllReduce(&x, &x, 1, ncclInt32, ncclSum, comm, NULL));
   EXPECT(x == procs * (procs + 1) / 2, "retry: rank %d: allreduce gave %d", proc, x);
   NCCLCHECK(ncclCommDestroy(comm));
+  return 0;
+}
+
+/* One process, a thread per rank: the thread of rank 2 asks for rank 3 of 3
+ * first, then ranks 0 and 1 check in from their own threads. Theirs are not
+ * a retry of the bad rank (until 2026-12-06 the root took any good hello of
+ * the process for one, and ranks 0 and 1 waited for their timeout instead
+ * of being refused, naming the bad rank, after the grace). */
+struct threadClaim {
+  ncclUniqueId id;
+  int rank;
+  ncclResult_t res;
+  double ms;
+  char why[512];
+};
+static void *threadClaimRun(void *arg) {
+  struct threadClaim *c = arg;
+  if (c->rank < 3) usleep(300000); /* after the bad rank's report */
+  ncclComm_t comm = NULL;
+  double t0 = nowSec();
+  c->res = ncclCommInitRank(&comm, 3, c->id, c->rank);
+  c->ms = (nowSec() - t0) * 1e3;
+  snprintf(c->why, sizeof c->why, "%s", ncclGetLastError(NULL));
+  if (comm) ncclCommDestroy(comm);
+  return NULL;
+}
+static int threadClaims(int proc, int procs, ncclUniqueId id, void *arg) {
+  (void)proc, (void)procs, (void)arg;
+  struct threadClaim c[3] = {{id, 0, 0, 0, ""}, {id, 1, 0, 0, ""}, {id, 3, 0, 0, ""}};
+  pthread_t t[3];
+  for (int i = 0; i < 3; i++) EXPECT(pthread_create(&t[i], NULL, threadClaimRun, &c[i]) == 0, "a thread");
+  for (int i = 0; i < 3; i++) pthread_join(t[i], NULL);
+  EXPECT(c[2].res == ncclInvalidArgument, "threads: the bad rank got %s", ncclGetErrorString(c[2].res));
+  for (int i = 0; i < 2; i++) {
+    fprintf(stderr, "threads: rank %d: %s after %.0f ms: %s\n", i, ncclGetErrorString(c[i].res), c[i].ms, c[i].why);
+    EXPECT(c[i].res == ncclInvalidUsage && strstr(c[i].why, "asked for rank 3 of 3") && c[i].ms < 2500,
+           "threads: rank %d got %s after %.0f ms: %s", i, ncclGetErrorString(c[i].res), c[i].ms, c[i].why);
+  }
   return 0;
 }
 
@@ -382,6 +422,14 @@ int main(int argc, char **argv) {
     int f = runRanksWithId(3, id, retryRank, NULL, 20);
     setenv("CHORUS_TIMEOUT", "3", 1);
     printf("initcheck bad-rank-retried: %s\n", f ? "FAILED" : "passed");
+    failed += f;
+    if (failed) return 1; /* fail fast: the first failing case ends the test */
+  }
+  if (part("threads")) {
+    ncclUniqueId id;
+    if (testCommId(&id) != 0) return 1;
+    int f = runRanksWithId(1, id, threadClaims, NULL, 20);
+    printf("initcheck bad-rank-in-threads: %s\n", f ? "FAILED" : "passed");
     failed += f;
     if (failed) return 1; /* fail fast: the first failing case ends the test */
   }

@@ -364,6 +364,7 @@ struct rootBadRank {
   char why[200]; /* empty: none pending */
   char hostname[sizeof(((struct bootstrapPeerInfo *)0)->hostname)];
   int pid;
+  uint32_t tid;
   uint64_t until;
 };
 
@@ -375,13 +376,18 @@ static void rootBadRankNoted(struct rootBadRank *bad, const struct rootHello *h,
            h->info.pid, h->rank, h->nranks, h->nranks - 1);
   snprintf(bad->hostname, sizeof bad->hostname, "%s", h->info.hostname);
   bad->pid = h->info.pid;
+  bad->tid = h->tid;
   uint64_t grace = timeoutNs && timeoutNs / 2 < ROOT_BAD_RANK_GRACE_NS ? timeoutNs / 2 : ROOT_BAD_RANK_GRACE_NS;
   bad->until = clockNs() + grace;
 }
 
-/* A good hello from the process that asked for a bad rank: it tried again. */
+/* A good hello from the thread that asked for a bad rank: it tried again.
+ * Not another thread of its process: there each thread may be a rank of its
+ * own (ncclCommInitRank from a thread per rank), whose good hellos say
+ * nothing of the bad one. */
 static void rootBadRankRetried(struct rootBadRank *bad, const struct rootHello *h) {
-  if (bad->why[0] && h->info.pid == bad->pid && strcmp(h->info.hostname, bad->hostname) == 0) bad->why[0] = 0;
+  if (bad->why[0] && h->info.pid == bad->pid && h->tid == bad->tid && strcmp(h->info.hostname, bad->hostname) == 0)
+    bad->why[0] = 0;
 }
 
 /* The root's WARNs are REPORTs: each rank says what came of its
@@ -863,7 +869,7 @@ static ncclResult_t recvRootReply(struct bootstrap *b, int rootFd, const union s
  * the interface that reaches the root's network (port 0: to listen on). */
 static ncclResult_t rootHelloFill(struct rootHello *hello, const struct bootstrapHandle *h, int rank, int nranks,
                                   const struct bootstrapPeerInfo *me, char *ifname, size_t ifnameLen) {
-  *hello = (struct rootHello){.secret = h->secret, .rank = rank, .nranks = nranks, .info = *me};
+  *hello = (struct rootHello){.secret = h->secret, .rank = rank, .nranks = nranks, .tid = (uint32_t)gettid(), .info = *me};
   hello->info.rank = rank;
   hello->info.pidNs = machinePidNamespace();
   ncclResult_t picked = sockPickAddr(&h->addr, &hello->info.listenAddr, ifname, ifnameLen);
