@@ -20,6 +20,58 @@ for how in 'trap "" TERM; exec sleep 30' 'kill -STOP $$; exec sleep 30'; do
   [ $rc -eq 3 ] || { echo "chorusrun over a rank that does '$how' returned $rc, expected 3"; exit 1; }
   [ $took -le 8 ] || { echo "chorusrun over a rank that does '$how' took $took s"; exit 1; }
 done
+# A rank started through a wrapper: its child is stopped with it (each rank
+# leads a process group, which gets the signal; until 2026-12-06 only the
+# wrapper got it, and the child, reparented, ran on), and --tag-output does
+# not wait for that child to close the pipes.
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+start=$(date +%s)
+timeout 30 "$bin/chorusrun" -n 2 --tag-output sh -c \
+  "if [ \$CHORUS_RANK = 1 ]; then sleep 0.5; exit 3; fi; sleep 20 & echo \$! > $tmp/child; wait" >/dev/null 2>&1
+rc=$?
+took=$(( $(date +%s) - start ))
+[ $rc -eq 3 ] && [ $took -le 8 ] || { echo "a wrapped rank's job returned $rc after $took s (want 3, quickly)"; exit 1; }
+child=$(cat "$tmp/child")
+sleep 0.2
+if [ -n "$child" ] && kill -0 "$child" 2>/dev/null && ! grep -q '^State:.*Z' "/proc/$child/status" 2>/dev/null; then
+  kill "$child"
+  echo "rank 0's child $child outlived the job"
+  exit 1
+fi
+# Ctrl-C at a terminal signals the foreground process group: chorusrun, and
+# not the ranks (sessions of their own), which get the one SIGINT it
+# forwards (until 2026-12-06 each rank got two, the terminal's and
+# chorusrun's). The terminal is played by kill -INT -PGID.
+setsid "$bin/chorusrun" -n 2 sh -c "n=0; trap 'n=\$((n + 1))' INT; touch $tmp/ready.\$CHORUS_RANK; \
+  while [ ! -e $tmp/go ]; do sleep 0.05; done; sleep 0.3; echo \$n > $tmp/ints.\$CHORUS_RANK" &
+launcher=$!
+for i in $(seq 100); do [ -e "$tmp/ready.0" ] && [ -e "$tmp/ready.1" ] && break; sleep 0.05; done
+kill -INT -- -"$launcher"
+touch "$tmp/go"
+wait "$launcher"
+for r in 0 1; do
+  [ "$(cat "$tmp/ints.$r" 2>/dev/null)" = 1 ] || { echo "rank $r got '$(cat "$tmp/ints.$r" 2>/dev/null)' SIGINTs for one Ctrl-C"; exit 1; }
+done
+# A rank whose chorusrun is killed outright dies with it.
+"$bin/chorusrun" -n 1 sh -c "echo \$\$ > $tmp/orphan; exec sleep 20" &
+launcher=$!
+for i in $(seq 100); do [ -s "$tmp/orphan" ] && break; sleep 0.05; done
+kill -KILL "$launcher"
+sleep 0.3
+orphan=$(cat "$tmp/orphan")
+if kill -0 "$orphan" 2>/dev/null && ! grep -q '^State:.*Z' "/proc/$orphan/status" 2>/dev/null; then
+  kill "$orphan"
+  echo "a rank outlived its chorusrun (SIGKILL)"
+  exit 1
+fi
+# -n takes a whole number, nothing else (until 2026-12-06: atoi, so 2x ran 2 ranks).
+for n in 2x 1e3 4294967298 0 -1 ''; do
+  msg=$("$bin/chorusrun" -n "$n" true 2>&1)
+  rc=$?
+  [ $rc -eq 2 ] && grep -q "chorusrun: -n wants a number of ranks" <<<"$msg" ||
+    { echo "chorusrun -n '$n' returned $rc: $msg"; exit 1; }
+done
 # No launcher environment: a clear error, not a hang.
 msg=$(env -u CHORUS_RANK -u RANK NCCL_DEBUG=WARN "$bin/test_launch" 2>&1)
 grep -q "no launcher environment: set CHORUS_RANK" <<<"$msg" || { echo "no error without a launcher: $msg"; exit 1; }

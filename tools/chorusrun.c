@@ -4,10 +4,14 @@
  * names (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR,
  * MASTER_PORT) and NCCL_COMM_ID for the rendezvous (chorusCommInitFromEnv),
  * with a random CHORUS_SECRET for the job unless one is given.
- * SIGINT/SIGTERM/SIGHUP are forwarded; when a rank fails the others get
- * SIGTERM (and SIGCONT, should they be stopped), SIGKILL 5 s later if they
- * are still there, and chorusrun exits with the failed rank's status once
- * every rank is gone. */
+ * Each rank runs in a session of its own, as torchrun's workers do: a
+ * terminal's Ctrl-C reaches chorusrun alone, which forwards it (and
+ * SIGTERM/SIGHUP) once to each rank's process group, so that a rank started
+ * through a shell or wrapper is stopped with its children. When a rank fails
+ * the others' groups get SIGTERM (and SIGCONT, should they be stopped),
+ * SIGKILL 5 s later if they are still there, and chorusrun exits with the
+ * failed rank's status once every rank is gone. A rank whose chorusrun dies
+ * (SIGKILL) is killed with it. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
@@ -17,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/random.h>
 #include <sys/wait.h>
@@ -29,9 +34,23 @@ static volatile sig_atomic_t pendingSignal;
 
 static void onSignal(int sig) { pendingSignal = sig; }
 
+/* Each rank leads a process group (setsid below); a rank not yet reaped
+ * holds its pid, so the group's number cannot name anyone else's. */
 static void killAll(int sig) {
   for (int r = 0; r < nranks; r++)
-    if (pids[r] > 0) kill(pids[r], sig);
+    if (pids[r] > 0) kill(-pids[r], sig);
+}
+
+/* N of -n: a whole positive number, all of the argument, or usage. */
+static int parseRanks(const char *text) {
+  char *end;
+  errno = 0;
+  long n = strtol(text, &end, 10);
+  if (errno || end == text || *end || n < 1 || n > 1 << 20) {
+    fprintf(stderr, "chorusrun: -n wants a number of ranks from 1 to %d, not '%s'\n", 1 << 20, text);
+    exit(2);
+  }
+  return (int)n;
 }
 
 /* A port of the loopback nobody uses now; *held keeps it bound (close it
@@ -99,9 +118,9 @@ int main(int argc, char **argv) {
   for (; i < argc; i++) {
     if (!strcmp(argv[i], "-n") || !strcmp(argv[i], "--nproc")) {
       if (++i >= argc) usage(0);
-      nranks = atoi(argv[i]);
+      nranks = parseRanks(argv[i]);
     } else if (!strncmp(argv[i], "-n", 2) && argv[i][2]) {
-      nranks = atoi(argv[i] + 2);
+      nranks = parseRanks(argv[i] + 2);
     } else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
       usage(1);
     } else if (!strcmp(argv[i], "--tag-output")) {
@@ -172,6 +191,7 @@ int main(int argc, char **argv) {
     return 1;
   }
   fflush(NULL);
+  pid_t launcher = getpid();
   /* A rank that cannot be started (fork fails: the process limit) stops
    * the job like a rank that fails: the others started get SIGTERM. */
   int started = nranks, status = 0, failedRank = -1;
@@ -193,6 +213,12 @@ int main(int argc, char **argv) {
       break;
     }
     if (pids[r] == 0) {
+      /* Its own session: no terminal signals (chorusrun forwards them once),
+       * and no SIGTTIN should it read the terminal (a new process group of
+       * the same session would be a background one). */
+      setsid();
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != launcher) _exit(128 + SIGKILL); /* chorusrun died before the line above */
       snprintf(buf, sizeof buf, "%d", r);
       setenv("CHORUS_RANK", buf, 1);
       setenv("CHORUS_LOCAL_RANK", buf, 1);
@@ -215,7 +241,10 @@ int main(int argc, char **argv) {
   int left = started, open = tag ? 2 * started : 0;
   for (int k = 0; tag && k < 2 * started; k++) pfd[k] = (struct pollfd){pipes[k][0], POLLIN, 0};
   time_t killAt = failedRank >= 0 ? time(NULL) + 5 : 0;
-  while (left > 0 || open > 0) {
+  /* Output is passed on until every rank's pipes close, but once the job
+   * is being stopped and every rank is gone, no longer than until killAt: a
+   * rank's orphaned child may hold them open. */
+  while (left > 0 || (open > 0 && !(killAt && time(NULL) >= killAt))) {
     if (pendingSignal) {
       killAll(pendingSignal);
       killAll(SIGCONT);
