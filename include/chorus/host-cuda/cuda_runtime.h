@@ -189,6 +189,18 @@ template <class T> static inline cudaError_t cudaMallocHost(T **ptr, size_t size
 template <class T> static inline cudaError_t cudaHostAlloc(T **ptr, size_t size, unsigned int flags) {
   return ::cudaHostAlloc((void **)(void *)ptr, size, flags);
 }
+/* CUDA's C++ forms with flags: cudaEventCreate(&e, flags) is
+ * cudaEventCreateWithFlags, cudaMallocHost(&p, size, flags) cudaHostAlloc
+ * (NCCL's example profiler plugin calls the first). */
+static inline cudaError_t cudaEventCreate(cudaEvent_t *event, unsigned int flags) {
+  return ::cudaEventCreateWithFlags(event, flags);
+}
+static inline cudaError_t cudaMallocHost(void **ptr, size_t size, unsigned int flags) {
+  return ::cudaHostAlloc(ptr, size, flags);
+}
+template <class T> static inline cudaError_t cudaMallocHost(T **ptr, size_t size, unsigned int flags) {
+  return ::cudaHostAlloc((void **)(void *)ptr, size, flags);
+}
 #endif
 
 #endif
