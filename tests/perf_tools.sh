@@ -177,6 +177,25 @@ min_bw() {
      grep -qE '^# Avg bus bandwidth    : [0-9.e+-]+ OK$' <<<"$(NCCL_TESTS_MIN_BW=1e-12 "$bin/all_reduce_perf" -g 2 -b 8 -e 8 -n 1)"
 }
 check "NCCL_TESTS_MIN_BW" min_bw
+# nccl-tests' details (until 2026-12-06 each differed): the last line is
+# the library's last error or empty, after the '#' that closes the footer;
+# -S labels its column "timestamp"; AlltoAll's in-place #wrong is N/A (not
+# checked); sendrecv's JSON rows name the -o op as its table does.
+nccl_tests_shape() {
+  local out j ends
+  out=$("$bin/all_reduce_perf" -g 2 -b 8 -e 8 -n 1 -w 0 -S 1 2>&1; echo .) # the dot keeps the last empty line
+  ends=$(tail -n 4 <<<"$out" | tr '\n' '|')
+  [ "$ends" = "# Collective test concluded: all_reduce_perf|#||.|" ] || { echo "footer ends: $ends"; return 1; }
+  grep -qE '^# +size +count .*#wrong +timestamp$' <<<"$out" || { echo "no timestamp label: $out"; return 1; }
+  out=$("$bin/alltoall_perf" -g 2 -b 64 -e 64 -n 1 -w 0 2>&1)
+  grep -E "$row" <<<"$out" | grep -qE ' [0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +N/A$' || { echo "alltoall: $out"; return 1; }
+  j=$(mktemp -u /tmp/chorus-perf-XXXXXX.json)
+  "$bin/sendrecv_perf" -g 2 -b 8 -e 8 -n 1 -w 0 -o prod -J "$j" >/dev/null 2>&1
+  python3 -c 'import json, sys; assert json.load(open(sys.argv[1]))["results"][0]["redop"] == "prod"' "$j" ||
+    { rm -f "$j"*; echo "sendrecv's JSON redop is not prod"; return 1; }
+  rm -f "$j"*
+}
+check "nccl-tests' footer, -S, alltoall and sendrecv details" nccl_tests_shape
 if [ -n "$corrupt" ]; then
   wrong_g() { # rank 1's in-place input is spoiled inside the group: element 0 wrong on all 4 ranks
     local out
