@@ -2,7 +2,13 @@
  *   list                 every collective: "Ring", "tree,ring", "^tree"
  *   func:list;func:list  per collective: "allreduce:tree;broadcast:ring"
  * Names are case-insensitive; a list that starts with ^ excludes; later
- * items override earlier ones for the collectives they name. Every name
+ * items override earlier ones for the collectives they name. Empty fields
+ * are skipped as NCCL's strtok skips them (":tree" is "tree", "ring:" is
+ * "ring", "allreduce::tree" is "allreduce:tree", a field after the list is
+ * ignored), "^" alone excludes nothing, and a list of no names ("," or
+ * "allreduce:,") allows nothing. Beyond NCCL, blanks around names are
+ * trimmed and a prefix may name several collectives ("allreduce,broadcast:
+ * ring"). Every name
  * NCCL knows is accepted, also those chorus has no algorithm for (NVLS,
  * CollNet...): a request that leaves a collective nothing fails at the call
  * with NCCL's "No algorithm/protocol available", never silently. */
@@ -47,9 +53,9 @@ static int parseList(const char *var, const char *value, char *list, const struc
   int exclude = list[0] == '^';
   if (exclude) list++;
   uint32_t listed = 0;
-  int count = 0;
   for (char *save = NULL, *tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
     trim(&tok);
+    if (!tok[0]) continue;
     int k = 0;
     while (names[k].name && strcasecmp(names[k].name, tok) != 0) k++;
     if (!names[k].name) {
@@ -57,11 +63,6 @@ static int parseList(const char *var, const char *value, char *list, const struc
       return -1;
     }
     listed |= names[k].mask;
-    count++;
-  }
-  if (count == 0) {
-    WARN("%s=\"%s\": an empty list", var, value);
-    return -1;
   }
   *mask = exclude ? all & ~listed : listed;
   return 0;
@@ -74,18 +75,19 @@ static ncclResult_t parseVar(const char *var, const char *value, const struct tu
   char buf[TUNE_ENV_BYTES];
   snprintf(buf, sizeof buf, "%s", value);
   for (char *save = NULL, *item = strtok_r(buf, ";", &save); item; item = strtok_r(NULL, ";", &save)) {
-    char *colon = strchr(item, ':');
-    if (!colon && item != buf) { /* as NCCL: it would undo every entry before it */
+    /* The item's first two fields between colons, empty ones skipped: one
+     * is a list for every collective, two a prefix and its list. */
+    char *fields = NULL, *first = strtok_r(item, ":", &fields), *second = strtok_r(NULL, ":", &fields);
+    if (!first) continue; /* colons only */
+    if (!second && item != buf) { /* as NCCL: it would undo every entry before it */
       WARN("All entries except the first must have a prefix: \"%s\" (%s)", value, var);
       return ncclInvalidUsage;
     }
     uint32_t funcs = BIT(tuneFuncCount) - 1, mask;
-    char *list = item;
-    if (colon) {
-      *colon = 0;
-      list = colon + 1;
+    char *list = second ? second : first;
+    if (second) {
       funcs = 0;
-      for (char *s2 = NULL, *f = strtok_r(item, ",", &s2); f; f = strtok_r(NULL, ",", &s2)) {
+      for (char *s2 = NULL, *f = strtok_r(first, ",", &s2); f; f = strtok_r(NULL, ",", &s2)) {
         trim(&f);
         int c = funcByName(f);
         if (c < 0) {
@@ -109,6 +111,12 @@ ncclResult_t tuneSetup(struct tuneTable *t, const struct tuneConfig *cfg, const 
   t->id = __atomic_add_fetch(&ids, 1, __ATOMIC_RELAXED);
   t->cfg = *cfg;
   t->topo = *topo;
+  for (int v = 0; v < 2; v++)
+    if (cfg->tooLong & (1 << v)) {
+      WARN("%s (rank 0's, which holds for the communicator) is longer than %d characters", v ? "NCCL_PROTO" : "NCCL_ALGO",
+           TUNE_ENV_BYTES - 1);
+      return ncclInvalidUsage;
+    }
   ncclResult_t res = parseVar("NCCL_ALGO", cfg->algo, algoNames, BIT(algoCount) - 1, t->algoMask);
   if (res == ncclSuccess) res = parseVar("NCCL_PROTO", cfg->proto, protoNames, BIT(protoCount) - 1, t->protoMask);
   return res;

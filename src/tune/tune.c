@@ -16,8 +16,8 @@
 void tuneConfigFromEnv(struct tuneConfig *cfg) {
   memset(cfg, 0, sizeof *cfg);
   cfg->smallThreshold = paramInt(paramLLThreshold);
-  snprintf(cfg->algo, sizeof cfg->algo, "%s", paramStr(paramAlgo));
-  snprintf(cfg->proto, sizeof cfg->proto, "%s", paramStr(paramProto));
+  if (snprintf(cfg->algo, sizeof cfg->algo, "%s", paramStr(paramAlgo)) >= (int)sizeof cfg->algo) cfg->tooLong |= 1;
+  if (snprintf(cfg->proto, sizeof cfg->proto, "%s", paramStr(paramProto)) >= (int)sizeof cfg->proto) cfg->tooLong |= 2;
 }
 
 static int usesChannels(int algo) { return algo == algoRing || algo == algoChain || algo == algoTree; }

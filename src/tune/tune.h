@@ -20,6 +20,7 @@ struct tuneConfig {
   int64_t smallThreshold;        /* CHORUS_SMALL_THRESHOLD */
   char algo[TUNE_ENV_BYTES];     /* NCCL_ALGO ("" unset) */
   char proto[TUNE_ENV_BYTES];    /* NCCL_PROTO */
+  int32_t tooLong;               /* bit 0: NCCL_ALGO, bit 1: NCCL_PROTO did not fit (init fails, never a cut list) */
 };
 void tuneConfigFromEnv(struct tuneConfig *cfg);
 
