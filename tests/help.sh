@@ -41,6 +41,9 @@ if ! awk -v s="$slow" -v f="$fast" 'BEGIN { exit !(s > 5 * f && f > 0) }'; then
   echo "help: chorus-info --tune 8 4 4 100: Ring at 128 MiB predicted '$slow' us, without a speed '$fast'"
   fail=1
 fi
+# A bad NCCL_ALGO is said whatever NCCL_DEBUG is (until 2026-12-06 only the exit status 1 said it).
+msg=$(NCCL_ALGO=bogus NCCL_DEBUG= "$bin/chorus-info" --tune 2 2>&1 >/dev/null)
+grep -q 'chorus-info --tune: NCCL_ALGO="bogus": unknown name "bogus"' <<<"$msg" || { echo "help: --tune with NCCL_ALGO=bogus said: $msg"; fail=1; }
 grep -q ", 100 Mb/s links" <<<"$("$bin/chorus-info" --tune 8 4 4 100)" || { echo "help: --tune 8 4 4 100: no link speed in the header"; fail=1; }
 [ $fail = 0 ] && echo "help: passed"
 exit $fail

@@ -20,6 +20,7 @@
 #include "algo/algo.h"
 #include "api/comm.h"
 #include "chorus.h"
+#include "core/log.h"
 #include "core/param.h"
 #include "reduce/reduce.h"
 #include "topo/topo.h"
@@ -39,7 +40,10 @@ static int printTune(int nranks, int hosts, int machines, int linkMbps) {
   struct tuneConfig cfg;
   tuneConfigFromEnv(&cfg);
   struct tuneTable t;
-  if (tuneSetup(&t, &cfg, &topo) != ncclSuccess) return 1;
+  if (tuneSetup(&t, &cfg, &topo) != ncclSuccess) { /* said whatever NCCL_DEBUG is */
+    fprintf(stderr, "chorus-info --tune: %s\n", logThreadLastError());
+    return 1;
+  }
   struct conn geometry; /* the FIFO slots NCCL_BUFFSIZE gives */
   int64_t buff = paramInt(paramBuffSize);
   if (buff > COMM_MAX_BUFFSIZE) buff = strtoll(paramDefault(paramBuffSize), NULL, 10); /* as a communicator does */
