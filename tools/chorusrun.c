@@ -35,10 +35,11 @@ static volatile sig_atomic_t pendingSignal;
 static void onSignal(int sig) { pendingSignal = sig; }
 
 /* Each rank leads a process group (setsid below); a rank not yet reaped
- * holds its pid, so the group's number cannot name anyone else's. */
+ * holds its pid, so the group's number cannot name anyone else's. One
+ * forked a moment ago may not lead its group yet: then the process alone. */
 static void killAll(int sig) {
   for (int r = 0; r < nranks; r++)
-    if (pids[r] > 0) kill(-pids[r], sig);
+    if (pids[r] > 0 && kill(-pids[r], sig) != 0 && errno == ESRCH) kill(pids[r], sig);
 }
 
 /* N of -n: a whole positive number, all of the argument, or usage. */
