@@ -28,7 +28,8 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 start=$(date +%s)
 timeout 30 "$bin/chorusrun" -n 2 --tag-output sh -c \
-  "if [ \$CHORUS_RANK = 1 ]; then sleep 0.5; exit 3; fi; sleep 20 & echo \$! > $tmp/child; wait" >/dev/null 2>&1
+  "if [ \$CHORUS_RANK = 1 ]; then while [ ! -s $tmp/child ]; do sleep 0.05; done; exit 3; fi; \
+   sleep 20 & echo \$! > $tmp/child.new; mv $tmp/child.new $tmp/child; wait" >/dev/null 2>&1
 rc=$?
 took=$(( $(date +%s) - start ))
 [ $rc -eq 3 ] && [ $took -le 8 ] || { echo "a wrapped rank's job returned $rc after $took s (want 3, quickly)"; exit 1; }
