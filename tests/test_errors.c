@@ -527,7 +527,67 @@ int main(void) {
     double t0 = nowSec();
     BAD(ncclGroupEnd(), ncclInvalidArgument, NULL);
     EXPECT(nowSec() - t0 < 1, "bad init %d: ncclGroupEnd took %.2f s", bad, nowSec() - t0);
-    EXPECT(pair[0] == NULL && pair[1] == NULL, "bad init %d: a communicator came of the failed group", bad);
+    /* As NCCL's, the good init's handle was the caller's at its call: the
+     * failed group leaves that communicator failed, for the caller to
+     * destroy (or abort); the refused one's is NULL. */
+    EXPECT(pair[1] == NULL, "bad init %d: the refused init left a handle %p", bad, (void *)pair[1]);
+    ncclResult_t async = ncclSuccess;
+    EXPECT(pair[0] != NULL && pair[0] != (ncclComm_t)&v, "bad init %d: the good init's handle is %p", bad,
+           (void *)pair[0]);
+    NCCLCHECK(ncclCommGetAsyncError(pair[0], &async));
+    EXPECT(async == ncclInvalidArgument, "bad init %d: the good init's communicator says %s", bad,
+           ncclGetErrorString(async));
+    BAD(ncclAllReduce(&v, &v, 1, ncclInt32, ncclSum, pair[0], NULL), ncclInvalidArgument, "failed earlier");
+    if (bad == 1) NCCLCHECK(ncclCommAbort(pair[0]));
+    else NCCLCHECK(ncclCommDestroy(pair[0]));
+  }
+  /* ncclCommInitRank in a group gives its handle at the call, as NCCL's
+   * does, and never writes through the pointer afterwards (until
+   * 2026-12-06 it wrote the handle at ncclGroupEnd: NULL until then, and
+   * into whatever the pointer had come to mean, a dead stack slot); a
+   * nonblocking one says ncclInProgress there too. Both pairs then work. */
+  for (int nonblocking = 0; nonblocking < 2; nonblocking++) {
+    ncclUniqueId gid;
+    NCCLCHECK(ncclGetUniqueId(&gid));
+    ncclConfig_t nb = NCCL_CONFIG_INITIALIZER;
+    nb.blocking = !nonblocking;
+    ncclComm_t pair[2];
+    ncclComm_t sentinel = (ncclComm_t)&v;
+    NCCLCHECK(ncclGroupStart());
+    for (int r = 0; r < 2; r++) {
+      ncclComm_t tmp = NULL;
+      ncclResult_t res = ncclCommInitRankConfig(&tmp, 2, gid, r, &nb);
+      EXPECT(res == (nonblocking ? ncclInProgress : ncclSuccess) && tmp != NULL,
+             "group init %d (nonblocking %d): %s, handle %p", r, nonblocking, ncclGetErrorString(res), (void *)tmp);
+      pair[r] = tmp;
+      tmp = sentinel;
+      ncclComm_t *volatile gone = &tmp; /* the slot the old library wrote at ncclGroupEnd */
+      EXPECT(*gone == sentinel, "slot");
+    }
+    ncclComm_t watch0 = pair[0], watch1 = pair[1];
+    ncclResult_t end = ncclGroupEnd();
+    EXPECT(end == (nonblocking ? ncclInProgress : ncclSuccess) || (nonblocking && end == ncclSuccess),
+           "group of inits (nonblocking %d) ended %s", nonblocking, ncclGetErrorString(end));
+    EXPECT(pair[0] == watch0 && pair[1] == watch1, "the handles changed at ncclGroupEnd");
+    for (int r = 0; r < 2; r++) {
+      ncclResult_t async = ncclInProgress;
+      double t0 = nowSec();
+      while (async == ncclInProgress && nowSec() - t0 < 20) NCCLCHECK(ncclCommGetAsyncError(pair[r], &async));
+      EXPECT(async == ncclSuccess, "group init %d (nonblocking %d) came to %s", r, nonblocking,
+             ncclGetErrorString(async));
+    }
+    int x[2] = {3, 4};
+    NCCLCHECK(ncclGroupStart());
+    for (int r = 0; r < 2; r++) NCCLCHECK(ncclAllReduce(&x[r], &x[r], 1, ncclInt32, ncclSum, pair[r], NULL));
+    end = ncclGroupEnd();
+    EXPECT(end == ncclSuccess || end == ncclInProgress, "the pair's AllReduce: %s", ncclGetErrorString(end));
+    for (int r = 0; r < 2; r++) {
+      ncclResult_t async = ncclInProgress;
+      while (async == ncclInProgress) NCCLCHECK(ncclCommGetAsyncError(pair[r], &async));
+      EXPECT(async == ncclSuccess, "after the AllReduce %d: %s", r, ncclGetErrorString(async));
+    }
+    EXPECT(x[0] == 7 && x[1] == 7, "the pair's AllReduce gave %d %d", x[0], x[1]);
+    for (int r = 0; r < 2; r++) NCCLCHECK(ncclCommDestroy(pair[r]));
   }
   sock.netName = "IB";
   sock.version = NCCL_VERSION(2, 16, 0);

@@ -717,6 +717,43 @@ static void *commSetupThread(void *arg) {
   return NULL;
 }
 
+ncclResult_t commInitMake(struct ncclComm **out, int nranks, const ncclUniqueId *id, int rank, int cudaDev,
+                          int blocking, const struct commOrigin *origin) {
+  uint64_t created = clockNs();
+  commLogVersion();
+  struct ncclComm *comm = commAlloc(nranks, id, rank, cudaDev, blocking, origin);
+  if (!comm) return ncclSystemError;
+  comm->createdNs = created;
+  comm->asyncError = ncclInProgress; /* until commInitSetup */
+  *out = comm;
+  return ncclSuccess;
+}
+
+ncclResult_t commInitSetup(struct ncclComm *comm) {
+  if (!comm->blocking) {
+    if (pthread_create(&comm->initThread, NULL, commSetupThread, comm) != 0) {
+      WARN("%s : cannot start the init thread", comm->origin.func);
+      __atomic_store_n(&comm->asyncError, ncclSystemError, __ATOMIC_RELEASE);
+      return ncclSystemError;
+    }
+    comm->initThreadRunning = 1;
+    return ncclInProgress;
+  }
+  ncclResult_t res = commSetup(comm);
+  __atomic_store_n(&comm->asyncError, res, __ATOMIC_RELEASE);
+  return res;
+}
+
+void commInitAbandon(struct ncclComm *comm, ncclResult_t res, const char *why) {
+  __atomic_store_n(&comm->abortFlag, 1, __ATOMIC_RELEASE); /* a rendezvous still running ends */
+  if (comm->initThreadRunning) {
+    pthread_join(comm->initThread, NULL);
+    comm->initThreadRunning = 0;
+  }
+  snprintf(comm->failText, sizeof comm->failText, "%s", why);
+  __atomic_store_n(&comm->asyncError, res, __ATOMIC_RELEASE);
+}
+
 ncclResult_t commInit(struct ncclComm **out, int nranks, const ncclUniqueId *id, int rank, int cudaDev,
                       int blocking, const struct commOrigin *origin) {
   uint64_t created = clockNs();

@@ -142,6 +142,18 @@ struct ncclComm {
 ncclResult_t commInit(struct ncclComm **out, int nranks, const ncclUniqueId *id, int rank, int cudaDev,
                       int blocking, const struct commOrigin *origin);
 
+/* The same in two steps, for ncclCommInitRank inside a group: as NCCL's,
+ * the handle is the caller's at the call (commInitMake: *out set, the
+ * communicator ncclInProgress), and the rendezvous runs at ncclGroupEnd
+ * (commInitSetup: blocking, its result; else ncclInProgress and a thread).
+ * A communicator whose group failed is left failed, for the caller to
+ * destroy or abort (commInitAbandon: its rendezvous, if still running,
+ * ends; res and why are what calls on it then say). */
+ncclResult_t commInitMake(struct ncclComm **out, int nranks, const ncclUniqueId *id, int rank, int cudaDev,
+                          int blocking, const struct commOrigin *origin);
+ncclResult_t commInitSetup(struct ncclComm *comm);
+void commInitAbandon(struct ncclComm *comm, ncclResult_t res, const char *why);
+
 /* NCCL's bus id of a device, for the logs (what the host-CUDA shim's
  * devices show too: device d on bus d, "0000:0d:00.0"). */
 long commBusId(int cudaDev);

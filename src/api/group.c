@@ -118,8 +118,20 @@ ncclResult_t groupInit(const struct initJob *job) {
     free(job->excluded);
     return groupNoteError(ncclSystemError);
   }
-  groupInits[groupInitCount++] = *job;
-  return ncclSuccess;
+  struct initJob j = *job;
+  if (!j.run) {
+    /* As NCCL's: the handle is the caller's now (it may read it before
+     * ncclGroupEnd, or pass a pointer that is gone by then); the group
+     * sets the communicator up. A split, shrink or grow of a parent gives
+     * its handle at ncclGroupEnd, as NCCL's do. */
+    struct commOrigin origin = {j.func, NULL, 0, 0, j.ids, &j.config, 0};
+    CHECK(groupNoteError(commInitMake(&j.made, j.nranks, &j.id, j.rank, j.cudaDev, j.blocking, &origin)));
+    commGroupHold(j.made, 1);
+    *j.comm = j.made;
+    j.comm = NULL;
+  }
+  groupInits[groupInitCount++] = j;
+  return j.made && !j.blocking ? ncclInProgress : ncclSuccess; /* NCCL's nonblocking init says so in a group too */
 }
 
 ncclResult_t groupDefer(const struct groupLater *later) {
@@ -150,7 +162,7 @@ static void groupIssueLaters(int early, int run, ncclResult_t *res) {
 }
 
 ncclResult_t groupNoteError(ncclResult_t res) {
-  if (res != ncclSuccess && groupDepth > 0 && groupError == ncclSuccess) groupError = res;
+  if (res != ncclSuccess && res != ncclInProgress && groupDepth > 0 && groupError == ncclSuccess) groupError = res;
   return res;
 }
 
@@ -171,6 +183,8 @@ static ncclResult_t groupCommGone(const struct ncclComm *comm, const char *call)
 static ncclResult_t groupCommsLive(const char *call) {
   for (int i = 0; i < groupCount; i++) CHECK(groupCommGone(groupHeld[i], call));
   for (int i = 0; i < groupLaterCount; i++) CHECK(groupCommGone(groupLaters[i].comm, call));
+  for (int i = 0; i < groupInitCount; i++)
+    if (groupInits[i].made) CHECK(groupCommGone(groupInits[i].made, call));
   return ncclSuccess;
 }
 
@@ -192,6 +206,7 @@ static ncclResult_t groupEnd(ncclSimInfo_t *simInfo, const char *call) {
   }
   if (res == ncclSuccess) res = groupCommsLive(call);
   if (res == ncclSuccess && groupInitCount > 0) res = initJobsRun(groupInits, groupInitCount);
+  else if (res != ncclSuccess) initJobsUndo(groupInits, groupInitCount, 0, res, logThreadLastError()); /* none ran */
   int run = !simInfo; /* else nothing runs */
   groupIssueLaters(1, run, &res);
   if (res == ncclSuccess && run) res = launchItems(groupItems, groupCount);
@@ -205,7 +220,10 @@ static ncclResult_t groupEnd(ncclSimInfo_t *simInfo, const char *call) {
     simInfo->estimatedTime = (float)us;
   }
   profApiGroupEndDone();
-  for (int i = 0; i < groupInitCount; i++) free(groupInits[i].excluded);
+  for (int i = 0; i < groupInitCount; i++) {
+    free(groupInits[i].excluded);
+    if (groupInits[i].made) commGroupHold(groupInits[i].made, 0);
+  }
   for (int i = 0; i < groupCount; i++) commGroupHold(groupHeld[i], 0);
   for (int i = 0; i < groupLaterCount; i++) commGroupHold(groupLaters[i].comm, 0);
   groupCount = 0;

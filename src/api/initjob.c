@@ -24,7 +24,9 @@ static void *initJobThread(void *p) {
     __atomic_add_fetch(&j->parent->busy, 1, __ATOMIC_ACQ_REL);
     j->parentHeld = 1;
   }
-  j->res = j->run ? j->run(j) : commInit(j->comm, j->nranks, &j->id, j->rank, j->cudaDev, j->blocking, &origin);
+  j->res = j->run    ? j->run(j)
+           : j->made ? commInitSetup(j->made)
+                     : commInit(j->comm, j->nranks, &j->id, j->rank, j->cudaDev, j->blocking, &origin);
   initJobParentDone(j);
   if (j->res != ncclSuccess && j->res != ncclInProgress) snprintf(j->why, sizeof j->why, "%s", logThreadLastError());
   return NULL;
@@ -48,45 +50,54 @@ static int initJobsCause(const struct initJob *jobs, int started) {
   return best;
 }
 
+void initJobsUndo(struct initJob *jobs, int n, int started, ncclResult_t res, const char *why) {
+  for (int i = 0; i < n; i++) {
+    struct initJob *j = &jobs[i];
+    if (j->made) {
+      int failed = i < started && j->res != ncclSuccess && j->res != ncclInProgress;
+      if (!commGone(j->made)) commInitAbandon(j->made, failed ? j->res : res, failed && j->why[0] ? j->why : why);
+    } else if (i < started && j->comm && *j->comm) {
+      commFree(*j->comm, 0);
+      *j->comm = NULL;
+    }
+  }
+}
+
 /* Ranks of one communicator in one process must rendezvous at the same
  * time, so each init runs on its own thread; returns the error that
  * explains the others (initJobsCause), whose WARN becomes the last error,
- * and on error no communicator is left behind. */
+ * and on error no communicator is left working (initJobsUndo). */
 ncclResult_t initJobsRun(struct initJob *jobs, int n) {
-  if (n == 1) {
-    initJobThread(&jobs[0]);
-    return jobs[0].res;
-  }
-  pthread_t *th = calloc(n, sizeof *th);
-  if (!th) return ncclSystemError;
+  if (n <= 0) return ncclSuccess;
   ncclResult_t res = ncclSuccess;
   int started = 0, inProgress = 0;
-  for (int i = 0; i < n; i++) {
-    *jobs[i].comm = NULL;
-    if (pthread_create(&th[i], NULL, initJobThread, &jobs[i]) != 0) {
-      WARN("ncclCommInitRank : cannot start an init thread: %s", strerror(errno));
-      res = ncclSystemError;
-      break;
+  for (int i = 0; i < n; i++)
+    if (jobs[i].comm) *jobs[i].comm = NULL;
+  if (n == 1) {
+    initJobThread(&jobs[0]);
+    started = 1;
+  } else {
+    pthread_t *th = calloc((size_t)n, sizeof *th);
+    if (!th) res = ncclSystemError;
+    for (int i = 0; th && i < n; i++) {
+      if (pthread_create(&th[i], NULL, initJobThread, &jobs[i]) != 0) {
+        WARN("ncclCommInitRank : cannot start an init thread: %s", strerror(errno));
+        res = ncclSystemError;
+        break;
+      }
+      started++;
     }
-    started++;
+    for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
+    free(th);
   }
-  for (int i = 0; i < started; i++) {
-    pthread_join(th[i], NULL);
-    /* ncclInProgress: a nonblocking communicator still joining. */
+  /* ncclInProgress: a nonblocking communicator still joining. */
+  for (int i = 0; i < started; i++)
     if (jobs[i].res == ncclInProgress) inProgress = 1;
-  }
   int cause = res == ncclSuccess ? initJobsCause(jobs, started) : -1;
   if (cause >= 0) {
     res = jobs[cause].res;
     if (jobs[cause].why[0]) logSetLastError(jobs[cause].why); /* what ncclGetLastError says */
   }
-  if (res != ncclSuccess)
-    for (int i = 0; i < started; i++)
-      if (*jobs[i].comm) {
-        commFree(*jobs[i].comm, 0);
-        *jobs[i].comm = NULL;
-      }
-  free(th);
+  if (res != ncclSuccess) initJobsUndo(jobs, n, started, res, logThreadLastError());
   return res == ncclSuccess && inProgress ? ncclInProgress : res;
 }
-

@@ -10,7 +10,12 @@ struct initJob {
   /* what makes the communicator from the parent (split, shrink, grow);
    * NULL: a rendezvous at id as rank of nranks */
   ncclResult_t (*run)(struct initJob *job);
-  ncclComm_t *comm;
+  ncclComm_t *comm; /* where the communicator goes when the job makes it (NULL: made already) */
+  /* ncclCommInitRank and the like inside a group: the communicator made at
+   * the call, whose handle the caller has (commInitMake); the job sets it
+   * up, and a group that fails leaves it failed (initJobsUndo). The group
+   * holds it (commGroupHold) until it ends. */
+  struct ncclComm *made;
   int nranks, rank, cudaDev, blocking;
   struct commConfig config;
   ncclUniqueId id;
@@ -45,5 +50,10 @@ ncclResult_t commSplitRun(struct initJob *job);
  * explains the others (see initjob.c), and on error no communicator is
  * left behind. */
 ncclResult_t initJobsRun(struct initJob *jobs, int n);
+/* After jobs[0..n) failed with res (or their group failed before they ran:
+ * started 0), nothing they made is left working: a communicator a job
+ * made is freed and its pointer set NULL; one made at the call
+ * (job.made) stays, failed with the job's own error, else res and why. */
+void initJobsUndo(struct initJob *jobs, int n, int started, ncclResult_t res, const char *why);
 
 #endif
