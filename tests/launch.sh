@@ -3,23 +3,6 @@
 # must bring the whole job down quickly with its exit status.
 set -uo pipefail
 bin=$1
-out=$("$bin/chorusrun" -n 3 --tag-output "$bin/test_launch") || { echo "clean run failed: $out"; exit 1; }
-for r in 0 1 2; do grep -qx "\[$r\] rank $r of 3: ok" <<<"$out" || { echo "rank $r missing: $out"; exit 1; }; done
-start=$(date +%s)
-"$bin/chorusrun" -n 3 "$bin/test_launch" fail; rc=$?
-took=$(( $(date +%s) - start ))
-[ $rc -eq 3 ] || { echo "chorusrun returned $rc, expected 3"; exit 1; }
-[ $took -lt 10 ] || { echo "chorusrun took $took s to stop the job"; exit 1; }
-# A rank that ignores SIGTERM gets SIGKILL, and a stopped one is woken to
-# die: chorusrun returns the failed rank's status once every rank is gone.
-for how in 'trap "" TERM; exec sleep 30' 'kill -STOP $$; exec sleep 30'; do
-  start=$(date +%s)
-  timeout 30 "$bin/chorusrun" -n 2 sh -c "if [ \$CHORUS_RANK = 1 ]; then sleep 0.5; exit 3; fi; $how" 2>/dev/null
-  rc=$?
-  took=$(( $(date +%s) - start ))
-  [ $rc -eq 3 ] || { echo "chorusrun over a rank that does '$how' returned $rc, expected 3"; exit 1; }
-  [ $took -le 8 ] || { echo "chorusrun over a rank that does '$how' took $took s"; exit 1; }
-done
 # A rank started through a wrapper: its child is stopped with it (each rank
 # leads a process group, which gets the signal; until 2026-12-06 only the
 # wrapper got it, and the child, reparented, ran on), and --tag-output does
@@ -66,6 +49,23 @@ if kill -0 "$orphan" 2>/dev/null && ! grep -q '^State:.*Z' "/proc/$orphan/status
   echo "a rank outlived its chorusrun (SIGKILL)"
   exit 1
 fi
+out=$("$bin/chorusrun" -n 3 --tag-output "$bin/test_launch") || { echo "clean run failed: $out"; exit 1; }
+for r in 0 1 2; do grep -qx "\[$r\] rank $r of 3: ok" <<<"$out" || { echo "rank $r missing: $out"; exit 1; }; done
+start=$(date +%s)
+"$bin/chorusrun" -n 3 "$bin/test_launch" fail; rc=$?
+took=$(( $(date +%s) - start ))
+[ $rc -eq 3 ] || { echo "chorusrun returned $rc, expected 3"; exit 1; }
+[ $took -lt 10 ] || { echo "chorusrun took $took s to stop the job"; exit 1; }
+# A rank that ignores SIGTERM gets SIGKILL, and a stopped one is woken to
+# die: chorusrun returns the failed rank's status once every rank is gone.
+for how in 'trap "" TERM; exec sleep 30' 'kill -STOP $$; exec sleep 30'; do
+  start=$(date +%s)
+  timeout 30 "$bin/chorusrun" -n 2 sh -c "if [ \$CHORUS_RANK = 1 ]; then sleep 0.5; exit 3; fi; $how" 2>/dev/null
+  rc=$?
+  took=$(( $(date +%s) - start ))
+  [ $rc -eq 3 ] || { echo "chorusrun over a rank that does '$how' returned $rc, expected 3"; exit 1; }
+  [ $took -le 8 ] || { echo "chorusrun over a rank that does '$how' took $took s"; exit 1; }
+done
 # -n takes a whole number, nothing else (until 2026-12-06: atoi, so 2x ran 2 ranks).
 for n in 2x 1e3 4294967298 0 -1 ''; do
   msg=$("$bin/chorusrun" -n "$n" true 2>&1)

@@ -2,7 +2,9 @@
  * suspended communicator refuses operations (ncclInvalidUsage, saying so)
  * and works again, results checked, once resumed; the statistics say it is
  * suspended and that chorus holds no GPU memory; misuse is refused; as in
- * NCCL, only the NCCL_SUSPEND_MEM bit of the flags does anything. */
+ * NCCL, only the NCCL_SUSPEND_MEM bit of the flags does anything. A call
+ * an open group holds on a communicator suspended or revoked before
+ * ncclGroupEnd does not run, nor does the rest of the group. */
 #include <string.h>
 
 #include "harness.h"
@@ -39,6 +41,18 @@ static int suspendRank(int rank, int n, ncclUniqueId id, void *arg) {
   NCCLCHECK(ncclCommMemStats(comm, ncclStatGpuMemSuspended, &v));
   EXPECT(v == 0, "rank %d: still suspended after ncclCommResume", rank);
   if (allReduceWorks(comm, rank, n)) return 1;
+  /* Suspended while an open group holds a call: the group runs none of
+   * them (until 2026-12-06 the held AllReduce ran). */
+  NCCLCHECK(ncclGroupStart());
+  NCCLCHECK(ncclAllReduce(&a, &b, 1, ncclFloat, ncclSum, comm, NULL));
+  NCCLCHECK(ncclCommSuspend(comm, NCCL_SUSPEND_MEM));
+  r = ncclGroupEnd();
+  EXPECT(r == ncclInvalidUsage && b == 0, "rank %d: a group held across a suspend gave %s, %g", rank,
+         ncclGetErrorString(r), b);
+  EXPECT(strstr(ncclGetLastError(comm), "suspended (ncclCommSuspend) while the group held its calls"),
+         "rank %d: last error '%s'", rank, ncclGetLastError(comm));
+  NCCLCHECK(ncclCommResume(comm));
+  if (allReduceWorks(comm, rank, n)) return 1;
   EXPECT(ncclCommResume(comm) == ncclInvalidUsage, "rank %d: resumed a communicator not suspended", rank);
   NCCLCHECK(ncclCommSuspend(comm, 0x10)); /* no NCCL_SUSPEND_MEM: a no-op, as in NCCL */
   NCCLCHECK(ncclCommMemStats(comm, ncclStatGpuMemSuspended, &v));
@@ -54,8 +68,28 @@ static int suspendRank(int rank, int n, ncclUniqueId id, void *arg) {
   return 0;
 }
 
+/* Revoked while an open group holds calls on it: the group runs none of
+ * them (until 2026-12-06 the held AllReduce ran on the revoked
+ * communicator, or waited for its peer until the timeout). */
+static int revokedInGroup(void) {
+  ncclComm_t c[2];
+  NCCLCHECK(ncclCommInitAll(c, 2, NULL));
+  float s[2] = {1, 2}, r[2] = {0, 0};
+  NCCLCHECK(ncclGroupStart());
+  for (int i = 0; i < 2; i++) NCCLCHECK(ncclAllReduce(&s[i], &r[i], 1, ncclFloat, ncclSum, c[i], NULL));
+  for (int i = 0; i < 2; i++) NCCLCHECK(ncclCommRevoke(c[i], NCCL_REVOKE_DEFAULT));
+  ncclResult_t res = ncclGroupEnd();
+  EXPECT(res == ncclInvalidUsage && r[0] == 0 && r[1] == 0, "a group held across a revoke gave %s, %g %g",
+         ncclGetErrorString(res), r[0], r[1]);
+  EXPECT(strstr(ncclGetLastError(NULL), "revoked (ncclCommRevoke) while the group held its calls"), "last error '%s'",
+         ncclGetLastError(NULL));
+  for (int i = 0; i < 2; i++) NCCLCHECK(ncclCommDestroy(c[i]));
+  return 0;
+}
+
 int main(void) {
   int failed = runRanks(2, suspendRank, NULL, 30);
+  failed += revokedInGroup();
   printf("test_suspend: %s\n", failed ? "FAILED" : "passed");
   return failed != 0;
 }

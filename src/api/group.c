@@ -171,12 +171,17 @@ NCCL_API(ncclResult_t, ncclGroupStart, void) {
   return ncclSuccess;
 }
 
-/* A communicator destroyed or aborted while the group held its calls (from
- * this thread or another): then none of the group's calls run. */
+/* A communicator destroyed, aborted, revoked or suspended while the group
+ * held its calls (from this thread or another): then none of the group's
+ * calls run, as none would had it come before them. */
 static ncclResult_t groupCommGone(const struct ncclComm *comm, const char *call) {
-  if (!commGone(comm)) return ncclSuccess;
-  WARN("%s : comm %p (rank %d) was destroyed or aborted while the group held its calls: none of the group's calls "
-       "ran", call, (void *)comm, comm->rank);
+  const char *what = commGone(comm)                                      ? "destroyed or aborted"
+                     : __atomic_load_n(&comm->revoked, __ATOMIC_ACQUIRE)   ? "revoked (ncclCommRevoke)"
+                     : __atomic_load_n(&comm->suspended, __ATOMIC_ACQUIRE) ? "suspended (ncclCommSuspend)"
+                                                                           : NULL;
+  if (!what) return ncclSuccess;
+  WARN("%s : comm %p (rank %d) was %s while the group held its calls: none of the group's calls ran", call,
+       (void *)comm, comm->rank, what);
   return ncclInvalidUsage;
 }
 
