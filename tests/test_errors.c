@@ -457,6 +457,11 @@ static int rankMain(int rank, int n, ncclUniqueId id, void *arg) {
   NCCLCHECK(ncclCommFinalize(comm));
   BAD(ncclCommFinalize(comm), ncclInvalidArgument, "finalized");
   BAD(ncclAllReduce(send, recv, 16, ncclFloat, ncclSum, comm, NULL), ncclInvalidUsage, "finalized");
+  /* Nor is it split (until 2026-12-06 the split was taken, and failed
+   * later with each rank saying the other had left). */
+  ncclComm_t child = (ncclComm_t)send;
+  BAD(ncclCommSplit(comm, 0, rank, &child, NULL), ncclInvalidUsage, "finalized");
+  EXPECT(child == NULL, "a refused split left the handle %p", (void *)child);
   NCCLCHECK(ncclCommDestroy(comm));
   return failed;
 }

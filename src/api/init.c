@@ -322,6 +322,11 @@ static ncclResult_t commSplitCall(ncclComm_t comm, int color, int key, ncclComm_
     WARN("ncclCommSplit : rank %d: parent communicator has failed (%s)", comm->rank, ncclGetErrorString(async));
     return async;
   }
+  if (comm->finalized) { /* its connections to the other ranks are being closed: nothing to split over */
+    WARN("ncclCommSplit : rank %d: parent communicator was finalized (ncclCommFinalize): split before finalizing",
+         comm->rank);
+    return ncclInvalidUsage;
+  }
   struct initJob job = {.run = commSplitRun, .comm = newcomm, .cudaDev = comm->cudaDev, .blocking = blocking,
                         .config = cfg, .parent = comm, .color = color, .key = key, .func = "ncclCommSplit"};
   return groupInit(&job);
