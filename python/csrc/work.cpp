@@ -1,5 +1,6 @@
 #include "work.hpp"
 
+#include <c10/core/InferenceMode.h>
 #include <c10/util/Exception.h>
 
 #include "completion.hpp"
@@ -75,6 +76,10 @@ void WorkChorus::complete(ncclResult_t status) {
     return;
   }
   try {
+    // Below autograd, as gloo writes the caller's memory: a parameter that
+    // requires grad, or an inference tensor used outside inference mode,
+    // takes the result as a contiguous one does.
+    c10::InferenceMode below;
     for (auto &[dst, src] : copyBack_) dst.copy_(src);
   } catch (const std::exception &e) {
     fail(c10::str("chorus: ", name_, ": copying the result back failed: ", e.what()));

@@ -445,6 +445,20 @@ def strided(rank, size):
             dist.recv(r3, 0)
             check(r3, torch.arange(20.0).reshape(5, 4), "recv into a strided view")
             untouched(b3, "recv")
+    # A strided parameter that requires grad (a transposed nn.Parameter, a
+    # channels_last weight) or an inference tensor used outside inference
+    # mode takes the result too, as gloo writes it (until 2026-12-06 the
+    # copy back into it failed under autograd's in-place checks).
+    w = torch.nn.Parameter(torch.full((4, 5), float(rank + 1)).t())
+    dist.all_reduce(w)
+    check(w.detach(), torch.full((5, 4), float(sum(range(1, size + 1)))), "all_reduce into a strided parameter")
+    assert w.requires_grad and w.is_leaf, "the parameter lost its grad"
+    dist.broadcast(w, src=0)
+    check(w.detach(), torch.full((5, 4), float(sum(range(1, size + 1)))), "broadcast into a strided parameter")
+    with torch.inference_mode():
+        inf = torch.full((4, 5), float(rank)).t()
+    dist.all_reduce(inf)
+    check(inf, torch.full((5, 4), float(sum(range(size)))), "all_reduce into a strided inference tensor")
     dist.barrier()
 
 
