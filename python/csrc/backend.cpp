@@ -713,6 +713,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::send(std::vector<at::Tensor> 
   checkPeer(dstRank, size_, call);
   Launch l = make(c10d::OpType::SEND, "Send", tensors, tensors);
   l.p2p = true;
+  l.peer = dstRank;
   at::Tensor src = in(l, t);
   Moved m = moved(src);
   const void *p = src.data_ptr();
@@ -726,6 +727,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::recv(std::vector<at::Tensor> 
   checkPeer(srcRank, size_, call);
   Launch l = make(c10d::OpType::RECV, "Recv", {}, tensors);
   l.p2p = true;
+  l.peer = srcRank;
   at::Tensor dst = out(l, t);
   Moved m = moved(dst);
   void *p = dst.data_ptr();

@@ -4,6 +4,7 @@
 #include <c10/util/Exception.h>
 #include <c10/util/Logging.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <unistd.h>
@@ -17,10 +18,8 @@ namespace {
 
 // Point-to-point operations wait this long for company before they are
 // launched (Work.wait, the next collective or shutdown launch them sooner):
-// the sends that come together then run as one chorus group (an isend to the
-// next rank and one to the previous do not wait for each other), and so do
-// the receives, on their own stream (recvStream_): however late the irecv
-// after an isend comes, the send never holds it up.
+// those to one peer in one direction that come together then run as one
+// chorus group, on their lane (Group::Lane), beside the other lanes' work.
 constexpr auto kP2pQuiet = std::chrono::microseconds(200);
 constexpr auto kP2pMaxDelay = std::chrono::milliseconds(1);  // however often more come
 
@@ -186,9 +185,9 @@ void Group::startP2p(std::chrono::milliseconds timeout) {
     p2pComm_ = p2p;
   }
   r = chorusCommSetTimeout(p2pComm_, timeoutMs_);
-  // Sends go on p2pStream_, receives on recvStream_, each in its own order:
-  // an irecv issued before an isend must not hold the send back (gloo's
-  // semantics), which NCCL's one order per communicator would.
+  // Each lane keeps its own order, and coalesced batches theirs on
+  // p2pStream_: an irecv issued before an isend must not hold the send back
+  // (gloo's semantics), which NCCL's one order per communicator would.
   if (r == ncclSuccess) r = chorusCommSetStreamOrder(p2pComm_, 0);
   if (r == ncclSuccess) r = chorusStreamCreate(&p2pStream_);
   if (r != ncclSuccess) throwBackend(c10::str("chorus: group '", name_, "': cannot set up its point-to-point stream"));
@@ -294,7 +293,7 @@ c10::intrusive_ptr<c10d::Work> Group::launch(Launch l) {
   bool recv = l.type == c10d::OpType::RECV;
   auto work = newWork(l);
   std::vector<Item> items;
-  items.push_back({std::move(calls), work, recv, l.p2p, std::move(copyIn)});
+  items.push_back({std::move(calls), work, recv, l.p2p, std::move(copyIn), l.peer});
   if (coalescing_) {
     work->setCoalesced(true);
     coalesced_.push_back(std::move(items[0]));
@@ -353,28 +352,31 @@ bool Group::orderAfterLocked(cudaStream_t stream, chorusEvent_t point) {
   return true;
 }
 
-void Group::issueLocked(std::vector<Item> &items, bool throwOnError, cudaStream_t stream) {
+void Group::issueLocked(std::vector<Item> &items, bool throwOnError, cudaStream_t stream, Lane *lane) {
   if (items.empty()) return;
   bool p2p = stream != stream_;
   ncclComm_t comm = p2p ? p2pComm_ : comm_;
-  bool receives = false;
-  for (const Item &it : items) {
-    receives |= it.recv;
-    it.work->setP2p(p2p);  // before anything of it is on the stream, which may complete it at once
-  }
+  for (const Item &it : items) it.work->setP2p(p2p);  // before anything of it is on the stream, which may complete it at once
   bool ordered = true;
-  if (stream == recvStream_ && batchRecvPoint_) {
-    ordered = orderAfterLocked(stream, batchRecvPoint_);
-    batchRecvPoint_ = nullptr;
-  } else if (stream == p2pStream_ && receives && recvStreamUsed_) {
-    chorusEvent_t tail = pointNow(recvStream_);
-    ordered = tail && orderAfterLocked(stream, tail);
-    recvStreamUsed_ = !ordered;
+  if (lane && lane->batchPoint) {
+    ordered = orderAfterLocked(stream, lane->batchPoint);
+    lane->batchPoint = nullptr;
+  } else if (stream == p2pStream_) {  // after each lane it uses
+    for (const Item &it : items) {
+      auto used = lanes_.find({it.recv, it.peer});
+      if (used == lanes_.end() || !used->second.used) continue;
+      chorusEvent_t tail = pointNow(used->second.stream);
+      if (!(tail && orderAfterLocked(stream, tail))) {
+        ordered = false;
+        break;
+      }
+      used->second.used = false;
+    }
   }
   if (!ordered)  // short of memory only
-    return failLocked(items, c10::str("chorus: group '", name_, "': cannot order the operation after earlier receives"),
+    return failLocked(items, c10::str("chorus: group '", name_, "': cannot order the operation after earlier ones"),
                       throwOnError);
-  if (stream == recvStream_) recvStreamUsed_ = true;
+  if (lane) lane->used = true;
   auto *copyIn = new CopyIn{{}, {}, at::ThreadLocalState()};
   for (Item &it : items) {
     for (auto &pair : it.copyIn) copyIn->pairs.push_back(std::move(pair));
@@ -408,24 +410,36 @@ void Group::issueLocked(std::vector<Item> &items, bool throwOnError, cudaStream_
                       throwOnError);
   }
   for (Item &it : items) it.work->markEnqueued(stream);
-  if (stream == p2pStream_ && receives) {  // recvStream_'s next work waits for this point
-    if (batchRecvPoint_) chorusEventDestroy(batchRecvPoint_);
-    batchRecvPoint_ = pointNow(p2pStream_);
-  }
+  if (stream == p2pStream_)  // the next work of each lane it used waits for this point
+    for (const Item &it : items) {
+      if (it.peer < 0) continue;
+      Lane &used = lanes_[{it.recv, it.peer}];
+      if (used.batchPoint) chorusEventDestroy(used.batchPoint);
+      used.batchPoint = pointNow(p2pStream_);
+    }
 }
 
 void Group::flushLocked() {
   if (deferred_.empty()) return;
-  std::vector<Item> sends, recvs;
-  for (Item &it : deferred_) (it.recv ? recvs : sends).push_back(std::move(it));
-  deferred_.clear();
-  issueLocked(sends, false, p2pStream_);
-  if (recvs.empty()) return;
-  if (!recvStream_ && chorusStreamCreate(&recvStream_) != ncclSuccess) {
-    recvStream_ = nullptr;
-    return failLocked(recvs, c10::str("chorus: group '", name_, "': cannot create the stream for receives"), false);
+  // Each lane's operations, in issue order.
+  std::vector<std::pair<std::pair<bool, int>, std::vector<Item>>> byLane;
+  for (Item &it : deferred_) {
+    std::pair<bool, int> key{it.recv, it.peer};
+    auto at = std::find_if(byLane.begin(), byLane.end(), [&](const auto &e) { return e.first == key; });
+    if (at == byLane.end()) at = byLane.insert(byLane.end(), {key, {}});
+    at->second.push_back(std::move(it));
   }
-  issueLocked(recvs, false, recvStream_);
+  deferred_.clear();
+  for (auto &[key, items] : byLane) {
+    Lane &lane = lanes_[key];
+    if (!lane.stream && chorusStreamCreate(&lane.stream) != ncclSuccess) {
+      lane.stream = nullptr;
+      failLocked(items, c10::str("chorus: group '", name_, "': cannot create a stream for its ",
+                                 key.first ? "receives from" : "sends to", " rank ", key.second), false);
+      continue;
+    }
+    issueLocked(items, false, lane.stream, &lane);
+  }
 }
 
 void Group::flush() {
@@ -538,13 +552,15 @@ void Group::finishTeardown() {
   if (flusher_.joinable()) flusher_.join();
   {
     CollectFinished collect;  // what finishes here goes to the completion threads
-    if (recvStream_) chorusStreamDestroy(recvStream_);
+    for (auto &[key, lane] : lanes_)
+      if (lane.stream) chorusStreamDestroy(lane.stream);
     if (p2pStream_) chorusStreamDestroy(p2pStream_);
     chorusStreamDestroy(stream_);
   }
-  stream_ = p2pStream_ = recvStream_ = nullptr;
-  if (batchRecvPoint_) chorusEventDestroy(batchRecvPoint_);
-  batchRecvPoint_ = nullptr;
+  stream_ = p2pStream_ = nullptr;
+  for (auto &[key, lane] : lanes_)
+    if (lane.batchPoint) chorusEventDestroy(lane.batchPoint);
+  lanes_.clear();
   completions_.stop();
   std::lock_guard<std::mutex> g(mutex_);
   inFlight_.clear();
@@ -563,7 +579,8 @@ void Group::shutdown() {
   if (flusher_.joinable()) flusher_.join();
   {
     CollectFinished collect;
-    if (recvStream_) chorusStreamSynchronize(recvStream_);
+    for (auto &[key, lane] : lanes_)
+      if (lane.stream) chorusStreamSynchronize(lane.stream);
     if (p2pStream_) chorusStreamSynchronize(p2pStream_);
     chorusStreamSynchronize(stream_);
   }

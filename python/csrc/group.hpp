@@ -4,9 +4,9 @@
 // that completes its Work (and the Future DDP waits on) and by an event that
 // Work.wait() runs the stream up to, on the waiting thread. Point-to-point
 // operations run on a communicator of their own (p2pComm_), are held back
-// briefly and launched together (see kP2pQuiet); receives launched on their
-// own run on a stream of their own, so that a rank's large send never holds
-// up its receive (see recvStream_).
+// briefly and launched together (see kP2pQuiet), each on the stream of its
+// peer and direction, so that no send or receive waits for another peer's
+// (see lanes_).
 #pragma once
 #include <chorus.h>
 #include <nccl.h>
@@ -20,6 +20,7 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -47,6 +48,7 @@ struct Launch {
   // The chorus calls, made inside a group; must not throw.
   std::function<ncclResult_t(ncclComm_t, cudaStream_t)> calls;
   bool p2p = false;
+  int peer = -1;  // a send's or receive's peer
 };
 
 class Group : public std::enable_shared_from_this<Group> {
@@ -110,14 +112,32 @@ class Group : public std::enable_shared_from_this<Group> {
     bool recv = false;  // a point-to-point receive
     bool p2p = false;   // a point-to-point operation: runs on p2pComm_
     std::vector<std::pair<at::Tensor, at::Tensor>> copyIn;  // Launch::copyIn
+    int peer = -1;                                          // Launch::peer
+  };
+  // Sends and receives launched on their own run on a stream per peer and
+  // direction (a lane), made with its first operation: one waits only for
+  // the earlier ones to the same peer in the same direction, as gloo's
+  // pairs are independent (on one stream for all sends, a send to rank 1
+  // waited behind a large one to rank 2 that waited for rank 1, and
+  // receives likewise). A coalesced batch on p2pStream_ and each lane it
+  // uses wait for each other's earlier work, so that a connection never
+  // carries two sends or two receives at once.
+  struct Lane {
+    cudaStream_t stream = nullptr;
+    bool used = false;  // work on it that p2pStream_'s next batch using it must wait for
+    // Marks p2pStream_ just after the latest batch that used this lane, until
+    // the lane's next work waits for it (not p2pStream_'s tail: a batch
+    // issued since may wait for this lane's work).
+    chorusEvent_t batchPoint = nullptr;
   };
   // Splits comm_ into p2pComm_ and makes its stream (every rank of the
   // group calls this as it makes the group).
   void startP2p(std::chrono::milliseconds timeout);
   c10::intrusive_ptr<WorkChorus> newWork(Launch &l);
   // Issues items as one chorus group on stream: stream_ (collectives, on
-  // comm_), p2pStream_ or recvStream_ (point-to-point, on p2pComm_).
-  void issueLocked(std::vector<Item> &items, bool throwOnError, cudaStream_t stream);
+  // comm_), p2pStream_ (coalesced point-to-point batches, on p2pComm_) or
+  // a lane's (given: its sends or receives).
+  void issueLocked(std::vector<Item> &items, bool throwOnError, cudaStream_t stream, Lane *lane = nullptr);
   // Fails items that were not launched (and throws when asked to).
   void failLocked(std::vector<Item> &items, const std::string &text, bool throwOnError);
   // Makes stream wait for the point of another stream that event marks (the
@@ -145,19 +165,8 @@ class Group : public std::enable_shared_from_this<Group> {
   // never matched against a collective's traffic (all_to_all, gather and
   // scatter move over point-to-point connections too).
   ncclComm_t p2pComm_ = nullptr;
-  cudaStream_t p2pStream_ = nullptr;  // p2pComm_'s sends and coalesced batches
-  // Receives launched on their own (not with sends, not coalesced) run here:
-  // two ranks that each isend a large tensor and then irecv one would both
-  // block in the send on a single stream. A coalesced batch on p2pStream_
-  // and the receives here wait for each other's earlier work, so a
-  // connection never carries two receives at once. Created with the first
-  // such receive.
-  cudaStream_t recvStream_ = nullptr;
-  bool recvStreamUsed_ = false;  // work on recvStream_ that p2pStream_'s next receiving batch must wait for
-  // Marks p2pStream_ just after its latest receiving batch, until
-  // recvStream_'s next work waits for it (not p2pStream_'s tail: a send
-  // issued since then may wait for that very receive).
-  chorusEvent_t batchRecvPoint_ = nullptr;
+  cudaStream_t p2pStream_ = nullptr;  // p2pComm_'s coalesced batches (batch_isend_irecv)
+  std::map<std::pair<bool, int>, Lane> lanes_;  // (receive, peer): its lane
   int rank_, size_;
   std::atomic<int64_t> timeoutMs_;
   std::string name_;

@@ -462,6 +462,52 @@ def strided(rank, size):
     dist.barrier()
 
 
+def p2p_peers_independent(rank, size):
+    """A send or receive waits only for the earlier ones to the same peer in
+    the same direction, as with gloo (until 2026-12-06 all of a rank's sends
+    shared one stream and all its receives another, so both flows below
+    waited for the group's timeout): rank 0 sends rank 2 a large tensor
+    that rank 2 takes only after rank 1 has passed on what rank 0 sent it
+    next; then rank 0 waits for its second receive (from rank 1) before it
+    sends what rank 2 waits for to answer its first."""
+    if size < 3:
+        return
+    n = 1 << 22  # 16 MiB: more than a FIFO holds, so the send waits for its receiver
+    if rank == 0:
+        first = dist.isend(torch.full((n,), 2.0), 2)
+        time.sleep(0.01)  # apart, not batched together
+        second = dist.isend(torch.full((n,), 1.0), 1)
+        first.wait()
+        second.wait()
+    elif rank == 1:
+        x = torch.zeros(n)
+        dist.recv(x, 0)
+        dist.send(x * 3, 2)
+    elif rank == 2:
+        z, y = torch.zeros(n), torch.zeros(n)
+        dist.recv(z, 1)
+        dist.recv(y, 0)
+        check(z[:4], torch.full((4,), 3.0), "the forwarded send")
+        check(y[:4], torch.full((4,), 2.0), "the large send queued first")
+    if rank == 0:
+        a, b = torch.zeros(4), torch.zeros(4)
+        ra = dist.irecv(a, 2)
+        time.sleep(0.01)
+        rb = dist.irecv(b, 1)
+        rb.wait()
+        dist.send(torch.ones(4), 2)
+        ra.wait()
+        check(b, torch.full((4,), 5.0), "the receive posted second")
+        check(a, torch.full((4,), 7.0), "the receive posted first")
+    elif rank == 1:
+        dist.send(torch.full((4,), 5.0), 0)
+    elif rank == 2:
+        t = torch.zeros(4)
+        dist.recv(t, 0)
+        dist.send(t + 6, 0)
+    dist.barrier()
+
+
 def p2p_around_collectives(rank, size):
     """Sends and receives pending while a collective runs are neither held up
     by it nor matched against its traffic (they run on a communicator of
@@ -514,6 +560,8 @@ def main():
         ("all_reduce", all_reduce), ("avg_unbiased", avg_unbiased), ("refused", refused), ("rooted", rooted), ("gathers", gathers),
         ("coalesced", coalesced), ("alltoall", alltoall), ("p2p", p2p), ("strided", strided),
         ("p2p_around_collectives", p2p_around_collectives), ("uneven_lists", uneven_lists)]}
+    # a failure here is a wait for the timeout: a short one
+    cases["p2p_peers_independent"] = lambda: harness.run(size, p2p_peers_independent, pg_timeout=10)
     harness.main(cases, sys.argv[2:])
 
 
