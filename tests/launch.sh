@@ -23,6 +23,18 @@ if [ -n "$child" ] && kill -0 "$child" 2>/dev/null && ! grep -q '^State:.*Z' "/p
   echo "rank 0's child $child outlived the job"
   exit 1
 fi
+# The failed rank's own children are stopped too (until 2026-12-06 only the
+# other ranks' groups were).
+timeout 30 "$bin/chorusrun" -n 2 sh -c \
+  "sleep 20 & echo \$! > $tmp/own.\$CHORUS_RANK.new; mv $tmp/own.\$CHORUS_RANK.new $tmp/own.\$CHORUS_RANK; \
+   if [ \$CHORUS_RANK = 1 ]; then while [ ! -s $tmp/own.0 ]; do sleep 0.05; done; exit 3; fi; wait" >/dev/null 2>&1
+sleep 0.2
+own=$(cat "$tmp/own.1")
+if [ -n "$own" ] && kill -0 "$own" 2>/dev/null && ! grep -q '^State:.*Z' "/proc/$own/status" 2>/dev/null; then
+  kill "$own"
+  echo "the failed rank's child $own outlived the job"
+  exit 1
+fi
 # Ctrl-C at a terminal signals the foreground process group: chorusrun, and
 # not the ranks (sessions of their own), which get the one SIGINT it
 # forwards (until 2026-12-06 each rank got two, the terminal's and
@@ -67,7 +79,7 @@ for how in 'trap "" TERM; exec sleep 30' 'kill -STOP $$; exec sleep 30'; do
   [ $took -le 8 ] || { echo "chorusrun over a rank that does '$how' took $took s"; exit 1; }
 done
 # -n takes a whole number, nothing else (until 2026-12-06: atoi, so 2x ran 2 ranks).
-for n in 2x 1e3 4294967298 0 -1 ''; do
+for n in 2x 1e3 4294967298 0 -1 '' ' 2' +2; do
   msg=$("$bin/chorusrun" -n "$n" true 2>&1)
   rc=$?
   [ $rc -eq 2 ] && grep -q "chorusrun: -n wants a number of ranks" <<<"$msg" ||

@@ -47,7 +47,7 @@ static int parseRanks(const char *text) {
   char *end;
   errno = 0;
   long n = strtol(text, &end, 10);
-  if (errno || end == text || *end || n < 1 || n > 1 << 20) {
+  if (errno || !(*text >= '0' && *text <= '9') || *end || n < 1 || n > 1 << 20) { /* no blank, no sign */
     fprintf(stderr, "chorusrun: -n wants a number of ranks from 1 to %d, not '%s'\n", 1 << 20, text);
     exit(2);
   }
@@ -274,6 +274,10 @@ int main(int argc, char **argv) {
       while (r < nranks && pids[r] != p) r++;
       if (r < nranks) pids[r] = 0;
       int bad = !WIFEXITED(st) || WEXITSTATUS(st) != 0;
+      /* A rank that failed leaves nothing running either: what it started
+       * in its group (a wrapper's children) is stopped too, now (its group
+       * is still there, and so its number taken, while anyone is in it). */
+      if (bad && r < nranks) kill(-p, SIGTERM);
       if (bad && failedRank < 0) {
         failedRank = r;
         status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
