@@ -129,8 +129,11 @@ static int lateRank(int proc, int procs, ncclUniqueId id, void *arg) {
 /* The process that asked for a rank past nranks tries again with a good
  * one, as NCCL allows: the rendezvous completes, though its last rank comes
  * after the root's 2 s of grace for a retry. */
+/* With arg, the retry is a nonblocking init, whose rendezvous runs on a
+ * thread of its own: it is still the retry of the thread that called it
+ * (until 2026-12-06 the root took it for another thread's, and refused
+ * every rank). */
 static int retryRank(int proc, int procs, ncclUniqueId id, void *arg) {
-  (void)arg;
   ncclComm_t comm = NULL;
   if (proc == 2) usleep(2500000);
   if (proc == 1) {
@@ -140,7 +143,13 @@ static int retryRank(int proc, int procs, ncclUniqueId id, void *arg) {
     usleep(500000); /* the root has the report by now */
   }
   double t0 = nowSec();
-  ncclResult_t res = ncclCommInitRank(&comm, procs, id, proc);
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  cfg.blocking = !(arg && proc == 1);
+  ncclResult_t res = ncclCommInitRankConfig(&comm, procs, id, proc, &cfg);
+  while (res == ncclInProgress && nowSec() - t0 < 15) {
+    usleep(1000);
+    ncclCommGetAsyncError(comm, &res);
+  }
   EXPECT(res == ncclSuccess, "retry: rank %d: %s after %.2f s: %s", proc, ncclGetErrorString(res), nowSec() - t0,
          ncclGetLastError(NULL));
   int x = proc + 1;
@@ -420,6 +429,7 @@ int main(int argc, char **argv) {
     setenv("CHORUS_TIMEOUT", "8", 1); /* the grace is 2 s, not half of 3 */
     if (testCommId(&id) != 0) return 1;
     int f = runRanksWithId(3, id, retryRank, NULL, 20);
+    if (!f && testCommId(&id) == 0) f = runRanksWithId(3, id, retryRank, (void *)"nonblocking", 20);
     setenv("CHORUS_TIMEOUT", "3", 1);
     printf("initcheck bad-rank-retried: %s\n", f ? "FAILED" : "passed");
     failed += f;

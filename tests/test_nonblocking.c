@@ -1,7 +1,9 @@
 /* Nonblocking communicators (config.blocking = 0): init returns
  * ncclInProgress at once, ncclCommGetAsyncError reports progress, using
  * the communicator early is refused, and a watchdog can abort an init whose
- * peers never come. */
+ * peers never come. Inits in a group against a watchdog's abort, beside
+ * other calls, and a split whose parent goes meanwhile (groupInits). */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -218,8 +220,77 @@ static int splitParentGone(int rank, int n, ncclUniqueId id, void *arg) {
   return 0;
 }
 
+/* Inits made in a group (their handles given at the call) and the rest of
+ * the group, against a watchdog and the user (fixed 2026-12-06, from a
+ * review): an abort from another thread while ncclGroupEnd sets a blocking
+ * one up ends the setup, which had gone on in the freed communicator; a
+ * nonblocking init in a group with calls on another communicator no longer
+ * drops those calls; a split whose parent is destroyed while the group
+ * holds it fails the group, where it had read the freed parent. */
+struct abortLater {
+  ncclComm_t comm;
+  int ms;
+};
+static void *abortAfter(void *arg) {
+  struct abortLater *a = arg;
+  usleep(a->ms * 1000);
+  ncclCommAbort(a->comm);
+  return NULL;
+}
+static int groupInits(void) {
+  setenv("CHORUS_TIMEOUT", "5", 1); /* a regression fails here in seconds, not at the default timeout */
+  ncclUniqueId id;
+  NCCLCHECK(ncclGetUniqueId(&id));
+  ncclComm_t lone = NULL;
+  NCCLCHECK(ncclGroupStart());
+  NCCLCHECK(ncclCommInitRank(&lone, 2, id, 0)); /* rank 1 never comes */
+  struct abortLater a = {lone, 300};
+  pthread_t t;
+  EXPECT(pthread_create(&t, NULL, abortAfter, &a) == 0, "a thread");
+  double t0 = nowSec();
+  ncclResult_t r = ncclGroupEnd();
+  double took = nowSec() - t0;
+  pthread_join(t, NULL);
+  EXPECT(r != ncclSuccess && took < 5, "a group whose init was aborted by a watchdog ended %s after %.2f s",
+         ncclGetErrorString(r), took);
+
+  ncclUniqueId old, fresh;
+  NCCLCHECK(ncclGetUniqueId(&old));
+  NCCLCHECK(ncclGetUniqueId(&fresh));
+  ncclComm_t ready = NULL, made = NULL;
+  r = initNonblocking(&ready, 1, old, 0);
+  EXPECT(r == ncclSuccess || r == ncclInProgress, "nonblocking init: %s", ncclGetErrorString(r));
+  if (waitReady(ready)) return 1;
+  int x = 7, y = 0;
+  NCCLCHECK(ncclGroupStart());
+  r = initNonblocking(&made, 1, fresh, 0);
+  EXPECT(r == ncclInProgress && made != NULL, "nonblocking init in a group: %s, %p", ncclGetErrorString(r),
+         (void *)made);
+  NCCLCHECK(ncclAllReduce(&x, &y, 1, ncclInt, ncclSum, ready, NULL));
+  r = ncclGroupEnd();
+  EXPECT(r == ncclSuccess || r == ncclInProgress, "the group: %s", ncclGetErrorString(r));
+  if (waitReady(ready) || waitReady(made)) return 1;
+  EXPECT(y == 7, "the AllReduce grouped with a nonblocking init gave %d", y);
+  NCCLCHECK(ncclCommDestroy(ready));
+  NCCLCHECK(ncclCommDestroy(made));
+
+  ncclComm_t pair[2], child[2] = {NULL, NULL};
+  NCCLCHECK(ncclCommInitAll(pair, 2, NULL));
+  NCCLCHECK(ncclGroupStart());
+  for (int i = 0; i < 2; i++) NCCLCHECK(ncclCommSplit(pair[i], 0, i, &child[i], NULL));
+  NCCLCHECK(ncclCommDestroy(pair[0]));
+  r = ncclGroupEnd();
+  EXPECT(r == ncclInvalidUsage && child[0] == NULL && child[1] == NULL,
+         "a split group whose parent was destroyed meanwhile: %s, %p %p", ncclGetErrorString(r), (void *)child[0],
+         (void *)child[1]);
+  NCCLCHECK(ncclCommDestroy(pair[1]));
+  unsetenv("CHORUS_TIMEOUT");
+  return 0;
+}
+
 int main(void) {
   int failed = 0;
+  failed += groupInits();
   for (int nonblocking = 0; nonblocking < 2; nonblocking++)
     failed += runRanks(2, blockingFromEnv, &nonblocking, 30);
   for (int n = 1; n <= 4; n += 3) failed += runRanks(n, rankMain, NULL, 60);

@@ -441,6 +441,7 @@ static void commPeerInfo(int rank, int cudaDev, struct bootstrapPeerInfo *me) {
   memset(me, 0, sizeof *me);
   me->rank = rank;
   me->pid = getpid();
+  me->callerTid = (uint32_t)gettid(); /* commSetup's: the init's caller's */
   me->cudaDev = cudaDev;
   me->shmDisable = paramInt(paramShmDisable) != 0;
   me->hostHash = bootstrapHostHash();
@@ -479,6 +480,7 @@ static struct ncclComm *commAlloc(int nranks, const ncclUniqueId *id, int rank, 
   comm->nranks = nranks;
   comm->cudaDev = cudaDev;
   comm->blocking = blocking;
+  comm->callerTid = (uint32_t)gettid();
   comm->boot.listenFd = -1;
   comm->initId = *id;
   pthread_mutex_init(&comm->winLock, NULL);
@@ -546,6 +548,7 @@ static ncclResult_t commSetup(struct ncclComm *comm) {
 
   struct bootstrapPeerInfo me;
   commPeerInfo(rank, cudaDev, &me);
+  me.callerTid = comm->callerTid; /* this may be a setup thread of its own */
   CHECKGOTO(bootstrapInit(&comm->boot, &h, rank, nranks, &me, &comm->abortFlag), res, fail);
   booted = 1;
   comm->boot.timeoutMs = &comm->timeoutMs;
@@ -729,29 +732,56 @@ ncclResult_t commInitMake(struct ncclComm **out, int nranks, const ncclUniqueId 
   return ncclSuccess;
 }
 
+/* The group's setup of a communicator made at the call, and its undoing,
+ * count as calls in flight (busy), so that ncclCommAbort from another
+ * thread waits for them (its flag ends a rendezvous) rather than free the
+ * communicator under them: counted first, then the flag looked at, both
+ * sequentially consistent as abort's store is, so that either the abort
+ * sees the call or the call sees the abort. 0: aborted, leave it alone. */
+static int commInitEnter(struct ncclComm *comm) {
+  __atomic_add_fetch(&comm->busy, 1, __ATOMIC_SEQ_CST);
+  if (!__atomic_load_n(&comm->abortFlag, __ATOMIC_SEQ_CST)) return 1;
+  __atomic_sub_fetch(&comm->busy, 1, __ATOMIC_SEQ_CST);
+  return 0;
+}
+
 ncclResult_t commInitSetup(struct ncclComm *comm) {
+  const char *func = comm->origin.func;
+  int rank = comm->rank;
+  if (!commInitEnter(comm)) {
+    WARN("%s : rank %d: the communicator was aborted before its group ended", func, rank);
+    return ncclInvalidUsage;
+  }
+  ncclResult_t res;
   if (!comm->blocking) {
     if (pthread_create(&comm->initThread, NULL, commSetupThread, comm) != 0) {
-      WARN("%s : cannot start the init thread", comm->origin.func);
-      __atomic_store_n(&comm->asyncError, ncclSystemError, __ATOMIC_RELEASE);
-      return ncclSystemError;
+      WARN("%s : cannot start the init thread", func);
+      res = ncclSystemError;
+    } else {
+      comm->initThreadRunning = 1;
+      res = ncclInProgress;
     }
-    comm->initThreadRunning = 1;
-    return ncclInProgress;
+  } else {
+    res = commSetup(comm); /* its result is the group's to publish (initJobsRun), once every init is done */
   }
-  ncclResult_t res = commSetup(comm);
-  __atomic_store_n(&comm->asyncError, res, __ATOMIC_RELEASE);
+  __atomic_sub_fetch(&comm->busy, 1, __ATOMIC_SEQ_CST);
   return res;
 }
 
+void commInitPublish(struct ncclComm *comm) {
+  if (comm->blocking) __atomic_store_n(&comm->asyncError, ncclSuccess, __ATOMIC_RELEASE);
+}
+
 void commInitAbandon(struct ncclComm *comm, ncclResult_t res, const char *why) {
-  __atomic_store_n(&comm->abortFlag, 1, __ATOMIC_RELEASE); /* a rendezvous still running ends */
+  if (!commInitEnter(comm)) return; /* aborted meanwhile: the abort frees it */
+  __atomic_store_n(&comm->abortFlag, 1, __ATOMIC_SEQ_CST); /* a rendezvous still running ends */
   if (comm->initThreadRunning) {
     pthread_join(comm->initThread, NULL);
     comm->initThreadRunning = 0;
   }
   snprintf(comm->failText, sizeof comm->failText, "%s", why);
   __atomic_store_n(&comm->asyncError, res, __ATOMIC_RELEASE);
+  __atomic_sub_fetch(&comm->busy, 1, __ATOMIC_SEQ_CST);
 }
 
 ncclResult_t commInit(struct ncclComm **out, int nranks, const ncclUniqueId *id, int rank, int cudaDev,

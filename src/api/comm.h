@@ -69,6 +69,7 @@ struct ncclComm {
   int suspended; /* ncclCommSuspend until ncclCommResume: operations refused */
   int64_t timeoutMs; /* chorusCommSetTimeout; 0: CHORUS_TIMEOUT */
   int busy;     /* calls in flight, so abort waits before freeing */
+  uint32_t callerTid; /* the thread that called the init (bootstrapPeerInfo.callerTid) */
   /* The stream of the last launch and the point after it (held; NULL: the
    * NULL stream's, done), which the next launch on another stream waits
    * for (commOrderWait). */
@@ -142,16 +143,20 @@ struct ncclComm {
 ncclResult_t commInit(struct ncclComm **out, int nranks, const ncclUniqueId *id, int rank, int cudaDev,
                       int blocking, const struct commOrigin *origin);
 
-/* The same in two steps, for ncclCommInitRank inside a group: as NCCL's,
- * the handle is the caller's at the call (commInitMake: *out set, the
+/* The same in steps, for ncclCommInitRank inside a group: as NCCL's, the
+ * handle is the caller's at the call (commInitMake: *out set, the
  * communicator ncclInProgress), and the rendezvous runs at ncclGroupEnd
- * (commInitSetup: blocking, its result; else ncclInProgress and a thread).
- * A communicator whose group failed is left failed, for the caller to
- * destroy or abort (commInitAbandon: its rendezvous, if still running,
- * ends; res and why are what calls on it then say). */
+ * (commInitSetup: blocking, its result, which the communicator says only
+ * once the group has its outcome, commInitPublish; else ncclInProgress and
+ * a thread, whose result it says at once). A communicator whose group
+ * failed is left failed, for the caller to destroy or abort
+ * (commInitAbandon: its rendezvous, if still running, ends; res and why
+ * are what calls on it then say). ncclCommAbort from another thread
+ * meanwhile waits for the setup, or the abandon, to end. */
 ncclResult_t commInitMake(struct ncclComm **out, int nranks, const ncclUniqueId *id, int rank, int cudaDev,
                           int blocking, const struct commOrigin *origin);
 ncclResult_t commInitSetup(struct ncclComm *comm);
+void commInitPublish(struct ncclComm *comm);
 void commInitAbandon(struct ncclComm *comm, ncclResult_t res, const char *why);
 
 /* NCCL's bus id of a device, for the logs (what the host-CUDA shim's

@@ -130,6 +130,10 @@ ncclResult_t groupInit(const struct initJob *job) {
     *j.comm = j.made;
     j.comm = NULL;
   }
+  /* A split's, shrink's or grow's parent is held as a call's communicator
+   * is: destroyed, aborted or revoked meanwhile, it fails the group;
+   * ncclCommFinalize refuses it meanwhile. */
+  if (j.parent) commGroupHold(j.parent, 1);
   groupInits[groupInitCount++] = j;
   return j.made && !j.blocking ? ncclInProgress : ncclSuccess; /* NCCL's nonblocking init says so in a group too */
 }
@@ -188,8 +192,10 @@ static ncclResult_t groupCommGone(const struct ncclComm *comm, const char *call)
 static ncclResult_t groupCommsLive(const char *call) {
   for (int i = 0; i < groupCount; i++) CHECK(groupCommGone(groupHeld[i], call));
   for (int i = 0; i < groupLaterCount; i++) CHECK(groupCommGone(groupLaters[i].comm, call));
-  for (int i = 0; i < groupInitCount; i++)
+  for (int i = 0; i < groupInitCount; i++) {
     if (groupInits[i].made) CHECK(groupCommGone(groupInits[i].made, call));
+    if (groupInits[i].parent) CHECK(groupCommGone(groupInits[i].parent, call));
+  }
   return ncclSuccess;
 }
 
@@ -212,6 +218,9 @@ static ncclResult_t groupEnd(ncclSimInfo_t *simInfo, const char *call) {
   if (res == ncclSuccess) res = groupCommsLive(call);
   if (res == ncclSuccess && groupInitCount > 0) res = initJobsRun(groupInits, groupInitCount);
   else if (res != ncclSuccess) initJobsUndo(groupInits, groupInitCount, 0, res, logThreadLastError()); /* none ran */
+  /* Nonblocking inits still joining: the group's other calls run all the same */
+  int initsInProgress = res == ncclInProgress;
+  if (initsInProgress) res = ncclSuccess;
   int run = !simInfo; /* else nothing runs */
   groupIssueLaters(1, run, &res);
   if (res == ncclSuccess && run) res = launchItems(groupItems, groupCount);
@@ -228,6 +237,7 @@ static ncclResult_t groupEnd(ncclSimInfo_t *simInfo, const char *call) {
   for (int i = 0; i < groupInitCount; i++) {
     free(groupInits[i].excluded);
     if (groupInits[i].made) commGroupHold(groupInits[i].made, 0);
+    if (groupInits[i].parent) commGroupHold(groupInits[i].parent, 0);
   }
   for (int i = 0; i < groupCount; i++) commGroupHold(groupHeld[i], 0);
   for (int i = 0; i < groupLaterCount; i++) commGroupHold(groupLaters[i].comm, 0);
@@ -236,7 +246,7 @@ static ncclResult_t groupEnd(ncclSimInfo_t *simInfo, const char *call) {
   groupInitCount = 0;
   groupError = ncclSuccess;
   groupBlocking = -1;
-  return res;
+  return res == ncclSuccess && initsInProgress ? ncclInProgress : res;
 }
 
 NCCL_API(ncclResult_t, ncclGroupEnd, void) { return groupEnd(NULL, "ncclGroupEnd"); }

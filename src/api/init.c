@@ -543,8 +543,10 @@ NCCL_API(ncclResult_t, ncclCommDestroy, ncclComm_t comm) {
 NCCL_API(ncclResult_t, ncclCommAbort, ncclComm_t comm) {
   if (comm == NULL) return ncclSuccess;
   CHECK(commCheck(comm, "ncclCommAbort"));
-  /* Calls in flight see the flag at their next pause and return. */
-  __atomic_store_n(&comm->abortFlag, 1, __ATOMIC_RELEASE);
+  /* Calls in flight see the flag at their next pause and return
+   * (sequentially consistent: a group's setup counts itself busy, then
+   * looks at the flag, commInitSetup). */
+  __atomic_store_n(&comm->abortFlag, 1, __ATOMIC_SEQ_CST);
   commWaitIdle(comm);
   int rank = comm->rank, n = comm->nranks, dev = comm->cudaDev;
   INFO(subsysInit, "comm %p rank %d nRanks %d cudaDev %d busId %lx - Abort START", (void *)comm, rank, n, dev,

@@ -99,5 +99,8 @@ ncclResult_t initJobsRun(struct initJob *jobs, int n) {
     if (jobs[cause].why[0]) logSetLastError(jobs[cause].why); /* what ncclGetLastError says */
   }
   if (res != ncclSuccess) initJobsUndo(jobs, n, started, res, logThreadLastError());
+  else
+    for (int i = 0; i < n; i++)
+      if (jobs[i].made) commInitPublish(jobs[i].made);
   return res == ncclSuccess && inProgress ? ncclInProgress : res;
 }

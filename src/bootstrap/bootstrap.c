@@ -869,7 +869,7 @@ static ncclResult_t recvRootReply(struct bootstrap *b, int rootFd, const union s
  * the interface that reaches the root's network (port 0: to listen on). */
 static ncclResult_t rootHelloFill(struct rootHello *hello, const struct bootstrapHandle *h, int rank, int nranks,
                                   const struct bootstrapPeerInfo *me, char *ifname, size_t ifnameLen) {
-  *hello = (struct rootHello){.secret = h->secret, .rank = rank, .nranks = nranks, .tid = (uint32_t)gettid(), .info = *me};
+  *hello = (struct rootHello){.secret = h->secret, .rank = rank, .nranks = nranks, .tid = me->callerTid, .info = *me};
   hello->info.rank = rank;
   hello->info.pidNs = machinePidNamespace();
   ncclResult_t picked = sockPickAddr(&h->addr, &hello->info.listenAddr, ifname, ifnameLen);

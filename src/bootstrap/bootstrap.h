@@ -31,6 +31,8 @@ struct bootstrapPeerInfo {
   uint64_t nonce;    /* random per rank; rank 0's names the communicator */
   uint64_t hostHash; /* hostname + boot id, or NCCL_HOSTID */
   uint64_t pidNs;    /* machinePidNamespace(): ranks with the same one (not 0) watch each other's pid */
+  uint32_t callerTid; /* the thread that called the init (not its setup thread): the root's hello says it */
+  uint32_t pad;
   char hostname[64];
   union sockAddr listenAddr;
 };

@@ -15,7 +15,7 @@ struct rootHello {
   uint64_t secret;
   int32_t rank, nranks;
   uint32_t flags; /* WIRE_HELLO_DISAGREES */
-  uint32_t tid;   /* the calling thread's: a good hello retries a bad rank only from the thread that asked for it */
+  uint32_t tid;   /* the init's calling thread's: a good hello retries a bad rank only from the thread that asked for it */
   struct bootstrapPeerInfo info;
 };
 /* The hello only reports that its process was handed this rendezvous and
