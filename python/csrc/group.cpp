@@ -19,7 +19,7 @@ namespace {
 // Point-to-point operations wait this long for company before they are
 // launched (Work.wait, the next collective or shutdown launch them sooner):
 // those to one peer in one direction that come together then run as one
-// chorus group, on their lane (Group::Lane), beside the other lanes' work.
+// chorus group, on their lane (Group::lanes_), beside the other lanes' work.
 constexpr auto kP2pQuiet = std::chrono::microseconds(200);
 constexpr auto kP2pMaxDelay = std::chrono::milliseconds(1);  // however often more come
 
@@ -185,9 +185,9 @@ void Group::startP2p(std::chrono::milliseconds timeout) {
     p2pComm_ = p2p;
   }
   r = chorusCommSetTimeout(p2pComm_, timeoutMs_);
-  // Each lane keeps its own order, and coalesced batches theirs on
-  // p2pStream_: an irecv issued before an isend must not hold the send back
-  // (gloo's semantics), which NCCL's one order per communicator would.
+  // Each lane keeps its own order: an irecv issued before an isend must not
+  // hold the send back (gloo's semantics), which NCCL's one order per
+  // communicator would.
   if (r == ncclSuccess) r = chorusCommSetStreamOrder(p2pComm_, 0);
   if (r == ncclSuccess) r = chorusStreamCreate(&p2pStream_);
   if (r != ncclSuccess) throwBackend(c10::str("chorus: group '", name_, "': cannot set up its point-to-point stream"));
@@ -352,31 +352,11 @@ bool Group::orderAfterLocked(cudaStream_t stream, chorusEvent_t point) {
   return true;
 }
 
-void Group::issueLocked(std::vector<Item> &items, bool throwOnError, cudaStream_t stream, Lane *lane) {
+void Group::issueLocked(std::vector<Item> &items, bool throwOnError, cudaStream_t stream) {
   if (items.empty()) return;
   bool p2p = stream != stream_;
   ncclComm_t comm = p2p ? p2pComm_ : comm_;
   for (const Item &it : items) it.work->setP2p(p2p);  // before anything of it is on the stream, which may complete it at once
-  bool ordered = true;
-  if (lane && lane->batchPoint) {
-    ordered = orderAfterLocked(stream, lane->batchPoint);
-    lane->batchPoint = nullptr;
-  } else if (stream == p2pStream_) {  // after each lane it uses
-    for (const Item &it : items) {
-      auto used = lanes_.find({it.recv, it.peer});
-      if (used == lanes_.end() || !used->second.used) continue;
-      chorusEvent_t tail = pointNow(used->second.stream);
-      if (!(tail && orderAfterLocked(stream, tail))) {
-        ordered = false;
-        break;
-      }
-      used->second.used = false;
-    }
-  }
-  if (!ordered)  // short of memory only
-    return failLocked(items, c10::str("chorus: group '", name_, "': cannot order the operation after earlier ones"),
-                      throwOnError);
-  if (lane) lane->used = true;
   auto *copyIn = new CopyIn{{}, {}, at::ThreadLocalState()};
   for (Item &it : items) {
     for (auto &pair : it.copyIn) copyIn->pairs.push_back(std::move(pair));
@@ -410,36 +390,34 @@ void Group::issueLocked(std::vector<Item> &items, bool throwOnError, cudaStream_
                       throwOnError);
   }
   for (Item &it : items) it.work->markEnqueued(stream);
-  if (stream == p2pStream_)  // the next work of each lane it used waits for this point
-    for (const Item &it : items) {
-      if (it.peer < 0) continue;
-      Lane &used = lanes_[{it.recv, it.peer}];
-      if (used.batchPoint) chorusEventDestroy(used.batchPoint);
-      used.batchPoint = pointNow(p2pStream_);
-    }
 }
 
-void Group::flushLocked() {
-  if (deferred_.empty()) return;
+void Group::issueOnLanesLocked(std::vector<Item> &items, bool throwOnError, std::vector<cudaStream_t> *used) {
   // Each lane's operations, in issue order.
   std::vector<std::pair<std::pair<bool, int>, std::vector<Item>>> byLane;
-  for (Item &it : deferred_) {
+  for (Item &it : items) {
     std::pair<bool, int> key{it.recv, it.peer};
     auto at = std::find_if(byLane.begin(), byLane.end(), [&](const auto &e) { return e.first == key; });
     if (at == byLane.end()) at = byLane.insert(byLane.end(), {key, {}});
     at->second.push_back(std::move(it));
   }
-  deferred_.clear();
-  for (auto &[key, items] : byLane) {
-    Lane &lane = lanes_[key];
-    if (!lane.stream && chorusStreamCreate(&lane.stream) != ncclSuccess) {
-      lane.stream = nullptr;
-      failLocked(items, c10::str("chorus: group '", name_, "': cannot create a stream for its ",
-                                 key.first ? "receives from" : "sends to", " rank ", key.second), false);
+  items.clear();
+  for (auto &[key, laneItems] : byLane) {
+    cudaStream_t &lane = lanes_[key];
+    if (!lane && chorusStreamCreate(&lane) != ncclSuccess) {
+      lane = nullptr;
+      failLocked(laneItems, c10::str("chorus: group '", name_, "': cannot create a stream for its ",
+                                     key.first ? "receives from" : "sends to", " rank ", key.second), throwOnError);
       continue;
     }
-    issueLocked(items, false, lane.stream, &lane);
+    issueLocked(laneItems, throwOnError, lane);
+    if (used) used->push_back(lane);
   }
+}
+
+void Group::flushLocked() {
+  if (deferred_.empty()) return;
+  issueOnLanesLocked(deferred_, false, nullptr);
 }
 
 void Group::flush() {
@@ -489,8 +467,25 @@ c10::intrusive_ptr<c10d::Work> Group::endCoalescing() {
   bool p2p = !items.empty();
   for (const Item &it : items) p2p &= it.p2p;
   auto work = newWork(whole);
-  items.push_back({[](ncclComm_t, cudaStream_t) { return ncclSuccess; }, work, false, p2p});
-  issueLocked(items, true, p2p ? p2pStream_ : stream_);
+  std::vector<Item> last;
+  last.push_back({[](ncclComm_t, cudaStream_t) { return ncclSuccess; }, work, false, p2p});
+  if (!p2p) {  // one chorus group with its collectives
+    items.push_back(std::move(last[0]));
+    issueLocked(items, true, stream_);
+    return work;
+  }
+  // Each send and receive on its lane, as when launched alone (a batch
+  // that waited for earlier work on all its lanes before any of it began
+  // could wait for a peer that waits for the batch); its own Work on
+  // p2pStream_, after each lane's part.
+  std::vector<cudaStream_t> used;
+  issueOnLanesLocked(items, true, &used);
+  for (cudaStream_t lane : used) {
+    chorusEvent_t part = pointNow(lane);
+    if (!part || !orderAfterLocked(p2pStream_, part))  // short of memory only (the order point owns the event)
+      failLocked(last, c10::str("chorus: group '", name_, "': cannot order the batch's completion"), true);
+  }
+  issueLocked(last, true, p2pStream_);
   return work;
 }
 
@@ -553,13 +548,11 @@ void Group::finishTeardown() {
   {
     CollectFinished collect;  // what finishes here goes to the completion threads
     for (auto &[key, lane] : lanes_)
-      if (lane.stream) chorusStreamDestroy(lane.stream);
+      if (lane) chorusStreamDestroy(lane);
     if (p2pStream_) chorusStreamDestroy(p2pStream_);
     chorusStreamDestroy(stream_);
   }
   stream_ = p2pStream_ = nullptr;
-  for (auto &[key, lane] : lanes_)
-    if (lane.batchPoint) chorusEventDestroy(lane.batchPoint);
   lanes_.clear();
   completions_.stop();
   std::lock_guard<std::mutex> g(mutex_);
@@ -580,7 +573,7 @@ void Group::shutdown() {
   {
     CollectFinished collect;
     for (auto &[key, lane] : lanes_)
-      if (lane.stream) chorusStreamSynchronize(lane.stream);
+      if (lane) chorusStreamSynchronize(lane);
     if (p2pStream_) chorusStreamSynchronize(p2pStream_);
     chorusStreamSynchronize(stream_);
   }

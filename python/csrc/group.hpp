@@ -114,30 +114,17 @@ class Group : public std::enable_shared_from_this<Group> {
     std::vector<std::pair<at::Tensor, at::Tensor>> copyIn;  // Launch::copyIn
     int peer = -1;                                          // Launch::peer
   };
-  // Sends and receives launched on their own run on a stream per peer and
-  // direction (a lane), made with its first operation: one waits only for
-  // the earlier ones to the same peer in the same direction, as gloo's
-  // pairs are independent (on one stream for all sends, a send to rank 1
-  // waited behind a large one to rank 2 that waited for rank 1, and
-  // receives likewise). A coalesced batch on p2pStream_ and each lane it
-  // uses wait for each other's earlier work, so that a connection never
-  // carries two sends or two receives at once.
-  struct Lane {
-    cudaStream_t stream = nullptr;
-    bool used = false;  // work on it that p2pStream_'s next batch using it must wait for
-    // Marks p2pStream_ just after the latest batch that used this lane, until
-    // the lane's next work waits for it (not p2pStream_'s tail: a batch
-    // issued since may wait for this lane's work).
-    chorusEvent_t batchPoint = nullptr;
-  };
   // Splits comm_ into p2pComm_ and makes its stream (every rank of the
   // group calls this as it makes the group).
   void startP2p(std::chrono::milliseconds timeout);
   c10::intrusive_ptr<WorkChorus> newWork(Launch &l);
   // Issues items as one chorus group on stream: stream_ (collectives, on
-  // comm_), p2pStream_ (coalesced point-to-point batches, on p2pComm_) or
-  // a lane's (given: its sends or receives).
-  void issueLocked(std::vector<Item> &items, bool throwOnError, cudaStream_t stream, Lane *lane = nullptr);
+  // comm_), a lane (sends to or receives from one peer, on p2pComm_) or
+  // p2pStream_ (a batch's completion, on p2pComm_).
+  void issueLocked(std::vector<Item> &items, bool throwOnError, cudaStream_t stream);
+  // Issues point-to-point items on their lanes, each lane's as one chorus
+  // group (items is emptied); the lanes used are added to *used.
+  void issueOnLanesLocked(std::vector<Item> &items, bool throwOnError, std::vector<cudaStream_t> *used);
   // Fails items that were not launched (and throws when asked to).
   void failLocked(std::vector<Item> &items, const std::string &text, bool throwOnError);
   // Makes stream wait for the point of another stream that event marks (the
@@ -165,8 +152,16 @@ class Group : public std::enable_shared_from_this<Group> {
   // never matched against a collective's traffic (all_to_all, gather and
   // scatter move over point-to-point connections too).
   ncclComm_t p2pComm_ = nullptr;
-  cudaStream_t p2pStream_ = nullptr;  // p2pComm_'s coalesced batches (batch_isend_irecv)
-  std::map<std::pair<bool, int>, Lane> lanes_;  // (receive, peer): its lane
+  // Sends and receives run on a stream per peer and direction (a lane),
+  // made with its first operation: one waits only for the earlier ones to
+  // the same peer in the same direction, as gloo's pairs are independent
+  // (on one stream for all sends, a send to rank 1 waited behind a large
+  // one to rank 2 that waited for rank 1, and receives likewise); so does
+  // each operation of a coalesced batch (batch_isend_irecv), whose own
+  // Work completes on p2pStream_ after them. A connection never carries
+  // two sends or two receives at once.
+  std::map<std::pair<bool, int>, cudaStream_t> lanes_;  // (receive, peer): its lane
+  cudaStream_t p2pStream_ = nullptr;
   int rank_, size_;
   std::atomic<int64_t> timeoutMs_;
   std::string name_;

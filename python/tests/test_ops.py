@@ -469,10 +469,32 @@ def p2p_peers_independent(rank, size):
     waited for the group's timeout): rank 0 sends rank 2 a large tensor
     that rank 2 takes only after rank 1 has passed on what rank 0 sent it
     next; then rank 0 waits for its second receive (from rank 1) before it
-    sends what rank 2 waits for to answer its first."""
-    if size < 3:
+    sends what rank 2 waits for to answer its first. And each operation of a
+    batch_isend_irecv waits only for those earlier ones too (a batch that
+    waited for rank 0's large isend to rank 1 before its irecv began waited
+    for rank 1, which sends before it receives)."""
+    if size < 2:
         return
     n = 1 << 22  # 16 MiB: more than a FIFO holds, so the send waits for its receiver
+    if rank == 0:
+        x = dist.isend(torch.full((n,), 1.0), 1)
+        time.sleep(0.01)
+        y = torch.zeros(n)
+        for r in dist.batch_isend_irecv([dist.P2POp(dist.isend, torch.full((4,), 3.0), 1),
+                                         dist.P2POp(dist.irecv, y, 1)]):
+            r.wait()
+        x.wait()
+        check(y[:4], torch.full((4,), 2.0), "the batch's receive")
+    elif rank == 1:
+        dist.send(torch.full((n,), 2.0), 0)
+        x, z = torch.zeros(n), torch.zeros(4)
+        dist.recv(x, 0)
+        dist.recv(z, 0)
+        check(x[:4], torch.full((4,), 1.0), "the isend before the batch")
+        check(z, torch.full((4,), 3.0), "the batch's send")
+    if size < 3:
+        dist.barrier()
+        return
     if rank == 0:
         first = dist.isend(torch.full((n,), 2.0), 2)
         time.sleep(0.01)  # apart, not batched together
