@@ -786,16 +786,12 @@ void commInitAbandon(struct ncclComm *comm, ncclResult_t res, const char *why) {
 
 ncclResult_t commInit(struct ncclComm **out, int nranks, const ncclUniqueId *id, int rank, int cudaDev,
                       int blocking, const struct commOrigin *origin) {
-  uint64_t created = clockNs();
-  commLogVersion();
-  struct ncclComm *comm = commAlloc(nranks, id, rank, cudaDev, blocking, origin);
-  if (!comm) return ncclSystemError;
-  comm->createdNs = created;
+  struct ncclComm *comm;
+  CHECK(commInitMake(&comm, nranks, id, rank, cudaDev, blocking, origin)); /* ncclInProgress until set up */
   if (!blocking) {
     /* Nonblocking (config.blocking = 0): the handle is valid at once, the
      * rendezvous runs on a thread, and ncclCommGetAsyncError says
      * ncclInProgress until it is done; a watchdog may ncclCommAbort it. */
-    comm->asyncError = ncclInProgress;
     if (pthread_create(&comm->initThread, NULL, commSetupThread, comm) != 0) {
       WARN("ncclCommInitRankConfig : cannot start the init thread");
       commFree(comm, 0);
@@ -810,6 +806,7 @@ ncclResult_t commInit(struct ncclComm **out, int nranks, const ncclUniqueId *id,
     commFree(comm, 0);
     return res;
   }
+  comm->asyncError = ncclSuccess;
   *out = comm;
   return ncclSuccess;
 }
