@@ -787,27 +787,17 @@ void commInitAbandon(struct ncclComm *comm, ncclResult_t res, const char *why) {
 ncclResult_t commInit(struct ncclComm **out, int nranks, const ncclUniqueId *id, int rank, int cudaDev,
                       int blocking, const struct commOrigin *origin) {
   struct ncclComm *comm;
-  CHECK(commInitMake(&comm, nranks, id, rank, cudaDev, blocking, origin)); /* ncclInProgress until set up */
-  if (!blocking) {
-    /* Nonblocking (config.blocking = 0): the handle is valid at once, the
-     * rendezvous runs on a thread, and ncclCommGetAsyncError says
-     * ncclInProgress until it is done; a watchdog may ncclCommAbort it. */
-    if (pthread_create(&comm->initThread, NULL, commSetupThread, comm) != 0) {
-      WARN("ncclCommInitRankConfig : cannot start the init thread");
-      commFree(comm, 0);
-      return ncclSystemError;
-    }
-    comm->initThreadRunning = 1;
-    *out = comm;
-    return ncclInProgress;
-  }
-  ncclResult_t res = commSetup(comm);
-  if (res != ncclSuccess) {
+  CHECK(commInitMake(&comm, nranks, id, rank, cudaDev, blocking, origin));
+  /* Blocking, the rendezvous; nonblocking (config.blocking = 0), its thread:
+   * the handle is valid at once, ncclCommGetAsyncError says ncclInProgress
+   * until it is done, and a watchdog may ncclCommAbort it. */
+  ncclResult_t res = commInitSetup(comm);
+  if (res != ncclSuccess && res != ncclInProgress) {
     commFree(comm, 0);
     return res;
   }
-  comm->asyncError = ncclSuccess;
+  commInitPublish(comm); /* alone, its result is its outcome */
   *out = comm;
-  return ncclSuccess;
+  return res;
 }
 

@@ -5,6 +5,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +15,7 @@
 #include <unistd.h>
 
 #include "bootstrap/acceptor.h"
+#include "core/forkclose.h"
 #include "bootstrap/oob.h"
 #include "bootstrap/wire.h"
 #include "core/clock.h"
@@ -193,6 +195,11 @@ static int sameAddr(const union sockAddr *a, const union sockAddr *b) {
   return a->sin6.sin6_port == b->sin6.sin6_port && memcmp(&a->sin6.sin6_addr, &b->sin6.sin6_addr, 16) == 0;
 }
 
+/* Under rootsLock: 1 when slot i is the root of h's rendezvous. */
+static int rootOfHandle(int i, const struct bootstrapHandle *h) {
+  return rootsRunning[i].secret == h->secret && sameAddr(&rootsRunning[i].addr, &h->addr);
+}
+
 /* How long bootstrapStopRoot waits for the port to close: the root sees
  * the request within a millisecond, between two rounds of its wait; an
  * abort must return within a second. */
@@ -201,8 +208,7 @@ static int sameAddr(const union sockAddr *a, const union sockAddr *b) {
 void bootstrapStopRoot(const struct bootstrapHandle *h) {
   pthread_mutex_lock(&rootsLock);
   for (int i = 0; i < ROOTS_TRACKED; i++)
-    if (rootsRunning[i].secret == h->secret && sameAddr(&rootsRunning[i].addr, &h->addr))
-      __atomic_store_n(&rootsRunning[i].stop, 1, __ATOMIC_RELEASE);
+    if (rootOfHandle(i, h)) __atomic_store_n(&rootsRunning[i].stop, 1, __ATOMIC_RELEASE);
   pthread_mutex_unlock(&rootsLock);
   struct waitState w; /* bounded below, quietly: the caller has failed already, and says why */
   waitBegin(&w, NULL, NULL, NULL, "the root to close its port");
@@ -212,8 +218,8 @@ void bootstrapStopRoot(const struct bootstrapHandle *h) {
     int open = 0;
     pthread_mutex_lock(&rootsLock);
     for (int i = 0; i < ROOTS_TRACKED; i++)
-      open += rootsRunning[i].secret == h->secret && sameAddr(&rootsRunning[i].addr, &h->addr) &&
-              rootsRunning[i].listenFd >= 0 && !__atomic_load_n(&rootsRunning[i].refusing, __ATOMIC_ACQUIRE);
+      open += rootOfHandle(i, h) && rootsRunning[i].listenFd >= 0 &&
+              !__atomic_load_n(&rootsRunning[i].refusing, __ATOMIC_ACQUIRE);
     pthread_mutex_unlock(&rootsLock);
     if (!open) return;
     if (clockNs() >= until) {
@@ -647,24 +653,15 @@ ncclResult_t bootstrapStartRoot(const struct bootstrapHandle *h, int nranks) {
 
 /* ---- ranks ---- */
 
-/* The bootstraps of this process, so that a process forked while one of
- * them lives (a DataLoader worker, a multiprocessing fork after init)
- * closes its copies of their descriptors. Kept open there, they held the
- * mesh connections up after the parent died: no end-of-file reached its
- * peers, which waited out their timeout for a rank that was gone and
- * called it "stopped or frozen". The child only closes (a shutdown would
- * end the parent's connections too) and sends nothing. The lock, held
- * across the fork, keeps every listed bootstrap's descriptors open in the
- * parent: bootstrapClose unlists and closes under it. */
-static pthread_mutex_t bootsLock = PTHREAD_MUTEX_INITIALIZER;
-static struct bootstrap *bootsLive;
-
-/* Under bootsLock: closes b's descriptors, marking them closed. */
-static void bootCloseFds(struct bootstrap *b, int goodbye) {
+/* A process forked while a bootstrap lives closes its copies of the
+ * bootstrap's descriptors (core/forkclose.h): kept open there, they held
+ * the mesh connections up after the parent died, and its peers waited out
+ * their timeout for a rank that was gone, calling it "stopped or frozen".
+ * Closes b's descriptors, marking them closed. */
+static void bootCloseFds(struct forkClose *f) {
+  struct bootstrap *b = (struct bootstrap *)((char *)f - offsetof(struct bootstrap, forkLink));
   for (int i = 0; b->peerFd && i < b->nranks; i++) {
-    if (b->peerFd[i] < 0) continue;
-    if (goodbye) send(b->peerFd[i], &goodbyeMagic, sizeof goodbyeMagic, MSG_NOSIGNAL | MSG_DONTWAIT);
-    close(b->peerFd[i]);
+    if (b->peerFd[i] >= 0) close(b->peerFd[i]);
     b->peerFd[i] = -1;
   }
   if (b->listenFd >= 0) close(b->listenFd);
@@ -673,24 +670,6 @@ static void bootCloseFds(struct bootstrap *b, int goodbye) {
     if (b->pidFd[i] >= 0) close(b->pidFd[i]);
     b->pidFd[i] = -1;
   }
-}
-
-static void bootsForkPrepare(void) { pthread_mutex_lock(&bootsLock); }
-static void bootsForkParent(void) { pthread_mutex_unlock(&bootsLock); }
-static void bootsForkChild(void) {
-  for (struct bootstrap *b = bootsLive; b; b = b->nextLive) bootCloseFds(b, 0);
-  bootsLive = NULL; /* the parent's: none is this process's to close again */
-  pthread_mutex_unlock(&bootsLock);
-}
-static void bootsAtfork(void) { pthread_atfork(bootsForkPrepare, bootsForkParent, bootsForkChild); }
-static pthread_once_t bootsAtforkOnce = PTHREAD_ONCE_INIT;
-
-static void bootList(struct bootstrap *b) {
-  pthread_once(&bootsAtforkOnce, bootsAtfork);
-  pthread_mutex_lock(&bootsLock);
-  b->nextLive = bootsLive;
-  bootsLive = b;
-  pthread_mutex_unlock(&bootsLock);
 }
 
 /* Rank j, which checked in at the root (so its listener was up), refuses
@@ -913,7 +892,8 @@ ncclResult_t bootstrapInit(struct bootstrap *b, const struct bootstrapHandle *h,
   b->pidFd = malloc(sizeof(int) * nranks);
   if (!b->peerFd || !b->departed || !b->peers || !b->pidFd) return ncclSystemError;
   for (int i = 0; i < nranks; i++) b->peerFd[i] = b->pidFd[i] = -1;
-  bootList(b); /* until bootstrapClose: every descriptor it holds from now on */
+  b->forkLink.closeFds = bootCloseFds;
+  forkCloseAdd(&b->forkLink); /* until bootstrapClose: every descriptor it holds from now on */
 
   struct rootHello hello;
   ncclResult_t picked = rootHelloFill(&hello, h, rank, nranks, me, b->ifname, sizeof b->ifname);
@@ -1169,14 +1149,9 @@ ncclResult_t bootstrapLiveness(void *arg) {
 void bootstrapClose(struct bootstrap *b, int graceful) {
   int framed = b->oob != NULL;
   oobStop(b, graceful); /* says goodbye in a frame, when it ran */
-  pthread_mutex_lock(&bootsLock);
-  for (struct bootstrap **at = &bootsLive; *at; at = &(*at)->nextLive)
-    if (*at == b) {
-      *at = b->nextLive;
-      break;
-    }
-  bootCloseFds(b, graceful && !framed);
-  pthread_mutex_unlock(&bootsLock);
+  for (int i = 0; graceful && !framed && b->peerFd && i < b->nranks; i++)
+    if (b->peerFd[i] >= 0) send(b->peerFd[i], &goodbyeMagic, sizeof goodbyeMagic, MSG_NOSIGNAL | MSG_DONTWAIT);
+  forkCloseRemove(&b->forkLink);
   free(b->peerFd);
   free(b->pidFd);
   free(b->departed);

@@ -3,6 +3,7 @@
  * barrier; the same connections tell whether a peer is still alive. */
 #ifndef CHORUS_BOOTSTRAP_BOOTSTRAP_H
 #define CHORUS_BOOTSTRAP_BOOTSTRAP_H
+#include "core/forkclose.h"
 #include <stddef.h>
 #include <stdint.h>
 
@@ -44,7 +45,7 @@ struct bootstrap {
   uint64_t secret;
   int listenFd;
   int *peerFd;      /* mesh connection to each rank, -1 for self */
-  struct bootstrap *nextLive; /* the live bootstraps, whose descriptors a forked child closes */
+  struct forkClose forkLink; /* its descriptors, which a forked child closes */
   /* Per peer: a peer in this rank's pid namespace (another process) is
    * watched through its pid too, so that its death is seen even while
    * another process holds its sockets: a pidfd (readable once it has

@@ -5,6 +5,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -19,6 +20,7 @@
 #include "bootstrap/acceptor.h"
 #include "core/clock.h"
 #include "core/err.h"
+#include "core/forkclose.h"
 #include "core/log.h"
 #include "core/param.h"
 #include "core/wait.h"
@@ -506,17 +508,12 @@ static void helpersStop(struct netState *s) {
 
 /* ---- a forked child ---- */
 
-/* The states whose setup completed, so that a process forked while one
- * lives closes its copies of their sockets (as the bootstrap does with its
- * mesh): a child that kept them held the connections up after its parent
- * died, and the peers saw no end-of-file. The child only closes, and the
- * lock, held across the fork, keeps a listed state's sockets open in the
- * parent: netClose unlists and closes under it. */
-static pthread_mutex_t netLiveLock = PTHREAD_MUTEX_INITIALIZER;
-static struct netState *netLiveStates;
-
-/* Under netLiveLock: closes s's sockets, marking them closed. */
-static void netCloseSockets(struct netState *s) {
+/* A process forked while a state lives closes its copies of the state's
+ * sockets, as with the bootstrap's mesh (core/forkclose.h): a child that
+ * kept them held the connections up after its parent died. Closes s's
+ * sockets, marking them closed. */
+static void netCloseSockets(struct forkClose *f) {
+  struct netState *s = (struct netState *)((char *)f - offsetof(struct netState, forkLink));
   for (int i = 0; s->conns && i < s->nconns; i++) {
     struct netConn *n = NET(s->conns[i]);
     for (int k = 0; n && k < n->nsocks; k++)
@@ -528,16 +525,6 @@ static void netCloseSockets(struct netState *s) {
   if (s->listenFd >= 0) close(s->listenFd);
   s->listenFd = -1;
 }
-
-static void netForkPrepare(void) { pthread_mutex_lock(&netLiveLock); }
-static void netForkParent(void) { pthread_mutex_unlock(&netLiveLock); }
-static void netForkChild(void) {
-  for (struct netState *s = netLiveStates; s; s = s->nextLive) netCloseSockets(s);
-  netLiveStates = NULL; /* the parent's */
-  pthread_mutex_unlock(&netLiveLock);
-}
-static void netAtfork(void) { pthread_atfork(netForkPrepare, netForkParent, netForkChild); }
-static pthread_once_t netAtforkOnce = PTHREAD_ONCE_INIT;
 
 /* ---- setup ---- */
 
@@ -629,6 +616,7 @@ static ncclResult_t netSetup(void **state, struct bootstrap *b, struct connTable
     free(s);
     return ncclSystemError;
   }
+  s->forkLink.closeFds = netCloseSockets; /* listed once set up; netClose closes through it either way */
   *state = s;
   s->listenFd = -1;
   memcpy(s->mine, mine, (size_t)n);
@@ -722,11 +710,7 @@ static ncclResult_t netSetup(void **state, struct bootstrap *b, struct connTable
   }
   CHECKGOTO(netAcceptAll(s, b, t, info, expected), res, out);
   CHECKGOTO(helpersStart(s), res, out);
-  pthread_once(&netAtforkOnce, netAtfork);
-  pthread_mutex_lock(&netLiveLock);
-  s->nextLive = netLiveStates;
-  netLiveStates = s;
-  pthread_mutex_unlock(&netLiveLock);
+  forkCloseAdd(&s->forkLink);
   char buf[80];
   INFO(subsysNet, "NET/Socket : %d remote peer(s), %d lane(s), %d socket(s) per connection, listening on %s",
        nremote, lanes, 1 + info[me].cut.ndata, sockAddrStr(&info[me].addr, buf, sizeof buf));
@@ -739,14 +723,7 @@ static void netClose(void *state) {
   struct netState *s = state;
   if (!s) return;
   helpersStop(s);
-  pthread_mutex_lock(&netLiveLock);
-  for (struct netState **at = &netLiveStates; *at; at = &(*at)->nextLive)
-    if (*at == s) {
-      *at = s->nextLive;
-      break;
-    }
-  netCloseSockets(s);
-  pthread_mutex_unlock(&netLiveLock);
+  forkCloseRemove(&s->forkLink);
   for (int i = 0; i < s->nconns; i++) {
     struct netConn *n = NET(s->conns[i]);
     for (int k = 0; n && k < n->nsocks; k++) free(n->socks[k].q);

@@ -17,6 +17,7 @@
  * the same byte order (x86-64 and AArch64 Linux are both little-endian). */
 #ifndef CHORUS_TRANSPORT_NET_H
 #define CHORUS_TRANSPORT_NET_H
+#include "core/forkclose.h"
 #include <poll.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -102,7 +103,7 @@ struct netState {
   size_t memBytes;
   int listenFd;
   unsigned char *mine; /* [nranks]: the peers it connects */
-  struct netState *nextLive; /* the live states, whose sockets a forked child closes */
+  struct forkClose forkLink; /* its sockets, which a forked child closes */
 };
 
 #endif
