@@ -67,6 +67,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   s->conns = calloc(1, sizeof *s->conns);
   s->mem = calloc(1, sizeof *s->mem);
   s->listenFd = -1;
+  s->forkLink.closeFds = netCloseSockets; /* as netSetup's state: netClose closes its sockets through it */
   struct conn c;
   memset(&c, 0, sizeof c);
   if (netConnAlloc(s, &c, 1, 0, 0, &cut, &b, buffSize) != ncclSuccess) abort();
