@@ -98,6 +98,13 @@ ports=$("$bin/chorusrun" -n 1 sh -c 'echo "${NCCL_COMM_ID##*:} $MASTER_PORT"')
 read -r idPort masterPort <<<"$ports"
 [[ $idPort =~ ^[0-9]+$ && $masterPort =~ ^[0-9]+$ && $idPort != "$masterPort" ]] ||
   { echo "chorusrun gave NCCL_COMM_ID and MASTER_PORT ports '$ports' (want two different ones)"; exit 1; }
+# Both ports stay taken from chorusrun's pick on: nothing else binds them
+# before rank 0 listens (another job beside this one once took one there).
+taken=$("$bin/chorusrun" -n 1 sh -c 'for p in "${NCCL_COMM_ID##*:}" "$MASTER_PORT"; do python3 -c "
+import socket, sys
+try: socket.socket().bind((\"127.0.0.1\", int(sys.argv[1]))); print(\"free\")
+except OSError: print(\"taken\")" "$p"; done' | sort -u)
+[ "$taken" = taken ] || { echo "chorusrun's ports were free for others to bind while its job ran: '$taken'"; exit 1; }
 secrets=$("$bin/chorusrun" -n 2 sh -c 'echo "$CHORUS_SECRET"' | sort -u)
 [[ $secrets =~ ^[0-9a-f]{32}$ ]] || { echo "chorusrun's ranks got CHORUS_SECRET '$secrets'"; exit 1; }
 again=$("$bin/chorusrun" -n 1 sh -c 'echo "$CHORUS_SECRET"')

@@ -54,10 +54,15 @@ static int parseRanks(const char *text) {
   return (int)n;
 }
 
-/* A port of the loopback nobody uses now; *held keeps it bound (close it
- * before the ranks start), so that a second call picks another one. */
-static int freePort(int *held) {
-  int s = socket(AF_INET, SOCK_STREAM, 0);
+/* A port of the loopback nobody uses now, kept bound for the job's life:
+ * no other bind (another job's, a connect's ephemeral port) can take it
+ * between this pick and rank 0's listen, while rank 0, which sets
+ * SO_REUSEADDR as chorus's root and torch's TCPStore do, can still bind and
+ * listen on it, since this socket never listens. Not inherited: the ranks
+ * do not hold it. */
+static int freePort(void) {
+  int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
+  if (s >= 0) setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   struct sockaddr_in a = {0};
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
@@ -66,7 +71,6 @@ static int freePort(int *held) {
     perror("chorusrun: cannot find a free port");
     exit(1);
   }
-  *held = s;
   return ntohs(a.sin_port);
 }
 
@@ -140,10 +144,7 @@ int main(int argc, char **argv) {
   char **prog = &argv[i];
   /* Two ports: the rendezvous (NCCL_COMM_ID, rank 0's chorus root) and
    * MASTER_PORT, where torch's TCPStore listens on rank 0 beside it. */
-  int heldRoot, heldMaster;
-  int port = freePort(&heldRoot), masterPort = freePort(&heldMaster);
-  close(heldRoot);
-  close(heldMaster);
+  int port = freePort(), masterPort = freePort();
   char buf[64];
   snprintf(buf, sizeof buf, "127.0.0.1:%d", port);
   /* One job on this host: a rendezvous the caller set (to join ranks on
