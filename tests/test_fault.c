@@ -231,6 +231,7 @@ static int lateDepart;
 
 static int departRank(int rank, int n, ncclUniqueId id, void *arg) {
   int finalize = arg != NULL;
+  if (rank == 0) __atomic_store_n((long *)&shared[4], 0, __ATOMIC_SEQ_CST); /* (before any error: #1 is together) */
   ncclComm_t comm;
   NCCLCHECK(ncclCommInitRank(&comm, n, id, rank));
   float x = 1, y;
@@ -268,6 +269,11 @@ static int departRank(int rank, int n, ncclUniqueId id, void *arg) {
   fprintf(stderr, "rank %d: %.0f ms after the peer left: %s\n", rank, after * 1e3, err);
   faultTime(finalize ? "a peer finalizes while others wait for it" : "a peer destroys while others wait for it", res,
             after * 1e3);
+  /* Every waiter has its error before any exits: a waiter that learns late
+   * (descheduled) would otherwise rightly name the first one that exited. */
+  long *told = (long *)&shared[4];
+  __atomic_add_fetch(told, 1, __ATOMIC_SEQ_CST);
+  for (double t1 = nowSec(); __atomic_load_n(told, __ATOMIC_SEQ_CST) < n - 1 && nowSec() - t1 < 10;) usleep(1000);
   NCCLCHECK(ncclCommDestroy(comm));
   return 0;
 }
