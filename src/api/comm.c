@@ -607,6 +607,7 @@ static ncclResult_t commSetup(struct ncclComm *comm) {
   comm->check = a0.check;
   /* Rank 0's NCCL_ALGO / NCCL_PROTO on every rank: a bad one fails every rank's init alike. */
   CHECKGOTO(tuneSetup(&comm->tune, &a0.tune, &topo), res, fail);
+  comm->tune.logChoices = comm->rank == 0;
 
   comm->conns.nranks = nranks;
   comm->conns.nch = comm->nch;

@@ -76,8 +76,9 @@ ncclResult_t tuneChoose(const struct tuneTable *t, int coll, size_t count, size_
   }
   /* NCCL counts AllGather's and ReduceScatter's bytes over all ranks. */
   size_t logBytes = coll == collAllGather || coll == collReduceScatter ? bytes * (size_t)t->topo.nranks : bytes;
-  INFO(subsysTuning, "%s: %zu Bytes -> Algo %s proto %s channel{Lo..Hi}={0..%d}", collName(coll), logBytes,
-       algoName(out->algo), protoName(out->proto), out->nch - 1);
+  if (t->logChoices)
+    INFO(subsysTuning, "%s: %zu Bytes -> Algo %s proto %s channel{Lo..Hi}={0..%d}", collName(coll), logBytes,
+         algoName(out->algo), protoName(out->proto), out->nch - 1);
   return ncclSuccess;
 }
 

@@ -50,6 +50,7 @@ struct tuneTable {
   struct tuneTopo topo;
   uint32_t algoMask[tuneFuncCount];
   uint32_t protoMask[tuneFuncCount];
+  int logChoices; /* NCCL_DEBUG_SUBSYS=TUNING's line per choice: rank 0's alone, as NCCL logs them */
 };
 
 /* Parses cfg's NCCL_ALGO / NCCL_PROTO with NCCL's syntax: ncclInvalidUsage
