@@ -384,6 +384,70 @@ static int asymmetricRank(int rank, int n, ncclUniqueId id, void *arg) {
  * process. */
 static int memMappings(void) { return fileLinesWith("/proc/self/maps", "chorus-mem"); }
 
+/* Symmetric windows over ncclMemAlloc's memory where rank 1's came back
+ * plain (its descriptor budget, a quarter of RLIMIT_NOFILE, spent on other
+ * allocations): the windows are what every rank registered alike, so the
+ * ranks still choose alike (the choice once followed whether this rank's
+ * memory was shared, and the ranks failed with "chose differently"), and
+ * what rank 1's peer cannot map comes through the FIFOs. */
+static int fallbackRank(int rank, int n, ncclUniqueId id, void *arg) {
+  (void)arg;
+  ncclComm_t comm;
+  NCCLCHECK(ncclCommInitRank(&comm, n, id, rank));
+  enum { HOARD = 40 };
+  void *hoard[HOARD] = {NULL};
+  if (rank == 1) {
+    struct rlimit rl;
+    EXPECT(getrlimit(RLIMIT_NOFILE, &rl) == 0, "getrlimit: %s", strerror(errno));
+    rl.rlim_cur = 128; /* a budget of 32 */
+    EXPECT(setrlimit(RLIMIT_NOFILE, &rl) == 0, "setrlimit: %s", strerror(errno));
+    for (int k = 0; k < HOARD; k++) NCCLCHECK(ncclMemAlloc(&hoard[k], 64));
+  }
+  /* 8 B to 64 KiB a rank: below 128 KiB, where mapped memory changes the choice */
+  size_t counts[] = {2, 250, 1024, 4096, 16384}, most = 16384;
+  int mapsBefore = memMappings();
+  float *in = filledMem(rank, 5, most * n), *out = guardMemAlloc(most * n * sizeof(float));
+  EXPECT(in && out, "rank %d: ncclMemAlloc failed", rank);
+  int shared = memMappings() > mapsBefore;
+  EXPECT(shared == (rank == 0), "rank %d: its buffers are %s", rank, shared ? "shared memory" : "plain memory");
+  ncclWindow_t wins[2];
+  NCCLCHECK(ncclCommWindowRegister(comm, in, most * n * sizeof(float), &wins[0], NCCL_WIN_COLL_SYMMETRIC));
+  NCCLCHECK(ncclCommWindowRegister(comm, out, most * n * sizeof(float), &wins[1], NCCL_WIN_COLL_SYMMETRIC));
+  for (size_t k = 0; k < sizeof counts / sizeof counts[0]; k++) {
+    size_t count = counts[k];
+    ncclResult_t res = ncclAllGather(in, out, count, ncclFloat, comm, NULL);
+    EXPECT(res == ncclSuccess, "rank %d: AllGather of %zu: %s: %s", rank, count, ncclGetErrorString(res),
+           ncclGetLastError(comm));
+    for (int r = 0; r < n; r++)
+      if (checkFrom(out + (size_t)r * count, r, 5, 0, count, "AllGather", rank)) return 1;
+    res = ncclAllReduce(in, out, count, ncclFloat, ncclSum, comm, NULL);
+    EXPECT(res == ncclSuccess, "rank %d: AllReduce of %zu: %s: %s", rank, count, ncclGetErrorString(res),
+           ncclGetLastError(comm));
+    for (size_t i = 0; i < count; i++) {
+      float want = 0;
+      for (int r = 0; r < n; r++) want += value(r, 5, i);
+      EXPECT(out[i] == want, "rank %d: AllReduce of %zu: element %zu is %g, expected %g", rank, count, i, out[i],
+             want);
+    }
+    res = ncclReduceScatter(in, out, count, ncclFloat, ncclSum, comm, NULL);
+    EXPECT(res == ncclSuccess, "rank %d: ReduceScatter of %zu: %s: %s", rank, count, ncclGetErrorString(res),
+           ncclGetLastError(comm));
+    for (size_t i = 0; i < count; i++) {
+      float want = 0;
+      for (int r = 0; r < n; r++) want += value(r, 5, (size_t)rank * count + i);
+      EXPECT(out[i] == want, "rank %d: ReduceScatter of %zu: element %zu is %g, expected %g", rank, count, i,
+             out[i], want);
+    }
+  }
+  for (int k = 0; k < 2; k++) NCCLCHECK(ncclCommWindowDeregister(comm, wins[k]));
+  EXPECT(guardCheck(in) == 0 && guardCheck(out) == 0, "rank %d: guard bytes were overwritten", rank);
+  guardFree(in);
+  guardFree(out);
+  for (int k = 0; k < HOARD; k++) ncclMemFree(hoard[k]);
+  NCCLCHECK(ncclCommDestroy(comm));
+  return 0;
+}
+
 static int reuseRank(int rank, int n, ncclUniqueId id, void *arg) {
   EXPECT(denyCma() == 0, "seccomp: %s", strerror(errno));
   ncclComm_t comm;
@@ -581,13 +645,15 @@ int main(int argc, char **argv) {
   } else if (!strcmp(c, "small")) {
     setenv("NCCL_DEBUG_SUBSYS", "SHM,TUNING", 1);
     failed = runRanks(n, smallRank, NULL, 60);
+  } else if (!strcmp(c, "fallback")) {
+    failed = runRanks(2, fallbackRank, NULL, 60);
   } else if (!strcmp(c, "asymmetric")) {
     failed = runRanks(2, asymmetricRank, NULL, 60);
   } else if (!strcmp(c, "off")) {
     setenv("CHORUS_SINGLE_COPY", "0", 1);
     failed = runRanks(n, offRank, NULL, 60);
   } else {
-    fprintf(stderr, "usage: test_memalloc nocma|reuse|fork|threads|refused|off|small|asymmetric [ranks]\n");
+    fprintf(stderr, "usage: test_memalloc nocma|reuse|fork|threads|refused|off|small|asymmetric|fallback [ranks]\n");
     return 2;
   }
   char cmd[128];

@@ -24,9 +24,9 @@ ncclResult_t windowNumber(struct ncclComm *comm, ncclWindow_t win, const char *c
  * or -1 when comm has no such window, -2 when it ends before off + bytes. */
 int windowWrite(struct ncclComm *comm, uint32_t number, uint64_t off, const void *data, size_t bytes);
 /* 1 when [a, a + aBytes) and [b, b + bBytes) each lie in an
- * NCCL_WIN_COLL_SYMMETRIC window of comm, of ncclMemAlloc's memory: then,
- * by that flag's promise, every rank's buffers of the call do (the tuner's
- * "mapped"). */
+ * NCCL_WIN_COLL_SYMMETRIC window of comm: then, by that flag's promise,
+ * every rank's buffers of the call do (the tuner's "mapped", the same on
+ * every rank). */
 int windowsSymmetricMapped(struct ncclComm *comm, const void *a, size_t aBytes, const void *b, size_t bBytes);
 /* Frees the windows left registered (ncclCommDestroy, ncclCommAbort). */
 void windowFreeAll(struct ncclComm *comm);

@@ -15,7 +15,6 @@
 #include "api/rma.h"
 #include "core/err.h"
 #include "core/log.h"
-#include "transport/memshare.h"
 
 #define WIN_FLAGS_KNOWN (NCCL_WIN_COLL_SYMMETRIC | NCCL_WIN_STRICT_ORDERING)
 
@@ -124,8 +123,11 @@ static int inSymmetricWindow(const struct ncclComm *comm, const void *p, size_t 
 int windowsSymmetricMapped(struct ncclComm *comm, const void *a, size_t aBytes, const void *b, size_t bBytes) {
   /* Most communicators have no windows: no lock on every call for them. */
   if (__atomic_load_n(&comm->windows, __ATOMIC_RELAXED) == NULL) return 0;
-  struct shareRegion r;
-  if (!shareFind(a, aBytes, &r) || !shareFind(b, bBytes, &r)) return 0;
+  /* The windows alone decide, which every rank registered alike: not
+   * whether this rank's memory is shared (ncclMemAlloc gives plain memory
+   * past its descriptor budget, and a window may hold plain memory), which
+   * only this rank knows. Memory a peer cannot map comes through the FIFOs
+   * (proto.h, sendPostRef). */
   pthread_mutex_lock(&comm->winLock);
   int found = inSymmetricWindow(comm, a, aBytes) && inSymmetricWindow(comm, b, bBytes);
   pthread_mutex_unlock(&comm->winLock);
