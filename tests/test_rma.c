@@ -23,9 +23,14 @@
  *              stream filled it; a group's wait and put on one stream
  *              (puts go first); a wait that times out on a stream fails
  *              that stream's synchronize and the communicator.
+ *   asymmetric - windows of different sizes (NCCL 2.30): a write past the
+ *              writer's own window's end lands in the target's larger one;
+ *              one past the target's end fails the target's wait.
  *   threads  - 3 ranks driven by one thread (ncclCommInitAll).
  *   args     - bad arguments: ncclInvalidArgument, nothing sent.
  *   test_rma <case> */
+#include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -199,6 +204,45 @@ static int unregistered(int rank, int n, ncclUniqueId id, void *arg) {
   return 0;
 }
 
+/* Windows of different sizes, as NCCL 2.30 allows: rank 0's holds 64
+ * bytes, rank 1's 256. Rank 0 writes 128 bytes at offset 64 of rank 1's
+ * (past the end of its own); then 8 past the end of rank 1's, which rank 1
+ * refuses: its wait fails naming rank 0, and its window keeps what it had. */
+static int asymmetric(int rank, int n, ncclUniqueId id, void *arg) {
+  (void)arg;
+  ncclComm_t comm = initComm(rank, n, id);
+  EXPECT(comm, "rank %d: init", rank);
+  size_t size = rank == 0 ? 64 : 256;
+  unsigned char *win = calloc(size + 64, 1), src[128];
+  for (size_t i = 0; i < sizeof src; i++) src[i] = pattern(0, 1, i);
+  ncclWindow_t w;
+  NCCLCHECK(ncclCommWindowRegister(comm, win, size, &w, NCCL_WIN_COLL_SYMMETRIC));
+  ncclWaitSignalDesc_t desc = {1, 0, 0, 0};
+  float one = 1, sum = 0;
+  if (rank == 0) {
+    NCCLCHECK(ncclPutSignal(src, sizeof src, ncclUint8, 1, w, 64, 0, 0, 0, comm, NULL));
+    NCCLCHECK(ncclAllReduce(&one, &sum, 1, ncclFloat, ncclSum, comm, NULL)); /* rank 1 has checked it */
+    NCCLCHECK(ncclPutSignal(src, 8, ncclUint8, 1, w, 252, 0, 0, 0, comm, NULL)); /* past rank 1's end */
+  } else {
+    NCCLCHECK(ncclWaitSignal(1, &desc, comm, NULL));
+    for (size_t i = 0; i < size + 64; i++) {
+      unsigned char want = i >= 64 && i < 192 ? pattern(0, 1, i - 64) : 0;
+      EXPECT(win[i] == want, "rank 1: byte %zu of its window is %d, expected %d", i, win[i], want);
+    }
+    NCCLCHECK(ncclAllReduce(&one, &sum, 1, ncclFloat, ncclSum, comm, NULL));
+    ncclResult_t res = ncclWaitSignal(1, &desc, comm, NULL);
+    const char *err = ncclGetLastError(comm);
+    EXPECT(res == ncclInvalidUsage && strstr(err, "rank 0 wrote past the end of window #0"),
+           "rank 1: the wait for a write past its window's end gave %s: '%s'", ncclGetErrorString(res), err);
+    for (size_t i = 192; i < size + 64; i++) EXPECT(win[i] == 0, "rank 1: byte %zu past its window was written", i);
+  }
+  ncclAllReduce(&one, &sum, 1, ncclFloat, ncclSum, comm, NULL); /* rank 0 stays until rank 1 is done */
+  ncclCommWindowDeregister(comm, w);
+  ncclCommAbort(comm);
+  free(win);
+  return 0;
+}
+
 struct fill {
   unsigned char *buf;
   size_t bytes;
@@ -310,7 +354,7 @@ static int args(void) {
       ncclPutSignal(buf, 8, ncclInt8, 1, w, 0, 0, 0, 1, comms[0], NULL),       /* flags */
       ncclPutSignal(buf, 8, ncclInt8, 1, wOther, 0, 0, 0, 0, comms[0], NULL),  /* another comm's window */
       ncclPutSignal(buf, 8, ncclInt8, 1, NULL, 0, 0, 0, 0, comms[0], NULL),    /* no window */
-      ncclPutSignal(buf, 8, ncclInt8, 1, w, 60, 0, 0, 0, comms[0], NULL),      /* past its end */
+      ncclPutSignal(buf, 8, ncclInt8, 1, w, SIZE_MAX - 4, 0, 0, 0, comms[0], NULL), /* past any window's end */
       ncclPutSignal(NULL, 8, ncclInt8, 1, w, 0, 0, 0, 0, comms[0], NULL),      /* no buffer */
       ncclPutSignal(buf, 8, (ncclDataType_t)99, 1, w, 0, 0, 0, 0, comms[0], NULL), /* datatype */
       ncclSignal(-1, 0, 0, 0, comms[0], NULL),                                 /* peer */
@@ -348,10 +392,11 @@ int main(int argc, char **argv) {
   else if (!strcmp(c, "dead")) failed = runRanks(2, dead, NULL, 60);
   else if (!strcmp(c, "unregistered")) failed = runRanks(2, unregistered, NULL, 60);
   else if (!strcmp(c, "streams")) failed = runRanks(2, streams, NULL, 60);
+  else if (!strcmp(c, "asymmetric")) failed = runRanks(2, asymmetric, NULL, 60);
   else if (!strcmp(c, "threads")) failed = threads();
   else if (!strcmp(c, "args")) failed = args();
   else {
-    fprintf(stderr, "usage: test_rma pingpong|alltoall|passive|dead|unregistered|streams|threads|args\n");
+    fprintf(stderr, "usage: test_rma pingpong|alltoall|passive|dead|unregistered|streams|asymmetric|threads|args\n");
     return 2;
   }
   printf("test_rma %s: %s\n", c, failed ? "FAILED" : "passed");

@@ -11,6 +11,7 @@
  * stream's order on its worker (on the NULL stream, when it is made); in a
  * group, at the group's end (api/group.h: writes first, waits last). NCCL's
  * sigIdx, ctx and flags must be 0 for now; so here. */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -354,9 +355,11 @@ static ncclResult_t putSignal(const void *localbuff, size_t count, ncclDataType_
   uint32_t window;
   size_t size;
   CHECK(windowNumber(comm, peerWin, call, &window, &size));
-  /* Windows are symmetric (NCCL_WIN_COLL_SYMMETRIC): the peer's is as large as this rank's. */
-  if (peerWinOffset > size || bytes > size - peerWinOffset) {
-    WARN("%s : %zu bytes at offset %zu go past the end of the window (%zu bytes)", call, bytes, peerWinOffset, size);
+  /* The peer's window may be larger than this rank's (NCCL 2.30 sizes each
+   * rank's window apart): the target bounds the write by its own (rmaApply)
+   * and its wait fails naming this rank. Here only what no window holds. */
+  if (bytes > SIZE_MAX - peerWinOffset) {
+    WARN("%s : %zu bytes at offset %zu go past the end of any window", call, bytes, peerWinOffset);
     return ncclInvalidArgument;
   }
   CHECK(rmaCheckTarget(comm, call, peer, sigIdx, ctx, flags));
