@@ -73,10 +73,14 @@ at::Tensor staged(Launch &l, const at::Tensor &t) {
   return c;
 }
 at::Tensor in(Launch &l, const at::Tensor &t) { return t.is_contiguous() ? t : staged(l, t); }
-// An input for an operation that writes output as it reads the input
-// (all-to-all): staged when the two share memory.
-at::Tensor inBeside(Launch &l, const at::Tensor &t, const at::Tensor &output) {
-  return output.is_alias_of(t) ? staged(l, t) : in(l, t);
+// An input for an operation that writes its outputs as it reads its inputs
+// (all-to-all): staged when it shares memory with any of them, not only
+// its own peer's (a list whose outputs are the inputs rotated: the receive
+// into one peer's output would overwrite another's input before it went).
+at::Tensor inBeside(Launch &l, const at::Tensor &t, const std::vector<at::Tensor> &outputs) {
+  for (const at::Tensor &o : outputs)
+    if (o.is_alias_of(t)) return staged(l, t);
+  return in(l, t);
 }
 // An output whose elements share memory (an expanded, stride-0 view) cannot
 // take a result per element: refused before anything runs (torch's NCCL
@@ -641,7 +645,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::alltoall_base(at::Tensor &out
   TORCH_CHECK(output.scalar_type() == input.scalar_type(), "chorus: ", call, ": input and output dtypes differ (",
               input.scalar_type(), " vs ", output.scalar_type(), ")");
   Launch l = make(c10d::OpType::ALLTOALL_BASE, "AlltoAll", {input}, {output});
-  at::Tensor src = inBeside(l, input, output);
+  at::Tensor src = inBeside(l, input, {output});
   at::Tensor dst = out(l, output);
   if (outputSplitSizes.empty() && inputSplitSizes.empty()) {
     TORCH_CHECK(input.numel() % size_ == 0 && output.numel() == input.numel(), "chorus: ", call,
@@ -694,7 +698,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::alltoall(std::vector<at::Tens
     checkTensor(outputs[p], call);
     TORCH_CHECK(inputs[p].scalar_type() == inputs[0].scalar_type() && outputs[p].scalar_type() == inputs[0].scalar_type(),
                 "chorus: ", call, ": all tensors must have one dtype (", inputs[0].scalar_type(), ")");
-    at::Tensor src = inBeside(l, inputs[p], outputs[p]);
+    at::Tensor src = inBeside(l, inputs[p], outputs);
     at::Tensor dst = out(l, outputs[p]);
     Moved ms = moved(src), mr = moved(dst);
     x.dtype = ms.dtype;

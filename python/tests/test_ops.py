@@ -157,6 +157,13 @@ def refused(rank, size):
             assert "share memory" in str(e), f"{what}: {e}"
         else:
             raise AssertionError(f"{what} into an expanded tensor was accepted")
+    # A complex PREMUL_SUM factor would lose its imaginary part (torch's NCCL backend refuses it too).
+    try:
+        dist.all_reduce(torch.ones(2, dtype=torch.complex64), op=dist._make_nccl_premul_sum(torch.tensor([1j])))
+    except RuntimeError as e:
+        assert "factor is complex" in str(e), str(e)
+    else:
+        raise AssertionError("a complex PREMUL_SUM factor was accepted")
     # After refusals the group still works (nothing was issued).
     t = torch.ones(3)
     dist.all_reduce(t)
