@@ -89,6 +89,10 @@ Reduction Reduction::of(const c10d::ReduceOp &rop, const at::Tensor &t, const ch
   if (sup->tensor_factor.defined()) {
     TORCH_CHECK(sup->tensor_factor.numel() == 1, "chorus: ", call, ": the PREMUL_SUM factor must have one element, not ",
                 sup->tensor_factor.numel());
+    // Its real type is what multiplies (a complex tensor's too, part by
+    // part): a complex factor would lose its imaginary part.
+    TORCH_CHECK(!sup->tensor_factor.is_complex(), "chorus: ", call, ": the PREMUL_SUM factor is complex (",
+                sup->tensor_factor.scalar_type(), "): it must be real");
     f = sup->tensor_factor.to(at::kCPU).reshape({1}).to(real);
   } else {
     f = at::full({1}, sup->double_factor, at::TensorOptions().dtype(real));

@@ -358,6 +358,12 @@ def alltoall(rank, size):
         dist.all_to_all(outs, ins)
         for r in range(size):
             check(outs[r], torch.full((rank + 1,), r * 10 + rank).to(dtype), f"all_to_all {dtype} from {r}")
+        # list form, outputs the inputs rotated (one peer's output is another's input)
+        xs = [torch.full((1000,), rank * 10 + p).to(dtype) for p in range(size)]
+        outs = [xs[(p + 1) % size] for p in range(size)]
+        dist.all_to_all(outs, xs)
+        for r in range(size):
+            check(outs[r], torch.full((1000,), r * 10 + rank).to(dtype), f"all_to_all into rotated inputs {dtype} from {r}")
 
 
 def p2p(rank, size):
