@@ -93,6 +93,36 @@ static int ctaLimits(int rank, int n, ncclUniqueId id, void *arg) {
   return 0;
 }
 
+/* NCCL_MIN_NRINGS / NCCL_MAX_NRINGS, the channel variables' old names,
+ * which NCCL still reads, bound the channels where the new names are unset;
+ * the new ones win where both are. */
+static int legacyRings(int rank, int n, ncclUniqueId id, void *arg) {
+  (void)arg;
+  setenv("NCCL_CONF_FILE", "/dev/null", 1); /* (the parent's file and environment set NCCL_MAX_NCHANNELS) */
+  unsetenv("NCCL_MAX_NCHANNELS");
+  ncclComm_t parent, c;
+  NCCLCHECK(ncclCommInitRank(&parent, n, id, rank));
+  const struct {
+    const char *minRings, *maxRings, *maxChannels;
+    int want;
+  } cases[] = {{NULL, "1", NULL, 1}, {"4", NULL, NULL, 4}, {NULL, "1", "3", 3}, {NULL, NULL, NULL, 2}};
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    const char *names[] = {"NCCL_MIN_NRINGS", "NCCL_MAX_NRINGS", "NCCL_MAX_NCHANNELS"};
+    const char *values[] = {cases[k].minRings, cases[k].maxRings, cases[k].maxChannels};
+    for (int v = 0; v < 3; v++)
+      if (values[v]) setenv(names[v], values[v], 1);
+      else unsetenv(names[v]);
+    NCCLCHECK(ncclCommSplit(parent, 0, rank, &c, NULL));
+    EXPECT(c->nch == cases[k].want, "case %zu: %d channels, expected %d", k, c->nch, cases[k].want);
+    float x = 1, y = 0;
+    NCCLCHECK(ncclAllReduce(&x, &y, 1, ncclFloat, ncclSum, c, NULL));
+    EXPECT(y == n, "case %zu: AllReduce gave %g", k, y);
+    NCCLCHECK(ncclCommDestroy(c));
+  }
+  NCCLCHECK(ncclCommDestroy(parent));
+  return 0;
+}
+
 /* NCCL_NET naming a network chorus lacks fails the init, as NCCL's, on a
  * host whose ranks need no network too; set on one rank only (arg: which,
  * -1: every rank), every rank fails saying whose it is. */
@@ -260,6 +290,8 @@ int main(void) {
   failed += wrongRootPort();
   NCCLCHECK(ncclGetUniqueId(&id3));
   failed += runRanksWithId(2, id3, ctaLimits, NULL, 30);
+  NCCLCHECK(ncclGetUniqueId(&id3));
+  failed += runRanksWithId(2, id3, legacyRings, NULL, 30);
   printf("test_env: %s\n", failed ? "FAILED" : "passed");
   return failed != 0;
 }

@@ -148,6 +148,9 @@ int commGroupHeld(const struct ncclComm *comm) { return __atomic_load_n(&comm->h
 
 static int channelCount(const struct commConfig *cfg) {
   int64_t lo = paramInt(paramMinNChannels), hi = paramInt(paramMaxNChannels);
+  /* NCCL's old names, which it still reads where the new ones are unset */
+  if (lo == -2) lo = paramInt(paramMinNRings);
+  if (hi == -2) hi = paramInt(paramMaxNRings);
   /* config.minCTAs / maxCTAs (NCCL_MIN_CTAS / NCCL_MAX_CTAS): the tighter of each pair, as NCCL;
    * -2 is unset, and a maximum set below 1 is 1, as in NCCL */
   if (cfg->maxCTAs > 0 && (hi == -2 || cfg->maxCTAs < hi)) hi = cfg->maxCTAs;
