@@ -40,7 +40,10 @@ static void printVersion(void) {
     INFO(subsysAll, "NCCL version %d.%d.%d+chorus-%d.%d.%d", NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH, CHORUS_MAJOR,
          CHORUS_MINOR, CHORUS_PATCH);
 }
-void commLogVersion(void) { pthread_once(&versionOnce, printVersion); }
+void commLogVersion(int rank) {
+  /* Once per process, as NCCL: every rank's at INFO, rank 0's below */
+  if (logLevelNow() > logWarn || rank == 0) pthread_once(&versionOnce, printVersion);
+}
 
 
 void commWaitIdle(struct ncclComm *comm) {
@@ -727,7 +730,7 @@ static void *commSetupThread(void *arg) {
 ncclResult_t commInitMake(struct ncclComm **out, int nranks, const ncclUniqueId *id, int rank, int cudaDev,
                           int blocking, const struct commOrigin *origin) {
   uint64_t created = clockNs();
-  commLogVersion();
+  commLogVersion(rank);
   struct ncclComm *comm = commAlloc(nranks, id, rank, cudaDev, blocking, origin);
   if (!comm) return ncclSystemError;
   comm->createdNs = created;

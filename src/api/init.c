@@ -28,7 +28,6 @@ NCCL_API(ncclResult_t, ncclGetUniqueId, ncclUniqueId *uniqueId) {
     return ncclInvalidArgument;
   }
   paramReload(); /* NCCL_COMM_ID as it is now (NCCL reads it at each call) */
-  commLogVersion();
   struct bootstrapHandle h;
   CHECK(bootstrapGetUniqueId(&h));
   memset(uniqueId, 0, sizeof *uniqueId);
