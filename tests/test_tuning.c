@@ -71,6 +71,18 @@ static int impossibleRank(int rank, int n, ncclComm_t comm) {
 static int tuningRank(int rank, int n, ncclUniqueId id) {
   ncclComm_t comm;
   ncclResult_t res = ncclCommInitRank(&comm, n, id, rank);
+  if (strcmp(mode, "peerbad") == 0) { /* rank 1's NCCL_ALGO does not parse: every rank's init fails, naming it */
+    EXPECT(res == ncclInvalidUsage, "rank %d: init with rank 1's NCCL_ALGO=Rnig returned %s", rank,
+           ncclGetErrorString(res));
+    const char *err = ncclGetLastError(NULL);
+    EXPECT(strstr(err, "rank 1's NCCL_ALGO \"Rnig\""), "rank %d: last error '%s'", rank, err);
+    return 0;
+  }
+  if (strcmp(mode, "differ") == 0 && rank > 0) { /* overridden by rank 0's: said on this rank */
+    const char *err = ncclGetLastError(NULL);
+    EXPECT(strstr(err, "differ from rank 0's") && strstr(err, "which hold for the communicator"),
+           "rank %d: last error '%s'", rank, err);
+  }
   if (strcmp(mode, "badname") == 0 || strcmp(mode, "noprefix") == 0) {
     EXPECT(res == ncclInvalidUsage, "rank %d: init with rank 0's NCCL_ALGO=%s returned %s", rank,
            mode[0] == 'b' ? "Rnig" : "allreduce:tree;ring", ncclGetErrorString(res));
@@ -99,6 +111,8 @@ static int execRank(int rank, int n, ncclUniqueId id, void *arg) {
     setenv("NCCL_ALGO", "allreduce:nvls", 1); /* a name NCCL knows, an algorithm chorus does not have */
   } else if (strcmp(mode, "impossible-proto") == 0) {
     setenv("NCCL_PROTO", "allreduce:LL128", 1); /* a name NCCL knows, a protocol chorus does not have */
+  } else if (strcmp(mode, "peerbad") == 0) {
+    if (rank == 1) setenv("NCCL_ALGO", "Rnig", 1);
   } else if (rank == 0) {
     setenv("NCCL_ALGO", strcmp(mode, "noprefix") == 0 ? "allreduce:tree;ring" : "Rnig", 1);
   }

@@ -604,6 +604,8 @@ static ncclResult_t commSetup(struct ncclComm *comm) {
            "order)", comm->origin.func, i);
       res = ncclInvalidUsage;
     }
+  /* Rank 0's tuning holds (tuneSetup, below); another's is checked, as NCCL's ranks each parse their own. */
+  for (int i = 1; res == ncclSuccess && i < nranks; i++) res = tuneConfigAgree(&agree[i].tune, i, &a0.tune, i == rank);
   comm->topo = res == ncclSuccess ? calloc((size_t)nranks, sizeof *comm->topo) : NULL;
   for (int i = 0; comm->topo && i < nranks; i++) comm->topo[i] = agree[i].topo;
   if (res == ncclSuccess && !comm->topo) res = ncclSystemError;

@@ -105,19 +105,43 @@ static ncclResult_t parseVar(const char *var, const char *value, const struct tu
   return ncclSuccess;
 }
 
+/* Parses cfg (rank's values) into t's masks. */
+static ncclResult_t parseConfig(struct tuneTable *t, const struct tuneConfig *cfg, int rank) {
+  for (int v = 0; v < 2; v++)
+    if (cfg->tooLong & (1 << v)) {
+      WARN("%s (rank %d's%s) is longer than %d characters", v ? "NCCL_PROTO" : "NCCL_ALGO", rank,
+           rank == 0 ? ", which holds for the communicator" : "", TUNE_ENV_BYTES - 1);
+      return ncclInvalidUsage;
+    }
+  ncclResult_t res = parseVar("NCCL_ALGO", cfg->algo, algoNames, BIT(algoCount) - 1, t->algoMask);
+  if (res == ncclSuccess) res = parseVar("NCCL_PROTO", cfg->proto, protoNames, BIT(protoCount) - 1, t->protoMask);
+  return res;
+}
+
 ncclResult_t tuneSetup(struct tuneTable *t, const struct tuneConfig *cfg, const struct tuneTopo *topo) {
   static uint64_t ids;
   memset(t, 0, sizeof *t);
   t->id = __atomic_add_fetch(&ids, 1, __ATOMIC_RELAXED);
   t->cfg = *cfg;
   t->topo = *topo;
-  for (int v = 0; v < 2; v++)
-    if (cfg->tooLong & (1 << v)) {
-      WARN("%s (rank 0's, which holds for the communicator) is longer than %d characters", v ? "NCCL_PROTO" : "NCCL_ALGO",
-           TUNE_ENV_BYTES - 1);
-      return ncclInvalidUsage;
-    }
-  ncclResult_t res = parseVar("NCCL_ALGO", cfg->algo, algoNames, BIT(algoCount) - 1, t->algoMask);
-  if (res == ncclSuccess) res = parseVar("NCCL_PROTO", cfg->proto, protoNames, BIT(protoCount) - 1, t->protoMask);
-  return res;
+  return parseConfig(t, cfg, 0);
+}
+
+ncclResult_t tuneConfigAgree(const struct tuneConfig *cfg, int rank, const struct tuneConfig *rank0, int self) {
+  if (!strcmp(cfg->algo, rank0->algo) && !strcmp(cfg->proto, rank0->proto) && cfg->tooLong == rank0->tooLong &&
+      cfg->smallThreshold == rank0->smallThreshold)
+    return ncclSuccess;
+  struct tuneTable scratch;
+  memset(&scratch, 0, sizeof scratch);
+  if (parseConfig(&scratch, cfg, rank) != ncclSuccess) {
+    WARN("rank %d's NCCL_ALGO \"%s\" / NCCL_PROTO \"%s\" do not parse: every rank's init fails, as that rank's would "
+         "in NCCL (rank 0's values hold for the communicator, and each rank's must be valid)",
+         rank, cfg->algo, cfg->proto);
+    return ncclInvalidUsage;
+  }
+  if (self)
+    WARN("NCCL_ALGO \"%s\", NCCL_PROTO \"%s\" and CHORUS_SMALL_THRESHOLD %lld of this rank (%d) differ from rank "
+         "0's (\"%s\", \"%s\", %lld), which hold for the communicator", cfg->algo, cfg->proto,
+         (long long)cfg->smallThreshold, rank, rank0->algo, rank0->proto, (long long)rank0->smallThreshold);
+  return ncclSuccess;
 }
