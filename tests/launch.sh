@@ -92,9 +92,9 @@ grep -q "no launcher environment: set CHORUS_RANK" <<<"$msg" || { echo "no error
 msg=$(env -u CHORUS_RANK -u RANK NCCL_DEBUG=WARN "$bin/all_reduce_perf" -b 8 -e 8 2>&1) || { echo "all_reduce_perf alone failed: $msg"; exit 1; }
 ! grep -q "NCCL WARN" <<<"$msg" || { echo "all_reduce_perf alone warned: $msg"; exit 1; }
 # NCCL's version line: once, rank 0's, at WARN (not each rank's, nor
-# ncclGetUniqueId's); each rank's at INFO.
+# ncclGetUniqueId's, nor a split child's rank 0's); each rank's at INFO.
 for level in WARN:1 INFO:3; do
-  got=$(NCCL_DEBUG=${level%:*} "$bin/chorusrun" -n 3 "$bin/test_launch" 2>&1 | grep -c "NCCL version") || true
+  got=$(NCCL_DEBUG=${level%:*} "$bin/chorusrun" -n 3 "$bin/test_launch" split 2>&1 | grep -c "NCCL version") || true
   [ "$got" = "${level#*:}" ] || { echo "NCCL_DEBUG=${level%:*}: $got version lines from 3 ranks, expected ${level#*:}"; exit 1; }
 done
 # A random secret per job, the same on every rank; one given is kept.

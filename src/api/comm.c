@@ -732,7 +732,7 @@ static void *commSetupThread(void *arg) {
 ncclResult_t commInitMake(struct ncclComm **out, int nranks, const ncclUniqueId *id, int rank, int cudaDev,
                           int blocking, const struct commOrigin *origin) {
   uint64_t created = clockNs();
-  commLogVersion(rank);
+  if (!origin || !origin->parent) commLogVersion(rank); /* a child (split, shrink, grow's old ranks) says none, as NCCL */
   struct ncclComm *comm = commAlloc(nranks, id, rank, cudaDev, blocking, origin);
   if (!comm) return ncclSystemError;
   comm->createdNs = created;

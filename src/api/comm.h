@@ -170,8 +170,8 @@ void commReportBadRank(const ncclUniqueId *id, int rank, int nranks);
  * tells its root, which refuses every rank at once (bootstrap.h). */
 void commReportDisagreement(const ncclUniqueId *id, int nranks);
 /* NCCL's version line (NCCL_DEBUG=VERSION or more), once per process, when
- * a communicator of rank's is made: at VERSION and WARN by rank 0 alone, as
- * NCCL's ncclCommInitRankDev. */
+ * a communicator of rank's is made from a unique id (not a parent's child):
+ * at VERSION and WARN by rank 0 alone, as NCCL's ncclCommInitRankDev. */
 void commLogVersion(int rank);
 /* Frees a communicator and everything it owns; graceful says goodbye to
  * the peers first (destroy), else they see it as gone (abort, failure). */
