@@ -25,7 +25,8 @@
  *              that stream's synchronize and the communicator.
  *   asymmetric - windows of different sizes (NCCL 2.30): a write past the
  *              writer's own window's end lands in the target's larger one;
- *              one past the target's end fails the target's wait.
+ *              one past the target's end is refused whole and fails the
+ *              target's wait.
  *   threads  - 3 ranks driven by one thread (ncclCommInitAll).
  *   args     - bad arguments: ncclInvalidArgument, nothing sent.
  *   test_rma <case> */
@@ -204,42 +205,63 @@ static int unregistered(int rank, int n, ncclUniqueId id, void *arg) {
   return 0;
 }
 
-/* Windows of different sizes, as NCCL 2.30 allows: rank 0's holds 64
- * bytes, rank 1's 256. Rank 0 writes 128 bytes at offset 64 of rank 1's
- * (past the end of its own); then 8 past the end of rank 1's, which rank 1
- * refuses: its wait fails naming rank 0, and its window keeps what it had. */
+/* Windows of different sizes, as NCCL 2.30 allows: window #0 holds 64
+ * bytes on rank 0 and 256 on rank 1, window #1 64 bytes and 128 KiB.
+ *   1. Rank 0 writes 128 bytes at offset 64 of rank 1's #0 (past the end of
+ *      its own): they land.
+ *   2. Rank 1 writes 16 bytes at offset 60 of rank 0's #0, past its end:
+ *      rank 0 refuses them, and its wait, for the last peer it names,
+ *      fails naming rank 1 (the fault comes with the signal it takes).
+ *   3. Rank 0 writes 192 KiB (several frames) into rank 1's #1: refused
+ *      whole, not its first 128 KiB alone; rank 1's wait fails. */
 static int asymmetric(int rank, int n, ncclUniqueId id, void *arg) {
   (void)arg;
   ncclComm_t comm = initComm(rank, n, id);
   EXPECT(comm, "rank %d: init", rank);
-  size_t size = rank == 0 ? 64 : 256;
-  unsigned char *win = calloc(size + 64, 1), src[128];
-  for (size_t i = 0; i < sizeof src; i++) src[i] = pattern(0, 1, i);
-  ncclWindow_t w;
-  NCCLCHECK(ncclCommWindowRegister(comm, win, size, &w, NCCL_WIN_COLL_SYMMETRIC));
-  ncclWaitSignalDesc_t desc = {1, 0, 0, 0};
+  size_t size0 = rank == 0 ? 64 : 256, size1 = rank == 0 ? 64 : 128 << 10, big = 192 << 10;
+  unsigned char *win0 = calloc(size0 + 64, 1), *win1 = calloc(size1 + 64, 1), *src = malloc(big);
+  for (size_t i = 0; i < big; i++) src[i] = pattern(rank, 1, i);
+  ncclWindow_t w0, w1;
+  NCCLCHECK(ncclCommWindowRegister(comm, win0, size0, &w0, NCCL_WIN_COLL_SYMMETRIC));
+  NCCLCHECK(ncclCommWindowRegister(comm, win1, size1, &w1, NCCL_WIN_COLL_SYMMETRIC));
+  ncclWaitSignalDesc_t desc = {1, 1 - rank, 0, 0};
   float one = 1, sum = 0;
   if (rank == 0) {
-    NCCLCHECK(ncclPutSignal(src, sizeof src, ncclUint8, 1, w, 64, 0, 0, 0, comm, NULL));
-    NCCLCHECK(ncclAllReduce(&one, &sum, 1, ncclFloat, ncclSum, comm, NULL)); /* rank 1 has checked it */
-    NCCLCHECK(ncclPutSignal(src, 8, ncclUint8, 1, w, 252, 0, 0, 0, comm, NULL)); /* past rank 1's end */
-  } else {
-    NCCLCHECK(ncclWaitSignal(1, &desc, comm, NULL));
-    for (size_t i = 0; i < size + 64; i++) {
-      unsigned char want = i >= 64 && i < 192 ? pattern(0, 1, i - 64) : 0;
-      EXPECT(win[i] == want, "rank 1: byte %zu of its window is %d, expected %d", i, win[i], want);
-    }
-    NCCLCHECK(ncclAllReduce(&one, &sum, 1, ncclFloat, ncclSum, comm, NULL));
+    NCCLCHECK(ncclPutSignal(src, 128, ncclUint8, 1, w0, 64, 0, 0, 0, comm, NULL));
+    NCCLCHECK(ncclAllReduce(&one, &sum, 1, ncclFloat, ncclSum, comm, NULL)); /* 1 checked */
     ncclResult_t res = ncclWaitSignal(1, &desc, comm, NULL);
     const char *err = ncclGetLastError(comm);
-    EXPECT(res == ncclInvalidUsage && strstr(err, "rank 0 wrote past the end of window #0"),
+    EXPECT(res == ncclInvalidUsage && strstr(err, "rank 1 wrote past the end of window #0"),
+           "rank 0: the wait for a write past its window's end gave %s: '%s'", ncclGetErrorString(res), err);
+    for (size_t i = 0; i < size0 + 64; i++) EXPECT(win0[i] == 0, "rank 0: byte %zu of its window was written", i);
+    NCCLCHECK(ncclAllReduce(&one, &sum, 1, ncclFloat, ncclSum, comm, NULL)); /* 2 checked */
+    NCCLCHECK(ncclPutSignal(src, big, ncclUint8, 1, w1, 0, 0, 0, 0, comm, NULL));
+  } else {
+    NCCLCHECK(ncclWaitSignal(1, &desc, comm, NULL));
+    for (size_t i = 0; i < size0 + 64; i++) {
+      unsigned char want = i >= 64 && i < 192 ? pattern(0, 1, i - 64) : 0;
+      EXPECT(win0[i] == want, "rank 1: byte %zu of its window is %d, expected %d", i, win0[i], want);
+    }
+    NCCLCHECK(ncclAllReduce(&one, &sum, 1, ncclFloat, ncclSum, comm, NULL)); /* 1 checked */
+    NCCLCHECK(ncclPutSignal(src, 16, ncclUint8, 0, w0, 60, 0, 0, 0, comm, NULL)); /* past rank 0's end */
+    NCCLCHECK(ncclAllReduce(&one, &sum, 1, ncclFloat, ncclSum, comm, NULL)); /* 2 checked */
+    ncclResult_t res = ncclWaitSignal(1, &desc, comm, NULL);
+    const char *err = ncclGetLastError(comm);
+    EXPECT(res == ncclInvalidUsage && strstr(err, "rank 0 wrote past the end of window #1"),
            "rank 1: the wait for a write past its window's end gave %s: '%s'", ncclGetErrorString(res), err);
-    for (size_t i = 192; i < size + 64; i++) EXPECT(win[i] == 0, "rank 1: byte %zu past its window was written", i);
+    for (size_t i = 0; i < size1 + 64; i++)
+      if (win1[i] != 0) {
+        EXPECT(0, "rank 1: byte %zu of window #1 was written: a write past its end landed in part", i);
+        break;
+      }
   }
   ncclAllReduce(&one, &sum, 1, ncclFloat, ncclSum, comm, NULL); /* rank 0 stays until rank 1 is done */
-  ncclCommWindowDeregister(comm, w);
+  ncclCommWindowDeregister(comm, w0);
+  ncclCommWindowDeregister(comm, w1);
   ncclCommAbort(comm);
-  free(win);
+  free(win0);
+  free(win1);
+  free(src);
   return 0;
 }
 
@@ -355,6 +377,7 @@ static int args(void) {
       ncclPutSignal(buf, 8, ncclInt8, 1, wOther, 0, 0, 0, 0, comms[0], NULL),  /* another comm's window */
       ncclPutSignal(buf, 8, ncclInt8, 1, NULL, 0, 0, 0, 0, comms[0], NULL),    /* no window */
       ncclPutSignal(buf, 8, ncclInt8, 1, w, SIZE_MAX - 4, 0, 0, 0, comms[0], NULL), /* past any window's end */
+      ncclPutSignal(buf, 8, ncclInt8, 0, w, 60, 0, 0, 0, comms[0], NULL),      /* past its own window's end */
       ncclPutSignal(NULL, 8, ncclInt8, 1, w, 0, 0, 0, 0, comms[0], NULL),      /* no buffer */
       ncclPutSignal(buf, 8, (ncclDataType_t)99, 1, w, 0, 0, 0, 0, comms[0], NULL), /* datatype */
       ncclSignal(-1, 0, 0, 0, comms[0], NULL),                                 /* peer */

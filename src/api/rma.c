@@ -32,6 +32,8 @@ struct rmaHeader {
   uint32_t window; /* its number (window.c) */
   uint32_t signal; /* 1 on an operation's last frame */
   uint64_t offset; /* in the window */
+  uint64_t end;    /* where the whole operation ends in the window: one that goes past the target's window is
+                    * refused whole, each of its frames alike */
 };
 #define RMA_CHUNK (OOB_MAX_PAYLOAD - sizeof(struct rmaHeader))
 
@@ -55,7 +57,7 @@ static void rmaFault(struct ncclComm *comm, const char *fmt, int peer, uint32_t 
 /* Applies one write from rank peer, with comm->winLock held. */
 static void rmaApply(struct ncclComm *comm, int peer, const struct rmaHeader *h, const void *data, size_t bytes) {
   if (bytes) {
-    int res = windowWrite(comm, h->window, h->offset, data, bytes);
+    int res = windowWrite(comm, h->window, h->offset, h->end, data, bytes);
     if (res == -1)
       rmaFault(comm, "rank %d wrote to window #%u, which this rank has deregistered [offset %llu, %zu bytes]", peer,
                h->window, h->offset, bytes);
@@ -145,7 +147,7 @@ static ncclResult_t rmaCheckTarget(const struct ncclComm *comm, const char *call
  * window at offset, the signal on the last frame. */
 static ncclResult_t rmaSend(struct ncclComm *comm, const char *call, int peer, uint32_t window, uint64_t offset,
                             const void *data, size_t bytes) {
-  struct rmaHeader h = {window, 0, offset};
+  struct rmaHeader h = {window, 0, offset, offset + bytes};
   if (peer == comm->rank) { /* no frame to oneself: the monitor would never see it */
     h.signal = 1;
     rmaReceive(comm, peer, &h, data, bytes);
@@ -233,6 +235,12 @@ static ncclResult_t rmaWaitSignals(struct ncclComm *comm, const char *call, uint
         WARN("%s : rank %d timed out waiting for signals from rank %s", call, comm->rank, owed);
       pthread_mutex_unlock(&comm->winLock);
     }
+  }
+  /* A refused write counts its signal after its fault: one that came with
+   * the last signal taken fails this wait too. */
+  if (res == ncclSuccess && __atomic_load_n(&comm->rmaFaulted, __ATOMIC_ACQUIRE)) {
+    WARN("%s : rank %d: %s", call, comm->rank, comm->rmaFault);
+    res = ncclInvalidUsage;
   }
   return res;
 }
@@ -357,9 +365,12 @@ static ncclResult_t putSignal(const void *localbuff, size_t count, ncclDataType_
   CHECK(windowNumber(comm, peerWin, call, &window, &size));
   /* The peer's window may be larger than this rank's (NCCL 2.30 sizes each
    * rank's window apart): the target bounds the write by its own (rmaApply)
-   * and its wait fails naming this rank. Here only what no window holds. */
-  if (bytes > SIZE_MAX - peerWinOffset) {
-    WARN("%s : %zu bytes at offset %zu go past the end of any window", call, bytes, peerWinOffset);
+   * and its wait fails naming this rank. Here only what no window holds, and
+   * a write to this rank's own window, which is the target's. */
+  if (bytes > SIZE_MAX - peerWinOffset ||
+      (peer == comm->rank && (peerWinOffset > size || bytes > size - peerWinOffset))) {
+    WARN("%s : %zu bytes at offset %zu go past the end of %s window", call, bytes, peerWinOffset,
+         peer == comm->rank ? "the" : "any");
     return ncclInvalidArgument;
   }
   CHECK(rmaCheckTarget(comm, call, peer, sigIdx, ctx, flags));

@@ -20,9 +20,10 @@ void rmaFreeEarly(struct ncclComm *comm);
  * call, and ncclInvalidArgument. */
 ncclResult_t windowNumber(struct ncclComm *comm, ncclWindow_t win, const char *call, uint32_t *number,
                           size_t *size);
-/* Copies bytes into comm's window number at off (comm->winLock held); 0,
- * or -1 when comm has no such window, -2 when it ends before off + bytes. */
-int windowWrite(struct ncclComm *comm, uint32_t number, uint64_t off, const void *data, size_t bytes);
+/* Copies bytes into comm's window number at off, a frame of a write that
+ * ends at end (comm->winLock held); 0, or -1 when comm has no such window,
+ * -2 when it ends before end or off + bytes (nothing copied). */
+int windowWrite(struct ncclComm *comm, uint32_t number, uint64_t off, uint64_t end, const void *data, size_t bytes);
 /* 1 when [a, a + aBytes) and [b, b + bBytes) each lie in an
  * NCCL_WIN_COLL_SYMMETRIC window of comm: then, by that flag's promise,
  * every rank's buffers of the call do (the tuner's "mapped", the same on

@@ -134,11 +134,11 @@ int windowsSymmetricMapped(struct ncclComm *comm, const void *a, size_t aBytes, 
   return found;
 }
 
-int windowWrite(struct ncclComm *comm, uint32_t number, uint64_t off, const void *data, size_t bytes) {
+int windowWrite(struct ncclComm *comm, uint32_t number, uint64_t off, uint64_t end, const void *data, size_t bytes) {
   int res = -1;
   for (struct ncclWindow_vidmem *w = comm->windows; w; w = w->next) {
     if (w->number != number) continue;
-    res = off > w->size || bytes > w->size - off ? -2 : 0;
+    res = end > w->size || off > w->size || bytes > w->size - off ? -2 : 0;
     if (res == 0 && bytes) memcpy((char *)w->buff + off, data, bytes);
     break;
   }
