@@ -313,11 +313,17 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::allgatherUneven(std::vector<a
   std::vector<void *> rp(size_);
   std::vector<size_t> n(size_);
   ncclDataType_t dtype = moved(input).dtype;
+  // The broadcasts run together: an input that is another rank's output
+  // (not its own, the in-place layout) is staged before they write it.
+  std::vector<at::Tensor> others;
+  for (int i = 0; i < size_; i++)
+    if (i != rank_) others.push_back(outs[i]);
+  at::Tensor src = inBeside(l, input, others);
   for (int i = 0; i < size_; i++) {
     at::Tensor dst = out(l, outs[i]);
     rp[i] = dst.data_ptr();
     n[i] = moved(dst).count;
-    sp[i] = i == rank_ ? in(l, input).data_ptr() : rp[i];
+    sp[i] = i == rank_ ? src.data_ptr() : rp[i];
   }
   l.calls = [=](ncclComm_t c, cudaStream_t s) {
     ncclResult_t first = ncclSuccess;
@@ -341,7 +347,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::reduceScatterUneven(const at:
   std::vector<const void *> sp(size_);
   std::vector<size_t> n(size_);
   for (int i = 0; i < size_; i++) {
-    at::Tensor src = in(l, ins[i]);
+    // The reduces run together: another rank's input that is this rank's
+    // output is staged before the reduce to this rank writes it (its own
+    // is the in-place layout).
+    at::Tensor src = i == rank_ ? in(l, ins[i]) : inBeside(l, ins[i], {output});
     sp[i] = src.data_ptr();
     n[i] = red.count(src);
   }

@@ -260,6 +260,28 @@ def uneven_lists(rank, size):
                 for p in range(size):
                     check(blocks[p], value(rank, n[p], dtype, op, salt=p), f"uneven reduce_scatter's input {p}")
     if size > 1:
+        # Blocks that share memory across indices: this rank's input is the
+        # next rank's output block (all_gather), this rank's output is the
+        # next rank's input block (reduce_scatter); every block still goes
+        # as it was before the call.
+        n = [1000 + 3 * r for r in range(size)]
+        nxt = (rank + 1) % size
+        buf = torch.zeros(max(n))
+        mine = buf[: n[rank]]
+        mine.copy_(value(rank, n[rank], torch.float32, salt=4))
+        outs = [buf[: n[r]] if r == nxt else torch.zeros(n[r]) for r in range(size)]
+        dist.all_gather(outs, mine)
+        for r in range(size):
+            check(outs[r], value(r, n[r], torch.float32, salt=4), f"uneven all_gather into the input's memory, from {r}")
+        store = torch.zeros(size * 2 * max(n))
+        offs = [p * 2 * max(n) for p in range(size)]  # room after each block: out overlaps the next rank's alone
+        blocks = [store[offs[p]: offs[p] + n[p]] for p in range(size)]
+        for p in range(size):
+            blocks[p].copy_(value(rank, n[p], torch.float32, salt=p))
+        out = store[offs[nxt]: offs[nxt] + n[rank]]
+        dist.reduce_scatter(out, blocks)
+        want = reduce_ref([value(r, n[rank], torch.float32, salt=rank) for r in range(size)], "SUM", torch.float32, size)
+        check(out, want, "uneven reduce_scatter into another block's memory")
         n = [4 + r for r in range(size)]
         outs = [torch.zeros(n[r]) for r in range(size)]
         try:
