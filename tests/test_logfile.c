@@ -8,15 +8,56 @@
  *  - NCCL_DEBUG and NCCL_DEBUG_SUBSYS with blanks around their names, and a
  *    subsystem name that is none: the default subsystems and a WARN that
  *    names it;
+ *  - a fork while another thread writes a line: the child's first line
+ *    does not wait forever for the parent's log lock;
  *  - ncclGetLastError(comm) after ncclCommAbort(comm) (NCCL ignores comm,
  *    so a program may pass the handle it just freed): the process's last
  *    error, never a read of freed memory (run under valgrind as
  *    memcheck_logfile). */
+#include <pthread.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "harness.h"
+
+/* A thread that logs without pause (WARNs of a bad call), as a bootstrap
+ * root does when strangers call, until *stop. */
+static void *warnLoop(void *arg) {
+  volatile int *stop = arg;
+  while (!*stop) ncclGetUniqueId(NULL);
+  return NULL;
+}
+
+/* Forks 50 children while another thread logs: each child logs at once
+ * and exits; one that has not within 5 s inherited a log lock held. */
+static int forkWhileLogging(void) {
+  volatile int stop = 0;
+  pthread_t t;
+  if (pthread_create(&t, NULL, warnLoop, (void *)&stop) != 0) return 1;
+  int failed = 0;
+  for (int k = 0; k < 50 && !failed; k++) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      ncclGetUniqueId(NULL); /* a WARN: the log lock */
+      _exit(0);
+    }
+    int status = -1;
+    double t0 = nowSec();
+    while (waitpid(pid, &status, WNOHANG) == 0 && nowSec() - t0 < 5) usleep(1000);
+    if (status != 0) {
+      fprintf(stderr, "fork %d: the child, logging, did not exit within 5 s (a log lock held across the fork)\n", k);
+      kill(pid, SIGKILL);
+      waitpid(pid, NULL, 0);
+      failed = 1;
+    }
+  }
+  stop = 1;
+  pthread_join(t, NULL);
+  return failed;
+}
 
 static int rankMain(int rank, int n, ncclUniqueId id, void *arg) {
   (void)arg;
@@ -86,6 +127,12 @@ int main(void) {
          "%s does not say that FOO is no subsystem", path);
   EXPECT(fileLinesWith(path, "Init COMPLETE") == 2, "%s: with the default subsystems, %d 'Init COMPLETE' lines", path,
          fileLinesWith(path, "Init COMPLETE"));
+
+  /* A fork while another thread writes a line. */
+  setenv("NCCL_DEBUG", "WARN", 1);
+  setenv("NCCL_DEBUG_FILE", "/dev/null", 1);
+  ncclResetDebugInit();
+  failed += forkWhileLogging();
 
   /* The handle of an aborted communicator. */
   setenv("NCCL_DEBUG", "WARN", 1);

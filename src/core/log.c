@@ -120,9 +120,25 @@ static void logInit(void) {
   __atomic_store_n(&logLevelCached, level, __ATOMIC_RELEASE);
 }
 
+/* A fork while another thread writes a line (a bootstrap root's WARN about
+ * a stranger, say) must not leave the child's locks held: its first line
+ * would wait forever (a rank forked beside its parent's root, at its
+ * version line). Every fork takes them first. */
+static void logForkPrepare(void) {
+  pthread_mutex_lock(&logInitLock);
+  pthread_mutex_lock(&logLock);
+}
+static void logForkRelease(void) {
+  pthread_mutex_unlock(&logLock);
+  pthread_mutex_unlock(&logInitLock);
+}
+static pthread_once_t logForkOnce = PTHREAD_ONCE_INIT;
+static void logForkRegister(void) { pthread_atfork(logForkPrepare, logForkRelease, logForkRelease); }
+
 /* Starts logging from NCCL_DEBUG* unless it has started (and not been
  * reset since: logResetInit). */
 static void logEnsureInit(void) {
+  pthread_once(&logForkOnce, logForkRegister);
   if (__atomic_load_n(&logLevelCached, __ATOMIC_ACQUIRE) >= 0) return;
   pthread_mutex_lock(&logInitLock);
   if (__atomic_load_n(&logLevelCached, __ATOMIC_ACQUIRE) < 0) logInit();
