@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/log.h"
 #include "engine/desc.h"
 #include "tune/tune.h"
 
@@ -94,6 +95,30 @@ int main(void) {
   if (tuneSetup(&t, &cfg, &topo) != ncclInvalidUsage) {
     fprintf(stderr, "a %zu-character NCCL_ALGO was not refused\n", strlen(longList));
     failed++;
+  }
+  /* Another rank's values against rank 0's (tuneConfigAgree): one that
+   * does not parse fails; the same choices spelled otherwise draw no WARN,
+   * other choices do, on their own rank alone. */
+  struct tuneConfig zero = {.smallThreshold = 16384}, other = zero;
+  snprintf(zero.algo, sizeof zero.algo, "Ring,Tree");
+  const struct {
+    const char *algo;
+    int self;
+    ncclResult_t want;
+    int warns;
+  } agree[] = {{"tree , RING", 1, ncclSuccess, 0}, {"ring", 1, ncclSuccess, 1}, {"ring", 0, ncclSuccess, 0},
+               {"Rnig", 0, ncclInvalidUsage, 1}};
+  for (size_t i = 0; i < sizeof agree / sizeof agree[0]; i++) {
+    snprintf(other.algo, sizeof other.algo, "%s", agree[i].algo);
+    logSetLastError("");
+    ncclResult_t res = tuneConfigAgree(&other, 1, &zero, agree[i].self);
+    int warned = logLastError()[0] != 0;
+    if (res != agree[i].want || warned != agree[i].warns) {
+      fprintf(stderr, "rank 1's NCCL_ALGO '%s' against rank 0's '%s' (self %d): %d and %s WARN, expected %d and %s\n",
+              agree[i].algo, zero.algo, agree[i].self, res, warned ? "a" : "no", agree[i].want,
+              agree[i].warns ? "a" : "no");
+      failed++;
+    }
   }
   printf("tunefilter: %s\n", failed ? "FAILED" : "passed");
   return failed != 0;

@@ -20,8 +20,8 @@
   X(HostId, "NCCL_HOSTID", 1, "", "overrides the host identity (default hostname + boot id)")     \
   X(MinNChannels, "NCCL_MIN_NCHANNELS", 0, "-2", "fewest channels (-2: auto)")                    \
   X(MaxNChannels, "NCCL_MAX_NCHANNELS", 0, "-2", "most channels (-2: auto)")                      \
-  X(MinNRings, "NCCL_MIN_NRINGS", 0, "-2", "NCCL_MIN_NCHANNELS's old name (which wins when both are set)") \
-  X(MaxNRings, "NCCL_MAX_NRINGS", 0, "-2", "NCCL_MAX_NCHANNELS's old name (which wins when both are set)") \
+  X(MinNRings, "NCCL_MIN_NRINGS", 0, "-2", "NCCL_MIN_NCHANNELS's old name (NCCL_MIN_NCHANNELS wins when both are set)") \
+  X(MaxNRings, "NCCL_MAX_NRINGS", 0, "-2", "NCCL_MAX_NCHANNELS's old name (NCCL_MAX_NCHANNELS wins when both are set)") \
   X(MinCtas, "NCCL_MIN_CTAS", 0, "0", "fewest channels, over config.minCTAs (0: the config's)")  \
   X(MaxCtas, "NCCL_MAX_CTAS", 0, "0", "most channels, over config.maxCTAs (0: the config's)")    \
   X(SocketIfname, "NCCL_SOCKET_IFNAME", 1, "", "interfaces for sockets: prefixes, ^ excludes, = exact") \

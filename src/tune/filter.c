@@ -139,7 +139,13 @@ ncclResult_t tuneConfigAgree(const struct tuneConfig *cfg, int rank, const struc
          rank, cfg->algo, cfg->proto);
     return ncclInvalidUsage;
   }
-  if (self)
+  /* The same choices spelled otherwise ("ring" for "Ring") differ in nothing */
+  struct tuneTable held;
+  memset(&held, 0, sizeof held);
+  int quiet = !self || (cfg->smallThreshold == rank0->smallThreshold && parseConfig(&held, rank0, 0) == ncclSuccess &&
+             !memcmp(held.algoMask, scratch.algoMask, sizeof held.algoMask) &&
+             !memcmp(held.protoMask, scratch.protoMask, sizeof held.protoMask));
+  if (!quiet)
     WARN("NCCL_ALGO \"%s\", NCCL_PROTO \"%s\" and CHORUS_SMALL_THRESHOLD %lld of this rank (%d) differ from rank "
          "0's (\"%s\", \"%s\", %lld), which hold for the communicator", cfg->algo, cfg->proto,
          (long long)cfg->smallThreshold, rank, rank0->algo, rank0->proto, (long long)rank0->smallThreshold);

@@ -72,9 +72,10 @@ struct tuneChoice {
 
 /* Chooses for coll (enum collType) on count elements of esz bytes.
  * slotBytes bounds one-slot algorithms; maxNch is the communicator's
- * channels; mapped: the call's buffers are, on every rank, memory its local
- * peers map (NCCL_WIN_COLL_SYMMETRIC windows of ncclMemAlloc's memory: the
- * user's promise, as in NCCL; tuneModelUs). No choice left (NCCL_ALGO /
+ * channels; mapped: the call's buffers are, on every rank, in
+ * NCCL_WIN_COLL_SYMMETRIC windows (the user's promise, as in NCCL), which
+ * local peers are taken to read in place (tuneModelUs; what they cannot map
+ * comes through the FIFOs). No choice left (NCCL_ALGO /
  * NCCL_PROTO exclude all): NCCL's
  * "No algorithm/protocol available" WARN and ncclInvalidUsage. */
 ncclResult_t tuneChoose(const struct tuneTable *t, int coll, size_t count, size_t esz, int dtype, size_t slotBytes,
