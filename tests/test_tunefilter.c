@@ -101,6 +101,11 @@ int main(void) {
    * other choices do, on their own rank alone. */
   struct tuneConfig zero = {.smallThreshold = 16384}, other = zero;
   snprintf(zero.algo, sizeof zero.algo, "Ring,Tree");
+  struct tuneTable held;
+  if (tuneSetup(&held, &zero, &topo) != ncclSuccess) {
+    fprintf(stderr, "rank 0's NCCL_ALGO '%s' was refused\n", zero.algo);
+    failed++;
+  }
   const struct {
     const char *algo;
     int self;
@@ -111,7 +116,7 @@ int main(void) {
   for (size_t i = 0; i < sizeof agree / sizeof agree[0]; i++) {
     snprintf(other.algo, sizeof other.algo, "%s", agree[i].algo);
     logSetLastError("");
-    ncclResult_t res = tuneConfigAgree(&other, 1, &zero, agree[i].self);
+    ncclResult_t res = tuneConfigAgree(&held, &other, 1, agree[i].self);
     int warned = logLastError()[0] != 0;
     if (res != agree[i].want || warned != agree[i].warns) {
       fprintf(stderr, "rank 1's NCCL_ALGO '%s' against rank 0's '%s' (self %d): %d and %s WARN, expected %d and %s\n",

@@ -604,8 +604,11 @@ static ncclResult_t commSetup(struct ncclComm *comm) {
            "order)", comm->origin.func, i);
       res = ncclInvalidUsage;
     }
-  /* Rank 0's tuning holds (tuneSetup, below); another's is checked, as NCCL's ranks each parse their own. */
-  for (int i = 1; res == ncclSuccess && i < nranks; i++) res = tuneConfigAgree(&agree[i].tune, i, &a0.tune, i == rank);
+  /* Rank 0's NCCL_ALGO / NCCL_PROTO on every rank: a bad one fails every
+   * rank's init alike; another rank's is checked against them, as NCCL's
+   * ranks each parse their own. */
+  if (res == ncclSuccess) res = tuneSetup(&comm->tune, &a0.tune, &topo);
+  for (int i = 1; res == ncclSuccess && i < nranks; i++) res = tuneConfigAgree(&comm->tune, &agree[i].tune, i, i == rank);
   comm->topo = res == ncclSuccess ? calloc((size_t)nranks, sizeof *comm->topo) : NULL;
   for (int i = 0; comm->topo && i < nranks; i++) comm->topo[i] = agree[i].topo;
   if (res == ncclSuccess && !comm->topo) res = ncclSystemError;
@@ -613,8 +616,6 @@ static ncclResult_t commSetup(struct ncclComm *comm) {
   if (res != ncclSuccess) goto fail;
   comm->nch = a0.nch;
   comm->check = a0.check;
-  /* Rank 0's NCCL_ALGO / NCCL_PROTO on every rank: a bad one fails every rank's init alike. */
-  CHECKGOTO(tuneSetup(&comm->tune, &a0.tune, &topo), res, fail);
   comm->tune.logChoices = comm->rank == 0;
 
   comm->conns.nranks = nranks;

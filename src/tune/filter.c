@@ -127,25 +127,24 @@ ncclResult_t tuneSetup(struct tuneTable *t, const struct tuneConfig *cfg, const 
   return parseConfig(t, cfg, 0);
 }
 
-ncclResult_t tuneConfigAgree(const struct tuneConfig *cfg, int rank, const struct tuneConfig *rank0, int self) {
+ncclResult_t tuneConfigAgree(const struct tuneTable *held, const struct tuneConfig *cfg, int rank, int self) {
+  const struct tuneConfig *rank0 = &held->cfg;
   if (!strcmp(cfg->algo, rank0->algo) && !strcmp(cfg->proto, rank0->proto) && cfg->tooLong == rank0->tooLong &&
       cfg->smallThreshold == rank0->smallThreshold)
     return ncclSuccess;
-  struct tuneTable scratch;
-  memset(&scratch, 0, sizeof scratch);
-  if (parseConfig(&scratch, cfg, rank) != ncclSuccess) {
+  struct tuneTable mine;
+  memset(&mine, 0, sizeof mine);
+  if (parseConfig(&mine, cfg, rank) != ncclSuccess) {
     WARN("rank %d's NCCL_ALGO \"%s\" / NCCL_PROTO \"%s\" do not parse: every rank's init fails, as that rank's would "
          "in NCCL (rank 0's values hold for the communicator, and each rank's must be valid)",
          rank, cfg->algo, cfg->proto);
     return ncclInvalidUsage;
   }
   /* The same choices spelled otherwise ("ring" for "Ring") differ in nothing */
-  struct tuneTable held;
-  memset(&held, 0, sizeof held);
-  int quiet = !self || (cfg->smallThreshold == rank0->smallThreshold && parseConfig(&held, rank0, 0) == ncclSuccess &&
-             !memcmp(held.algoMask, scratch.algoMask, sizeof held.algoMask) &&
-             !memcmp(held.protoMask, scratch.protoMask, sizeof held.protoMask));
-  if (!quiet)
+  int same = cfg->smallThreshold == rank0->smallThreshold &&
+             !memcmp(held->algoMask, mine.algoMask, sizeof mine.algoMask) &&
+             !memcmp(held->protoMask, mine.protoMask, sizeof mine.protoMask);
+  if (self && !same)
     WARN("NCCL_ALGO \"%s\", NCCL_PROTO \"%s\" and CHORUS_SMALL_THRESHOLD %lld of this rank (%d) differ from rank "
          "0's (\"%s\", \"%s\", %lld), which hold for the communicator", cfg->algo, cfg->proto,
          (long long)cfg->smallThreshold, rank, rank0->algo, rank0->proto, (long long)rank0->smallThreshold);

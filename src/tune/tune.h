@@ -56,12 +56,12 @@ struct tuneTable {
 /* Parses cfg's NCCL_ALGO / NCCL_PROTO with NCCL's syntax: ncclInvalidUsage
  * and a WARN naming the bad token when they do not parse. */
 ncclResult_t tuneSetup(struct tuneTable *t, const struct tuneConfig *cfg, const struct tuneTopo *topo);
-/* Another rank's values against rank 0's, which hold for the communicator
- * (tuneSetup): ncclInvalidUsage, with a WARN naming rank, when they do not
- * parse (NCCL would fail that rank's init: here every rank's fails, each
- * checking every rank's); a WARN when they parse but differ, on that rank
- * alone (self). */
-ncclResult_t tuneConfigAgree(const struct tuneConfig *cfg, int rank, const struct tuneConfig *rank0, int self);
+/* Another rank's values (cfg, of rank) against held, rank 0's as tuneSetup
+ * parsed them, which hold for the communicator: ncclInvalidUsage, with a
+ * WARN naming rank, when they do not parse (NCCL would fail that rank's
+ * init: here every rank's fails, each checking every rank's); a WARN when
+ * they choose otherwise, on that rank alone (self). */
+ncclResult_t tuneConfigAgree(const struct tuneTable *held, const struct tuneConfig *cfg, int rank, int self);
 
 struct tuneChoice {
   int algo;  /* enum algoId */
