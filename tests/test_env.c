@@ -164,6 +164,25 @@ static int badInterface(int rank, int n, ncclUniqueId id, void *arg) {
   return 0;
 }
 
+/* NCCL_SOCKET_IFNAME entries are prefix[:port] in NCCL (the port is for
+ * InfiniBand): lo:1 and =lo:0 pick lo, and the ranks work over it (arg: the
+ * value every rank sets). */
+static int ifnameWithPort(int rank, int n, ncclUniqueId id, void *arg) {
+  setenv("NCCL_SOCKET_IFNAME", (const char *)arg, 1);
+  ncclComm_t comm = NULL;
+  ncclResult_t res = ncclCommInitRank(&comm, n, id, rank);
+  EXPECT(res == ncclSuccess, "rank %d: init with NCCL_SOCKET_IFNAME=%s: %s (%s)", rank, (const char *)arg,
+         ncclGetErrorString(res), ncclGetLastError(NULL));
+  if (res != ncclSuccess) return 1;
+  EXPECT(strcmp(comm->boot.ifname, "lo") == 0, "rank %d: NCCL_SOCKET_IFNAME=%s picked '%s'", rank, (const char *)arg,
+         comm->boot.ifname);
+  float x = (float)rank, y = -1;
+  NCCLCHECK(ncclAllReduce(&x, &y, 1, ncclFloat, ncclSum, comm, NULL));
+  EXPECT(y == (float)(n * (n - 1) / 2), "rank %d: AllReduce gave %g", rank, y);
+  NCCLCHECK(ncclCommDestroy(comm));
+  return 0;
+}
+
 /* A rank given a port where no root listens (a wrong NCCL_COMM_ID) gives
  * up at its timeout saying the address and why, not just that time ran out. */
 static int wrongRootPort(void) {
@@ -286,6 +305,11 @@ int main(void) {
   for (int bad = 0; bad < 3; bad++) {
     NCCLCHECK(ncclGetUniqueId(&id3));
     failed += runRanksWithId(3, id3, badInterface, &bad, 30);
+  }
+  const char *withPort[] = {"lo:1", "=lo:0", "bogus0,lo:1"};
+  for (size_t k = 0; k < sizeof withPort / sizeof *withPort; k++) {
+    NCCLCHECK(ncclGetUniqueId(&id3));
+    failed += runRanksWithId(2, id3, ifnameWithPort, (void *)withPort[k], 30);
   }
   failed += wrongRootPort();
   NCCLCHECK(ncclGetUniqueId(&id3));

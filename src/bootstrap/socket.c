@@ -75,7 +75,10 @@ bad:
 }
 
 /* NCCL_SOCKET_IFNAME semantics: comma list of prefixes; leading ^ excludes;
- * then a leading = makes the names exact. */
+ * then a leading = makes the names exact. As in NCCL, an entry is
+ * prefix[:port...] and only the prefix counts for sockets (the port names an
+ * InfiniBand port), so eth0:1 means eth0; an entry with no prefix matches
+ * nothing. */
 static int ifnameMatches(const char *name, const char *spec, int *excludeOut) {
   int exclude = 0, exact = 0;
   if (*spec == '^') {
@@ -90,6 +93,8 @@ static int ifnameMatches(const char *name, const char *spec, int *excludeOut) {
   char buf[256];
   snprintf(buf, sizeof buf, "%s", spec);
   for (char *save, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+    tok[strcspn(tok, ":")] = '\0';
+    if (!tok[0]) continue;
     int hit = exact ? strcmp(name, tok) == 0 : strncmp(name, tok, strlen(tok)) == 0;
     if (hit) return !exclude;
   }
