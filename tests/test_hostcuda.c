@@ -135,6 +135,29 @@ static int devices(void) {
   EXPECT(commDev == 3 % n, "ncclCommCuDevice %d after cudaSetDevice(%d)", commDev, 3 % n);
   NCCLCHECK(ncclCommDestroy(comm));
   CUDAOK(cudaSetDevice(0));
+  /* ncclCommInitAll takes the shim's devices as NCCL takes CUDA's
+   * (init.cc): one past the last is an invalid argument, more ranks than
+   * devices with no devlist fail as cudaSetDevice does, and a device twice
+   * needs NCCL_MULTI_RANK_GPU_ENABLE=1. A failed call makes nothing. */
+  ncclComm_t all[9] = {NULL};
+  int pastEnd[2] = {0, n}, twice[2] = {1, 1};
+  EXPECT(ncclCommInitAll(all, 2, pastEnd) == ncclInvalidArgument && all[0] == NULL, "devlist {0, %d} of %d devices",
+         n, n);
+  EXPECT(ncclCommInitAll(all, n + 1, NULL) == ncclUnhandledCudaError && all[0] == NULL,
+         "%d ranks with no devlist on %d devices", n + 1, n);
+  EXPECT(ncclCommInitAll(all, 2, twice) == ncclInvalidUsage && all[0] == NULL, "devlist {1, 1}");
+  setenv("NCCL_MULTI_RANK_GPU_ENABLE", "1", 1);
+  ncclResult_t shared = ncclCommInitAll(all, 2, twice);
+  unsetenv("NCCL_MULTI_RANK_GPU_ENABLE");
+  EXPECT(shared == ncclSuccess, "devlist {1, 1} with NCCL_MULTI_RANK_GPU_ENABLE=1: %s", ncclGetErrorString(shared));
+  if (shared != ncclSuccess) return 1;
+  for (int r = 0; r < 2; r++) {
+    NCCLCHECK(ncclCommCuDevice(all[r], &commDev));
+    EXPECT(commDev == 1, "rank %d of a shared device reports device %d", r, commDev);
+    NCCLCHECK(ncclCommDestroy(all[r]));
+  }
+  NCCLCHECK(ncclCommInitAll(all, n, NULL)); /* one rank per device fits */
+  for (int r = 0; r < n; r++) NCCLCHECK(ncclCommDestroy(all[r]));
   return 0;
 }
 

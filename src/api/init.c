@@ -3,6 +3,7 @@
  * Each checks its arguments, then hands an init job to the group (group.c)
  * or the mechanism (comm.c, initjob.c). */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -265,6 +266,15 @@ NCCL_API(ncclResult_t, ncclCommInitRankScalable, ncclComm_t *newcomm, int nranks
   return groupNoteError(initRankScalableCall(newcomm, nranks, myrank, nId, commIds, config));
 }
 
+/* The host-CUDA shim's device count where the program has the shim loaded
+ * (it exports chorusHostCudaDevices), -1 otherwise: then a device is a label
+ * and any number from 0 goes. Never CUDA's own cudaGetDeviceCount, which in a
+ * program with the real runtime is not chorus's to call. */
+static int shimDeviceCount(void) {
+  int (*count)(void) = (int (*)(void))dlsym(RTLD_DEFAULT, "chorusHostCudaDevices");
+  return count ? count() : -1;
+}
+
 NCCL_API(ncclResult_t, ncclCommInitAll, ncclComm_t *comms, int ndev, const int *devlist) {
   if (comms == NULL) {
     WARN("ncclCommInitAll : comm argument is NULL");
@@ -275,16 +285,24 @@ NCCL_API(ncclResult_t, ncclCommInitAll, ncclComm_t *comms, int ndev, const int *
     return ncclInvalidArgument;
   }
   if (ndev == 0) return ncclSuccess; /* as NCCL: no device, no communicator */
+  paramReload(); /* NCCL_MULTI_RANK_GPU_ENABLE as it is now */
+  int devices = shimDeviceCount();
   for (int i = 0; devlist && i < ndev; i++) {
-    if (devlist[i] < 0) {
-      WARN("ncclCommInitAll : invalid device %d at devlist[%d]", devlist[i], i);
+    if (devlist[i] < 0 || (devices >= 0 && devlist[i] >= devices)) {
+      WARN("ncclCommInitAll : invalid device %d at devlist[%d] (totalnDev=%d)", devlist[i], i, devices);
       return ncclInvalidArgument;
     }
-    for (int j = 0; j < i; j++)
+    for (int j = 0; j < i && !paramInt(paramMultiRankGpuEnable); j++)
       if (devlist[j] == devlist[i]) {
-        WARN("ncclCommInitAll : duplicate device %d in devlist (at %d and %d)", devlist[i], j, i);
+        WARN("ncclCommInitAll : duplicate device %d in devlist (at %d and %d; NCCL_MULTI_RANK_GPU_ENABLE=1 allows it)",
+             devlist[i], j, i);
         return ncclInvalidUsage;
       }
+  }
+  if (!devlist && devices >= 0 && ndev > devices) { /* NCCL's cudaSetDevice(ndev - 1) fails */
+    WARN("ncclCommInitAll : %d ranks with no devlist take devices 0 to %d, but there are %d (CHORUS_HOST_DEVICES)", ndev,
+         ndev - 1, devices);
+    return ncclUnhandledCudaError;
   }
   ncclUniqueId id;
   CHECK(ncclGetUniqueId(&id));

@@ -32,6 +32,7 @@
   X(SocketMinTaskSize, "NCCL_SOCKET_MIN_TASKSIZE", 0, "65536", "smallest piece a message is split into across sockets") \
   X(IbDisable, "NCCL_IB_DISABLE", 0, "0", "1 disables InfiniBand (chorus has sockets only)")        \
   X(Net, "NCCL_NET", 1, "", "network transport by name: Socket (the only one)")                     \
+  X(MultiRankGpuEnable, "NCCL_MULTI_RANK_GPU_ENABLE", 0, "0", "1: ncclCommInitAll takes a device more than once in devlist") \
   X(CommBlocking, "NCCL_COMM_BLOCKING", 0, "-1", "0 or 1 overrides config.blocking of each communicator created (-1: the config's)") \
   X(Timeout, "CHORUS_TIMEOUT", 0, "600", "seconds without progress before an operation fails")   \
   X(Secret, "CHORUS_SECRET", 2, "", "shared secret of an NCCL_COMM_ID / MASTER_ADDR rendezvous (chorusrun sets one per job)") \
