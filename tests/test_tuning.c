@@ -54,9 +54,12 @@ static int impossibleRank(int rank, int n, ncclComm_t comm) {
   const char *err = ncclGetLastError(comm);
   EXPECT(strstr(err, "No algorithm/protocol available for function AllReduce"), "rank %d: last error '%s'", rank, err);
   EXPECT(out[0] == -1.0f, "rank %d: the refused call wrote its output", rank);
+  /* In a group the call succeeds and ncclGroupEnd fails, as NCCL chooses
+   * the algorithm there. */
   NCCLCHECK(ncclGroupStart());
   NCCLCHECK(ncclBroadcast(in, out, 64, ncclFloat, 0, comm, NULL));
-  (void)ncclAllReduce(in, out, 64, ncclFloat, ncclSum, comm, NULL);
+  res = ncclAllReduce(in, out, 64, ncclFloat, ncclSum, comm, NULL);
+  EXPECT(res == ncclSuccess, "rank %d: AllReduce in a group returned %s", rank, ncclGetErrorString(res));
   res = ncclGroupEnd();
   EXPECT(res == ncclInvalidUsage, "rank %d: the group returned %s", rank, ncclGetErrorString(res));
   EXPECT(out[0] == -1.0f, "rank %d: the refused group ran", rank);

@@ -154,11 +154,14 @@ static ncclResult_t enqueueCheckArgs(const struct callArgs *a) {
    * the other's count fails instead of matching the next call's data; to
    * itself it is a no-op (checkSelfP2p pairs the calls). */
   if (a->count == 0 && (!p2p || a->root == comm->rank)) return p2p ? ncclSuccess : groupEnqueue(&item);
-  /* Chosen now: a choice NCCL_ALGO / NCCL_PROTO leave impossible fails the
-   * call (or the group) and changes nothing. */
+  /* Chosen now: a choice NCCL_ALGO / NCCL_PROTO leave impossible changes
+   * nothing. NCCL chooses at ncclGroupEnd (enqueue.cc, ncclPrepareTasks), so
+   * inside a group the call succeeds and ncclGroupEnd fails; alone, the call
+   * fails. */
   size_t smallCap = comm->slotBytes < COMM_SCRATCH_BYTES ? comm->slotBytes : COMM_SCRATCH_BYTES;
-  CHECK(tuneChoose(&comm->tune, a->coll, a->count, esz, a->dtype, smallCap, comm->nch, buffersSymmetric(a, esz),
-                   &item.plan));
+  ncclResult_t chosen = tuneChoose(&comm->tune, a->coll, a->count, esz, a->dtype, smallCap, comm->nch,
+                                   buffersSymmetric(a, esz), &item.plan);
+  if (chosen != ncclSuccess) return groupFailsAtEnd(chosen);
   return groupEnqueue(&item); /* numbered when it launches: a launch refused changes no count */
 }
 

@@ -170,6 +170,12 @@ ncclResult_t groupNoteError(ncclResult_t res) {
   return res;
 }
 
+ncclResult_t groupFailsAtEnd(ncclResult_t res) {
+  if (groupDepth == 0) return res;
+  groupNoteError(res);
+  return ncclSuccess;
+}
+
 NCCL_API(ncclResult_t, ncclGroupStart, void) {
   groupDepth++;
   return ncclSuccess;

@@ -52,5 +52,8 @@ ncclResult_t groupDefer(const struct groupLater *later);
 /* Inside a group, a call that failed its checks fails ncclGroupEnd too, and
  * the whole group is dropped (as NCCL does). Returns res. */
 ncclResult_t groupNoteError(ncclResult_t res);
+/* A failure NCCL finds only at ncclGroupEnd: inside a group it is noted as
+ * groupNoteError's and the call returns ncclSuccess; outside, res. */
+ncclResult_t groupFailsAtEnd(ncclResult_t res);
 
 #endif
