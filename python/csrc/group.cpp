@@ -396,7 +396,10 @@ void Group::issueOnLanesLocked(std::vector<Item> &items, bool throwOnError, std:
   // Each lane's operations, in issue order.
   std::vector<std::pair<std::pair<bool, int>, std::vector<Item>>> byLane;
   for (Item &it : items) {
-    std::pair<bool, int> key{it.recv, it.peer};
+    // A rank's sends to itself and receives from itself share one lane: a
+    // pair of them must be in one chorus group to match (as in a batch
+    // with both, which torch's NCCL backend runs).
+    std::pair<bool, int> key{it.recv && it.peer != rank_, it.peer};
     auto at = std::find_if(byLane.begin(), byLane.end(), [&](const auto &e) { return e.first == key; });
     if (at == byLane.end()) at = byLane.insert(byLane.end(), {key, {}});
     at->second.push_back(std::move(it));
@@ -478,6 +481,9 @@ c10::intrusive_ptr<c10d::Work> Group::endCoalescing() {
   // that waited for earlier work on all its lanes before any of it began
   // could wait for a peer that waits for the batch); its own Work on
   // p2pStream_, after each lane's part.
+  std::vector<c10::intrusive_ptr<WorkChorus>> parts;
+  for (const Item &it : items) parts.push_back(it.work);
+  work->setParts(std::move(parts));
   std::vector<cudaStream_t> used;
   issueOnLanesLocked(items, true, &used);
   for (cudaStream_t lane : used) {

@@ -75,6 +75,15 @@ void WorkChorus::complete(ncclResult_t status) {
     fail(group_->failureText(name_, seq_, status, p2p_));
     return;
   }
+  std::vector<c10::intrusive_ptr<WorkChorus>> parts;
+  parts.swap(parts_);
+  for (auto &part : parts) {  // each has completed: this runs after the point that follows it on its stream
+    std::string why = part->failure();
+    if (!why.empty()) {
+      fail(c10::str("chorus: a batch of point-to-point operations failed: ", why));
+      return;
+    }
+  }
   try {
     // Below autograd, as gloo writes the caller's memory: a parameter that
     // requires grad, or an inference tensor used outside inference mode,
@@ -92,7 +101,17 @@ void WorkChorus::complete(ncclResult_t status) {
   settle();
 }
 
+std::string WorkChorus::failure() {
+  std::lock_guard<std::mutex> g(mutex_);
+  return failText_;
+}
+
 void WorkChorus::fail(const std::string &text) {
+  {
+    std::lock_guard<std::mutex> g(mutex_);
+    failText_ = text;
+  }
+  parts_.clear();
   group_->flight().finished(seq_, false);
   copyBack_.clear();
   keep_.clear();

@@ -49,6 +49,12 @@ class WorkChorus : public c10d::Work {
   void setDeferred(bool d) { deferred_.store(d); }
   // Held by a coalescing block until its end: not to be waited for alone.
   void setCoalesced(bool c) { coalesced_.store(c); }
+  // A batch's own work (batch_isend_irecv's, the only one torch hands
+  // back), set before it is on a stream: it completes after its parts, on
+  // other streams, and fails with the first of them that failed.
+  void setParts(std::vector<c10::intrusive_ptr<WorkChorus>> parts) { parts_ = std::move(parts); }
+  // The text this work failed with; empty while it has not failed.
+  std::string failure();
   // Runs the stream up to this work (its error is left for wait()); false
   // from a host function of the same stream, which cannot wait for it.
   bool drain();
@@ -71,6 +77,8 @@ class WorkChorus : public c10d::Work {
   std::vector<at::Tensor> keep_;
   std::vector<std::pair<at::Tensor, at::Tensor>> copyBack_;
   std::string stagingError_;  // set and read on the stream only
+  std::vector<c10::intrusive_ptr<WorkChorus>> parts_;  // setParts
+  std::string failText_;                               // fail, under mutex_
   bool p2p_ = false;          // setP2p
   c10::intrusive_ptr<c10::ivalue::Future> future_;
   chorusEvent_t event_ = nullptr;

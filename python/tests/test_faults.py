@@ -114,6 +114,39 @@ def mismatch(rank, size):
     assert time.time() - t0 < 2.0
 
 
+def batch_mismatch(rank, size):
+    """A receive of a batch_isend_irecv that fails fails the batch's Work
+    (the only one torch hands back), naming the mismatch; its buffer is
+    untouched. With 3 ranks rank 0's batch also sends to rank 2, which
+    gets its data."""
+    got = torch.full((20,), -1.0)
+    if rank == 0:
+        ops = [dist.P2POp(dist.irecv, got, 1)]
+        if size > 2:
+            ops.append(dist.P2POp(dist.isend, torch.full((5,), 2.0), 2))
+    elif rank == 1:
+        ops = [dist.P2POp(dist.isend, torch.ones(10), 0)]
+    else:
+        got = torch.full((5,), -1.0)
+        ops = [dist.P2POp(dist.irecv, got, 0)]
+    error = None
+    try:
+        for w in dist.batch_isend_irecv(ops):
+            w.wait()
+    except RuntimeError as e:
+        error = str(e)
+    if rank == 0:
+        assert error and "Mismatched operation" in error and "count=20" in error, f"rank 0: {error}"
+        assert torch.equal(got, torch.full((20,), -1.0)), "rank 0: the refused receive wrote its buffer"
+    else:
+        assert error is None, f"rank {rank}: {error}"
+    if rank == 2:
+        assert torch.equal(got, torch.full((5,), 2.0)), f"rank 2: {got.tolist()}"
+    t = torch.ones(1)
+    dist.all_reduce(t)  # the group still works
+    assert t.item() == size
+
+
 def stalled(rank, size, logdir):
     # The group's 5 s timeout holds (CHORUS_TIMEOUT is 600 s); the log gets the flight recorder.
     log = os.path.join(logdir, f"rank{rank}.log")
@@ -239,6 +272,7 @@ def main():
         "killed_in_training": lambda: [kill_case(killed_in_training, n) for n in (2, 3)],
         "killed_async": lambda: [kill_case(killed_async, n) for n in (2, 3)],
         "mismatch": lambda: [harness.run(n, mismatch) for n in (2, 3)],
+        "batch_mismatch": lambda: [harness.run(n, batch_mismatch) for n in (2, 3)],
         "stalled": stall_case,
         "stalled_new_group": lambda: harness.run(3, stalled_new_group, pg_timeout=60, deadline=60),
         "stalled_subgroup": lambda: harness.run(3, stalled_subgroup, pg_timeout=60, deadline=60),

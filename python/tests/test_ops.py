@@ -416,6 +416,11 @@ def p2p(rank, size):
             q.wait()
         check(a, torch.arange(n, dtype=torch.float32) + prv, f"batch_isend_irecv from prev n={n}")
         check(b, torch.arange(n, dtype=torch.float32) + nxt, f"batch_isend_irecv from next n={n}")
+        # to and from itself in one batch, the receive first (torch's test_batch_isend_irecv_self_nccl)
+        mine = torch.zeros(n)
+        for q in dist.batch_isend_irecv([dist.P2POp(dist.irecv, mine, rank), dist.P2POp(dist.isend, out, rank)]):
+            q.wait()
+        check(mine, torch.arange(n, dtype=torch.float32) + rank, f"batch_isend_irecv with itself n={n}")
     # blocking send/recv with tags, even ranks first
     t = torch.tensor([rank * 1.0, 2.0])
     if rank % 2 == 0:
