@@ -128,6 +128,12 @@ ifname)
         fail=1
       fi
       grep -qE "cannot (reach|connect to) rank $3 " "$logs/rank$r" && named=1
+      # and every rank's error names a rank (host and pid), never just "remote process exited"
+      if ! grep -qE "NCCL WARN.*rank [0-9]+ \(host [^ ]+, pid [0-9]+\)" "$logs/rank$r"; then
+        echo "FAILED: rank $r's error names no rank ($1 hosts x $2 ranks, rank $3 on $4):"
+        grep -h 'NCCL WARN' "$logs/rank$r"
+        fail=1
+      fi
     done
     if [ $((SECONDS - t0)) -gt 15 ] || [ $named = 0 ]; then
       echo "FAILED: rank $3 on $4 ($1 hosts x $2 ranks): $((SECONDS - t0)) s, named: $named"

@@ -982,12 +982,27 @@ static void bootstrapWaitBegin(struct bootstrap *b, struct waitState *w, char *w
   if (ms > 0) w->timeoutNs = (uint64_t)ms * 1000000ull;
 }
 
+/* A send or receive on the mesh (before the monitor owns it: the setup)
+ * that found the connection closed: the ranks that are gone are named, as
+ * the liveness check names them; where none looks gone yet (its close
+ * came first), the one this rank talked to. */
+static ncclResult_t meshLost(struct bootstrap *b, int peer, const char *verb, ncclResult_t res) {
+  if (res != ncclRemoteError) return res; /* a timeout or an abort said what it waited for */
+  ncclResult_t named = bootstrapLiveness(b);
+  if (named != ncclSuccess) return named;
+  char who[128];
+  WARN("Bootstrap : rank %d lost its connection to %s during a %s it: that rank exited, aborted or failed its own "
+       "init (see its log)",
+       b->rank, bootstrapDescribePeer(b, peer, who, sizeof who), verb);
+  return res;
+}
+
 ncclResult_t bootstrapSend(struct bootstrap *b, int peer, const void *data, size_t size) {
   struct waitState w;
   char what[64];
   bootstrapWaitBegin(b, &w, what, sizeof what, "send to", peer);
   if (b->oob) return oobSendData(b, peer, data, size, &w);
-  return sockSendAll(b->peerFd[peer], data, size, &w);
+  return meshLost(b, peer, "send to", sockSendAll(b->peerFd[peer], data, size, &w));
 }
 
 ncclResult_t bootstrapRecv(struct bootstrap *b, int peer, void *data, size_t size) {
@@ -995,7 +1010,7 @@ ncclResult_t bootstrapRecv(struct bootstrap *b, int peer, void *data, size_t siz
   char what[64];
   bootstrapWaitBegin(b, &w, what, sizeof what, "receive from", peer);
   if (b->oob) return oobRecvData(b, peer, data, size, &w);
-  return sockRecvAll(b->peerFd[peer], data, size, &w);
+  return meshLost(b, peer, "receive from", sockRecvAll(b->peerFd[peer], data, size, &w));
 }
 
 /* Ring exchange over the mesh: at step s, send to rank+s and receive from
