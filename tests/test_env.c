@@ -183,6 +183,36 @@ static int ifnameWithPort(int rank, int n, ncclUniqueId id, void *arg) {
   return 0;
 }
 
+/* NCCL_SOCKET_NTHREADS past 16, or more than 64 data sockets in all, are
+ * cut to NCCL's bounds with NCCL's WARN (net_socket.cc) on a rank that uses
+ * sockets, and the sockets still work (arg: "threads,socks,warning"). */
+static int socketBounds(int rank, int n, ncclUniqueId id, void *arg) {
+  char spec[160], *threads = spec, *socks, *warning;
+  snprintf(spec, sizeof spec, "%s", (const char *)arg);
+  socks = strchr(threads, ',');
+  *socks++ = 0;
+  warning = strchr(socks, ',');
+  *warning++ = 0;
+  setenv("NCCL_SHM_DISABLE", "1", 1);
+  setenv("NCCL_SOCKET_NTHREADS", threads, 1);
+  setenv("NCCL_NSOCKS_PERTHREAD", socks, 1);
+  ncclComm_t comm = NULL;
+  NCCLCHECK(ncclCommInitRank(&comm, n, id, rank));
+  const char *err = ncclGetLastError(NULL);
+  EXPECT(strstr(err, warning) != NULL, "rank %d: NCCL_SOCKET_NTHREADS=%s NCCL_NSOCKS_PERTHREAD=%s: last error '%s'",
+         rank, threads, socks, err);
+  static float x[1 << 18], y[1 << 18];
+  for (int i = 0; i < 1 << 18; i++) x[i] = (float)(rank + i % 7);
+  NCCLCHECK(ncclAllReduce(x, y, 1 << 18, ncclFloat, ncclSum, comm, NULL));
+  for (int i = 0; i < 1 << 18; i++)
+    if (y[i] != (float)(n * (n - 1) / 2 + n * (i % 7))) {
+      EXPECT(0, "rank %d: y[%d] = %g", rank, i, y[i]);
+      break;
+    }
+  NCCLCHECK(ncclCommDestroy(comm));
+  return 0;
+}
+
 /* A rank given a port where no root listens (a wrong NCCL_COMM_ID) gives
  * up at its timeout saying the address and why, not just that time ran out. */
 static int wrongRootPort(void) {
@@ -310,6 +340,12 @@ int main(void) {
   for (size_t k = 0; k < sizeof withPort / sizeof *withPort; k++) {
     NCCLCHECK(ncclGetUniqueId(&id3));
     failed += runRanksWithId(2, id3, ifnameWithPort, (void *)withPort[k], 30);
+  }
+  const char *bounds[] = {"20,1,NCCL_SOCKET_NTHREADS is greater than the maximum allowed, setting to 16",
+                          "4,32,the total number of sockets (128) is greater than the maximum allowed, using 64"};
+  for (size_t k = 0; k < sizeof bounds / sizeof *bounds; k++) {
+    NCCLCHECK(ncclGetUniqueId(&id3));
+    failed += runRanksWithId(2, id3, socketBounds, (void *)bounds[k], 30);
   }
   failed += wrongRootPort();
   NCCLCHECK(ncclGetUniqueId(&id3));

@@ -42,15 +42,24 @@ struct netHello {
 };
 
 /* NCCL's defaults when unset: the calling thread drives one control socket
- * per connection, no helpers. At most 64 data sockets, as NCCL. */
-static struct netCut netLocalCut(void) {
+ * per connection, no helpers. At most 16 helpers and 64 data sockets, as
+ * NCCL, which says so (net_socket.cc) where a rank uses the network (say). */
+static struct netCut netLocalCut(int say) {
   struct netCut cut;
   int64_t threads = paramInt(paramSocketNThreads), socks = paramInt(paramNSocksPerThread);
   if (threads < 0) threads = 0;
-  if (threads > 16) threads = 16;
+  if (threads > 16) {
+    if (say) WARN("NET/Socket : NCCL_SOCKET_NTHREADS is greater than the maximum allowed, setting to 16");
+    threads = 16;
+  }
   if (socks < 0) socks = threads > 0 ? 1 : 0;
   int64_t ndata = socks * (threads > 0 ? threads : 1);
-  if (ndata > NET_MAX_SOCKS - 1) ndata = NET_MAX_SOCKS - 1;
+  if (ndata > NET_MAX_SOCKS - 1) {
+    if (say)
+      WARN("NET/Socket : the total number of sockets (%lld) is greater than the maximum allowed, using %d",
+           (long long)ndata, NET_MAX_SOCKS - 1);
+    ndata = NET_MAX_SOCKS - 1;
+  }
   cut.ndata = (int32_t)ndata;
   int64_t inl = paramInt(paramSocketInline), task = paramInt(paramSocketMinTaskSize);
   cut.inlineBytes = (uint32_t)(inl < 0 ? 0 : inl > (1 << 20) ? (1 << 20) : inl);
@@ -626,7 +635,7 @@ static ncclResult_t netSetup(void **state, struct bootstrap *b, struct connTable
   struct netInfo *info = calloc(n, sizeof *info);
   if (!info) return ncclSystemError;
   ncclResult_t res = ncclSuccess;
-  info[me].cut = netLocalCut();
+  info[me].cut = netLocalCut(nremote > 0);
   if (nremote > 0) {
     INFO(subsysNet | subsysInit, "NET/IB : InfiniBand is not supported%s; using sockets",
          paramInt(paramIbDisable) ? " (NCCL_IB_DISABLE=1)" : "");
