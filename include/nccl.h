@@ -10,6 +10,11 @@
 
 #if defined(__CUDACC__) || defined(CUDART_VERSION) || defined(__CUDA_RUNTIME_H__)
 #include <cuda_runtime.h>
+/* As NCCL's nccl.h: programs use __half and __nv_bfloat16 from it. */
+#include <cuda_fp16.h>
+#if CUDART_VERSION >= 11000
+#include <cuda_bf16.h>
+#endif
 #else
 /* No CUDA here: the same opaque type CUDA uses, so code written for NCCL
  * (passing 0/NULL or a chorus stream) compiles unchanged. */

@@ -1,0 +1,60 @@
+/* chorus's host-CUDA shim: CUDA's bfloat16, __nv_bfloat16, for host code
+ * (NCCL's nccl.h includes cuda_bf16.h; see cuda_fp16.h): the type, as
+ * ncclBfloat16 is, and the host conversions, rounding to nearest even as
+ * CUDA's do. */
+#ifndef CHORUS_HOST_CUDA_BF16_H
+#define CHORUS_HOST_CUDA_BF16_H
+#include <stdint.h>
+#include <string.h>
+
+typedef struct __nv_bfloat16_raw {
+  unsigned short x;
+} __nv_bfloat16_raw;
+
+static inline unsigned short chorusFloatToBf16Bits(float f) {
+  uint32_t x;
+  memcpy(&x, &f, sizeof x);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((x >> 16) | 0x40u); /* NaN stays (quiet) NaN */
+  x += 0x7fffu + ((x >> 16) & 1u);                                                 /* to nearest, ties to even */
+  return (unsigned short)(x >> 16);
+}
+
+static inline float chorusBf16BitsToFloat(unsigned short b) {
+  uint32_t x = (uint32_t)b << 16;
+  float f;
+  memcpy(&f, &x, sizeof f);
+  return f;
+}
+
+#ifdef __cplusplus
+struct __nv_bfloat16 {
+  unsigned short __x;
+  __nv_bfloat16() = default;
+  __nv_bfloat16(float f) : __x(chorusFloatToBf16Bits(f)) {}
+  __nv_bfloat16(double d) : __x(chorusFloatToBf16Bits((float)d)) {}
+  __nv_bfloat16(int i) : __x(chorusFloatToBf16Bits((float)i)) {}
+  __nv_bfloat16(const __nv_bfloat16_raw &r) : __x(r.x) {}
+  operator float() const { return chorusBf16BitsToFloat(__x); }
+  operator __nv_bfloat16_raw() const { return __nv_bfloat16_raw{__x}; }
+};
+#else
+typedef struct __nv_bfloat16 {
+  unsigned short __x;
+} __nv_bfloat16;
+#endif
+
+static inline __nv_bfloat16 __float2bfloat16(float f) {
+  __nv_bfloat16 b;
+  b.__x = chorusFloatToBf16Bits(f);
+  return b;
+}
+static inline __nv_bfloat16 __float2bfloat16_rn(float f) { return __float2bfloat16(f); }
+static inline float __bfloat162float(__nv_bfloat16 b) { return chorusBf16BitsToFloat(b.__x); }
+static inline unsigned short __bfloat16_as_ushort(__nv_bfloat16 b) { return b.__x; }
+static inline __nv_bfloat16 __ushort_as_bfloat16(unsigned short x) {
+  __nv_bfloat16 b;
+  b.__x = x;
+  return b;
+}
+
+#endif

@@ -1,0 +1,84 @@
+/* chorus's host-CUDA shim: CUDA's 16-bit float, __half, for host code.
+ * NCCL's nccl.h includes cuda_fp16.h, so programs written for NCCL declare
+ * __half buffers and fill them with __float2half on the host; this header
+ * gives them the type (IEEE binary16, as ncclFloat16 is) and the host
+ * conversions, rounding to nearest even as CUDA's do. Device intrinsics,
+ * __half2 and arithmetic beyond the conversions to and from float are not
+ * here. */
+#ifndef CHORUS_HOST_CUDA_FP16_H
+#define CHORUS_HOST_CUDA_FP16_H
+#include <stdint.h>
+#include <string.h>
+
+typedef struct __half_raw {
+  unsigned short x;
+} __half_raw;
+
+static inline unsigned short chorusFloatToHalfBits(float f) {
+  uint32_t x;
+  memcpy(&x, &f, sizeof x);
+  uint32_t sign = (x >> 16) & 0x8000u, a = x & 0x7fffffffu;
+  if (a > 0x7f800000u) return (unsigned short)(sign | 0x7e00u | ((a >> 13) & 0x3ffu)); /* NaN stays NaN */
+  if (a >= 0x47800000u) return (unsigned short)(sign | 0x7c00u);                      /* 2^16 and up: inf */
+  uint32_t h, rem, half;
+  if (a >= 0x38800000u) { /* a normal half: drop 13 mantissa bits */
+    h = ((a >> 23) - 112u) << 10 | ((a >> 13) & 0x3ffu);
+    rem = a & 0x1fffu;
+    half = 0x1000u;
+  } else if (a >= 0x33000000u) { /* a subnormal half: units of 2^-24 */
+    uint32_t shift = 126u - (a >> 23), mant = (a & 0x7fffffu) | 0x800000u;
+    h = mant >> shift;
+    rem = mant & ((1u << shift) - 1u);
+    half = 1u << (shift - 1u);
+  } else {
+    return (unsigned short)sign; /* below 2^-25: zero */
+  }
+  if (rem > half || (rem == half && (h & 1u))) h++; /* a carry rounds up into the exponent, or to inf */
+  return (unsigned short)(sign | h);
+}
+
+static inline float chorusHalfBitsToFloat(unsigned short h) {
+  uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, x;
+  if (e == 0) {
+    float v = (float)m * 5.9604644775390625e-8f; /* m * 2^-24, exact */
+    return sign ? -v : v;
+  }
+  x = sign | (e == 31 ? 0x7f800000u | (m << 13) : ((e + 112u) << 23) | (m << 13));
+  float f;
+  memcpy(&f, &x, sizeof f);
+  return f;
+}
+
+#ifdef __cplusplus
+struct __half {
+  unsigned short __x;
+  __half() = default;
+  __half(float f) : __x(chorusFloatToHalfBits(f)) {}
+  __half(double d) : __x(chorusFloatToHalfBits((float)d)) {}
+  __half(int i) : __x(chorusFloatToHalfBits((float)i)) {}
+  __half(const __half_raw &r) : __x(r.x) {}
+  operator float() const { return chorusHalfBitsToFloat(__x); }
+  operator __half_raw() const { return __half_raw{__x}; }
+};
+typedef __half half;
+#else
+typedef struct __half {
+  unsigned short __x;
+} __half;
+#endif
+
+static inline __half __float2half(float f) {
+  __half h;
+  h.__x = chorusFloatToHalfBits(f);
+  return h;
+}
+static inline __half __float2half_rn(float f) { return __float2half(f); }
+static inline float __half2float(__half h) { return chorusHalfBitsToFloat(h.__x); }
+static inline unsigned short __half_as_ushort(__half h) { return h.__x; }
+static inline __half __ushort_as_half(unsigned short x) {
+  __half h;
+  h.__x = x;
+  return h;
+}
+
+#endif
