@@ -342,7 +342,7 @@ int main(void) {
     failed += runRanksWithId(2, id3, ifnameWithPort, (void *)withPort[k], 30);
   }
   const char *bounds[] = {"20,1,NCCL_SOCKET_NTHREADS is greater than the maximum allowed, setting to 16",
-                          "4,32,the total number of sockets (128) is greater than the maximum allowed, using 64"};
+                          "3,30,the total number of sockets is greater than the maximum allowed, setting NCCL_NSOCKS_PERTHREAD to 21"};
   for (size_t k = 0; k < sizeof bounds / sizeof *bounds; k++) {
     NCCLCHECK(ncclGetUniqueId(&id3));
     failed += runRanksWithId(2, id3, socketBounds, (void *)bounds[k], 30);

@@ -54,11 +54,13 @@ static struct netCut netLocalCut(int say) {
   }
   if (socks < 0) socks = threads > 0 ? 1 : 0;
   int64_t ndata = socks * (threads > 0 ? threads : 1);
-  if (ndata > NET_MAX_SOCKS - 1) {
+  if (ndata > NET_MAX_SOCKS - 1) { /* as NCCL: whole sockets per thread (with no helpers, the 64 the caller drives) */
+    socks = (NET_MAX_SOCKS - 1) / (threads > 0 ? threads : 1);
+    ndata = socks * (threads > 0 ? threads : 1);
     if (say)
-      WARN("NET/Socket : the total number of sockets (%lld) is greater than the maximum allowed, using %d",
-           (long long)ndata, NET_MAX_SOCKS - 1);
-    ndata = NET_MAX_SOCKS - 1;
+      WARN("NET/Socket : the total number of sockets is greater than the maximum allowed, setting "
+           "NCCL_NSOCKS_PERTHREAD to %lld",
+           (long long)socks);
   }
   cut.ndata = (int32_t)ndata;
   int64_t inl = paramInt(paramSocketInline), task = paramInt(paramSocketMinTaskSize);

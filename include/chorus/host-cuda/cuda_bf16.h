@@ -4,14 +4,17 @@
  * CUDA's do. */
 #ifndef CHORUS_HOST_CUDA_BF16_H
 #define CHORUS_HOST_CUDA_BF16_H
+#pragma GCC system_header /* see cuda_fp16.h */
 #include <stdint.h>
 #include <string.h>
+
+#include "cuda_fp16.h" /* chorusDoubleToFloatOdd */
 
 typedef struct __nv_bfloat16_raw {
   unsigned short x;
 } __nv_bfloat16_raw;
 
-static inline unsigned short chorusFloatToBf16Bits(float f) {
+CHORUS_HC_INLINE unsigned short chorusFloatToBf16Bits(float f) {
   uint32_t x;
   memcpy(&x, &f, sizeof x);
   if ((x & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((x >> 16) | 0x40u); /* NaN stays (quiet) NaN */
@@ -19,7 +22,7 @@ static inline unsigned short chorusFloatToBf16Bits(float f) {
   return (unsigned short)(x >> 16);
 }
 
-static inline float chorusBf16BitsToFloat(unsigned short b) {
+CHORUS_HC_INLINE float chorusBf16BitsToFloat(unsigned short b) {
   uint32_t x = (uint32_t)b << 16;
   float f;
   memcpy(&f, &x, sizeof f);
@@ -31,27 +34,39 @@ struct __nv_bfloat16 {
   unsigned short __x;
   __nv_bfloat16() = default;
   __nv_bfloat16(float f) : __x(chorusFloatToBf16Bits(f)) {}
-  __nv_bfloat16(double d) : __x(chorusFloatToBf16Bits((float)d)) {}
-  __nv_bfloat16(int i) : __x(chorusFloatToBf16Bits((float)i)) {}
+  __nv_bfloat16(double d) : __x(chorusFloatToBf16Bits(chorusDoubleToFloatOdd(d))) {}
+  __nv_bfloat16(short i) : __nv_bfloat16((double)i) {}
+  __nv_bfloat16(unsigned short i) : __nv_bfloat16((double)i) {}
+  __nv_bfloat16(int i) : __nv_bfloat16((double)i) {}
+  __nv_bfloat16(unsigned int i) : __nv_bfloat16((double)i) {}
+  __nv_bfloat16(long i) : __nv_bfloat16((double)i) {}
+  __nv_bfloat16(unsigned long i) : __nv_bfloat16((double)i) {}
+  __nv_bfloat16(long long i) : __nv_bfloat16((double)i) {}
+  __nv_bfloat16(unsigned long long i) : __nv_bfloat16((double)i) {}
   __nv_bfloat16(const __nv_bfloat16_raw &r) : __x(r.x) {}
   operator float() const { return chorusBf16BitsToFloat(__x); }
   operator __nv_bfloat16_raw() const { return __nv_bfloat16_raw{__x}; }
+  __nv_bfloat16 &operator+=(const __nv_bfloat16 &o) { return *this = __nv_bfloat16(float(*this) + float(o)); }
+  __nv_bfloat16 &operator-=(const __nv_bfloat16 &o) { return *this = __nv_bfloat16(float(*this) - float(o)); }
+  __nv_bfloat16 &operator*=(const __nv_bfloat16 &o) { return *this = __nv_bfloat16(float(*this) * float(o)); }
+  __nv_bfloat16 &operator/=(const __nv_bfloat16 &o) { return *this = __nv_bfloat16(float(*this) / float(o)); }
 };
+typedef __nv_bfloat16 nv_bfloat16;
 #else
 typedef struct __nv_bfloat16 {
   unsigned short __x;
 } __nv_bfloat16;
 #endif
 
-static inline __nv_bfloat16 __float2bfloat16(float f) {
+CHORUS_HC_INLINE __nv_bfloat16 __float2bfloat16(float f) {
   __nv_bfloat16 b;
   b.__x = chorusFloatToBf16Bits(f);
   return b;
 }
-static inline __nv_bfloat16 __float2bfloat16_rn(float f) { return __float2bfloat16(f); }
-static inline float __bfloat162float(__nv_bfloat16 b) { return chorusBf16BitsToFloat(b.__x); }
-static inline unsigned short __bfloat16_as_ushort(__nv_bfloat16 b) { return b.__x; }
-static inline __nv_bfloat16 __ushort_as_bfloat16(unsigned short x) {
+CHORUS_HC_INLINE __nv_bfloat16 __float2bfloat16_rn(float f) { return __float2bfloat16(f); }
+CHORUS_HC_INLINE float __bfloat162float(__nv_bfloat16 b) { return chorusBf16BitsToFloat(b.__x); }
+CHORUS_HC_INLINE unsigned short __bfloat16_as_ushort(__nv_bfloat16 b) { return b.__x; }
+CHORUS_HC_INLINE __nv_bfloat16 __ushort_as_bfloat16(unsigned short x) {
   __nv_bfloat16 b;
   b.__x = x;
   return b;

@@ -7,14 +7,23 @@
  * here. */
 #ifndef CHORUS_HOST_CUDA_FP16_H
 #define CHORUS_HOST_CUDA_FP16_H
+#pragma GCC system_header /* as a toolkit's headers: no -pedantic or -Wold-style-cast noise in the user's build */
 #include <stdint.h>
-#include <string.h>
+#include <string.h> /* memcpy, which CUDA's cuda_fp16.hpp brings in too */
+
+/* C: static inline. C++: inline, so that the types' member functions
+ * (inline, external linkage) call nothing with internal linkage. */
+#ifdef __cplusplus
+#define CHORUS_HC_INLINE inline
+#else
+#define CHORUS_HC_INLINE static inline
+#endif
 
 typedef struct __half_raw {
   unsigned short x;
 } __half_raw;
 
-static inline unsigned short chorusFloatToHalfBits(float f) {
+CHORUS_HC_INLINE unsigned short chorusFloatToHalfBits(float f) {
   uint32_t x;
   memcpy(&x, &f, sizeof x);
   uint32_t sign = (x >> 16) & 0x8000u, a = x & 0x7fffffffu;
@@ -37,7 +46,7 @@ static inline unsigned short chorusFloatToHalfBits(float f) {
   return (unsigned short)(sign | h);
 }
 
-static inline float chorusHalfBitsToFloat(unsigned short h) {
+CHORUS_HC_INLINE float chorusHalfBitsToFloat(unsigned short h) {
   uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, x;
   if (e == 0) {
     float v = (float)m * 5.9604644775390625e-8f; /* m * 2^-24, exact */
@@ -49,16 +58,43 @@ static inline float chorusHalfBitsToFloat(unsigned short h) {
   return f;
 }
 
+/* A double (or a wide integer) to float, rounded to odd: truncated, with
+ * the last bit set where that dropped anything. Rounding that float to the
+ * nearest 16-bit value then gives the double's nearest one (the float has
+ * more than two bits beyond the 16-bit type's), where rounding to nearest
+ * twice could land on the wrong side of a tie. */
+CHORUS_HC_INLINE float chorusDoubleToFloatOdd(double d) {
+  float f = (float)d;
+  if (!(f == f) || (double)f == d) return f; /* NaN, or exact */
+  uint32_t x;
+  memcpy(&x, &f, sizeof x);
+  if (f > 0 ? (double)f > d : (double)f < d) x -= 1; /* rounded away from zero (inf included): one step back */
+  x |= 1u;
+  memcpy(&f, &x, sizeof f);
+  return f;
+}
+
 #ifdef __cplusplus
 struct __half {
   unsigned short __x;
   __half() = default;
   __half(float f) : __x(chorusFloatToHalfBits(f)) {}
-  __half(double d) : __x(chorusFloatToHalfBits((float)d)) {}
-  __half(int i) : __x(chorusFloatToHalfBits((float)i)) {}
+  __half(double d) : __x(chorusFloatToHalfBits(chorusDoubleToFloatOdd(d))) {}
+  __half(short i) : __half((double)i) {}
+  __half(unsigned short i) : __half((double)i) {}
+  __half(int i) : __half((double)i) {}
+  __half(unsigned int i) : __half((double)i) {}
+  __half(long i) : __half((double)i) {}
+  __half(unsigned long i) : __half((double)i) {}
+  __half(long long i) : __half((double)i) {}
+  __half(unsigned long long i) : __half((double)i) {}
   __half(const __half_raw &r) : __x(r.x) {}
   operator float() const { return chorusHalfBitsToFloat(__x); }
   operator __half_raw() const { return __half_raw{__x}; }
+  __half &operator+=(const __half &o) { return *this = __half(float(*this) + float(o)); }
+  __half &operator-=(const __half &o) { return *this = __half(float(*this) - float(o)); }
+  __half &operator*=(const __half &o) { return *this = __half(float(*this) * float(o)); }
+  __half &operator/=(const __half &o) { return *this = __half(float(*this) / float(o)); }
 };
 typedef __half half;
 #else
@@ -67,15 +103,15 @@ typedef struct __half {
 } __half;
 #endif
 
-static inline __half __float2half(float f) {
+CHORUS_HC_INLINE __half __float2half(float f) {
   __half h;
   h.__x = chorusFloatToHalfBits(f);
   return h;
 }
-static inline __half __float2half_rn(float f) { return __float2half(f); }
-static inline float __half2float(__half h) { return chorusHalfBitsToFloat(h.__x); }
-static inline unsigned short __half_as_ushort(__half h) { return h.__x; }
-static inline __half __ushort_as_half(unsigned short x) {
+CHORUS_HC_INLINE __half __float2half_rn(float f) { return __float2half(f); }
+CHORUS_HC_INLINE float __half2float(__half h) { return chorusHalfBitsToFloat(h.__x); }
+CHORUS_HC_INLINE unsigned short __half_as_ushort(__half h) { return h.__x; }
+CHORUS_HC_INLINE __half __ushort_as_half(unsigned short x) {
   __half h;
   h.__x = x;
   return h;

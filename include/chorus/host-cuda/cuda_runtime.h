@@ -35,13 +35,6 @@
 #endif
 
 #include <stddef.h>
-/* What CUDA's cuda_runtime.h brings in (crt/common_functions.h), which code
- * written against CUDA uses without including it (NCCL's own examples call
- * memcpy so). */
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
 
 #if defined(__GNUC__)
 #define CHORUS_HOSTCUDA_API __attribute__((visibility("default")))
