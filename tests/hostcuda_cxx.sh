@@ -139,6 +139,12 @@ int main() {
   __half hd = 1.0 + 0x1p-11 + 0x1p-40;
   __nv_bfloat16 bd = 1.0 + 0x1p-8 + 0x1p-40;
   __nv_bfloat16 bi = 16842753; // 2^24 + 2^16 + 1: above the tie between 2^24 + 0 and 2^24 + 2^17
+  // doubles below float's range: the smallest bfloat16 of their sign, or 0
+  __nv_bfloat16 tiny = 1e-300, negTiny = -1e-300, subnormal = 0x1.8p-133;
+  if (float(tiny) != 0.0f || float(negTiny) != 0.0f || float(subnormal) != 0x1p-132f) {
+    std::printf("C++ bf16 of tiny doubles: %a %a %a\n", float(tiny), float(negTiny), float(subnormal));
+    return 1;
+  }
   if (sum != 20.5f || float(hd) != 1.0009765625f || float(bd) != 1.0078125f || float(bi) != 16908288.0f) {
     std::printf("C++ 16-bit floats: sum %g, half(double) %.10g, bf16(double) %.10g, bf16(int) %.10g\n", sum,
                 float(hd), float(bd), float(bi));

@@ -2,9 +2,8 @@
  * NCCL's nccl.h includes cuda_fp16.h, so programs written for NCCL declare
  * __half buffers and fill them with __float2half on the host; this header
  * gives them the type (IEEE binary16, as ncclFloat16 is) and the host
- * conversions, rounding to nearest even as CUDA's do. Device intrinsics,
- * __half2 and arithmetic beyond the conversions to and from float are not
- * here. */
+ * conversions, rounding to nearest even as CUDA's do; in C++, arithmetic
+ * goes through float. Device intrinsics and __half2 are not here. */
 #ifndef CHORUS_HOST_CUDA_FP16_H
 #define CHORUS_HOST_CUDA_FP16_H
 #pragma GCC system_header /* as a toolkit's headers: no -pedantic or -Wold-style-cast noise in the user's build */
@@ -68,7 +67,7 @@ CHORUS_HC_INLINE float chorusDoubleToFloatOdd(double d) {
   if (!(f == f) || (double)f == d) return f; /* NaN, or exact */
   uint32_t x;
   memcpy(&x, &f, sizeof x);
-  if (f > 0 ? (double)f > d : (double)f < d) x -= 1; /* rounded away from zero (inf included): one step back */
+  if (d > 0 ? (double)f > d : (double)f < d) x -= 1; /* rounded away from zero (inf included): one step back */
   x |= 1u;
   memcpy(&f, &x, sizeof f);
   return f;
