@@ -72,6 +72,15 @@ static int countIs(int want) {
     return 1;
   }
   if (want == 0 && cudaSetDevice(0) != cudaErrorNoDevice) return 1;
+  /* With no device, ncclCommInitAll fails as NCCL's does when
+   * cudaGetDeviceCount fails, devlist or not. */
+  ncclComm_t comm = NULL;
+  int dev0 = 0;
+  if (want == 0 && (ncclCommInitAll(&comm, 1, &dev0) != ncclUnhandledCudaError ||
+                    ncclCommInitAll(&comm, 1, NULL) != ncclUnhandledCudaError || comm != NULL)) {
+    fprintf(stderr, "ncclCommInitAll with no device did not fail as NCCL's\n");
+    return 1;
+  }
   return 0;
 }
 

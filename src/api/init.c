@@ -287,6 +287,10 @@ NCCL_API(ncclResult_t, ncclCommInitAll, ncclComm_t *comms, int ndev, const int *
   if (ndev == 0) return ncclSuccess; /* as NCCL: no device, no communicator */
   paramReload(); /* NCCL_MULTI_RANK_GPU_ENABLE as it is now */
   int devices = shimDeviceCount();
+  if (devices == 0) { /* NCCL's cudaGetDeviceCount fails first */
+    WARN("ncclCommInitAll : no devices (CHORUS_HOST_DEVICES, CUDA_VISIBLE_DEVICES)");
+    return ncclUnhandledCudaError;
+  }
   for (int i = 0; devlist && i < ndev; i++) {
     if (devlist[i] < 0 || (devices >= 0 && devlist[i] >= devices)) {
       WARN("ncclCommInitAll : invalid device %d at devlist[%d] (totalnDev=%d)", devlist[i], i, devices);
