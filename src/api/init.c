@@ -286,7 +286,7 @@ NCCL_API(ncclResult_t, ncclCommInitAll, ncclComm_t *comms, int ndev, const int *
   }
   if (ndev == 0) return ncclSuccess; /* as NCCL: no device, no communicator */
   paramReload(); /* NCCL_MULTI_RANK_GPU_ENABLE as it is now */
-  int devices = shimDeviceCount();
+  int devices = shimDeviceCount(), shareDevices = paramInt(paramMultiRankGpuEnable) != 0;
   if (devices == 0) { /* NCCL's cudaGetDeviceCount fails first */
     WARN("ncclCommInitAll : no devices (CHORUS_HOST_DEVICES, CUDA_VISIBLE_DEVICES)");
     return ncclUnhandledCudaError;
@@ -296,7 +296,7 @@ NCCL_API(ncclResult_t, ncclCommInitAll, ncclComm_t *comms, int ndev, const int *
       WARN("ncclCommInitAll : invalid device %d at devlist[%d] (totalnDev=%d)", devlist[i], i, devices);
       return ncclInvalidArgument;
     }
-    for (int j = 0; j < i && !paramInt(paramMultiRankGpuEnable); j++)
+    for (int j = 0; j < i && !shareDevices; j++)
       if (devlist[j] == devlist[i]) {
         WARN("ncclCommInitAll : duplicate device %d in devlist (at %d and %d; NCCL_MULTI_RANK_GPU_ENABLE=1 allows it)",
              devlist[i], j, i);

@@ -53,10 +53,11 @@ static struct netCut netLocalCut(int say) {
     threads = 16;
   }
   if (socks < 0) socks = threads > 0 ? 1 : 0;
-  int64_t ndata = socks * (threads > 0 ? threads : 1);
-  if (ndata > NET_MAX_SOCKS - 1) { /* as NCCL: whole sockets per thread (with no helpers, the 64 the caller drives) */
-    socks = (NET_MAX_SOCKS - 1) / (threads > 0 ? threads : 1);
-    ndata = socks * (threads > 0 ? threads : 1);
+  int64_t drivers = threads > 0 ? threads : 1; /* with no helpers the caller drives them */
+  int64_t ndata = socks * drivers;
+  if (ndata > NET_MAX_SOCKS - 1) { /* as NCCL: whole sockets per thread */
+    socks = (NET_MAX_SOCKS - 1) / drivers;
+    ndata = socks * drivers;
     if (say)
       WARN("NET/Socket : the total number of sockets is greater than the maximum allowed, setting "
            "NCCL_NSOCKS_PERTHREAD to %lld",

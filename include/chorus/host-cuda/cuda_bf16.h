@@ -8,7 +8,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "cuda_fp16.h" /* chorusDoubleToFloatOdd */
+#include "cuda_fp16.h" /* chorusDoubleToFloatOdd, CHORUS_HC_16BIT_MEMBERS */
 
 typedef struct __nv_bfloat16_raw {
   unsigned short x;
@@ -31,25 +31,7 @@ CHORUS_HC_INLINE float chorusBf16BitsToFloat(unsigned short b) {
 
 #ifdef __cplusplus
 struct __nv_bfloat16 {
-  unsigned short __x;
-  __nv_bfloat16() = default;
-  __nv_bfloat16(float f) : __x(chorusFloatToBf16Bits(f)) {}
-  __nv_bfloat16(double d) : __x(chorusFloatToBf16Bits(chorusDoubleToFloatOdd(d))) {}
-  __nv_bfloat16(short i) : __nv_bfloat16((double)i) {}
-  __nv_bfloat16(unsigned short i) : __nv_bfloat16((double)i) {}
-  __nv_bfloat16(int i) : __nv_bfloat16((double)i) {}
-  __nv_bfloat16(unsigned int i) : __nv_bfloat16((double)i) {}
-  __nv_bfloat16(long i) : __nv_bfloat16((double)i) {}
-  __nv_bfloat16(unsigned long i) : __nv_bfloat16((double)i) {}
-  __nv_bfloat16(long long i) : __nv_bfloat16((double)i) {}
-  __nv_bfloat16(unsigned long long i) : __nv_bfloat16((double)i) {}
-  __nv_bfloat16(const __nv_bfloat16_raw &r) : __x(r.x) {}
-  operator float() const { return chorusBf16BitsToFloat(__x); }
-  operator __nv_bfloat16_raw() const { return __nv_bfloat16_raw{__x}; }
-  __nv_bfloat16 &operator+=(const __nv_bfloat16 &o) { return *this = __nv_bfloat16(float(*this) + float(o)); }
-  __nv_bfloat16 &operator-=(const __nv_bfloat16 &o) { return *this = __nv_bfloat16(float(*this) - float(o)); }
-  __nv_bfloat16 &operator*=(const __nv_bfloat16 &o) { return *this = __nv_bfloat16(float(*this) * float(o)); }
-  __nv_bfloat16 &operator/=(const __nv_bfloat16 &o) { return *this = __nv_bfloat16(float(*this) / float(o)); }
+  CHORUS_HC_16BIT_MEMBERS(__nv_bfloat16, __nv_bfloat16_raw, chorusFloatToBf16Bits, chorusBf16BitsToFloat)
 };
 typedef __nv_bfloat16 nv_bfloat16;
 #else

@@ -74,26 +74,33 @@ CHORUS_HC_INLINE float chorusDoubleToFloatOdd(double d) {
 }
 
 #ifdef __cplusplus
+/* The members __half and __nv_bfloat16 (cuda_bf16.h) share, as CUDA's on
+ * the host: conversions from every arithmetic type (a double or a wide
+ * integer through a float rounded to odd, so it rounds once), from and to
+ * the raw type, to float, and compound assignment through float. */
+#define CHORUS_HC_16BIT_MEMBERS(T, Raw, toBits, toFloat)                            \
+  unsigned short __x;                                                               \
+  T() = default;                                                                    \
+  T(float f) : __x(toBits(f)) {}                                                    \
+  T(double d) : __x(toBits(chorusDoubleToFloatOdd(d))) {}                           \
+  T(short i) : T((double)i) {}                                                      \
+  T(unsigned short i) : T((double)i) {}                                             \
+  T(int i) : T((double)i) {}                                                        \
+  T(unsigned int i) : T((double)i) {}                                               \
+  T(long i) : T((double)i) {}                                                       \
+  T(unsigned long i) : T((double)i) {}                                              \
+  T(long long i) : T((double)i) {}                                                  \
+  T(unsigned long long i) : T((double)i) {}                                         \
+  T(const Raw &r) : __x(r.x) {}                                                     \
+  operator float() const { return toFloat(__x); }                                   \
+  operator Raw() const { return Raw{__x}; }                                         \
+  T &operator+=(const T &o) { return *this = T(float(*this) + float(o)); }          \
+  T &operator-=(const T &o) { return *this = T(float(*this) - float(o)); }          \
+  T &operator*=(const T &o) { return *this = T(float(*this) * float(o)); }          \
+  T &operator/=(const T &o) { return *this = T(float(*this) / float(o)); }
+
 struct __half {
-  unsigned short __x;
-  __half() = default;
-  __half(float f) : __x(chorusFloatToHalfBits(f)) {}
-  __half(double d) : __x(chorusFloatToHalfBits(chorusDoubleToFloatOdd(d))) {}
-  __half(short i) : __half((double)i) {}
-  __half(unsigned short i) : __half((double)i) {}
-  __half(int i) : __half((double)i) {}
-  __half(unsigned int i) : __half((double)i) {}
-  __half(long i) : __half((double)i) {}
-  __half(unsigned long i) : __half((double)i) {}
-  __half(long long i) : __half((double)i) {}
-  __half(unsigned long long i) : __half((double)i) {}
-  __half(const __half_raw &r) : __x(r.x) {}
-  operator float() const { return chorusHalfBitsToFloat(__x); }
-  operator __half_raw() const { return __half_raw{__x}; }
-  __half &operator+=(const __half &o) { return *this = __half(float(*this) + float(o)); }
-  __half &operator-=(const __half &o) { return *this = __half(float(*this) - float(o)); }
-  __half &operator*=(const __half &o) { return *this = __half(float(*this) * float(o)); }
-  __half &operator/=(const __half &o) { return *this = __half(float(*this) / float(o)); }
+  CHORUS_HC_16BIT_MEMBERS(__half, __half_raw, chorusFloatToHalfBits, chorusHalfBitsToFloat)
 };
 typedef __half half;
 #else
