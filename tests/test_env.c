@@ -71,7 +71,7 @@ static int ctaLimits(int rank, int n, ncclUniqueId id, void *arg) {
     int minCTAs, maxCTAs;
     const char *envMax, *envMin;
     int want;
-  } cases[] = {{0, 1, NULL, NULL, 1}, {4, 0, NULL, NULL, 4}, {0, 1, "2", NULL, 2}, {0, 8, NULL, NULL, 3},
+  } cases[] = {{0, 1, NULL, NULL, 1}, {4, 8, NULL, NULL, 4}, {0, 1, "2", NULL, 2}, {0, 8, NULL, NULL, 3},
                {0, 0, NULL, "5", 5}};
   for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;

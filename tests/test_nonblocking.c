@@ -95,92 +95,166 @@ static int watchdogMain(int rank, int n, ncclUniqueId id, void *arg) {
   return 0;
 }
 
-/* A group may not mix blocking and nonblocking communicators (NCCL's
- * ncclInvalidArgument): the call that mixes them fails, so does the group,
- * nothing of it runs, and the next group works. */
+/* Calls on blocking and nonblocking communicators share a group, as in
+ * NCCL (its ncclGroupCommJoin checks nothing; the group takes the last
+ * one's mode): both run (they were refused with ncclInvalidArgument). An
+ * init, split or shrink is held to the group's mode so far (NCCL's
+ * ncclAsyncLaunch): a nonblocking init after a call on a blocking
+ * communicator fails, so does the group, and nothing of it runs. */
 static int mixedGroup(void) {
-  ncclUniqueId a, b;
-  ncclComm_t blocking, nonblocking;
+  ncclUniqueId a, b, c;
+  ncclComm_t blocking, nonblocking, late = NULL;
   NCCLCHECK(ncclGetUniqueId(&a));
   NCCLCHECK(ncclGetUniqueId(&b));
+  NCCLCHECK(ncclGetUniqueId(&c));
   NCCLCHECK(ncclCommInitRank(&blocking, 1, a, 0));
   ncclResult_t r = initNonblocking(&nonblocking, 1, b, 0);
   EXPECT(r == ncclSuccess || r == ncclInProgress, "nonblocking init: %s", ncclGetErrorString(r));
   do NCCLCHECK(ncclCommGetAsyncError(nonblocking, &r)); while (r == ncclInProgress);
-  int x = 5, y = 0, z = 0;
+  for (int order = 0; order < 2; order++) {
+    int x = 5, y = 0, z = 0;
+    NCCLCHECK(ncclGroupStart());
+    NCCLCHECK(ncclAllReduce(&x, &y, 1, ncclInt, ncclSum, order ? nonblocking : blocking, NULL));
+    NCCLCHECK(ncclAllReduce(&x, &z, 1, ncclInt, ncclSum, order ? blocking : nonblocking, NULL));
+    r = ncclGroupEnd();
+    EXPECT(r == ncclSuccess || r == ncclInProgress, "ncclGroupEnd of a mixed group: %s", ncclGetErrorString(r));
+    do NCCLCHECK(ncclCommGetAsyncError(nonblocking, &r)); while (r == ncclInProgress);
+    EXPECT(r == ncclSuccess && y == 5 && z == 5, "a mixed group (order %d): %s, %d %d", order, ncclGetErrorString(r),
+           y, z);
+  }
+  int x = 5, y = 0;
   NCCLCHECK(ncclGroupStart());
   NCCLCHECK(ncclAllReduce(&x, &y, 1, ncclInt, ncclSum, blocking, NULL));
-  r = ncclAllReduce(&x, &z, 1, ncclInt, ncclSum, nonblocking, NULL);
-  EXPECT(r == ncclInvalidArgument, "joining a nonblocking communicator to a blocking group: %s", ncclGetErrorString(r));
+  r = initNonblocking(&late, 1, c, 0);
+  EXPECT(r == ncclInvalidArgument, "a nonblocking init joining a blocking group: %s", ncclGetErrorString(r));
   EXPECT(strstr(ncclGetLastError(NULL), "Blocking and nonblocking") != NULL, "last error: %s", ncclGetLastError(NULL));
   r = ncclGroupEnd();
-  EXPECT(r == ncclInvalidArgument, "ncclGroupEnd of a mixed group: %s", ncclGetErrorString(r));
-  EXPECT(y == 0 && z == 0, "a mixed group ran: %d %d", y, z);
+  EXPECT(r == ncclInvalidArgument && y == 0, "ncclGroupEnd of that group: %s, %d", ncclGetErrorString(r), y);
   NCCLCHECK(ncclGroupStart());
   NCCLCHECK(ncclAllReduce(&x, &y, 1, ncclInt, ncclSum, blocking, NULL));
   NCCLCHECK(ncclGroupEnd());
-  EXPECT(y == 5, "the group after a mixed one: %d", y);
+  EXPECT(y == 5, "the group after a failed one: %d", y);
   NCCLCHECK(ncclCommDestroy(blocking));
   NCCLCHECK(ncclCommDestroy(nonblocking));
   return 0;
 }
 
-/* 1 when comm may join a group with a blocking communicator. */
-static int joinsBlocking(ncclComm_t comm, ncclComm_t blocking) {
+/* 1 when comm is nonblocking: a nonblocking init may then join a group
+ * after a call on it (NCCL holds an init to the group's mode, which the
+ * last call's communicator set). */
+static int isNonblocking(ncclComm_t comm) {
+  ncclUniqueId id;
+  ncclComm_t probe = NULL;
   int x = 1, y = 0;
-  NCCLCHECK(ncclGroupStart());
-  ncclResult_t a = ncclAllReduce(&x, &y, 1, ncclInt, ncclSum, blocking, NULL);
-  ncclResult_t b = ncclAllReduce(&x, &y, 1, ncclInt, ncclSum, comm, NULL);
+  if (ncclGetUniqueId(&id) != ncclSuccess || ncclGroupStart() != ncclSuccess) return -1;
+  ncclResult_t call = ncclAllReduce(&x, &y, 1, ncclInt, ncclSum, comm, NULL);
+  ncclResult_t joined = initNonblocking(&probe, 1, id, 0);
   ncclResult_t end = ncclGroupEnd();
-  return a == ncclSuccess && b == ncclSuccess && end == ncclSuccess;
+  if (probe && !waitReady(probe)) ncclCommDestroy(probe);
+  if (call != ncclSuccess) return -1;
+  return joined == ncclSuccess && (end == ncclSuccess || end == ncclInProgress);
 }
 
 /* A split of a nonblocking communicator without a config is nonblocking
  * (NCCL copies the parent's config); with a config that leaves blocking
  * unset it is blocking (NCCL's default); a rank that leaves
  * (NCCL_SPLIT_NOCOLOR) gets no communicator, so its config is not read
- * (before: the first inherited the parent's mode, the last was refused). */
+ * (before: the first inherited the parent's mode, the last was refused).
+ * Every split returns ncclSuccess, as NCCL's; the parent's mode says
+ * where the new one sets up (nonblocking: on its thread, the parent saying
+ * ncclInProgress until it is done, polled as NCCL's docs poll it). */
 static int splitBlocking(void) {
-  ncclUniqueId a, b;
-  ncclComm_t blocking, parent, inherited = NULL, fresh = NULL, none = NULL;
-  NCCLCHECK(ncclGetUniqueId(&a));
+  ncclUniqueId b;
+  ncclComm_t parent, inherited = NULL, fresh = NULL, none = NULL;
   NCCLCHECK(ncclGetUniqueId(&b));
-  NCCLCHECK(ncclCommInitRank(&blocking, 1, a, 0));
   ncclResult_t r = initNonblocking(&parent, 1, b, 0);
   EXPECT(r == ncclSuccess || r == ncclInProgress, "nonblocking init: %s", ncclGetErrorString(r));
   if (waitReady(parent)) return 1;
   r = ncclCommSplit(parent, 0, 0, &inherited, NULL);
-  EXPECT(r == ncclSuccess || r == ncclInProgress, "split without a config: %s", ncclGetErrorString(r));
-  if (waitReady(inherited)) return 1;
+  EXPECT(r == ncclSuccess, "split without a config: %s", ncclGetErrorString(r));
+  if (waitReady(parent)) return 1;
   ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
   cfg.commName = "named";
   r = ncclCommSplit(parent, 0, 0, &fresh, &cfg);
   EXPECT(r == ncclSuccess, "split with a config leaving blocking unset returned %s", ncclGetErrorString(r));
+  if (waitReady(parent)) return 1;
   ncclConfig_t garbage;
   memset(&garbage, 0x5a, sizeof garbage);
   r = ncclCommSplit(parent, NCCL_SPLIT_NOCOLOR, 0, &none, &garbage);
   EXPECT(r == ncclSuccess && none == NULL, "NCCL_SPLIT_NOCOLOR with an unread config: %s", ncclGetErrorString(r));
-  EXPECT(!joinsBlocking(inherited, blocking), "the split without a config is blocking");
-  EXPECT(joinsBlocking(fresh, blocking), "the split with a config is nonblocking");
+  EXPECT(isNonblocking(inherited) == 1, "the split without a config is blocking");
+  EXPECT(isNonblocking(fresh) == 0, "the split with a config is nonblocking");
   NCCLCHECK(ncclCommDestroy(fresh));
   NCCLCHECK(ncclCommDestroy(inherited));
   NCCLCHECK(ncclCommDestroy(parent));
-  NCCLCHECK(ncclCommDestroy(blocking));
+  return 0;
+}
+
+/* NCCL's nonblocking split, as its docs use it: ncclSuccess, then the
+ * PARENT is polled until it stops saying ncclInProgress, and the new
+ * communicator is ready (its init is a job of the parent's group). It had
+ * said ncclSuccess at once while the child still set up, whose first call
+ * then failed "still initializing" (seen every time by a probe). Five
+ * rounds each of a split and a shrink, as with NCCL. Under a blocking
+ * parent a nonblocking child is ready when the call returns. */
+static int childOfParent(int rank, int n, ncclUniqueId id, void *arg) {
+  (void)arg;
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER, blockingCfg = NCCL_CONFIG_INITIALIZER;
+  cfg.blocking = 0;
+  blockingCfg.blocking = 1;
+  ncclComm_t parent = NULL, blockingParent = NULL, child = NULL;
+  ncclResult_t r = ncclCommInitRankConfig(&parent, n, id, rank, &cfg), state;
+  EXPECT(r == ncclSuccess || r == ncclInProgress, "nonblocking init: %s", ncclGetErrorString(r));
+  if (waitReady(parent)) return 1;
+  for (int round = 0; round < 6; round++) {
+    /* the last round a shrink, which the last rank sits out */
+    int shrink = round == 5, exclude = n - 1, count = -1, m = n - shrink;
+    if (shrink && rank == exclude) break;
+    r = shrink ? ncclCommShrink(parent, &exclude, 1, &child, &cfg, NCCL_SHRINK_DEFAULT)
+               : ncclCommSplit(parent, 0, rank, &child, round == 4 ? &blockingCfg : &cfg);
+    EXPECT(r == ncclSuccess, "round %d: %s returned %s", round, shrink ? "shrink" : "split", ncclGetErrorString(r));
+    do NCCLCHECK(ncclCommGetAsyncError(parent, &state)); while (state == ncclInProgress);
+    EXPECT(state == ncclSuccess, "round %d: the parent says %s", round, ncclGetErrorString(state));
+    r = ncclCommCount(child, &count);
+    EXPECT(r == ncclSuccess && count == m, "round %d: ncclCommCount of the child: %s, %d", round, ncclGetErrorString(r),
+           count);
+    int x = rank + 1, y = 0;
+    NCCLCHECK(ncclAllReduce(&x, &y, 1, ncclInt, ncclSum, child, NULL));
+    do NCCLCHECK(ncclCommGetAsyncError(child, &state)); while (state == ncclInProgress);
+    EXPECT(y == m * (m + 1) / 2, "round %d: the child's AllReduce gave %d", round, y);
+    if (round == 4) blockingParent = child; /* blocking: for the last check */
+    else NCCLCHECK(ncclCommDestroy(child));
+  }
+  if (blockingParent) { /* a blocking parent sets a nonblocking child up in the call */
+    r = ncclCommSplit(blockingParent, 0, rank, &child, &cfg);
+    EXPECT(r == ncclSuccess, "split of a blocking parent: %s", ncclGetErrorString(r));
+    NCCLCHECK(ncclCommGetAsyncError(child, &state));
+    EXPECT(state == ncclSuccess, "the nonblocking child of a blocking parent says %s", ncclGetErrorString(state));
+    NCCLCHECK(ncclCommDestroy(child));
+    NCCLCHECK(ncclCommDestroy(blockingParent));
+  }
+  NCCLCHECK(ncclCommDestroy(parent));
   return 0;
 }
 
 /* NCCL_COMM_BLOCKING overrides config.blocking, and the default of a call
- * without a config, as NCCL's envConfigOverride: 0 makes ncclCommInitRank
- * return ncclInProgress while its peer is late, 1 makes a config asking
- * for a nonblocking one return ncclSuccess, done. */
+ * without a config, as NCCL's envConfigOverride: 0 makes ncclCommInitRank's
+ * communicator nonblocking for the calls after, while the call itself, as
+ * NCCL's (no group of its own), sets up before it returns; 1 makes a
+ * config asking for a nonblocking one return ncclSuccess, done. */
 static int blockingFromEnv(int rank, int n, ncclUniqueId id, void *arg) {
   int nonblocking = *(const int *)arg;
   setenv("NCCL_COMM_BLOCKING", nonblocking ? "0" : "1", 1);
   if (rank == n - 1) usleep(300000); /* the others' init is in progress meanwhile */
   ncclComm_t comm = NULL;
   ncclResult_t res = nonblocking ? ncclCommInitRank(&comm, n, id, rank) : initNonblocking(&comm, n, id, rank);
-  if (nonblocking && rank == 0)
-    EXPECT(res == ncclInProgress, "NCCL_COMM_BLOCKING=0: ncclCommInitRank returned %s", ncclGetErrorString(res));
+  if (nonblocking) { /* NCCL's plain ncclCommInitRank sets up in the call all the same (it said ncclInProgress) */
+    ncclResult_t now = ncclInProgress;
+    if (comm) ncclCommGetAsyncError(comm, &now);
+    EXPECT(res == ncclSuccess && now == ncclSuccess, "NCCL_COMM_BLOCKING=0: ncclCommInitRank returned %s, then %s",
+           ncclGetErrorString(res), ncclGetErrorString(now));
+    EXPECT(isNonblocking(comm) == 1, "NCCL_COMM_BLOCKING=0: the communicator is blocking");
+  }
   if (!nonblocking)
     EXPECT(res == ncclSuccess, "NCCL_COMM_BLOCKING=1: a nonblocking config's init returned %s", ncclGetErrorString(res));
   ncclResult_t state = ncclInProgress;
@@ -264,7 +338,9 @@ static int groupInits(void) {
   int x = 7, y = 0;
   NCCLCHECK(ncclGroupStart());
   r = initNonblocking(&made, 1, fresh, 0);
-  EXPECT(r == ncclInProgress && made != NULL, "nonblocking init in a group: %s, %p", ncclGetErrorString(r),
+  /* NCCL's call says the new communicator's state, which is ncclInProgress
+   * only from the outermost ncclGroupEnd on (it said ncclInProgress) */
+  EXPECT(r == ncclSuccess && made != NULL, "nonblocking init in a group: %s, %p", ncclGetErrorString(r),
          (void *)made);
   NCCLCHECK(ncclAllReduce(&x, &y, 1, ncclInt, ncclSum, ready, NULL));
   r = ncclGroupEnd();
@@ -297,6 +373,7 @@ int main(void) {
   failed += runRanks(2, watchdogMain, NULL, 30);
   failed += mixedGroup();
   failed += splitBlocking();
+  for (int n = 2; n <= 3; n++) failed += runRanks(n, childOfParent, NULL, 60);
   failed += runRanks(2, splitParentGone, NULL, 30);
   printf("test_nonblocking: %s\n", failed ? "FAILED" : "passed");
   return failed != 0;

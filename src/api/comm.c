@@ -59,17 +59,47 @@ void commEndInFlight(struct ncclComm *comm) {
   __atomic_store_n(&comm->abortFlag, 0, __ATOMIC_RELEASE);
 }
 
-/* The refusal of a call while a nonblocking init runs. */
-static ncclResult_t initRunning(const struct ncclComm *comm, const char *name) {
-  WARN("%s : rank %d: Attempt to use communicator before the previous operation returned ncclSuccess: it is still "
-       "initializing (poll ncclCommGetAsyncError until it says ncclSuccess, or ncclCommAbort it)",
-       name, comm->rank);
+/* The refusal of a call while a nonblocking init runs: its own, or
+ * (child) that of a split or shrink of it. */
+static ncclResult_t initRunning(const struct ncclComm *comm, const char *name, int child) {
+  WARN("%s : rank %d: Attempt to use communicator before the previous operation returned ncclSuccess: %s (poll "
+       "ncclCommGetAsyncError on it until it says ncclSuccess, or ncclCommAbort it)",
+       name, comm->rank,
+       child ? "a nonblocking ncclCommSplit or ncclCommShrink of it is still setting up the new communicator"
+             : "it is still initializing");
   return ncclInvalidArgument;
 }
 
+void commPendOnChild(struct ncclComm *parent, struct ncclComm *child) {
+  commGroupHold(child, 1); /* readable until the parent has seen it done */
+  __atomic_store_n(&parent->pendingChild, child, __ATOMIC_RELEASE);
+}
+
+ncclResult_t commChildPending(struct ncclComm *comm) {
+  struct ncclComm *child = __atomic_load_n(&comm->pendingChild, __ATOMIC_ACQUIRE);
+  if (!child) return ncclSuccess;
+  /* An aborted child (its handle is the caller's at once in chorus) ends
+   * the wait: it was the caller's to end. */
+  int gone = commGone(child);
+  if (!gone && __atomic_load_n(&child->asyncError, __ATOMIC_ACQUIRE) == ncclInProgress) return ncclInProgress;
+  if (!__atomic_compare_exchange_n(&comm->pendingChild, &child, NULL, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+    return ncclSuccess; /* another thread saw it done first */
+  ncclResult_t res = gone ? ncclSuccess : __atomic_load_n(&child->setupResult, __ATOMIC_ACQUIRE);
+  if (res != ncclSuccess) {
+    ncclResult_t expected = ncclSuccess;
+    if (__atomic_compare_exchange_n(&comm->asyncError, &expected, res, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+      snprintf(comm->failText, sizeof comm->failText, "the new communicator of a split or shrink failed to set up: %.400s",
+               child->failText[0] ? child->failText : ncclGetErrorString(res));
+  }
+  commGroupHold(child, 0);
+  return res;
+}
+
 ncclResult_t commInitDone(struct ncclComm *comm, const char *name) {
+  if (__atomic_load_n(&comm->pendingChild, __ATOMIC_RELAXED) && commChildPending(comm) == ncclInProgress)
+    return initRunning(comm, name, 1);
   if (__atomic_load_n(&comm->asyncError, __ATOMIC_ACQUIRE) != ncclInProgress) return ncclSuccess;
-  return initRunning(comm, name);
+  return initRunning(comm, name, 0);
 }
 
 ncclResult_t commReady(struct ncclComm *comm, const char *name) {
@@ -81,11 +111,13 @@ ncclResult_t commReady(struct ncclComm *comm, const char *name) {
     WARN("%s : rank %d: communicator is suspended (ncclCommSuspend): ncclCommResume it first", name, comm->rank);
     return ncclInvalidUsage;
   }
+  if (__atomic_load_n(&comm->pendingChild, __ATOMIC_RELAXED) && commChildPending(comm) == ncclInProgress)
+    return initRunning(comm, name, 1);
   ncclResult_t async = __atomic_load_n(&comm->asyncError, __ATOMIC_ACQUIRE);
   /* A peer that died or reported a fault since the last call: its WARN is
    * the one that explains, so return without another. */
   if (async == ncclSuccess && (async = watchAsyncError(comm)) != ncclSuccess) return async;
-  if (async == ncclInProgress) return initRunning(comm, name);
+  if (async == ncclInProgress) return initRunning(comm, name, 0);
   if (async != ncclSuccess) {
     WARN("%s : rank %d: communicator has failed earlier (%s: %s); abort and re-create it", name, comm->rank,
          ncclGetErrorString(async), comm->failText);
@@ -103,6 +135,8 @@ void commFree(struct ncclComm *comm, int graceful) {
     pthread_join(comm->initThread, NULL);
     comm->initThreadRunning = 0;
   }
+  struct ncclComm *child = __atomic_exchange_n(&comm->pendingChild, NULL, __ATOMIC_ACQ_REL);
+  if (child) commGroupHold(child, 0);
   if (comm->growIdMade) bootstrapRetireRoot(&comm->growId); /* no grow will use it */
   profCommFinalize(&comm->prof);
   flightFree(comm);
@@ -726,6 +760,7 @@ fail: {
 static void *commSetupThread(void *arg) {
   struct ncclComm *comm = arg;
   ncclResult_t res = commSetup(comm);
+  __atomic_store_n(&comm->setupResult, res, __ATOMIC_RELEASE);
   __atomic_store_n(&comm->asyncError, res, __ATOMIC_RELEASE);
   return NULL;
 }
@@ -755,6 +790,11 @@ static int commInitEnter(struct ncclComm *comm) {
   return 0;
 }
 
+/* 1 when comm's rendezvous runs on a thread of its own (commSetupWhere). */
+static int setupOnThread(const struct ncclComm *comm) {
+  return comm->origin.setup == commSetupOnThread || (comm->origin.setup == commSetupByMode && !comm->blocking);
+}
+
 ncclResult_t commInitSetup(struct ncclComm *comm) {
   const char *func = comm->origin.func;
   int rank = comm->rank;
@@ -763,7 +803,7 @@ ncclResult_t commInitSetup(struct ncclComm *comm) {
     return ncclInvalidUsage;
   }
   ncclResult_t res;
-  if (!comm->blocking) {
+  if (setupOnThread(comm)) {
     if (pthread_create(&comm->initThread, NULL, commSetupThread, comm) != 0) {
       WARN("%s : cannot start the init thread", func);
       res = ncclSystemError;
@@ -779,7 +819,7 @@ ncclResult_t commInitSetup(struct ncclComm *comm) {
 }
 
 void commInitPublish(struct ncclComm *comm) {
-  if (comm->blocking) __atomic_store_n(&comm->asyncError, ncclSuccess, __ATOMIC_RELEASE);
+  if (!setupOnThread(comm)) __atomic_store_n(&comm->asyncError, ncclSuccess, __ATOMIC_RELEASE);
 }
 
 void commInitAbandon(struct ncclComm *comm, ncclResult_t res, const char *why) {

@@ -48,7 +48,17 @@ struct commOrigin {
   uint64_t ids; /* a hash of ncclCommInitRankScalable's nId ids, which every rank must pass alike; 0: one id */
   const struct commConfig *config; /* NULL: nothing set */
   int childCount; /* the parent's count of children, this one included (the logs: the parent may be gone by then) */
+  int setup;      /* where its rendezvous runs (commSetupWhere) */
 };
+
+/* Where a communicator's rendezvous runs: as its blocking mode says (in
+ * the call when blocking, on a thread of its own, ncclInProgress, when
+ * not), or as the call that makes it says, whatever the communicator's
+ * mode is for the calls after: NCCL's plain ncclCommInitRank sets up in
+ * the call even under NCCL_COMM_BLOCKING=0, and a split or shrink sets up
+ * as its parent's mode says (NCCL runs the child's init as a job of the
+ * parent's group). */
+enum commSetupWhere { commSetupByMode = 0, commSetupInCall, commSetupOnThread };
 
 struct ncclComm {
   uint64_t startMagic;
@@ -131,6 +141,12 @@ struct ncclComm {
   uint64_t createdNs; /* when its init call began (Init timings) */
   pthread_t initThread; /* nonblocking init */
   int initThreadRunning;
+  ncclResult_t setupResult; /* that thread's, once it has ended (a parent's commChildPending reads it) */
+  /* A split or shrink of this communicator whose new one still sets up on
+   * its thread (held: commGroupHold); NULL: none. As in NCCL, whose parent
+   * runs the child's init as its own job, the parent says ncclInProgress
+   * until the child is set up, then the child's failure if it failed. */
+  struct ncclComm *pendingChild;
   struct profComm prof; /* its profiler plugin context (NCCL_PROFILER_PLUGIN) */
   struct flightRecorder flight; /* its last operations (CHORUS_FLIGHT_RECORDER) */
   struct commStats stats;       /* CHORUS_STATS */
@@ -208,6 +224,13 @@ ncclResult_t commReady(struct ncclComm *comm, const char *name);
  * is still running: what may not be called then (NCCL's
  * ncclCommEnsureReady) calls this first. */
 ncclResult_t commInitDone(struct ncclComm *comm, const char *name);
+/* ncclInProgress while comm's pendingChild sets up; once it is done,
+ * ncclSuccess, or the child's failure, which comm then keeps as its own
+ * (NCCL sets the parent's error from the child's init job). */
+ncclResult_t commChildPending(struct ncclComm *comm);
+/* A split or shrink of parent made child, whose setup runs on its thread:
+ * parent is pending until it ends (commChildPending). */
+void commPendOnChild(struct ncclComm *parent, struct ncclComm *child);
 /* How long a call on comm may go without progress (chorusCommSetTimeout,
  * else CHORUS_TIMEOUT); 0: forever. */
 uint64_t commTimeoutNs(const struct ncclComm *comm);

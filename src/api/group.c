@@ -57,14 +57,23 @@ static int groupRoom(void **array, int *cap, int count, size_t size) {
   return 1;
 }
 
-/* A group's communicators are all blocking or all nonblocking, as NCCL
- * requires (its group ends one way or the other). */
+/* A group's inits (and splits, shrinks and grows, by their parent's mode)
+ * are all blocking or all nonblocking, as NCCL's ncclAsyncLaunch requires
+ * of its jobs: a job whose mode differs from the group's so far fails. A
+ * call on a communicator joins without that check (groupJoinCall). */
 static ncclResult_t groupJoin(int blocking) {
   if (groupBlocking == -1) groupBlocking = blocking;
   if (groupBlocking == blocking) return ncclSuccess;
   WARN("Blocking and nonblocking communicators are not allowed in the same group.");
   return groupNoteError(ncclInvalidArgument);
 }
+
+/* A collective's, a point-to-point's or a one-sided call's communicator
+ * joins the group: NCCL's ncclGroupCommJoin checks nothing and sets the
+ * group's mode to its communicator's, so calls on blocking and nonblocking
+ * communicators share a group (all run at ncclGroupEnd), and an init that
+ * joins after them is held to the last one's mode. */
+static void groupJoinCall(int blocking) { groupBlocking = blocking; }
 
 ncclResult_t groupEnqueue(struct groupItem *item) {
   const struct collDesc *d = &item->desc;
@@ -95,12 +104,14 @@ ncclResult_t groupEnqueue(struct groupItem *item) {
     }
     groupCap = cap;
   }
-  CHECK(groupJoin(item->comm->blocking));
+  groupJoinCall(item->comm->blocking);
   commGroupHold(item->comm, 1);
   groupHeld[groupCount] = item->comm;
   groupItems[groupCount++] = *item;
   return ncclSuccess;
 }
+
+int groupOpen(void) { return groupDepth > 0; }
 
 ncclResult_t groupInit(const struct initJob *job) {
   if (groupDepth == 0) {
@@ -109,7 +120,7 @@ ncclResult_t groupInit(const struct initJob *job) {
     free(j.excluded);
     return res;
   }
-  ncclResult_t mixed = groupJoin(job->blocking);
+  ncclResult_t mixed = groupJoin(job->parent ? job->parent->blocking : job->blocking);
   if (mixed != ncclSuccess) {
     free(job->excluded);
     return mixed;
@@ -124,7 +135,7 @@ ncclResult_t groupInit(const struct initJob *job) {
      * ncclGroupEnd, or pass a pointer that is gone by then); the group
      * sets the communicator up. A split, shrink or grow of a parent gives
      * its handle at ncclGroupEnd, as NCCL's do. */
-    struct commOrigin origin = {j.func, NULL, 0, 0, j.ids, &j.config, 0};
+    struct commOrigin origin = {j.func, NULL, 0, 0, j.ids, &j.config, 0, j.setup};
     CHECK(groupNoteError(commInitMake(&j.made, j.nranks, &j.id, j.rank, j.cudaDev, j.blocking, &origin)));
     commGroupHold(j.made, 1);
     *j.comm = j.made;
@@ -135,13 +146,17 @@ ncclResult_t groupInit(const struct initJob *job) {
    * ncclCommFinalize refuses it meanwhile. */
   if (j.parent) commGroupHold(j.parent, 1);
   groupInits[groupInitCount++] = j;
-  return j.made && !j.blocking ? ncclInProgress : ncclSuccess; /* NCCL's nonblocking init says so in a group too */
+  /* ncclSuccess for a nonblocking one too: NCCL's asks the new
+   * communicator's state, which says ncclInProgress only from the
+   * outermost ncclGroupEnd on (which itself returns ncclInProgress). */
+  return ncclSuccess;
 }
 
 ncclResult_t groupDefer(const struct groupLater *later) {
   if (groupDepth == 0) return later->issue(later->arg);
-  ncclResult_t res = groupJoin(later->comm->blocking);
-  if (res == ncclSuccess && !groupRoom((void **)&groupLaters, &groupLaterCap, groupLaterCount, sizeof *groupLaters))
+  groupJoinCall(later->comm->blocking);
+  ncclResult_t res = ncclSuccess;
+  if (!groupRoom((void **)&groupLaters, &groupLaterCap, groupLaterCount, sizeof *groupLaters))
     res = groupNoteError(ncclSystemError);
   if (res != ncclSuccess) {
     later->drop(later->arg);

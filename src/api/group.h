@@ -28,6 +28,8 @@ static inline int groupCommLeader(const struct groupItem *items, int i) {
   return i;
 }
 
+/* 1 inside ncclGroupStart .. ncclGroupEnd on this thread. */
+int groupOpen(void);
 /* Records (in a group) or runs (outside one) a checked init. */
 ncclResult_t groupInit(const struct initJob *job);
 

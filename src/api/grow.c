@@ -97,7 +97,7 @@ ncclResult_t commGrowRun(struct initJob *j) {
   INFO(subsysInit, "ncclCommGrow : rank %d of %d keeps its rank in a communicator of %d (rank %d coordinates)", me, n,
        j->nranks, coord);
   struct commOrigin origin = {"ncclCommGrow", parent, 0, me, 0, &j->config,
-                              __atomic_add_fetch(&parent->childCount, 1, __ATOMIC_RELAXED)};
+                              __atomic_add_fetch(&parent->childCount, 1, __ATOMIC_RELAXED), j->setup};
   int dev = parent->cudaDev;
   initJobParentDone(j);
   return commInit(j->comm, j->nranks, &j->id, me, dev, j->blocking, &origin);

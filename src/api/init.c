@@ -127,8 +127,11 @@ static ncclResult_t configCheck(const ncclConfig_t *config, const char *call, in
       {"blocking (0 or 1)", c.blocking, configFlag(c.blocking)},
       {"cgaClusterSize (>= 0)", c.cgaClusterSize, c.cgaClusterSize == undef || c.cgaClusterSize >= 0},
       {"minCTAs (> 0)", c.minCTAs, c.minCTAs == undef || c.minCTAs > 0},
-      {"maxCTAs (> 0, at least minCTAs)", c.maxCTAs,
-       c.maxCTAs == undef || (c.maxCTAs > 0 && (c.minCTAs == undef || c.minCTAs <= c.maxCTAs))},
+      {"maxCTAs (> 0)", c.maxCTAs, c.maxCTAs == undef || c.maxCTAs > 0},
+      /* NCCL compares the two before it fills in its defaults: a minimum
+       * set without a maximum is refused too */
+      {"minCTAs (at most maxCTAs, which must be set with it)", c.minCTAs,
+       c.minCTAs == undef || (c.maxCTAs != undef && c.minCTAs <= c.maxCTAs)},
       {"splitShare (0 or 1)", c.splitShare, configFlag(c.splitShare)},
       {"collnetEnable (0 or 1)", c.collnetEnable, configFlag(c.collnetEnable)},
       {"CTAPolicy (NCCL_CTA_POLICY_DEFAULT, _EFFICIENCY, _ZERO)", c.CTAPolicy,
@@ -192,8 +195,13 @@ static ncclResult_t initRankCall(ncclComm_t *comm, int nranks, ncclUniqueId comm
   int blocking;
   struct commConfig cfg;
   CHECK(initConfig(NULL, "ncclCommInitRank", NULL, &blocking, &cfg));
+  /* Outside a group it sets up in the call even when NCCL_COMM_BLOCKING=0
+   * makes it nonblocking for the calls after, as NCCL's (which, unlike
+   * ncclCommInitRankConfig, opens no group of its own): done when it
+   * returns. */
   struct initJob job = {.comm = comm, .nranks = nranks, .rank = rank, .blocking = blocking, .config = cfg,
-                        .id = commId, .func = "ncclCommInitRank"};
+                        .id = commId, .func = "ncclCommInitRank",
+                        .setup = groupOpen() ? commSetupByMode : commSetupInCall};
   chorusGetDevice(&job.cudaDev); /* the caller's, as NCCL's cudaGetDevice */
   return groupInit(&job);
 }
@@ -320,6 +328,23 @@ NCCL_API(ncclResult_t, ncclCommInitAll, ncclComm_t *comms, int ndev, const int *
   return res;
 }
 
+/* Where a split's or shrink's new communicator sets up: as NCCL runs the
+ * child's init, a job of the parent's group, whose mode is the parent's:
+ * in the call under a blocking parent (a nonblocking child is then ready
+ * when the call returns), else on the child's thread, the parent saying
+ * ncclInProgress until it is done (commPendOnChild), whatever the child's
+ * own config asks for the calls after. */
+static int childSetup(const struct ncclComm *parent) {
+  return parent->blocking ? commSetupInCall : commSetupOnThread;
+}
+
+/* What a split or shrink returns: its failure, else ncclSuccess, as NCCL's
+ * ncclCommSplit and ncclCommShrink, also when the new communicator still
+ * sets up (its parent's ncclCommGetAsyncError says ncclInProgress until it
+ * is done; the handle is the caller's at once, where NCCL's stays NULL
+ * until then). */
+static ncclResult_t childCallResult(ncclResult_t res) { return res == ncclInProgress ? ncclSuccess : res; }
+
 static ncclResult_t commSplitCall(ncclComm_t comm, int color, int key, ncclComm_t *newcomm,
                                    ncclConfig_t *config) {
   if (newcomm == NULL) {
@@ -349,8 +374,9 @@ static ncclResult_t commSplitCall(ncclComm_t comm, int color, int key, ncclComm_
     return ncclInvalidUsage;
   }
   struct initJob job = {.run = commSplitRun, .comm = newcomm, .cudaDev = comm->cudaDev, .blocking = blocking,
-                        .config = cfg, .parent = comm, .color = color, .key = key, .func = "ncclCommSplit"};
-  return groupInit(&job);
+                        .config = cfg, .parent = comm, .color = color, .key = key, .func = "ncclCommSplit",
+                        .setup = childSetup(comm)};
+  return childCallResult(groupInit(&job));
 }
 
 /* In a group, a call that fails its checks fails ncclGroupEnd too, as in NCCL. */
@@ -402,8 +428,8 @@ static ncclResult_t commShrinkCall(ncclComm_t comm, int *excludeRanksList, int e
   }
   struct initJob job = {.run = commShrinkRun, .comm = newcomm, .cudaDev = comm->cudaDev, .blocking = blocking,
                         .config = cfg, .parent = comm, .excluded = excluded, .shrinkFlags = shrinkFlags,
-                        .func = "ncclCommShrink"};
-  return groupInit(&job);
+                        .func = "ncclCommShrink", .setup = childSetup(comm)};
+  return childCallResult(groupInit(&job));
 }
 
 /* In a group, a call that fails its checks fails ncclGroupEnd too, as in NCCL. */
@@ -584,7 +610,8 @@ NCCL_API(ncclResult_t, ncclCommGetAsyncError, ncclComm_t comm, ncclResult_t *asy
     WARN("ncclCommGetAsyncError : asyncError argument is NULL");
     return ncclInvalidArgument;
   }
-  *asyncError = watchAsyncError(comm);
+  ncclResult_t pending = commChildPending(comm); /* a nonblocking split's parent says how its child is doing */
+  *asyncError = pending == ncclInProgress ? ncclInProgress : watchAsyncError(comm);
   return ncclSuccess;
 }
 

@@ -17,9 +17,25 @@ void initJobParentDone(struct initJob *j) {
   __atomic_add_fetch(&j->parent->busy, -1, __ATOMIC_ACQ_REL);
 }
 
+ncclResult_t commInitChild(struct initJob *j, int nranks, int rank, int dev, const struct commOrigin *origin) {
+  struct ncclComm *parent = j->parent;
+  commGroupHold(parent, 1); /* readable below, even if aborted meanwhile */
+  initJobParentDone(j);
+  ncclResult_t res = commInit(j->comm, nranks, &j->id, rank, dev, j->blocking, origin);
+  if (res == ncclInProgress) {
+    commPendOnChild(parent, *j->comm);
+    if (commGone(parent)) { /* aborted meanwhile: its free may have missed the child */
+      struct ncclComm *child = __atomic_exchange_n(&parent->pendingChild, NULL, __ATOMIC_ACQ_REL);
+      if (child) commGroupHold(child, 0);
+    }
+  }
+  commGroupHold(parent, 0);
+  return res;
+}
+
 static void *initJobThread(void *p) {
   struct initJob *j = p;
-  struct commOrigin origin = {j->func, NULL, 0, 0, j->ids, &j->config, 0};
+  struct commOrigin origin = {j->func, NULL, 0, 0, j->ids, &j->config, 0, j->setup};
   if (j->run && j->parent) { /* see initJobParentDone */
     __atomic_add_fetch(&j->parent->busy, 1, __ATOMIC_ACQ_REL);
     j->parentHeld = 1;

@@ -30,6 +30,7 @@ struct initJob {
   char *excluded;
   int shrinkFlags;
   int parentHeld; /* the job counts in parent->busy (initJobParentDone) */
+  int setup;      /* where the communicator's rendezvous runs (commSetupWhere) */
   const char *func; /* the call, for the logs (commOrigin) */
   uint64_t ids;     /* ncclCommInitRankScalable's ids, hashed (commOrigin); 0: one id */
   char why[512];    /* the init thread's last WARN when res is an error */
@@ -44,6 +45,11 @@ void initJobParentDone(struct initJob *job);
 ncclResult_t commShrinkRun(struct initJob *job);
 /* A grow's parent rank, on the init thread (grow.c). */
 ncclResult_t commGrowRun(struct initJob *job);
+/* The new communicator of a split or shrink (j->comm), rank of nranks at
+ * j->id, once its parent's ranks have agreed: done with the parent
+ * (initJobParentDone), then commInit; where its setup goes on on its
+ * thread (j->setup), the parent is pending on it (commPendOnChild). */
+ncclResult_t commInitChild(struct initJob *j, int nranks, int rank, int dev, const struct commOrigin *origin);
 /* The split itself, on the init thread (split.c). */
 ncclResult_t commSplitRun(struct initJob *job);
 /* Runs inits concurrently, one thread each; returns the error that

@@ -416,8 +416,7 @@ ncclResult_t commShrinkRun(struct initJob *j) {
   j->rank = newRank;
   INFO(subsysInit, "ncclCommShrink : rank %d becomes rank %d of %d", me, newRank, s.m);
   struct commOrigin origin = {"ncclCommShrink", parent, 0, me, 0, &j->config,
-                              __atomic_add_fetch(&parent->childCount, 1, __ATOMIC_RELAXED)};
+                              __atomic_add_fetch(&parent->childCount, 1, __ATOMIC_RELAXED), j->setup};
   int dev = parent->cudaDev;
-  initJobParentDone(j);
-  return commInit(j->comm, s.m, &j->id, newRank, dev, j->blocking, &origin);
+  return commInitChild(j, s.m, newRank, dev, &origin);
 }

@@ -53,10 +53,9 @@ ncclResult_t commSplitRun(struct initJob *j) {
   j->rank = newRank;
   INFO(subsysInit, "ncclCommSplit : rank %d (color %d key %d) becomes rank %d of %d", me, j->color, j->key, newRank, m);
   struct commOrigin origin = {"ncclCommSplit", parent, j->color, j->key, 0, &j->config,
-                              __atomic_add_fetch(&parent->childCount, 1, __ATOMIC_RELAXED)};
+                              __atomic_add_fetch(&parent->childCount, 1, __ATOMIC_RELAXED), j->setup};
   int dev = parent->cudaDev;
-  initJobParentDone(j);
-  res = commInit(j->comm, m, &j->id, newRank, dev, j->blocking, &origin);
+  res = commInitChild(j, m, newRank, dev, &origin);
 out:
   free(all);
   free(members);
