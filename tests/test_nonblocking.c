@@ -141,13 +141,13 @@ static int mixedGroup(void) {
 
 /* 1 when comm is nonblocking: a nonblocking init may then join a group
  * after a call on it (NCCL holds an init to the group's mode, which the
- * last call's communicator set). */
+ * last call's communicator set); -1 when the call fails. */
 static int isNonblocking(ncclComm_t comm) {
   ncclUniqueId id;
   ncclComm_t probe = NULL;
   int x = 1, y = 0;
   if (ncclGetUniqueId(&id) != ncclSuccess || ncclGroupStart() != ncclSuccess) return -1;
-  ncclResult_t call = ncclAllReduce(&x, &y, 1, ncclInt, ncclSum, comm, NULL);
+  ncclResult_t call = ncclAllReduce(&x, &y, 0, ncclInt, ncclSum, comm, NULL); /* joins, waits for nobody */
   ncclResult_t joined = initNonblocking(&probe, 1, id, 0);
   ncclResult_t end = ncclGroupEnd();
   if (probe && !waitReady(probe)) ncclCommDestroy(probe);
@@ -364,6 +364,31 @@ static int groupInits(void) {
   return 0;
 }
 
+/* NCCL_COMM_BLOCKING=0 makes ncclCommInitAll's communicators nonblocking,
+ * as NCCL's (its ranks' inits read the variable; chorus's were blocking
+ * whatever it said): the call returns ncclSuccess or ncclInProgress, the
+ * communicators come to ncclSuccess and work. */
+static int initAllFromEnv(void) {
+  setenv("NCCL_COMM_BLOCKING", "0", 1);
+  ncclComm_t comms[2] = {NULL, NULL};
+  ncclResult_t r = ncclCommInitAll(comms, 2, NULL);
+  unsetenv("NCCL_COMM_BLOCKING");
+  EXPECT(r == ncclSuccess || r == ncclInProgress, "ncclCommInitAll: %s", ncclGetErrorString(r));
+  for (int i = 0; i < 2; i++)
+    if (waitReady(comms[i])) return 1;
+  float x[2] = {1, 2};
+  NCCLCHECK(ncclGroupStart());
+  for (int i = 0; i < 2; i++) NCCLCHECK(ncclAllReduce(&x[i], &x[i], 1, ncclFloat, ncclSum, comms[i], NULL));
+  r = ncclGroupEnd();
+  EXPECT(r == ncclSuccess || r == ncclInProgress, "their AllReduce: %s", ncclGetErrorString(r));
+  for (int i = 0; i < 2; i++)
+    if (waitReady(comms[i])) return 1;
+  EXPECT(x[0] == 3 && x[1] == 3, "their AllReduce gave %g %g", x[0], x[1]);
+  EXPECT(isNonblocking(comms[0]) == 1, "NCCL_COMM_BLOCKING=0: ncclCommInitAll's communicator is blocking");
+  for (int i = 0; i < 2; i++) NCCLCHECK(ncclCommDestroy(comms[i]));
+  return 0;
+}
+
 int main(void) {
   int failed = 0;
   failed += groupInits();
@@ -373,6 +398,7 @@ int main(void) {
   failed += runRanks(2, watchdogMain, NULL, 30);
   failed += mixedGroup();
   failed += splitBlocking();
+  failed += initAllFromEnv();
   for (int n = 2; n <= 3; n++) failed += runRanks(n, childOfParent, NULL, 60);
   failed += runRanks(2, splitParentGone, NULL, 30);
   printf("test_nonblocking: %s\n", failed ? "FAILED" : "passed");

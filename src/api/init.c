@@ -316,13 +316,19 @@ NCCL_API(ncclResult_t, ncclCommInitAll, ncclComm_t *comms, int ndev, const int *
          ndev - 1, devices);
     return ncclUnhandledCudaError;
   }
+  /* NCCL's default config, NCCL_COMM_BLOCKING over it: with 0 the ranks
+   * set up on their threads and the call returns ncclInProgress, as NCCL's
+   * group of inits does */
+  int blocking;
+  struct commConfig cfg;
+  CHECK(initConfig(NULL, "ncclCommInitAll", NULL, &blocking, &cfg));
   ncclUniqueId id;
   CHECK(ncclGetUniqueId(&id));
   struct initJob *jobs = calloc(ndev, sizeof *jobs);
   if (!jobs) return ncclSystemError;
   for (int i = 0; i < ndev; i++)
     jobs[i] = (struct initJob){.comm = &comms[i], .nranks = ndev, .rank = i, .cudaDev = devlist ? devlist[i] : i,
-                               .blocking = 1, .id = id, .func = "ncclCommInitAll"};
+                               .blocking = blocking, .config = cfg, .id = id, .func = "ncclCommInitAll"};
   ncclResult_t res = initJobsRun(jobs, ndev);
   free(jobs);
   return res;
