@@ -114,9 +114,11 @@ static int mixedGroup(void) {
   for (int order = 0; order < 2; order++) {
     int x = 5, y = 0, z = 0;
     NCCLCHECK(ncclGroupStart());
-    NCCLCHECK(ncclAllReduce(&x, &y, 1, ncclInt, ncclSum, order ? nonblocking : blocking, NULL));
-    NCCLCHECK(ncclAllReduce(&x, &z, 1, ncclInt, ncclSum, order ? blocking : nonblocking, NULL));
-    r = ncclGroupEnd();
+    ncclResult_t first = ncclAllReduce(&x, &y, 1, ncclInt, ncclSum, order ? nonblocking : blocking, NULL);
+    ncclResult_t second = ncclAllReduce(&x, &z, 1, ncclInt, ncclSum, order ? blocking : nonblocking, NULL);
+    r = ncclGroupEnd(); /* before any check: a failed one must not leave the group open */
+    EXPECT(first == ncclSuccess && second == ncclSuccess, "the calls of a mixed group (order %d): %s, %s", order,
+           ncclGetErrorString(first), ncclGetErrorString(second));
     EXPECT(r == ncclSuccess || r == ncclInProgress, "ncclGroupEnd of a mixed group: %s", ncclGetErrorString(r));
     do NCCLCHECK(ncclCommGetAsyncError(nonblocking, &r)); while (r == ncclInProgress);
     EXPECT(r == ncclSuccess && y == 5 && z == 5, "a mixed group (order %d): %s, %d %d", order, ncclGetErrorString(r),
@@ -124,12 +126,16 @@ static int mixedGroup(void) {
   }
   int x = 5, y = 0;
   NCCLCHECK(ncclGroupStart());
-  NCCLCHECK(ncclAllReduce(&x, &y, 1, ncclInt, ncclSum, blocking, NULL));
+  ncclResult_t call = ncclAllReduce(&x, &y, 1, ncclInt, ncclSum, blocking, NULL);
   r = initNonblocking(&late, 1, c, 0);
+  char last[512];
+  snprintf(last, sizeof last, "%s", ncclGetLastError(NULL));
+  ncclResult_t end = ncclGroupEnd(); /* before any check: a failed one must not leave the group open */
+  if (late && r != ncclInvalidArgument) ncclCommAbort(late);
+  EXPECT(call == ncclSuccess, "the AllReduce: %s", ncclGetErrorString(call));
   EXPECT(r == ncclInvalidArgument, "a nonblocking init joining a blocking group: %s", ncclGetErrorString(r));
-  EXPECT(strstr(ncclGetLastError(NULL), "Blocking and nonblocking") != NULL, "last error: %s", ncclGetLastError(NULL));
-  r = ncclGroupEnd();
-  EXPECT(r == ncclInvalidArgument && y == 0, "ncclGroupEnd of that group: %s, %d", ncclGetErrorString(r), y);
+  EXPECT(strstr(last, "Blocking and nonblocking") != NULL, "last error: %s", last);
+  EXPECT(end == ncclInvalidArgument && y == 0, "ncclGroupEnd of that group: %s, %d", ncclGetErrorString(end), y);
   NCCLCHECK(ncclGroupStart());
   NCCLCHECK(ncclAllReduce(&x, &y, 1, ncclInt, ncclSum, blocking, NULL));
   NCCLCHECK(ncclGroupEnd());
@@ -337,13 +343,14 @@ static int groupInits(void) {
   if (waitReady(ready)) return 1;
   int x = 7, y = 0;
   NCCLCHECK(ncclGroupStart());
-  r = initNonblocking(&made, 1, fresh, 0);
+  ncclResult_t init = initNonblocking(&made, 1, fresh, 0);
+  ncclResult_t call = ncclAllReduce(&x, &y, 1, ncclInt, ncclSum, ready, NULL);
+  r = ncclGroupEnd(); /* before any check: a failed one must not leave the group open */
   /* NCCL's call says the new communicator's state, which is ncclInProgress
    * only from the outermost ncclGroupEnd on (it said ncclInProgress) */
-  EXPECT(r == ncclSuccess && made != NULL, "nonblocking init in a group: %s, %p", ncclGetErrorString(r),
+  EXPECT(init == ncclSuccess && made != NULL, "nonblocking init in a group: %s, %p", ncclGetErrorString(init),
          (void *)made);
-  NCCLCHECK(ncclAllReduce(&x, &y, 1, ncclInt, ncclSum, ready, NULL));
-  r = ncclGroupEnd();
+  EXPECT(call == ncclSuccess, "the AllReduce in that group: %s", ncclGetErrorString(call));
   EXPECT(r == ncclSuccess || r == ncclInProgress, "the group: %s", ncclGetErrorString(r));
   if (waitReady(ready) || waitReady(made)) return 1;
   EXPECT(y == 7, "the AllReduce grouped with a nonblocking init gave %d", y);
