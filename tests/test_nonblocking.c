@@ -396,6 +396,95 @@ static int initAllFromEnv(void) {
   return 0;
 }
 
+/* From a review of the parent's pending state: a child polled until ready
+ * (not its parent, which chorus allows: the handle is the caller's at
+ * once) could not be finalized, "calls queued in an open group", as the
+ * parent's reference to it counted as a group's hold; and a grow in a group
+ * was held to its parent's mode, where NCCL launches it on the new
+ * communicator (blocking parents, nonblocking grows: refused). */
+static int childPolled(int rank, int n, ncclUniqueId id, void *arg) {
+  (void)arg;
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  cfg.blocking = 0;
+  ncclComm_t parent = NULL, child = NULL;
+  ncclResult_t r = ncclCommInitRankConfig(&parent, n, id, rank, &cfg);
+  EXPECT(r == ncclSuccess || r == ncclInProgress, "nonblocking init: %s", ncclGetErrorString(r));
+  if (waitReady(parent)) return 1;
+  NCCLCHECK(ncclCommSplit(parent, 0, rank, &child, &cfg));
+  if (waitReady(child)) return 1;
+  r = ncclCommFinalize(child);
+  EXPECT(r == ncclSuccess || r == ncclInProgress, "ncclCommFinalize of a child polled itself: %s: %s",
+         ncclGetErrorString(r), ncclGetLastError(NULL));
+  if (waitReady(child)) return 1;
+  NCCLCHECK(ncclCommDestroy(child));
+  NCCLCHECK(ncclCommDestroy(parent));
+  return 0;
+}
+static int growInGroup(void) {
+  ncclComm_t parent[2], grown[3] = {NULL, NULL, NULL};
+  NCCLCHECK(ncclCommInitAll(parent, 2, NULL));
+  ncclUniqueId id;
+  NCCLCHECK(ncclCommGetUniqueId(parent[1], &id));
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  cfg.blocking = 0;
+  ncclResult_t r[3];
+  NCCLCHECK(ncclGroupStart());
+  for (int i = 0; i < 2; i++) r[i] = ncclCommGrow(parent[i], 3, i == 1 ? &id : NULL, -1, &grown[i], &cfg);
+  r[2] = ncclCommGrow(NULL, 3, &id, 2, &grown[2], &cfg);
+  ncclResult_t end = ncclGroupEnd();
+  for (int i = 0; i < 3; i++)
+    EXPECT(r[i] == ncclSuccess || r[i] == ncclInProgress, "grow %d in a group: %s", i, ncclGetErrorString(r[i]));
+  EXPECT(end == ncclSuccess || end == ncclInProgress, "the group of grows: %s: %s", ncclGetErrorString(end),
+         ncclGetLastError(NULL));
+  for (int i = 0; i < 3; i++)
+    if (grown[i] && waitReady(grown[i])) return 1;
+  int x[3] = {1, 2, 3};
+  NCCLCHECK(ncclGroupStart());
+  for (int i = 0; i < 3; i++) NCCLCHECK(ncclAllReduce(&x[i], &x[i], 1, ncclInt, ncclSum, grown[i], NULL));
+  NCCLCHECK(ncclGroupEnd());
+  for (int i = 0; i < 3; i++)
+    if (waitReady(grown[i])) return 1;
+  EXPECT(x[0] == 6 && x[1] == 6 && x[2] == 6, "the grown communicator's AllReduce gave %d %d %d", x[0], x[1], x[2]);
+  for (int i = 0; i < 3; i++) NCCLCHECK(ncclCommDestroy(grown[i]));
+  for (int i = 0; i < 2; i++) NCCLCHECK(ncclCommDestroy(parent[i]));
+  return 0;
+}
+
+/* A nonblocking parent whose rank 2 is gone: the survivors shrink it with
+ * NCCL_SHRINK_ABORT and poll the parent, as NCCL's docs do; the poll ends on
+ * the shrink's outcome, ncclSuccess, as NCCL sets a nonblocking parent's
+ * state from its job's (it ended on the dead rank's error, which reads as a
+ * failed shrink), and the child works. */
+static int shrinkDeadParent(int rank, int n, ncclUniqueId id, void *arg) {
+  (void)arg;
+  setenv("CHORUS_TIMEOUT", "10", 1);
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  cfg.blocking = 0;
+  ncclComm_t parent = NULL, child = NULL;
+  ncclResult_t r = ncclCommInitRankConfig(&parent, n, id, rank, &cfg), state;
+  EXPECT(r == ncclSuccess || r == ncclInProgress, "nonblocking init: %s", ncclGetErrorString(r));
+  if (waitReady(parent)) return 1;
+  int x = 1, y = 0;
+  NCCLCHECK(ncclAllReduce(&x, &y, 1, ncclInt, ncclSum, parent, NULL)); /* every rank is past its init (the NULL stream's call returns done) */
+  if (rank == n - 1) _exit(0); /* gone without a word */
+  r = ncclAllReduce(&x, &y, 1, ncclInt, ncclSum, parent, NULL);
+  do NCCLCHECK(ncclCommGetAsyncError(parent, &state)); while (state == ncclInProgress);
+  EXPECT(r != ncclSuccess || state != ncclSuccess, "an AllReduce with a dead rank succeeded");
+  int dead = n - 1;
+  r = ncclCommShrink(parent, &dead, 1, &child, &cfg, NCCL_SHRINK_ABORT);
+  EXPECT(r == ncclSuccess, "the shrink returned %s", ncclGetErrorString(r));
+  do NCCLCHECK(ncclCommGetAsyncError(parent, &state)); while (state == ncclInProgress);
+  EXPECT(state == ncclSuccess, "polling the shrunk parent ended on %s", ncclGetErrorString(state));
+  if (waitReady(child)) return 1;
+  y = 0;
+  NCCLCHECK(ncclAllReduce(&x, &y, 1, ncclInt, ncclSum, child, NULL));
+  if (waitReady(child)) return 1;
+  EXPECT(y == n - 1, "the child's AllReduce gave %d", y);
+  NCCLCHECK(ncclCommDestroy(child));
+  ncclCommAbort(parent);
+  return 0;
+}
+
 int main(void) {
   int failed = 0;
   failed += groupInits();
@@ -406,6 +495,9 @@ int main(void) {
   failed += mixedGroup();
   failed += splitBlocking();
   failed += initAllFromEnv();
+  failed += runRanks(2, childPolled, NULL, 30);
+  failed += growInGroup();
+  failed += runRanks(3, shrinkDeadParent, NULL, 60);
   for (int n = 2; n <= 3; n++) failed += runRanks(n, childOfParent, NULL, 60);
   failed += runRanks(2, splitParentGone, NULL, 30);
   printf("test_nonblocking: %s\n", failed ? "FAILED" : "passed");

@@ -20,6 +20,7 @@
 #include "core/hash.h"
 #include "core/log.h"
 #include "core/param.h"
+#include "core/spin.h"
 #include "core/wait.h"
 #include "engine/stream.h"
 #include "transport/transport.h"
@@ -71,27 +72,45 @@ static ncclResult_t initRunning(const struct ncclComm *comm, const char *name, i
 }
 
 void commPendOnChild(struct ncclComm *parent, struct ncclComm *child) {
-  commGroupHold(child, 1); /* readable until the parent has seen it done */
-  __atomic_store_n(&parent->pendingChild, child, __ATOMIC_RELEASE);
+  commPin(child, 1); /* readable until the parent has seen it done */
+  spinLock(&parent->pendLock);
+  int attach = !parent->freeing; /* else its free has passed: nobody would unpin the child */
+  if (attach) parent->pendingChild = child;
+  spinUnlock(&parent->pendLock);
+  if (!attach) commPin(child, 0);
 }
 
-ncclResult_t commChildPending(struct ncclComm *comm) {
-  struct ncclComm *child = __atomic_load_n(&comm->pendingChild, __ATOMIC_ACQUIRE);
-  if (!child) return ncclSuccess;
+ncclResult_t commChildPending(struct ncclComm *comm) { return commChildSettle(comm, NULL); }
+
+ncclResult_t commChildSettle(struct ncclComm *comm, int *settled) {
+  if (settled) *settled = 0;
+  if (!__atomic_load_n(&comm->pendingChild, __ATOMIC_ACQUIRE)) return ncclSuccess;
+  spinLock(&comm->pendLock); /* the child stays pinned while it pends: only its reader unpins it */
+  struct ncclComm *child = comm->pendingChild;
+  if (!child) {
+    spinUnlock(&comm->pendLock);
+    return ncclSuccess; /* another thread saw it done first */
+  }
   /* An aborted child (its handle is the caller's at once in chorus) ends
    * the wait: it was the caller's to end. */
   int gone = commGone(child);
-  if (!gone && __atomic_load_n(&child->asyncError, __ATOMIC_ACQUIRE) == ncclInProgress) return ncclInProgress;
-  if (!__atomic_compare_exchange_n(&comm->pendingChild, &child, NULL, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
-    return ncclSuccess; /* another thread saw it done first */
-  ncclResult_t res = gone ? ncclSuccess : __atomic_load_n(&child->setupResult, __ATOMIC_ACQUIRE);
-  if (res != ncclSuccess) {
-    ncclResult_t expected = ncclSuccess;
-    if (__atomic_compare_exchange_n(&comm->asyncError, &expected, res, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
-      snprintf(comm->failText, sizeof comm->failText, "the new communicator of a split or shrink failed to set up: %.400s",
-               child->failText[0] ? child->failText : ncclGetErrorString(res));
+  if (!gone && __atomic_load_n(&child->asyncError, __ATOMIC_ACQUIRE) == ncclInProgress) {
+    spinUnlock(&comm->pendLock);
+    return ncclInProgress;
   }
-  commGroupHold(child, 0);
+  ncclResult_t res = gone ? __atomic_load_n(&comm->asyncError, __ATOMIC_ACQUIRE)
+                          : __atomic_load_n(&child->setupResult, __ATOMIC_ACQUIRE);
+  if (!gone && res != ncclSuccess)
+    snprintf(comm->failText, sizeof comm->failText, "the new communicator of a split or shrink failed to set up: %.400s",
+             child->failText[0] ? child->failText : ncclGetErrorString(res));
+  /* NCCL sets a nonblocking parent's state to its job's outcome, whatever
+   * it was: a failed parent that a shrink (NCCL_SHRINK_ABORT) replaced
+   * says ncclSuccess once the child is ready */
+  if (!gone) __atomic_store_n(&comm->asyncError, res, __ATOMIC_RELEASE);
+  comm->pendingChild = NULL;
+  spinUnlock(&comm->pendLock);
+  commPin(child, 0);
+  if (settled) *settled = !gone;
   return res;
 }
 
@@ -135,8 +154,12 @@ void commFree(struct ncclComm *comm, int graceful) {
     pthread_join(comm->initThread, NULL);
     comm->initThreadRunning = 0;
   }
-  struct ncclComm *child = __atomic_exchange_n(&comm->pendingChild, NULL, __ATOMIC_ACQ_REL);
-  if (child) commGroupHold(child, 0);
+  spinLock(&comm->pendLock);
+  comm->freeing = 1;
+  struct ncclComm *child = comm->pendingChild;
+  comm->pendingChild = NULL;
+  spinUnlock(&comm->pendLock);
+  if (child) commPin(child, 0);
   if (comm->growIdMade) bootstrapRetireRoot(&comm->growId); /* no grow will use it */
   profCommFinalize(&comm->prof);
   flightFree(comm);
@@ -179,9 +202,16 @@ void commGroupHold(struct ncclComm *comm, int hold) {
   else if (__atomic_sub_fetch(&comm->holds, 2, __ATOMIC_ACQ_REL) == 0) free(comm);
 }
 
+void commPin(struct ncclComm *comm, int pin) {
+  if (pin) __atomic_add_fetch(&comm->holds, COMM_PIN, __ATOMIC_ACQ_REL);
+  else if (__atomic_sub_fetch(&comm->holds, COMM_PIN, __ATOMIC_ACQ_REL) == 0) free(comm);
+}
+
 int commGone(const struct ncclComm *comm) { return !(__atomic_load_n(&comm->holds, __ATOMIC_ACQUIRE) & 1); }
 
-int commGroupHeld(const struct ncclComm *comm) { return __atomic_load_n(&comm->holds, __ATOMIC_ACQUIRE) > 1; }
+int commGroupHeld(const struct ncclComm *comm) {
+  return (__atomic_load_n(&comm->holds, __ATOMIC_ACQUIRE) & (COMM_PIN - 2)) != 0; /* the groups' holds, not pins */
+}
 
 static int channelCount(const struct commConfig *cfg) {
   int64_t lo = paramInt(paramMinNChannels), hi = paramInt(paramMaxNChannels);

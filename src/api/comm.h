@@ -87,11 +87,12 @@ struct ncclComm {
   uint64_t orderPos;
   int streamsUnordered; /* chorusCommSetStreamOrder(comm, 0) */
   /* Who keeps the memory: 1 for the owner until ncclCommDestroy or
-   * ncclCommAbort, plus 2 for each call an open group holds (group.c).
-   * Whoever takes it to 0 frees it, so a communicator destroyed or aborted
-   * while a group (any thread's) holds its calls stays readable until that
-   * group ends, and the group then fails instead of running them. */
-  int holds;
+   * ncclCommAbort, plus 2 for each call an open group holds (group.c),
+   * plus COMM_PIN for each pin (commPin). Whoever takes it to 0 frees it,
+   * so a communicator destroyed or aborted while a group (any thread's)
+   * holds its calls stays readable until that group ends, and the group
+   * then fails instead of running them. */
+  uint64_t holds;
   uint64_t opCount;
   /* What this rank is doing, for mismatch checks and for other ranks'
    * timeout diagnosis (watch.h). */
@@ -143,10 +144,13 @@ struct ncclComm {
   int initThreadRunning;
   ncclResult_t setupResult; /* that thread's, once it has ended (a parent's commChildPending reads it) */
   /* A split or shrink of this communicator whose new one still sets up on
-   * its thread (held: commGroupHold); NULL: none. As in NCCL, whose parent
+   * its thread (pinned: commPin); NULL: none. As in NCCL, whose parent
    * runs the child's init as its own job, the parent says ncclInProgress
-   * until the child is set up, then the child's failure if it failed. */
+   * until the child is set up, then the child's outcome. Under pendLock
+   * (a spinlock), as is freeing (commFree has begun: no child pends on it
+   * any more). */
   struct ncclComm *pendingChild;
+  int pendLock, freeing;
   struct profComm prof; /* its profiler plugin context (NCCL_PROFILER_PLUGIN) */
   struct flightRecorder flight; /* its last operations (CHORUS_FLIGHT_RECORDER) */
   struct commStats stats;       /* CHORUS_STATS */
@@ -195,6 +199,11 @@ void commFree(struct ncclComm *comm, int graceful);
 /* A group holds (1) or lets go of (0) one call on comm; letting go of the
  * last hold of a communicator already freed frees its memory. */
 void commGroupHold(struct ncclComm *comm, int hold);
+/* Pins (1) or unpins (0) comm's memory for a reader that is not a group
+ * (a nonblocking split's parent reading its child's state, commInitChild
+ * its parent's), without counting as a group's hold (commGroupHeld). */
+#define COMM_PIN (1ull << 32)
+void commPin(struct ncclComm *comm, int pin);
 /* 1 when comm was destroyed or aborted (only a group still holds it). */
 int commGone(const struct ncclComm *comm);
 /* 1 while an open group (any thread's) holds calls on comm. */
@@ -224,10 +233,18 @@ ncclResult_t commReady(struct ncclComm *comm, const char *name);
  * is still running: what may not be called then (NCCL's
  * ncclCommEnsureReady) calls this first. */
 ncclResult_t commInitDone(struct ncclComm *comm, const char *name);
-/* ncclInProgress while comm's pendingChild sets up; once it is done,
- * ncclSuccess, or the child's failure, which comm then keeps as its own
- * (NCCL sets the parent's error from the child's init job). */
+/* ncclInProgress while comm's pendingChild sets up; once it is done, its
+ * outcome, which becomes comm's own state, as NCCL sets a nonblocking
+ * parent's state from the child's init job (a failure; or ncclSuccess,
+ * which clears the failure of a parent that a shrink with
+ * NCCL_SHRINK_ABORT left behind). */
 ncclResult_t commChildPending(struct ncclComm *comm);
+/* The same, and *settled 1 when this call saw the child done (its outcome
+ * is what it returns): ncclCommGetAsyncError says that outcome then, even
+ * where a liveness check would now say a peer of the parent is gone (the
+ * one a shrink left out), so that polling the parent, as NCCL's docs do,
+ * ends on the shrink's outcome. */
+ncclResult_t commChildSettle(struct ncclComm *comm, int *settled);
 /* A split or shrink of parent made child, whose setup runs on its thread:
  * parent is pending until it ends (commChildPending). */
 void commPendOnChild(struct ncclComm *parent, struct ncclComm *child);

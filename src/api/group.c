@@ -113,6 +113,14 @@ ncclResult_t groupEnqueue(struct groupItem *item) {
 
 int groupOpen(void) { return groupDepth > 0; }
 
+/* The mode an init job joins a group with: a split's or shrink's is its
+ * parent's (NCCL launches their jobs on the parent), which says where its
+ * setup runs; any other's (a grow's too, launched on the new
+ * communicator) its communicator's. */
+static int initJobMode(const struct initJob *job) {
+  return job->setup == commSetupByMode ? job->blocking : job->setup == commSetupInCall;
+}
+
 ncclResult_t groupInit(const struct initJob *job) {
   if (groupDepth == 0) {
     struct initJob j = *job;
@@ -120,7 +128,7 @@ ncclResult_t groupInit(const struct initJob *job) {
     free(j.excluded);
     return res;
   }
-  ncclResult_t mixed = groupJoin(job->parent ? job->parent->blocking : job->blocking);
+  ncclResult_t mixed = groupJoin(initJobMode(job));
   if (mixed != ncclSuccess) {
     free(job->excluded);
     return mixed;

@@ -19,17 +19,11 @@ void initJobParentDone(struct initJob *j) {
 
 ncclResult_t commInitChild(struct initJob *j, int nranks, int rank, int dev, const struct commOrigin *origin) {
   struct ncclComm *parent = j->parent;
-  commGroupHold(parent, 1); /* readable below, even if aborted meanwhile */
+  commPin(parent, 1); /* readable below, even if aborted meanwhile (then no child pends on it) */
   initJobParentDone(j);
   ncclResult_t res = commInit(j->comm, nranks, &j->id, rank, dev, j->blocking, origin);
-  if (res == ncclInProgress) {
-    commPendOnChild(parent, *j->comm);
-    if (commGone(parent)) { /* aborted meanwhile: its free may have missed the child */
-      struct ncclComm *child = __atomic_exchange_n(&parent->pendingChild, NULL, __ATOMIC_ACQ_REL);
-      if (child) commGroupHold(child, 0);
-    }
-  }
-  commGroupHold(parent, 0);
+  if (res == ncclInProgress) commPendOnChild(parent, *j->comm);
+  commPin(parent, 0);
   return res;
 }
 
