@@ -80,9 +80,7 @@ void commPendOnChild(struct ncclComm *parent, struct ncclComm *child) {
   if (!attach) commPin(child, 0);
 }
 
-ncclResult_t commChildPending(struct ncclComm *comm) { return commChildSettle(comm, NULL); }
-
-ncclResult_t commChildSettle(struct ncclComm *comm, int *settled) {
+ncclResult_t commChildPending(struct ncclComm *comm, int *settled) {
   if (settled) *settled = 0;
   if (!__atomic_load_n(&comm->pendingChild, __ATOMIC_ACQUIRE)) return ncclSuccess;
   spinLock(&comm->pendLock); /* the child stays pinned while it pends: only its reader unpins it */
@@ -114,9 +112,14 @@ ncclResult_t commChildSettle(struct ncclComm *comm, int *settled) {
   return res;
 }
 
+/* 1 while a split or shrink of comm still sets its child up: one load when
+ * none does (every call asks). */
+static int childSettingUp(struct ncclComm *comm) {
+  return __atomic_load_n(&comm->pendingChild, __ATOMIC_RELAXED) && commChildPending(comm, NULL) == ncclInProgress;
+}
+
 ncclResult_t commInitDone(struct ncclComm *comm, const char *name) {
-  if (__atomic_load_n(&comm->pendingChild, __ATOMIC_RELAXED) && commChildPending(comm) == ncclInProgress)
-    return initRunning(comm, name, 1);
+  if (childSettingUp(comm)) return initRunning(comm, name, 1);
   if (__atomic_load_n(&comm->asyncError, __ATOMIC_ACQUIRE) != ncclInProgress) return ncclSuccess;
   return initRunning(comm, name, 0);
 }
@@ -130,8 +133,7 @@ ncclResult_t commReady(struct ncclComm *comm, const char *name) {
     WARN("%s : rank %d: communicator is suspended (ncclCommSuspend): ncclCommResume it first", name, comm->rank);
     return ncclInvalidUsage;
   }
-  if (__atomic_load_n(&comm->pendingChild, __ATOMIC_RELAXED) && commChildPending(comm) == ncclInProgress)
-    return initRunning(comm, name, 1);
+  if (childSettingUp(comm)) return initRunning(comm, name, 1);
   ncclResult_t async = __atomic_load_n(&comm->asyncError, __ATOMIC_ACQUIRE);
   /* A peer that died or reported a fault since the last call: its WARN is
    * the one that explains, so return without another. */

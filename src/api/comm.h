@@ -237,14 +237,13 @@ ncclResult_t commInitDone(struct ncclComm *comm, const char *name);
  * outcome, which becomes comm's own state, as NCCL sets a nonblocking
  * parent's state from the child's init job (a failure; or ncclSuccess,
  * which clears the failure of a parent that a shrink with
- * NCCL_SHRINK_ABORT left behind). */
-ncclResult_t commChildPending(struct ncclComm *comm);
-/* The same, and *settled 1 when this call saw the child done (its outcome
- * is what it returns): ncclCommGetAsyncError says that outcome then, even
+ * NCCL_SHRINK_ABORT left behind); ncclSuccess when none pends. *settled
+ * (when not NULL) is 1 when this call saw the child done (its outcome is
+ * what it returns): ncclCommGetAsyncError says that outcome then, even
  * where a liveness check would now say a peer of the parent is gone (the
  * one a shrink left out), so that polling the parent, as NCCL's docs do,
  * ends on the shrink's outcome. */
-ncclResult_t commChildSettle(struct ncclComm *comm, int *settled);
+ncclResult_t commChildPending(struct ncclComm *comm, int *settled);
 /* A split or shrink of parent made child, whose setup runs on its thread:
  * parent is pending until it ends (commChildPending). */
 void commPendOnChild(struct ncclComm *parent, struct ncclComm *child);

@@ -446,7 +446,7 @@ NCCL_API(ncclResult_t, ncclCommShrink, ncclComm_t comm, int *excludeRanksList, i
 
 /* A grow's parent has finished its init and has not failed. */
 static ncclResult_t growParentUp(struct ncclComm *comm, const char *call) {
-  ncclResult_t async = commChildPending(comm) == ncclInProgress ? ncclInProgress /* a split of it still sets up */
+  ncclResult_t async = commChildPending(comm, NULL) == ncclInProgress ? ncclInProgress /* a split of it still sets up */
                                                                  : __atomic_load_n(&comm->asyncError, __ATOMIC_ACQUIRE);
   if (async == ncclSuccess) return ncclSuccess;
   WARN("%s : rank %d: parent communicator is %s", call, comm->rank,
@@ -618,7 +618,7 @@ NCCL_API(ncclResult_t, ncclCommGetAsyncError, ncclComm_t comm, ncclResult_t *asy
     return ncclInvalidArgument;
   }
   int settled;
-  ncclResult_t pending = commChildSettle(comm, &settled); /* a nonblocking split's parent says how its child is doing */
+  ncclResult_t pending = commChildPending(comm, &settled); /* a nonblocking split's parent says how its child is doing */
   *asyncError = pending == ncclInProgress || settled ? pending : watchAsyncError(comm);
   return ncclSuccess;
 }
