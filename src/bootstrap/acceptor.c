@@ -11,7 +11,14 @@
 #include "core/err.h"
 #include "core/log.h"
 
-#define HELLO_DEADLINE_NS 1000000000ull /* a rank sends its hello right after connecting */
+/* A rank sends its hello right after connecting, but may not run for a
+ * while in between: under valgrind, whose threads take turns, a rank's
+ * init thread back from connect waited more than a second behind its
+ * process's thread polling ncclCommGetAsyncError, and the root dropped its
+ * connection (the rank then read "the root closed the connection without a
+ * word"). A silent stranger holds a pending slot this long at most, and
+ * less when the slots run out (the oldest silent one goes first). */
+#define HELLO_DEADLINE_NS 10000000000ull
 
 void acceptorInit(struct acceptor *a, int listenFd, size_t helloBytes) {
   a->listenFd = listenFd;
