@@ -266,6 +266,48 @@ static int childOfParent(int rank, int n, ncclUniqueId id, void *arg) {
   return 0;
 }
 
+/* Two splits of a nonblocking parent in one group: they agree in the
+ * order called (they crossed, and failed), both set up on their threads,
+ * and the parent says ncclInProgress until both are ready. */
+static int childrenOfParent(int rank, int n, ncclUniqueId id, void *arg) {
+  (void)arg;
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  cfg.blocking = 0;
+  ncclComm_t parent = NULL, whole = NULL, half = NULL;
+  ncclResult_t r = ncclCommInitRankConfig(&parent, n, id, rank, &cfg), state;
+  EXPECT(r == ncclSuccess || r == ncclInProgress, "nonblocking init: %s", ncclGetErrorString(r));
+  if (waitReady(parent)) return 1;
+  NCCLCHECK(ncclGroupStart());
+  ncclResult_t a = ncclCommSplit(parent, 0, rank, &whole, &cfg);
+  ncclResult_t b = ncclCommSplit(parent, rank % 2, -rank, &half, &cfg);
+  r = ncclGroupEnd(); /* before any check: a failed one must not leave the group open */
+  EXPECT(a == ncclSuccess && b == ncclSuccess && (r == ncclSuccess || r == ncclInProgress),
+         "two splits in a group: %s, %s, ncclGroupEnd %s", ncclGetErrorString(a), ncclGetErrorString(b),
+         ncclGetErrorString(r));
+  do NCCLCHECK(ncclCommGetAsyncError(parent, &state)); while (state == ncclInProgress);
+  EXPECT(state == ncclSuccess, "the parent of two splits says %s", ncclGetErrorString(state));
+  int wholeCount = -1, halfCount = -1, halfRank = -1, same = 0, higher = 0;
+  for (int q = 0; q < n; q++)
+    if (q % 2 == rank % 2) same++, higher += q > rank;
+  r = ncclCommCount(whole, &wholeCount);
+  EXPECT(r == ncclSuccess && wholeCount == n, "the first child: %s, %d ranks", ncclGetErrorString(r), wholeCount);
+  r = ncclCommCount(half, &halfCount);
+  EXPECT(r == ncclSuccess && halfCount == same, "the second child: %s, %d ranks", ncclGetErrorString(r), halfCount);
+  NCCLCHECK(ncclCommUserRank(half, &halfRank));
+  EXPECT(halfRank == higher, "the second child's rank %d, expected %d", halfRank, higher);
+  int x = rank + 1, y = 0, z = 0;
+  NCCLCHECK(ncclAllReduce(&x, &y, 1, ncclInt, ncclSum, whole, NULL));
+  NCCLCHECK(ncclAllReduce(&x, &z, 1, ncclInt, ncclSum, half, NULL));
+  if (waitReady(whole) || waitReady(half)) return 1;
+  int want = 0;
+  for (int q = rank % 2; q < n; q += 2) want += q + 1;
+  EXPECT(y == n * (n + 1) / 2 && z == want, "the children's AllReduce gave %d and %d", y, z);
+  NCCLCHECK(ncclCommDestroy(whole));
+  NCCLCHECK(ncclCommDestroy(half));
+  NCCLCHECK(ncclCommDestroy(parent));
+  return 0;
+}
+
 /* NCCL_COMM_BLOCKING overrides config.blocking, and the default of a call
  * without a config, as NCCL's envConfigOverride: 0 makes ncclCommInitRank's
  * communicator nonblocking for the calls after, while the call itself, as
@@ -528,6 +570,7 @@ int main(void) {
   failed += growInGroup();
   failed += runRanks(3, shrinkDeadParent, NULL, 60);
   for (int n = 2; n <= 3; n++) failed += runRanks(n, childOfParent, NULL, 60);
+  for (int n = 2; n <= 3; n++) failed += runRanks(n, childrenOfParent, NULL, 30);
   failed += runRanks(2, splitParentGone, NULL, 30);
   printf("test_nonblocking: %s\n", failed ? "FAILED" : "passed");
   return failed != 0;

@@ -29,6 +29,50 @@ static int checkChild(ncclComm_t child, int parentRank, int n, int color) {
 /* The last rank opts out; the others split by rank % 3. */
 static int colorOf(int r, int n) { return r == n - 1 ? NCCL_SPLIT_NOCOLOR : r % 3; }
 
+/* child is rank `rank` of `count` and sums the parent ranks in `want` */
+static int checkMembers(ncclComm_t child, int parentRank, int rank, int count, int want, const char *what) {
+  int r, c, x = parentRank, sum = -1;
+  NCCLCHECK(ncclCommUserRank(child, &r));
+  NCCLCHECK(ncclCommCount(child, &c));
+  EXPECT(r == rank && c == count, "parent rank %d: %s is rank %d of %d, expected %d of %d", parentRank, what, r, c,
+         rank, count);
+  NCCLCHECK(ncclAllReduce(&x, &sum, 1, ncclInt, ncclSum, child, NULL));
+  EXPECT(sum == want, "parent rank %d: %s summed %d, expected %d", parentRank, what, sum, want);
+  return 0;
+}
+
+/* Several splits and a shrink of one parent in one group: each is what it
+ * would be called alone, in the order called (they ran at once, their
+ * agreements' messages crossed on the parent's bootstrap, and the ranks
+ * failed or waited out the timeout, 600 s by default). The last rank is
+ * left out of the shrink, which it does not call. */
+static int groupedSplits(ncclComm_t comm, int rank, int n) {
+  ncclComm_t byColor = NULL, whole = NULL, byParity = NULL, shrunk = NULL;
+  int last = n - 1;
+  NCCLCHECK(ncclGroupStart());
+  ncclResult_t a = ncclCommSplit(comm, colorOf(rank, n), -rank, &byColor, NULL);
+  ncclResult_t b = ncclCommSplit(comm, 0, rank, &whole, NULL);
+  ncclResult_t c = rank == last ? ncclSuccess : ncclCommShrink(comm, &last, 1, &shrunk, NULL, NCCL_SHRINK_DEFAULT);
+  ncclResult_t d = ncclCommSplit(comm, rank % 2, n - rank, &byParity, NULL);
+  ncclResult_t end = ncclGroupEnd(); /* before any check: a failed one must not leave the group open */
+  EXPECT(a == ncclSuccess && b == ncclSuccess && c == ncclSuccess && d == ncclSuccess && end == ncclSuccess,
+         "rank %d: splits and a shrink in one group: %s %s %s %s, ncclGroupEnd %s", rank, ncclGetErrorString(a),
+         ncclGetErrorString(b), ncclGetErrorString(c), ncclGetErrorString(d), ncclGetErrorString(end));
+  if (rank == last) EXPECT(byColor == NULL, "NCCL_SPLIT_NOCOLOR in a group gave a communicator");
+  else if (checkChild(byColor, rank, n, rank % 3)) return 1;
+  if (checkMembers(whole, rank, rank, n, n * (n - 1) / 2, "the split of every rank")) return 1;
+  if (rank != last && checkMembers(shrunk, rank, rank, n - 1, (n - 1) * (n - 2) / 2, "the shrink")) return 1;
+  int same = 0, higher = 0, sum = 0; /* key n - rank: the higher parent ranks first */
+  for (int r = 0; r < n; r++)
+    if (r % 2 == rank % 2) same++, higher += r > rank, sum += r;
+  if (checkMembers(byParity, rank, higher, same, sum, "the split by parity")) return 1;
+  if (byColor) NCCLCHECK(ncclCommDestroy(byColor));
+  if (shrunk) NCCLCHECK(ncclCommDestroy(shrunk));
+  NCCLCHECK(ncclCommDestroy(whole));
+  NCCLCHECK(ncclCommDestroy(byParity));
+  return 0;
+}
+
 static int rankMain(int rank, int n, ncclUniqueId id, void *arg) {
   ncclComm_t comm, child;
   NCCLCHECK(ncclCommInitRank(&comm, n, id, rank));
@@ -43,6 +87,7 @@ static int rankMain(int rank, int n, ncclUniqueId id, void *arg) {
   int x = 1, y = 0;
   NCCLCHECK(ncclAllReduce(&x, &y, 1, ncclInt, ncclSum, comm, NULL));
   EXPECT(y == n, "parent allreduce gave %d", y);
+  if (groupedSplits(comm, rank, n)) return 1;
   EXPECT(ncclCommSplit(comm, -5, 0, &child, NULL) == ncclInvalidArgument, "negative color accepted");
   EXPECT(ncclCommSplit(comm, 0, 0, NULL, NULL) == ncclInvalidArgument, "NULL newcomm accepted");
   NCCLCHECK(ncclCommDestroy(comm));
@@ -72,7 +117,25 @@ int main(void) {
       if (q % 3 == r % 3) members++, before += q > r;
     EXPECT(rank == before && count == members, "grouped split: rank %d got %d of %d", r, rank, count);
   }
+  /* and two splits of each rank in one group, from one thread */
+  ncclComm_t halves[5], wholes[5];
+  NCCLCHECK(ncclGroupStart());
+  for (int r = 0; r < n; r++) NCCLCHECK(ncclCommSplit(comms[r], r < 2, r, &halves[r], NULL));
+  for (int r = 0; r < n; r++) NCCLCHECK(ncclCommSplit(comms[r], 7, -r, &wholes[r], NULL));
+  NCCLCHECK(ncclGroupEnd());
   for (int r = 0; r < n; r++) {
+    int rank, count;
+    NCCLCHECK(ncclCommUserRank(halves[r], &rank));
+    NCCLCHECK(ncclCommCount(halves[r], &count));
+    EXPECT(rank == (r < 2 ? r : r - 2) && count == (r < 2 ? 2 : 3), "two grouped splits: rank %d got %d of %d", r,
+           rank, count);
+    NCCLCHECK(ncclCommUserRank(wholes[r], &rank));
+    NCCLCHECK(ncclCommCount(wholes[r], &count));
+    EXPECT(rank == n - 1 - r && count == n, "two grouped splits: rank %d got %d of %d in the second", r, rank, count);
+  }
+  for (int r = 0; r < n; r++) {
+    NCCLCHECK(ncclCommDestroy(halves[r]));
+    NCCLCHECK(ncclCommDestroy(wholes[r]));
     NCCLCHECK(ncclCommDestroy(children[r]));
     NCCLCHECK(ncclCommDestroy(comms[r]));
   }

@@ -71,11 +71,26 @@ static ncclResult_t initRunning(const struct ncclComm *comm, const char *name, i
   return ncclInvalidArgument;
 }
 
+/* Lets go of a list of pending children, taken off their parent: each
+ * pendNext is read before its child is unpinned (and may be freed). */
+static void commUnpinPending(struct ncclComm *c) {
+  while (c) {
+    struct ncclComm *next = c->pendNext;
+    commPin(c, 0);
+    c = next;
+  }
+}
+
 void commPendOnChild(struct ncclComm *parent, struct ncclComm *child) {
   commPin(child, 1); /* readable until the parent has seen it done */
   spinLock(&parent->pendLock);
   int attach = !parent->freeing; /* else its free has passed: nobody would unpin the child */
-  if (attach) parent->pendingChild = child;
+  if (attach) { /* last, so that the list is in the order the children started setting up */
+    struct ncclComm **at = &parent->pendingChild;
+    while (*at) at = &(*at)->pendNext;
+    child->pendNext = NULL;
+    *at = child;
+  }
   spinUnlock(&parent->pendLock);
   if (!attach) commPin(child, 0);
 }
@@ -83,32 +98,39 @@ void commPendOnChild(struct ncclComm *parent, struct ncclComm *child) {
 ncclResult_t commChildPending(struct ncclComm *comm, int *settled) {
   if (settled) *settled = 0;
   if (!__atomic_load_n(&comm->pendingChild, __ATOMIC_ACQUIRE)) return ncclSuccess;
-  spinLock(&comm->pendLock); /* the child stays pinned while it pends: only its reader unpins it */
-  struct ncclComm *child = comm->pendingChild;
-  if (!child) {
+  spinLock(&comm->pendLock); /* the children stay pinned while they pend: only their reader unpins them */
+  struct ncclComm *first = comm->pendingChild;
+  if (!first) {
     spinUnlock(&comm->pendLock);
-    return ncclSuccess; /* another thread saw it done first */
+    return ncclSuccess; /* another thread saw them done first */
   }
   /* An aborted child (its handle is the caller's at once in chorus) ends
-   * the wait: it was the caller's to end. */
-  int gone = commGone(child);
-  if (!gone && __atomic_load_n(&child->asyncError, __ATOMIC_ACQUIRE) == ncclInProgress) {
-    spinUnlock(&comm->pendLock);
-    return ncclInProgress;
-  }
-  ncclResult_t res = gone ? __atomic_load_n(&comm->asyncError, __ATOMIC_ACQUIRE)
-                          : __atomic_load_n(&child->setupResult, __ATOMIC_ACQUIRE);
-  if (!gone && res != ncclSuccess)
+   * its part of the wait: it was the caller's to end. */
+  for (struct ncclComm *c = first; c; c = c->pendNext)
+    if (!commGone(c) && __atomic_load_n(&c->asyncError, __ATOMIC_ACQUIRE) == ncclInProgress) {
+      spinUnlock(&comm->pendLock);
+      return ncclInProgress;
+    }
+  ncclResult_t res = ncclSuccess;
+  int seen = 0; /* children not gone, whose outcome counts */
+  for (struct ncclComm *c = first; c; c = c->pendNext) {
+    if (commGone(c)) continue;
+    seen++;
+    ncclResult_t r = __atomic_load_n(&c->setupResult, __ATOMIC_ACQUIRE);
+    if (r == ncclSuccess || res != ncclSuccess) continue;
+    res = r;
     snprintf(comm->failText, sizeof comm->failText, "the new communicator of a split or shrink failed to set up: %.400s",
-             child->failText[0] ? child->failText : ncclGetErrorString(res));
-  /* NCCL sets a nonblocking parent's state to its job's outcome, whatever
+             c->failText[0] ? c->failText : ncclGetErrorString(r));
+  }
+  /* NCCL sets a nonblocking parent's state to its jobs' outcome, whatever
    * it was: a failed parent that a shrink (NCCL_SHRINK_ABORT) replaced
    * says ncclSuccess once the child is ready */
-  if (!gone) __atomic_store_n(&comm->asyncError, res, __ATOMIC_RELEASE);
+  if (seen) __atomic_store_n(&comm->asyncError, res, __ATOMIC_RELEASE);
+  else res = __atomic_load_n(&comm->asyncError, __ATOMIC_ACQUIRE);
   comm->pendingChild = NULL;
   spinUnlock(&comm->pendLock);
-  commPin(child, 0);
-  if (settled) *settled = !gone;
+  commUnpinPending(first);
+  if (settled) *settled = seen > 0;
   return res;
 }
 
@@ -158,10 +180,10 @@ void commFree(struct ncclComm *comm, int graceful) {
   }
   spinLock(&comm->pendLock);
   comm->freeing = 1;
-  struct ncclComm *child = comm->pendingChild;
+  struct ncclComm *children = comm->pendingChild;
   comm->pendingChild = NULL;
   spinUnlock(&comm->pendLock);
-  if (child) commPin(child, 0);
+  commUnpinPending(children);
   if (comm->growIdMade) bootstrapRetireRoot(&comm->growId); /* no grow will use it */
   profCommFinalize(&comm->prof);
   flightFree(comm);

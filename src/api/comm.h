@@ -143,13 +143,14 @@ struct ncclComm {
   pthread_t initThread; /* nonblocking init */
   int initThreadRunning;
   ncclResult_t setupResult; /* that thread's, once it has ended (a parent's commChildPending reads it) */
-  /* A split or shrink of this communicator whose new one still sets up on
-   * its thread (pinned: commPin); NULL: none. As in NCCL, whose parent
-   * runs the child's init as its own job, the parent says ncclInProgress
-   * until the child is set up, then the child's outcome. Under pendLock
-   * (a spinlock), as is freeing (commFree has begun: no child pends on it
-   * any more). */
-  struct ncclComm *pendingChild;
+  /* The splits and shrinks of this communicator whose new ones still set
+   * up on their threads (each pinned: commPin), a list through their
+   * pendNext (a group may hold several of one parent); NULL: none. As in
+   * NCCL, whose parent runs a child's init as its own job, the parent
+   * says ncclInProgress until they are set up, then their outcome. Under
+   * pendLock (a spinlock), as is freeing (commFree has begun: no child
+   * pends on it any more) and the children's pendNext. */
+  struct ncclComm *pendingChild, *pendNext;
   int pendLock, freeing;
   struct profComm prof; /* its profiler plugin context (NCCL_PROFILER_PLUGIN) */
   struct flightRecorder flight; /* its last operations (CHORUS_FLIGHT_RECORDER) */
@@ -233,13 +234,14 @@ ncclResult_t commReady(struct ncclComm *comm, const char *name);
  * is still running: what may not be called then (NCCL's
  * ncclCommEnsureReady) calls this first. */
 ncclResult_t commInitDone(struct ncclComm *comm, const char *name);
-/* ncclInProgress while comm's pendingChild sets up; once it is done, its
- * outcome, which becomes comm's own state, as NCCL sets a nonblocking
+/* ncclInProgress while any of comm's pending children sets up; once all
+ * are done, their outcome (the first failure in the list, else
+ * ncclSuccess), which becomes comm's own state, as NCCL sets a nonblocking
  * parent's state from the child's init job (a failure; or ncclSuccess,
  * which clears the failure of a parent that a shrink with
  * NCCL_SHRINK_ABORT left behind); ncclSuccess when none pends. *settled
- * (when not NULL) is 1 when this call saw the child done (its outcome is
- * what it returns): ncclCommGetAsyncError says that outcome then, even
+ * (when not NULL) is 1 when this call saw the children done (their
+ * outcome is what it returns): ncclCommGetAsyncError says that outcome then, even
  * where a liveness check would now say a peer of the parent is gone (the
  * one a shrink left out), so that polling the parent, as NCCL's docs do,
  * ends on the shrink's outcome. */

@@ -10,11 +10,25 @@
 #include "api/initjob.h"
 #include "core/err.h"
 #include "core/log.h"
+#include "core/wait.h"
 
 void initJobParentDone(struct initJob *j) {
-  if (!j->parentHeld) return;
-  j->parentHeld = 0;
-  __atomic_add_fetch(&j->parent->busy, -1, __ATOMIC_ACQ_REL);
+  if (j->parentHeld) {
+    j->parentHeld = 0;
+    __atomic_add_fetch(&j->parent->busy, -1, __ATOMIC_ACQ_REL);
+  }
+  __atomic_store_n(&j->parentDone, 1, __ATOMIC_RELEASE);
+}
+
+/* Waits until the job before j on its parent is done with the parent
+ * (j->after). Bounded by that job: its own waits end at its timeout or
+ * its parent's abort, and its thread marks it done on every path. */
+static void initJobAwaitTurn(struct initJob *j) {
+  if (!j->after) return;
+  struct waitState w;
+  waitBegin(&w, NULL, NULL, NULL, "an earlier split or shrink of the same parent in this group");
+  w.timeoutNs = 0;
+  while (!__atomic_load_n(&j->after->parentDone, __ATOMIC_ACQUIRE)) waitPause(&w);
 }
 
 ncclResult_t commInitChild(struct initJob *j, int nranks, int rank, int dev, const struct commOrigin *origin) {
@@ -30,6 +44,7 @@ ncclResult_t commInitChild(struct initJob *j, int nranks, int rank, int dev, con
 static void *initJobThread(void *p) {
   struct initJob *j = p;
   struct commOrigin origin = {j->func, NULL, 0, 0, j->ids, &j->config, 0, j->setup};
+  initJobAwaitTurn(j);
   if (j->run && j->parent) { /* see initJobParentDone */
     __atomic_add_fetch(&j->parent->busy, 1, __ATOMIC_ACQ_REL);
     j->parentHeld = 1;
@@ -81,8 +96,13 @@ ncclResult_t initJobsRun(struct initJob *jobs, int n) {
   if (n <= 0) return ncclSuccess;
   ncclResult_t res = ncclSuccess;
   int started = 0, inProgress = 0;
-  for (int i = 0; i < n; i++)
+  for (int i = 0; i < n; i++) {
     if (jobs[i].comm) *jobs[i].comm = NULL;
+    jobs[i].parentDone = 0;
+    jobs[i].after = NULL;
+    for (int k = i - 1; jobs[i].run && jobs[i].parent && k >= 0 && !jobs[i].after; k--)
+      if (jobs[k].run && jobs[k].parent == jobs[i].parent) jobs[i].after = &jobs[k];
+  }
   if (n == 1) {
     initJobThread(&jobs[0]);
     started = 1;

@@ -30,6 +30,13 @@ struct initJob {
   char *excluded;
   int shrinkFlags;
   int parentHeld; /* the job counts in parent->busy (initJobParentDone) */
+  /* An earlier job of the same group on the same parent (initJobsRun):
+   * this one's agreement over the parent's bootstrap starts once that one
+   * is done with the parent (parentDone), so that a group's splits and
+   * shrinks of one parent agree in the order they were called, as they
+   * would one after the other (run at once, their messages crossed). */
+  struct initJob *after;
+  int parentDone;
   int setup;      /* where the communicator's rendezvous runs (commSetupWhere) */
   const char *func; /* the call, for the logs (commOrigin) */
   uint64_t ids;     /* ncclCommInitRankScalable's ids, hashed (commOrigin); 0: one id */
