@@ -13,7 +13,8 @@ log=$(NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,BOOTSTRAP,ENV "$bin/chorusrun" -n 3
       NCCL_DEBUG=INFO "$bin/test_split" 2>&1 | grep "NCCL INFO")
 H='^[^ :]+:[0-9]+:[0-9]+ \[[0-9]+\] NCCL INFO '
 P='0x[0-9a-f]+'
-# key phrase | pattern
+# key phrase | pattern (a child's COMPLETE line names its call, as NCCL
+# 2.30's init.cc prints its job's funcName: a shrink's says ncclCommShrink)
 checks=(
   "NCCL version|${H}NCCL version 2\.[0-9]+\.[0-9]+\+[a-z]+-?[0-9.]+\$"
   "set by environment to|${H}[A-Z_]+ set by environment to .*\.\$"
@@ -24,7 +25,7 @@ checks=(
   "Connected all trees|${H}Connected all trees\$"
   "coll channels|${H}[0-9]+ coll channels, [0-9]+ collnet channels, [0-9]+ nvls channels, [0-9]+ p2p channels, [0-9]+ p2p channels per peer\$"
   "commId $P - Init COMPLETE|${H}ncclComm[A-Za-z]+ comm $P rank [0-9]+ nranks [0-9]+ cudaDev [0-9]+ nvmlDev [0-9]+ busId [0-9a-f]+ commId $P - Init COMPLETE\$"
-  "childCount|${H}ncclCommSplit comm $P rank [0-9]+ nranks [0-9]+ cudaDev [0-9]+ nvmlDev [0-9]+ busId [0-9a-f]+ parent $P childCount [0-9]+ color -?[0-9]+ key -?[0-9]+ - Init COMPLETE\$"
+  "childCount|${H}ncclComm(Split|Shrink|Grow) comm $P rank [0-9]+ nranks [0-9]+ cudaDev [0-9]+ nvmlDev [0-9]+ busId [0-9a-f]+ parent $P childCount [0-9]+ color -?[0-9]+ key -?[0-9]+ - Init COMPLETE\$"
   "Init timings|${H}Init timings - ncclComm[A-Za-z]+: rank [0-9]+ nranks [0-9]+ total [0-9.]+ \(kernels [0-9.]+, alloc [0-9.]+, bootstrap [0-9.]+, allgathers [0-9.]+, topo [0-9.]+, graphs [0-9.]+, connections [0-9.]+, rest -?[0-9.]+\)\$"
   "Destroy COMPLETE|${H}comm $P rank [0-9]+ nranks [0-9]+ cudaDev [0-9]+ busId [0-9a-f]+ - Destroy COMPLETE\$"
 )
