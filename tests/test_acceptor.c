@@ -45,17 +45,25 @@ static int nextHello(struct acceptor *a, char *got, size_t bytes) {
   return 1;
 }
 
+/* An acceptor of 16-byte hellos on a fresh listener (its address and
+ * descriptor in addr and listenFd); NULL when there is none. */
+static struct acceptor *freshAcceptor(union sockAddr *addr, int *listenFd) {
+  char ifname[64];
+  if (sockPickAddr(NULL, addr, ifname, sizeof ifname) != ncclSuccess || sockListen(addr, listenFd) != ncclSuccess)
+    return NULL;
+  struct acceptor *a = calloc(1, sizeof *a);
+  if (a) acceptorInit(a, *listenFd, 16);
+  return a;
+}
+
 /* One flood on a fresh listener: the rank sends its hello before the
  * strangers come (partial: only half of it, the rest once the acceptor has
  * looked, so that its connection has sent something when room is made). */
 static int flood(int partial) {
   union sockAddr addr;
-  char ifname[64];
   int listenFd;
-  NCCLCHECK(sockPickAddr(NULL, &addr, ifname, sizeof ifname));
-  NCCLCHECK(sockListen(&addr, &listenFd));
-  struct acceptor *a = calloc(1, sizeof *a);
-  acceptorInit(a, listenFd, 16);
+  struct acceptor *a = freshAcceptor(&addr, &listenFd);
+  EXPECT(a != NULL, "a listener");
   char hello[16] = "rank zero hello", got[16];
   size_t first = partial ? 8 : sizeof hello;
   int rank = connectTo(&addr), strangers[STRANGERS];
@@ -93,12 +101,9 @@ static int flood(int partial) {
  * root closed the connection without a word"). */
 static int slowHello(void) {
   union sockAddr addr;
-  char ifname[64];
   int listenFd;
-  NCCLCHECK(sockPickAddr(NULL, &addr, ifname, sizeof ifname));
-  NCCLCHECK(sockListen(&addr, &listenFd));
-  struct acceptor *a = calloc(1, sizeof *a);
-  acceptorInit(a, listenFd, 16);
+  struct acceptor *a = freshAcceptor(&addr, &listenFd);
+  EXPECT(a != NULL, "a listener");
   char hello[16] = "rank late hello", got[16];
   int rank = connectTo(&addr);
   EXPECT(rank >= 0, "the rank's connection");
