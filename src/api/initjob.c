@@ -22,13 +22,20 @@ void initJobParentDone(struct initJob *j) {
 
 /* Waits until the job before j on its parent is done with the parent
  * (j->after). Bounded by that job: its own waits end at its timeout or
- * its parent's abort, and its thread marks it done on every path. */
-static void initJobAwaitTurn(struct initJob *j) {
-  if (!j->after) return;
+ * its parent's abort, and its thread marks it done on every path. j holds
+ * the parent (busy) meanwhile, so that an ncclCommAbort or ncclCommDestroy
+ * of it from another thread waits for j too, rather than close the
+ * parent's bootstrap under it; an abort ends the wait, and the job. */
+static ncclResult_t initJobAwaitTurn(struct initJob *j) {
+  if (!j->after) return ncclSuccess;
   struct waitState w;
-  waitBegin(&w, NULL, NULL, NULL, "an earlier split or shrink of the same parent in this group");
+  waitBegin(&w, &j->parent->abortFlag, NULL, NULL, "an earlier split or shrink of the same parent in this group");
   w.timeoutNs = 0;
-  while (!__atomic_load_n(&j->after->parentDone, __ATOMIC_ACQUIRE)) waitPause(&w);
+  while (!__atomic_load_n(&j->after->parentDone, __ATOMIC_ACQUIRE)) CHECK(waitPause(&w));
+  if (!__atomic_load_n(&j->parent->abortFlag, __ATOMIC_ACQUIRE)) return ncclSuccess;
+  WARN("%s : rank %d: its parent was aborted while an earlier split or shrink of it in this group ran", j->func,
+       j->parent->rank);
+  return ncclInvalidUsage;
 }
 
 ncclResult_t commInitChild(struct initJob *j, int nranks, int rank, int dev, const struct commOrigin *origin) {
@@ -44,14 +51,11 @@ ncclResult_t commInitChild(struct initJob *j, int nranks, int rank, int dev, con
 static void *initJobThread(void *p) {
   struct initJob *j = p;
   struct commOrigin origin = {j->func, NULL, 0, 0, j->ids, &j->config, 0, j->setup};
-  initJobAwaitTurn(j);
-  if (j->run && j->parent) { /* see initJobParentDone */
-    __atomic_add_fetch(&j->parent->busy, 1, __ATOMIC_ACQ_REL);
-    j->parentHeld = 1;
-  }
-  j->res = j->run    ? j->run(j)
-           : j->made ? commInitSetup(j->made)
-                     : commInit(j->comm, j->nranks, &j->id, j->rank, j->cudaDev, j->blocking, &origin);
+  j->res = initJobAwaitTurn(j); /* the parent is held already (initJobsRun) */
+  if (j->res == ncclSuccess)
+    j->res = j->run    ? j->run(j)
+             : j->made ? commInitSetup(j->made)
+                       : commInit(j->comm, j->nranks, &j->id, j->rank, j->cudaDev, j->blocking, &origin);
   initJobParentDone(j);
   if (j->res != ncclSuccess && j->res != ncclInProgress) snprintf(j->why, sizeof j->why, "%s", logThreadLastError());
   return NULL;
@@ -97,11 +101,16 @@ ncclResult_t initJobsRun(struct initJob *jobs, int n) {
   ncclResult_t res = ncclSuccess;
   int started = 0, inProgress = 0;
   for (int i = 0; i < n; i++) {
-    if (jobs[i].comm) *jobs[i].comm = NULL;
-    jobs[i].parentDone = 0;
-    jobs[i].after = NULL;
-    for (int k = i - 1; jobs[i].run && jobs[i].parent && k >= 0 && !jobs[i].after; k--)
-      if (jobs[k].run && jobs[k].parent == jobs[i].parent) jobs[i].after = &jobs[k];
+    struct initJob *j = &jobs[i];
+    if (j->comm) *j->comm = NULL;
+    j->parentDone = 0;
+    j->after = NULL;
+    for (int k = i - 1; j->run && j->parent && k >= 0 && !j->after; k--)
+      if (jobs[k].run && jobs[k].parent == j->parent) j->after = &jobs[k];
+    if (j->run && j->parent) { /* held from before its thread starts: see initJobParentDone */
+      __atomic_add_fetch(&j->parent->busy, 1, __ATOMIC_ACQ_REL);
+      j->parentHeld = 1;
+    }
   }
   if (n == 1) {
     initJobThread(&jobs[0]);
@@ -120,6 +129,7 @@ ncclResult_t initJobsRun(struct initJob *jobs, int n) {
     for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
     free(th);
   }
+  for (int i = started; i < n; i++) initJobParentDone(&jobs[i]); /* never ran: let go of their parents */
   /* ncclInProgress: a nonblocking communicator still joining. */
   for (int i = 0; i < started; i++)
     if (jobs[i].res == ncclInProgress) inProgress = 1;

@@ -42,9 +42,10 @@ struct initJob {
   uint64_t ids;     /* ncclCommInitRankScalable's ids, hashed (commOrigin); 0: one id */
   char why[512];    /* the init thread's last WARN when res is an error */
 };
-/* The job is done with its parent (split, shrink, grow): from the start of
- * the job until this is called (by its run function before the child's own
- * rendezvous, else when the run returns) it counts in parent->busy, so that
+/* The job is done with its parent (split, shrink, grow): from initJobsRun
+ * on (before its thread starts) until this is called (by its run function
+ * before the child's own rendezvous, else when the run returns) it counts
+ * in parent->busy, so that
  * ncclCommAbort or ncclCommDestroy of the parent from another thread waits
  * until it no longer reads the parent (an abort ends its waits first). */
 void initJobParentDone(struct initJob *job);
