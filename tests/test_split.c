@@ -8,29 +8,6 @@
 
 #include "harness.h"
 
-static int checkChild(ncclComm_t child, int parentRank, int n, int color) {
-  int members = 0, before = 0;
-  for (int r = 0; r < n; r++)
-    if (r % 3 == color && r != n - 1) {
-      members++;
-      if (r > parentRank) before++; /* key = -rank: higher parent ranks come first */
-    }
-  int rank, count;
-  NCCLCHECK(ncclCommUserRank(child, &rank));
-  NCCLCHECK(ncclCommCount(child, &count));
-  EXPECT(count == members && rank == before, "parent rank %d: child rank %d of %d, expected %d of %d", parentRank,
-         rank, count, before, members);
-  int x = parentRank, sum = 0, want = 0;
-  for (int r = 0; r < n; r++)
-    if (r % 3 == color && r != n - 1) want += r;
-  NCCLCHECK(ncclAllReduce(&x, &sum, 1, ncclInt, ncclSum, child, NULL));
-  EXPECT(sum == want, "parent rank %d: sum over its color %d, expected %d", parentRank, sum, want);
-  return 0;
-}
-
-/* The last rank opts out; the others split by rank % 3. */
-static int colorOf(int r, int n) { return r == n - 1 ? NCCL_SPLIT_NOCOLOR : r % 3; }
-
 /* child is rank `rank` of `count` and sums the parent ranks in `want` */
 static int checkMembers(ncclComm_t child, int parentRank, int rank, int count, int want, const char *what) {
   int r, c, x = parentRank, sum = -1;
@@ -42,6 +19,22 @@ static int checkMembers(ncclComm_t child, int parentRank, int rank, int count, i
   EXPECT(sum == want, "parent rank %d: %s summed %d, expected %d", parentRank, what, sum, want);
   return 0;
 }
+
+/* The child of parent rank parentRank by color (r % 3, the last rank out),
+ * keys reversed: higher parent ranks come first. */
+static int checkChild(ncclComm_t child, int parentRank, int n, int color) {
+  int members = 0, before = 0, want = 0;
+  for (int r = 0; r < n; r++)
+    if (r % 3 == color && r != n - 1) {
+      members++;
+      before += r > parentRank;
+      want += r;
+    }
+  return checkMembers(child, parentRank, before, members, want, "the child of its color");
+}
+
+/* The last rank opts out; the others split by rank % 3. */
+static int colorOf(int r, int n) { return r == n - 1 ? NCCL_SPLIT_NOCOLOR : r % 3; }
 
 /* Several splits and a shrink of one parent in one group: each is what it
  * would be called alone, in the order called (they ran at once, their

@@ -106,22 +106,21 @@ ncclResult_t commChildPending(struct ncclComm *comm, int *settled) {
   }
   /* An aborted child (its handle is the caller's at once in chorus) ends
    * its part of the wait: it was the caller's to end. */
-  for (struct ncclComm *c = first; c; c = c->pendNext)
-    if (!commGone(c) && __atomic_load_n(&c->asyncError, __ATOMIC_ACQUIRE) == ncclInProgress) {
+  int seen = 0; /* children not gone, whose outcome counts */
+  struct ncclComm *failed = NULL; /* the first of them that failed */
+  for (struct ncclComm *c = first; c; c = c->pendNext) {
+    if (commGone(c)) continue;
+    if (__atomic_load_n(&c->asyncError, __ATOMIC_ACQUIRE) == ncclInProgress) {
       spinUnlock(&comm->pendLock);
       return ncclInProgress;
     }
-  ncclResult_t res = ncclSuccess;
-  int seen = 0; /* children not gone, whose outcome counts */
-  for (struct ncclComm *c = first; c; c = c->pendNext) {
-    if (commGone(c)) continue;
     seen++;
-    ncclResult_t r = __atomic_load_n(&c->setupResult, __ATOMIC_ACQUIRE);
-    if (r == ncclSuccess || res != ncclSuccess) continue;
-    res = r;
-    snprintf(comm->failText, sizeof comm->failText, "the new communicator of a split or shrink failed to set up: %.400s",
-             c->failText[0] ? c->failText : ncclGetErrorString(r));
+    if (!failed && __atomic_load_n(&c->setupResult, __ATOMIC_ACQUIRE) != ncclSuccess) failed = c;
   }
+  ncclResult_t res = failed ? __atomic_load_n(&failed->setupResult, __ATOMIC_ACQUIRE) : ncclSuccess;
+  if (failed)
+    snprintf(comm->failText, sizeof comm->failText, "the new communicator of a split or shrink failed to set up: %.400s",
+             failed->failText[0] ? failed->failText : ncclGetErrorString(res));
   /* NCCL sets a nonblocking parent's state to its jobs' outcome, whatever
    * it was: a failed parent that a shrink (NCCL_SHRINK_ABORT) replaced
    * says ncclSuccess once the child is ready */

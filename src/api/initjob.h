@@ -45,9 +45,9 @@ struct initJob {
 /* The job is done with its parent (split, shrink, grow): from initJobsRun
  * on (before its thread starts) until this is called (by its run function
  * before the child's own rendezvous, else when the run returns) it counts
- * in parent->busy, so that
- * ncclCommAbort or ncclCommDestroy of the parent from another thread waits
- * until it no longer reads the parent (an abort ends its waits first). */
+ * in parent->busy, so that ncclCommAbort or ncclCommDestroy of the parent
+ * from another thread waits until it no longer reads the parent (an abort
+ * ends its waits first). */
 void initJobParentDone(struct initJob *job);
 /* The shrink itself, on the init thread (shrink.c). */
 ncclResult_t commShrinkRun(struct initJob *job);
