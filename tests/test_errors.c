@@ -475,12 +475,14 @@ static int rankMain(int rank, int n, ncclUniqueId id, void *arg) {
  * WARN, never "" or a mix of two (it handed out the process's buffer
  * itself: 117259 of 2000000 reads were empty, 2077 mixed). */
 static int warnersStop;
+static long warnings; /* WARNs the other thread has written */
 static void *warner(void *arg) {
   (void)arg;
   int v;
   while (!__atomic_load_n(&warnersStop, __ATOMIC_RELAXED)) {
     ncclCommCount(NULL, &v);
     ncclCommUserRank(NULL, &v);
+    __atomic_add_fetch(&warnings, 2, __ATOMIC_RELAXED);
   }
   return NULL;
 }
@@ -497,9 +499,17 @@ static int lastErrorWhileWarning(void) {
   EXPECT(pthread_create(&t, NULL, warner, NULL) == 0, "a thread");
   int torn = 0;
   char seen[256] = "";
-  for (int i = 0; i < 200000 && !torn; i++) {
-    snprintf(seen, sizeof seen, "%s", ncclGetLastError(NULL));
-    torn = strcmp(seen, count) != 0 && strcmp(seen, userRank) != 0;
+  /* Reads for at least 0.5 s and 200000 WARNs of the other thread (a
+   * loaded machine runs the two by turns, where a read meets a WARN half
+   * written only when the writer was preempted in it), 5 s at most. */
+  __atomic_store_n(&warnings, 0, __ATOMIC_RELAXED);
+  double t0 = nowSec(), now = t0;
+  while (!torn && now < t0 + 5 && (now < t0 + 0.5 || __atomic_load_n(&warnings, __ATOMIC_RELAXED) < 200000)) {
+    for (int i = 0; i < 1000 && !torn; i++) {
+      snprintf(seen, sizeof seen, "%s", ncclGetLastError(NULL));
+      torn = strcmp(seen, count) != 0 && strcmp(seen, userRank) != 0;
+    }
+    now = nowSec();
   }
   __atomic_store_n(&warnersStop, 1, __ATOMIC_RELAXED);
   pthread_join(t, NULL);
