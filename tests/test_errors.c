@@ -517,6 +517,58 @@ static int lastErrorWhileWarning(void) {
   return 0;
 }
 
+/* ncclGetLastError(comm) read by another thread while comm fails gives
+ * the whole WARN that failed it or none of it: the text was written after
+ * the failure was published, with no lock, so a reader could copy half of
+ * it (ThreadSanitizer reports that race on the library before). A group
+ * of two Broadcasts with different roots over ncclCommInitAll's two
+ * communicators fails both (CHORUS_CHECK). */
+static ncclComm_t failing[2];
+static int failingDone;
+static long failingReads;
+static char failingTorn[600];
+static void *failTextReader(void *arg) {
+  const char *want = arg; /* the first round's text; the rounds' texts are alike */
+  while (!__atomic_load_n(&failingDone, __ATOMIC_ACQUIRE)) {
+    const char *t = ncclGetLastError(failing[0]);
+    failingReads++;
+    if (strstr(t, "Mismatched operation") && strcmp(t, want) != 0 && !failingTorn[0])
+      snprintf(failingTorn, sizeof failingTorn, "%s", t);
+  }
+  return NULL;
+}
+static ncclResult_t failByRoots(void) {
+  float b[4] = {0};
+  ncclGroupStart();
+  ncclBroadcast(b, b, 4, ncclFloat, 0, failing[0], NULL);
+  ncclBroadcast(b, b, 4, ncclFloat, 1, failing[1], NULL);
+  return ncclGroupEnd();
+}
+static int failTextWhileFailing(void) {
+  char want[600];
+  NCCLCHECK(ncclCommInitAll(failing, 2, NULL));
+  EXPECT(failByRoots() == ncclInvalidUsage, "mismatched roots: ncclInvalidUsage");
+  snprintf(want, sizeof want, "%s", ncclGetLastError(failing[0]));
+  EXPECT(strstr(want, "Mismatched operation") != NULL, "the failure's text: '%s'", want);
+  ncclCommAbort(failing[0]);
+  ncclCommAbort(failing[1]);
+  for (int round = 0; round < 20; round++) {
+    NCCLCHECK(ncclCommInitAll(failing, 2, NULL));
+    pthread_t t;
+    __atomic_store_n(&failingDone, 0, __ATOMIC_RELEASE);
+    EXPECT(pthread_create(&t, NULL, failTextReader, want) == 0, "a thread");
+    ncclResult_t r = failByRoots();
+    __atomic_store_n(&failingDone, 1, __ATOMIC_RELEASE);
+    pthread_join(t, NULL);
+    ncclCommAbort(failing[0]);
+    ncclCommAbort(failing[1]);
+    EXPECT(r == ncclInvalidUsage, "round %d: mismatched roots gave %d", round, (int)r);
+    EXPECT(!failingTorn[0], "round %d: ncclGetLastError(comm) while comm failed: '%s'", round, failingTorn);
+  }
+  EXPECT(failingReads > 0, "the reader read");
+  return 0;
+}
+
 int main(void) {
   int failed = 0;
   ncclUniqueId id;
@@ -532,6 +584,7 @@ int main(void) {
     failed += runRanks(n, endedInGroup, queued, 60);
   }
   failed += lastErrorWhileWarning();
+  failed += failTextWhileFailing();
   BAD(ncclGetVersion(NULL), ncclInvalidArgument, "version");
   NCCLCHECK(ncclGetVersion(&v));
   EXPECT(v == NCCL_VERSION_CODE && v == 21903, "version %d", v);

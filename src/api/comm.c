@@ -118,9 +118,13 @@ ncclResult_t commChildPending(struct ncclComm *comm, int *settled) {
     if (!failed && __atomic_load_n(&c->setupResult, __ATOMIC_ACQUIRE) != ncclSuccess) failed = c;
   }
   ncclResult_t res = failed ? __atomic_load_n(&failed->setupResult, __ATOMIC_ACQUIRE) : ncclSuccess;
-  if (failed)
-    snprintf(comm->failText, sizeof comm->failText, "the new communicator of a split or shrink failed to set up: %.400s",
-             failed->failText[0] ? failed->failText : ncclGetErrorString(res));
+  if (failed) {
+    char why[sizeof comm->failText], text[sizeof comm->failText];
+    commCopyFailText(failed, why, sizeof why);
+    snprintf(text, sizeof text, "the new communicator of a split or shrink failed to set up: %.400s",
+             why[0] ? why : ncclGetErrorString(res));
+    commSetFailText(comm, text);
+  }
   /* NCCL sets a nonblocking parent's state to its jobs' outcome, whatever
    * it was: a failed parent that a shrink (NCCL_SHRINK_ABORT) replaced
    * says ncclSuccess once the child is ready */
@@ -161,8 +165,10 @@ ncclResult_t commReady(struct ncclComm *comm, const char *name) {
   if (async == ncclSuccess && (async = watchAsyncError(comm)) != ncclSuccess) return async;
   if (async == ncclInProgress) return initRunning(comm, name, 0);
   if (async != ncclSuccess) {
+    char why[sizeof comm->failText];
+    commCopyFailText(comm, why, sizeof why);
     WARN("%s : rank %d: communicator has failed earlier (%s: %s); abort and re-create it", name, comm->rank,
-         ncclGetErrorString(async), comm->failText);
+         ncclGetErrorString(async), why);
     return async;
   }
   if (comm->finalized) {
@@ -882,7 +888,7 @@ void commInitAbandon(struct ncclComm *comm, ncclResult_t res, const char *why) {
     pthread_join(comm->initThread, NULL);
     comm->initThreadRunning = 0;
   }
-  snprintf(comm->failText, sizeof comm->failText, "%s", why);
+  commSetFailText(comm, why);
   __atomic_store_n(&comm->asyncError, res, __ATOMIC_RELEASE);
   __atomic_sub_fetch(&comm->busy, 1, __ATOMIC_SEQ_CST);
 }

@@ -225,6 +225,12 @@ ncclResult_t commCheck(const struct ncclComm *comm, const char *call);
 /* The set of communicators not yet freed (errors.c): commLiveAdd returns 0
  * when out of memory. */
 int commLiveAdd(const struct ncclComm *comm);
+/* Sets comm's failText (errors.c) under the lock ncclGetLastError(comm)
+ * reads it with, so that a thread reading it as it fails gets all of the
+ * text or none; NULL text: this thread's last WARN (logCopyLastError). */
+void commSetFailText(struct ncclComm *comm, const char *text);
+/* A copy of comm's failText, read under that lock. */
+void commCopyFailText(const struct ncclComm *comm, char *buf, size_t len);
 void commLiveRemove(const struct ncclComm *comm);
 /* ncclSuccess when comm takes operations; else why not, in a WARN naming
  * the call: revoked, suspended, failed (a peer's death included), still

@@ -91,6 +91,23 @@ void commLiveRemove(const struct ncclComm *comm) {
   pthread_mutex_unlock(&liveLock);
 }
 
+void commSetFailText(struct ncclComm *comm, const char *text) {
+  char warn[sizeof comm->failText];
+  if (!text) { /* copied first: the log's lock is not taken under liveLock */
+    logCopyLastError(warn, sizeof warn);
+    text = warn;
+  }
+  pthread_mutex_lock(&liveLock);
+  snprintf(comm->failText, sizeof comm->failText, "%s", text);
+  pthread_mutex_unlock(&liveLock);
+}
+
+void commCopyFailText(const struct ncclComm *comm, char *buf, size_t len) {
+  pthread_mutex_lock(&liveLock);
+  snprintf(buf, len, "%s", comm->failText);
+  pthread_mutex_unlock(&liveLock);
+}
+
 NCCL_API(const char *, ncclGetLastError, ncclComm_t comm) {
   /* NCCL gives the process's last WARN, whatever comm is. A communicator
    * that has failed gives the WARN that explained its failure instead, so

@@ -308,7 +308,7 @@ static void markFailed(const struct groupItem *items, int n, cudaStream_t stream
       ncclResult_t expected = ncclSuccess;
       if (__atomic_compare_exchange_n(&items[i].comm->asyncError, &expected, res, 0, __ATOMIC_ACQ_REL,
                                       __ATOMIC_ACQUIRE))
-        logCopyLastError(items[i].comm->failText, sizeof items[i].comm->failText);
+        commSetFailText(items[i].comm, NULL);
     }
 }
 

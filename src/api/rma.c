@@ -283,7 +283,7 @@ static void rmaWorkDone(struct streamWork *w, ncclResult_t res) {
   ncclResult_t none = ncclSuccess;
   if (res != ncclSuccess &&
       __atomic_compare_exchange_n(&c->comm->asyncError, &none, res, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
-    logCopyLastError(c->comm->failText, sizeof c->comm->failText);
+    commSetFailText(c->comm, NULL);
   __atomic_add_fetch(&c->comm->busy, -1, __ATOMIC_ACQ_REL);
   rmaFree(c);
 }

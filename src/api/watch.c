@@ -257,7 +257,7 @@ ncclResult_t watchAsyncError(struct ncclComm *comm) {
   ncclResult_t live = bootstrapLiveness(&comm->boot);
   if (live != ncclSuccess) {
     if (__atomic_compare_exchange_n(&comm->asyncError, &cur, live, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
-      logCopyLastError(comm->failText, sizeof comm->failText);
+      commSetFailText(comm, NULL);
   }
   return __atomic_load_n(&comm->asyncError, __ATOMIC_ACQUIRE);
 }
