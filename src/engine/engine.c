@@ -123,6 +123,12 @@ static void reduceOut(const struct task *t, void *dst, const void *acc, const vo
   else reduceTwo(&t->red, dst, acc, in, n, flags);
 }
 
+/* Whether st's next slot, nb bytes written here (not by sendPostFrom), goes
+ * past the cache: the protocol's choice. */
+static int slotStreams(const struct step *st, size_t nb) {
+  return st->sp->slotStream && st->sp->slotStream(st->send, nb);
+}
+
 /* Single copy: the smallest slot worth a reference (below it, copying is
  * cheaper than the receiver's system call). */
 #define ENGINE_REF_MIN 4096
@@ -309,12 +315,17 @@ static int stepAdvance(struct task *t, struct step *st, uint64_t timeoutNs) {
         memcpy(dst, slotIn, nb);
         st->sp->sendPostFrom(st->send, dst, nb);
       } else {
-        memcpy(slotOut, slotIn, nb);
+        if (slotStreams(st, nb)) copyStreaming(slotOut, slotIn, nb);
+        else memcpy(slotOut, slotIn, nb);
         st->sp->sendPost(st->send, nb);
         copyOut(t, dst, slotIn, nb);
       }
       break;
-    case stepRecvReduceSend: reduceTwo(op, slotOut, slotIn, src, n, st->flags); posted = 0; break;
+    case stepRecvReduceSend:
+      if (slotStreams(st, nb)) reduceTwoStreaming(op, slotOut, slotIn, src, n, st->flags);
+      else reduceTwo(op, slotOut, slotIn, src, n, st->flags);
+      posted = 0;
+      break;
     case stepRecvReduceCopy: reduceOut(t, dst, slotIn, src, n, st->flags); break;
     case stepRecvReduceCopySend:
       if (resultAt) { /* into the sender's output too: it copies nothing */
@@ -329,7 +340,7 @@ static int stepAdvance(struct task *t, struct step *st, uint64_t timeoutNs) {
       } else {
         /* Both outputs from one pass (a block at a time through L1), not
          * the slot and then a copy of it: 2 ranks, 2-4 MiB, 5-15% faster */
-        reduceTwoAndSlot(op, dst, slotOut, slotIn, src, n, st->flags, t->streamOut);
+        reduceTwoAndSlot(op, dst, slotOut, slotIn, src, n, st->flags, t->streamOut, slotStreams(st, nb));
         st->sp->sendPost(st->send, nb);
       }
       break;

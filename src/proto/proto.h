@@ -46,6 +46,11 @@ struct proto {
   /* 1 when sendPostFrom reads the data where it is: a step that also keeps
    * the data then writes its output first and posts from there. */
   int (*sendReadsSource)(const struct conn *c);
+  /* Sender, before it writes bytes into the slot sendSlot gave (not through
+   * sendPostFrom, which chooses itself): 1 when it should store them past
+   * the cache (streaming stores, fenced before sendPost). NULL where the
+   * protocol always writes through the cache. */
+  int (*slotStream)(struct conn *c, size_t bytes);
   /* Receiver. The next filled slot, or NULL while none has arrived. */
   const char *(*recvSlot)(struct conn *c);
   /* After recvSlot: 1 with body (24 bytes) filled when the slot starts an

@@ -8,10 +8,127 @@
  * before answering "not yet". */
 #include <string.h>
 
+#include "core/clock.h"
 #include "core/log.h"
 #include "engine/desc.h"
 #include "proto/proto.h"
+#include "reduce/reduce.h"
 #include "transport/transport.h"
+
+/* Large slots over shared memory are written through the cache or past it
+ * (streaming stores), as the sender's own copies measure. Where a line
+ * moves between the two ranks' cores in the usual time (this VM's two
+ * vCPUs: 0.05 us, bin/lineping) a cached copy into a slot costs 120-250
+ * cycles per KiB, streaming 60-150, and the receiver then reads its slot
+ * from the cache, not from memory: cached wins (2-rank AllGather 256 KiB-1
+ * MiB 1.5-2x). But for minutes at a time the vCPUs sit far apart (0.2 us
+ * a line): each line a cached copy stores was last read by the receiver's
+ * core and is fetched back from it first, 550-1130 cycles per KiB, and a
+ * 2-rank Broadcast of 1-4 MiB runs 4-5x slower than with streaming, which
+ * stays at 60-150 (2026-12-07). So streaming is chosen while cached copies
+ * cost more than slotStreamRatio times as much: not less, since the
+ * sender's clock does not see what streaming costs the receiver (its reads
+ * from memory), and in the fast state a cached copy's mean reaches 4x.
+ *   A copy's cost depends on how the slot was written the time before
+ * (a cached copy after a streaming one finds the lines in memory, not in
+ * the receiver's cache: 250-850 cycles per KiB where it costs 120-250 in
+ * turn), so a copy is timed only when its slot's previous write went the
+ * same way (writeWays). The way not chosen is tried on one slot: a copy
+ * that way, untimed, then, when that slot comes round again, a timed one.
+ * Tries come every writeProbeEvery timed copies, an interval that doubles
+ * (to slotProbeMost) while they confirm the choice, so that trying the
+ * dear way costs little and a change of the machine's state is still
+ * followed. Where the transport moves the bytes itself (sockets) slots are
+ * only its staging: through the cache. */
+enum { slotTimedFrom = 16384, slotStreamRatio = 5, slotProbeFirst = 32, slotProbeMost = 1024 };
+
+/* Whether a large slot over shared memory goes past the cache, by the
+ * figures so far (or CHORUS_SLOT_STREAM). */
+static int simpleStreamChosen(struct conn *c, size_t bytes) {
+  if (c->tp->progress || c->tp->postFrom) return 0;
+  if (c->writeForced == 0 || c->writeForced == 1) return c->writeForced;
+  if (bytes < slotTimedFrom || !c->writeCost[0] || !c->writeCost[1]) return 0;
+  int way = c->writeCost[0] > slotStreamRatio * (uint64_t)c->writeCost[1];
+  if (way && !c->writeStreamed) {
+    c->writeStreamed = 1;
+    INFO(subsysShm, "chorus : slots to rank %d written past the cache: through it they cost %u cycles/KiB, past "
+         "it %u (CHORUS_SLOT_STREAM)", c->peer, c->writeCost[0], c->writeCost[1]);
+  }
+  return way;
+}
+
+/* Notes how the slot at c's step is written: bytes through the cache or
+ * past it (way). A small write leaves most of the slot's lines as they
+ * were, unknown. */
+static void simpleSlotWritten(struct conn *c, int way, size_t bytes) {
+  uint64_t bit = 1ull << (c->step % c->nslots);
+  if (bytes < slotTimedFrom) {
+    c->writeWaysKnown &= ~bit;
+    return;
+  }
+  c->writeWaysKnown |= bit;
+  c->writeWays = way ? c->writeWays | bit : c->writeWays & ~bit;
+}
+
+/* The engine's own writes into a slot (reductions, a slot passed on)
+ * follow the choice untimed: their cost depends on what they read too. */
+static int simpleSlotStream(struct conn *c, size_t bytes) {
+  int way = simpleStreamChosen(c, bytes);
+  simpleSlotWritten(c, way, bytes);
+  return way;
+}
+
+/* A timed copy's cost into its way's figure: a try's counts half against
+ * the way's older (stale) figure; others go into a running mean, where one
+ * copy the thread was preempted in moves it by at most 1.75x (which
+ * changes no choice). */
+static void simpleWriteCost(struct conn *c, int way, uint64_t cost, int trying) {
+  uint32_t *mean = &c->writeCost[way];
+  if (!trying && *mean && cost > 4 * (uint64_t)*mean) cost = 4 * (uint64_t)*mean;
+  if (cost > UINT32_MAX) cost = UINT32_MAX;
+  *mean = !*mean ? (uint32_t)cost
+          : trying ? (uint32_t)(((uint64_t)*mean + cost) / 2)
+                   : (uint32_t)((3 * (uint64_t)*mean + cost) / 4);
+}
+
+/* Copies bytes of this rank's data into the slot at c's step, the chosen
+ * way or a try's, timing it where the slot's previous write went the same
+ * way. */
+static void simpleCopyIntoSlot(struct conn *c, char *slot, const void *data, size_t bytes) {
+  /* Not before the FIFO's pages are in (connPopulate, after the first
+   * large message): a copy that faults them in costs 2000-3000 cycles per
+   * KiB, whichever way. */
+  if (c->writeForced >= 0 || bytes < slotTimedFrom || !c->populated || c->tp->progress || c->tp->postFrom) {
+    if (simpleSlotStream(c, bytes)) copyStreaming(slot, data, bytes);
+    else memcpy(slot, data, bytes);
+    return;
+  }
+  uint32_t k = (uint32_t)(c->step % c->nslots);
+  uint64_t bit = 1ull << k;
+  int chosen = simpleStreamChosen(c, bytes), way = chosen, trying = 0;
+  if (c->writeTrySlot == (int)k) { /* a try's timed copy */
+    way = c->writeTryWay;
+    trying = 1;
+    c->writeTrySlot = -1;
+  } else if (c->writeTrySlot < 0 && (!c->writeCost[1] || ++c->writeProbeIn >= c->writeProbeEvery)) {
+    way = !chosen; /* a try begins: this copy readies the slot */
+    c->writeTrySlot = (int)k;
+    c->writeTryWay = way;
+    c->writeProbeIn = 0;
+  }
+  int timed = (c->writeWaysKnown & bit) && !!(c->writeWays & bit) == way;
+  uint64_t start = timed ? clockCycles() : 0;
+  if (way) copyStreaming(slot, data, bytes);
+  else memcpy(slot, data, bytes);
+  if (timed) simpleWriteCost(c, way, (clockCycles() - start) * 1024 / bytes + 1, trying);
+  simpleSlotWritten(c, way, bytes);
+  if (!trying || !timed) { /* an untimed try (the engine wrote the slot between) taught nothing */
+    if (!c->writeProbeEvery) c->writeProbeEvery = slotProbeFirst;
+    return;
+  }
+  int every = 2 * c->writeProbeEvery > slotProbeMost ? slotProbeMost : 2 * c->writeProbeEvery;
+  c->writeProbeEvery = simpleStreamChosen(c, bytes) == chosen ? every : slotProbeFirst;
+}
 
 static char *simpleSendSlot(struct conn *c) {
   if (c->step - c->headCache >= c->nslots && c->tp->progress)
@@ -40,7 +157,7 @@ static void simpleSendPostFrom(struct conn *c, const void *data, size_t bytes) {
   if (c->tp->postFrom) {
     c->tp->postFrom(c, data, bytes);
   } else {
-    memcpy(connSlotData(c, (uint32_t)(c->step % c->nslots)), data, bytes);
+    simpleCopyIntoSlot(c, connSlotData(c, (uint32_t)(c->step % c->nslots)), data, bytes);
     __atomic_store_n(&c->ctrl->tail, ++c->step, __ATOMIC_RELEASE);
     protoPopulateSent(c, bytes);
   }
@@ -151,6 +268,7 @@ const struct proto simpleProto = {
     .sendPost = simpleSendPost,
     .sendPostFrom = simpleSendPostFrom,
     .sendReadsSource = simpleSendReadsSource,
+    .slotStream = simpleSlotStream,
     .recvSlot = simpleRecvSlot,
     .descGet = simpleDescGet,
     .foreign = simpleForeign,

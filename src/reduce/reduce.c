@@ -292,6 +292,6 @@ void reduceTwoBoth(const struct redOp *op, void *dst, void *dst2, const void *ac
 }
 
 void reduceTwoAndSlot(const struct redOp *op, void *dst, void *slot, const void *acc, const void *in, size_t n,
-                      int flags, int stream) {
-  reduceThroughL1(op, dst, slot, acc, in, n, flags, stream, 0);
+                      int flags, int stream, int slotStream) {
+  reduceThroughL1(op, dst, slot, acc, in, n, flags, stream, slotStream);
 }

@@ -66,9 +66,10 @@ void reduceTwoStreaming(const struct redOp *op, void *dst, const void *acc, cons
  * dst again. dst and dst2 may alias acc or in. */
 void reduceTwoBoth(const struct redOp *op, void *dst, void *dst2, const void *acc, const void *in, size_t n, int flags,
                    int stream);
-/* reduceTwoBoth where the second output is a FIFO slot a peer reads next:
- * stored into the cache whatever stream says of dst. */
+/* reduceTwoBoth where the second output is a FIFO slot a peer reads next,
+ * stored past the cache only if slotStream says so (the protocol's
+ * choice), whatever stream says of dst. */
 void reduceTwoAndSlot(const struct redOp *op, void *dst, void *slot, const void *acc, const void *in, size_t n,
-                      int flags, int stream);
+                      int flags, int stream, int slotStream);
 
 #endif

@@ -3,6 +3,8 @@
 #include <stdint.h>
 #include <sys/mman.h>
 
+#include "core/param.h"
+
 /* A slot holds buffSize / nslots bytes of data (rounded down to 64) and its
  * header on top: a block of a power-of-two size then fills whole slots
  * instead of leaving its last 32 bytes for one more slot, which over
@@ -33,6 +35,13 @@ void connLayout(struct conn *c, char *base, size_t buffSize, int peer) {
   c->refUntil = 0;
   c->populated = 0;
   c->peer = peer;
+  c->writeCost[0] = c->writeCost[1] = 0;
+  c->writeProbeIn = c->writeProbeEvery = 0;
+  c->writeTrySlot = -1;
+  c->writeTryWay = 0;
+  c->writeWays = c->writeWaysKnown = 0;
+  c->writeForced = (int)paramInt(paramSlotStream);
+  c->writeStreamed = 0;
   c->tp = 0;
   c->tpConn = 0;
 }

@@ -81,6 +81,19 @@ struct conn {
   int populated;      /* this side has faulted its whole FIFO in (connPopulate) */
   int peer;
   uint64_t descStamp;  /* schedule building: the operation that last marked a step on it */
+  /* Sender: how its large slots are written, through the cache or past it
+   * (the protocol's choice, proto/simple.c): each way's cost in clockCycles
+   * per KiB copied (0: not measured yet); the timed copies since the other
+   * way was last tried, and the interval between tries; the slot whose
+   * next copy is a try's timed one (-1: none), and its way; the way each
+   * slot was last copied into (bit k: slot k past the cache), for the
+   * slots whose bit in writeWaysKnown is set */
+  uint32_t writeCost[2];
+  uint32_t writeProbeIn, writeProbeEvery;
+  int writeTrySlot, writeTryWay;
+  uint64_t writeWays, writeWaysKnown;
+  int writeForced;   /* CHORUS_SLOT_STREAM as the connection was laid out: 0 or 1 forces the way, -1 measures */
+  int writeStreamed; /* has written a slot past the cache by choice (logged the first time) */
   const struct transport *tp; /* the transport that connected it */
   void *tpConn;               /* that transport's own state for it (NULL: none) */
 };
