@@ -128,8 +128,12 @@ ncclResult_t commChildPending(struct ncclComm *comm, int *settled) {
   /* NCCL sets a nonblocking parent's state to its jobs' outcome, whatever
    * it was: a failed parent that a shrink (NCCL_SHRINK_ABORT) replaced
    * says ncclSuccess once the child is ready */
-  if (seen) __atomic_store_n(&comm->asyncError, res, __ATOMIC_RELEASE);
-  else res = __atomic_load_n(&comm->asyncError, __ATOMIC_ACQUIRE);
+  if (seen) {
+    __atomic_store_n(&comm->asyncError, res, __ATOMIC_RELEASE);
+    if (res == ncclSuccess) commSetFailText(comm, ""); /* a replaced failure's text goes with it */
+  } else {
+    res = __atomic_load_n(&comm->asyncError, __ATOMIC_ACQUIRE);
+  }
   comm->pendingChild = NULL;
   spinUnlock(&comm->pendLock);
   commUnpinPending(first);

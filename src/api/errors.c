@@ -63,8 +63,19 @@ static pthread_mutex_t liveLock = PTHREAD_MUTEX_INITIALIZER;
 static const struct ncclComm **live;
 static int nlive, liveCap;
 
-int commLiveAdd(const struct ncclComm *comm) {
+/* A fork while another thread holds liveLock (reading a failure's text)
+ * must not leave the child's copy held: every fork takes it first. */
+static void liveForkPrepare(void) { pthread_mutex_lock(&liveLock); }
+static void liveForkRelease(void) { pthread_mutex_unlock(&liveLock); }
+static pthread_once_t liveForkOnce = PTHREAD_ONCE_INIT;
+static void liveForkRegister(void) { pthread_atfork(liveForkPrepare, liveForkRelease, liveForkRelease); }
+static void liveTake(void) {
+  pthread_once(&liveForkOnce, liveForkRegister);
   pthread_mutex_lock(&liveLock);
+}
+
+int commLiveAdd(const struct ncclComm *comm) {
+  liveTake();
   int ok = 1;
   if (nlive == liveCap) {
     int cap = liveCap ? 2 * liveCap : 16;
@@ -82,7 +93,7 @@ int commLiveAdd(const struct ncclComm *comm) {
 }
 
 void commLiveRemove(const struct ncclComm *comm) {
-  pthread_mutex_lock(&liveLock);
+  liveTake();
   for (int i = 0; i < nlive; i++)
     if (live[i] == comm) {
       live[i] = live[--nlive];
@@ -97,13 +108,13 @@ void commSetFailText(struct ncclComm *comm, const char *text) {
     logCopyLastError(warn, sizeof warn);
     text = warn;
   }
-  pthread_mutex_lock(&liveLock);
+  liveTake();
   snprintf(comm->failText, sizeof comm->failText, "%s", text);
   pthread_mutex_unlock(&liveLock);
 }
 
 void commCopyFailText(const struct ncclComm *comm, char *buf, size_t len) {
-  pthread_mutex_lock(&liveLock);
+  liveTake();
   snprintf(buf, len, "%s", comm->failText);
   pthread_mutex_unlock(&liveLock);
 }
@@ -116,7 +127,7 @@ NCCL_API(const char *, ncclGetLastError, ncclComm_t comm) {
    * the communicator while it reads the text. */
   static _Thread_local char text[sizeof comm->failText];
   int found = 0;
-  pthread_mutex_lock(&liveLock);
+  liveTake();
   for (int i = 0; comm && i < nlive && !found; i++)
     if (live[i] == comm && __atomic_load_n(&comm->asyncError, __ATOMIC_ACQUIRE) != ncclSuccess && comm->failText[0]) {
       snprintf(text, sizeof text, "%s", comm->failText);

@@ -550,6 +550,7 @@ NCCL_API(ncclResult_t, ncclCommRevoke, ncclComm_t comm, int revokeFlags) {
   __atomic_store_n(&comm->boot.faultsEnded, 1, __ATOMIC_RELEASE); /* reports of those end with them */
   commEndInFlight(comm); /* what the revoke ends */
   __atomic_store_n(&comm->asyncError, ncclSuccess, __ATOMIC_RELEASE); /* what the ended calls recorded */
+  commSetFailText(comm, ""); /* and their text: a later failure's is its own */
   INFO(subsysInit, "comm %p rank %d nranks %d - Revoke COMPLETE", (void *)comm, comm->rank, comm->nranks);
   return ncclSuccess;
 }
