@@ -35,10 +35,11 @@
  * turn), so a copy is timed only when its slot's previous write went the
  * same way (writeWays). The way not chosen is tried on one slot: a copy
  * that way, untimed, then, when that slot comes round again, a timed one.
- * Tries come every writeProbeEvery timed copies, an interval that doubles
+ * Tries come every writeProbeEvery large copies, an interval that doubles
  * (to slotProbeMost) while they confirm the choice, so that trying the
  * dear way costs little and a change of the machine's state is still
- * followed. Where the transport moves the bytes itself (sockets) slots are
+ * followed; any change of the choice starts it over, so that one a copy
+ * the thread was preempted in made is undone within slotProbeFirst. Where the transport moves the bytes itself (sockets) slots are
  * only its staging: through the cache. */
 enum { slotTimedFrom = 16384, slotStreamRatio = 5, slotProbeFirst = 32, slotProbeMost = 1024 };
 
@@ -75,20 +76,22 @@ static void simpleSlotWritten(struct conn *c, int way, size_t bytes) {
 static int simpleSlotStream(struct conn *c, size_t bytes) {
   int way = simpleStreamChosen(c, bytes);
   simpleSlotWritten(c, way, bytes);
+  c->writeMarked = 1;
   return way;
 }
 
-/* A timed copy's cost into its way's figure: a try's counts half against
- * the way's older (stale) figure; others go into a running mean, where one
- * copy the thread was preempted in moves it by at most 1.75x (which
- * changes no choice). */
+/* A timed copy's cost into its way's figure. Noise (a preemption, an
+ * interrupt) only ever makes a copy dearer, so a try that costs less than
+ * the way's older (stale) figure replaces it, one that costs more counts
+ * half; other copies go into a running mean, where one copy the thread was
+ * preempted in moves it by at most 1.75x. */
 static void simpleWriteCost(struct conn *c, int way, uint64_t cost, int trying) {
   uint32_t *mean = &c->writeCost[way];
   if (!trying && *mean && cost > 4 * (uint64_t)*mean) cost = 4 * (uint64_t)*mean;
   if (cost > UINT32_MAX) cost = UINT32_MAX;
-  *mean = !*mean ? (uint32_t)cost
-          : trying ? (uint32_t)(((uint64_t)*mean + cost) / 2)
-                   : (uint32_t)((3 * (uint64_t)*mean + cost) / 4);
+  *mean = !*mean || (trying && cost < *mean) ? (uint32_t)cost
+          : trying                             ? (uint32_t)(((uint64_t)*mean + cost) / 2)
+                                               : (uint32_t)((3 * (uint64_t)*mean + cost) / 4);
 }
 
 /* Copies bytes of this rank's data into the slot at c's step, the chosen
@@ -99,8 +102,10 @@ static void simpleCopyIntoSlot(struct conn *c, char *slot, const void *data, siz
    * large message): a copy that faults them in costs 2000-3000 cycles per
    * KiB, whichever way. */
   if (c->writeForced >= 0 || bytes < slotTimedFrom || !c->populated || c->tp->progress || c->tp->postFrom) {
-    if (simpleSlotStream(c, bytes)) copyStreaming(slot, data, bytes);
+    int way = simpleStreamChosen(c, bytes);
+    if (way) copyStreaming(slot, data, bytes);
     else memcpy(slot, data, bytes);
+    simpleSlotWritten(c, way, bytes);
     return;
   }
   uint32_t k = (uint32_t)(c->step % c->nslots);
@@ -120,14 +125,19 @@ static void simpleCopyIntoSlot(struct conn *c, char *slot, const void *data, siz
   uint64_t start = timed ? clockCycles() : 0;
   if (way) copyStreaming(slot, data, bytes);
   else memcpy(slot, data, bytes);
-  if (timed) simpleWriteCost(c, way, (clockCycles() - start) * 1024 / bytes + 1, trying);
+  uint64_t end = timed ? clockCycles() : 0;
+  timed = timed && end >= start; /* a counter that stepped back (a move to another CPU) tells nothing */
+  if (timed) simpleWriteCost(c, way, (end - start) * 1024 / bytes + 1, trying);
   simpleSlotWritten(c, way, bytes);
-  if (!trying || !timed) { /* an untimed try (the engine wrote the slot between) taught nothing */
-    if (!c->writeProbeEvery) c->writeProbeEvery = slotProbeFirst;
-    return;
+  if (!c->writeProbeEvery) c->writeProbeEvery = slotProbeFirst;
+  if (!timed) return; /* an untimed try (the engine wrote the slot between) taught nothing */
+  int changed = simpleStreamChosen(c, bytes) != chosen;
+  if (changed) {
+    c->writeProbeEvery = slotProbeFirst;
+    c->writeProbeIn = 0;
+  } else if (trying) {
+    c->writeProbeEvery = 2 * c->writeProbeEvery > slotProbeMost ? slotProbeMost : 2 * c->writeProbeEvery;
   }
-  int every = 2 * c->writeProbeEvery > slotProbeMost ? slotProbeMost : 2 * c->writeProbeEvery;
-  c->writeProbeEvery = simpleStreamChosen(c, bytes) == chosen ? every : slotProbeFirst;
 }
 
 static char *simpleSendSlot(struct conn *c) {
@@ -146,6 +156,8 @@ static void simpleDescPut(struct conn *c, const void *body) {
 }
 
 static void simpleSendPost(struct conn *c, size_t bytes) {
+  if (!c->writeMarked) simpleSlotWritten(c, 0, 0); /* written without asking slotStream: its way unknown */
+  c->writeMarked = 0;
   __atomic_store_n(&c->ctrl->tail, ++c->step, __ATOMIC_RELEASE);
   if (c->tp->posted) c->tp->posted(c, bytes); /* on the wire at once: latency */
   protoPopulateSent(c, bytes);

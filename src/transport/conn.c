@@ -40,7 +40,9 @@ void connLayout(struct conn *c, char *base, size_t buffSize, int peer) {
   c->writeTrySlot = -1;
   c->writeTryWay = 0;
   c->writeWays = c->writeWaysKnown = 0;
-  c->writeForced = (int)paramInt(paramSlotStream);
+  c->writeMarked = 0;
+  int64_t forced = paramInt(paramSlotStream);
+  c->writeForced = forced == 0 || forced == 1 ? (int)forced : -1; /* any other value: measured */
   c->writeStreamed = 0;
   c->tp = 0;
   c->tpConn = 0;

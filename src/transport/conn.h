@@ -92,6 +92,7 @@ struct conn {
   uint32_t writeProbeIn, writeProbeEvery;
   int writeTrySlot, writeTryWay;
   uint64_t writeWays, writeWaysKnown;
+  int writeMarked;   /* the slot being filled was marked by slotStream */
   int writeForced;   /* CHORUS_SLOT_STREAM as the connection was laid out: 0 or 1 forces the way, -1 measures */
   int writeStreamed; /* has written a slot past the cache by choice (logged the first time) */
   const struct transport *tp; /* the transport that connected it */
