@@ -576,12 +576,14 @@ static int failTextWhileFailing(void) {
  * child hung in 3 of 5 runs of a first version of this check, 300 forks).
  * Not under ThreadSanitizer, which cannot follow a fork while another
  * thread runs. */
+#if !defined(__SANITIZE_THREAD__)
 static int readersStop;
 static void *lastErrorReader(void *arg) {
   (void)arg;
   while (!__atomic_load_n(&readersStop, __ATOMIC_RELAXED)) ncclGetLastError(NULL);
   return NULL;
 }
+#endif
 static int forkWhileReading(void) {
 #if !defined(__SANITIZE_THREAD__)
   pthread_t t;
