@@ -38,8 +38,9 @@
  * Tries come every writeProbeEvery large copies, an interval that doubles
  * (to slotProbeMost) while they confirm the choice, so that trying the
  * dear way costs little and a change of the machine's state is still
- * followed; any change of the choice starts it over, so that one a copy
- * the thread was preempted in made is undone within slotProbeFirst. Where the transport moves the bytes itself (sockets) slots are
+ * followed. Any change of the choice brings the next try near (in
+ * slotProbeFirst copies), so that a choice one preempted copy made is soon
+ * undone. Where the transport moves the bytes itself (sockets) slots are
  * only its staging: through the cache. */
 enum { slotTimedFrom = 16384, slotStreamRatio = 5, slotProbeFirst = 32, slotProbeMost = 1024 };
 
