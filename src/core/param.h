@@ -42,7 +42,7 @@
   X(NtStores, "CHORUS_NT_STORES", 0, "-1",                                                       \
     "output bytes of an operation from which its output is written past the cache (-1: twice the L3 over the host's ranks; 0: never)") \
   X(SlotStream, "CHORUS_SLOT_STREAM", 0, "-1",                                                   \
-    "FIFO slots over shared memory are written past the cache (streaming stores): -1 where it measures cheaper (slots of 16 KiB+), 0 never, 1 always (other values: -1)") \
+    "FIFO slots over shared memory are written past the cache (streaming stores): -1 where the two ends measure it cheaper (slots of 16 KiB+), 0 never, 1 always (other values: -1)") \
   X(SingleCopy, "CHORUS_SINGLE_COPY", 0, "-1",                                                   \
     "bytes of an operation from which ranks on one host read each other's buffers directly (CMA: process_vm_readv) instead of through the FIFOs (-1: AllGather and Broadcast from CHORUS_NT_STORES's size while the host has a core per rank, from 1 MiB to below it where ranks share cores; 0: never, ncclMemAlloc's memory included, which is otherwise read in place at any size)") \
   X(CmaSplit, "CHORUS_CMA_SPLIT", 0, "-1",                                                       \

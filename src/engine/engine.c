@@ -285,7 +285,7 @@ static int stepAdvance(struct task *t, struct step *st, uint64_t timeoutNs) {
   int posted = 1;
   switch (st->type) {
     case stepSend:
-      if (st->flags && !(t->sendRefs && reduceCopyIsPlain(op, st->flags))) {
+      if (st->flags && !reduceCopyIsPlain(op, st->flags)) {
         reduceCopy(op, slotOut, src, n, st->flags);
         posted = 0;
       } else {
@@ -347,7 +347,7 @@ static int stepAdvance(struct task *t, struct step *st, uint64_t timeoutNs) {
     case stepRecvAcc: reduceTwo(op, dst, dst, slotIn, n, st->flags); break;
     case stepLocalAcc: reduceTwo(op, dst, dst, src, n, st->flags); break;
   }
-  if (st->recv) st->rp->recvDone(st->recv);
+  if (st->recv) st->rp->recvDone(st->recv, nb);
   if (!posted) st->sp->sendPost(st->send, nb);
   t->off = off + nb;
   if (t->prof && t->prof->ctx) {

@@ -61,6 +61,11 @@ static int llForeign(const struct conn *c, void *body) {
   return 1;
 }
 
+static void llRecvDone(struct conn *c, size_t bytes) {
+  (void)bytes;
+  protoRelease(c);
+}
+
 const struct proto llProto = {
     .name = "LL",
     .sendSlot = llSendSlot,
@@ -71,5 +76,5 @@ const struct proto llProto = {
     .recvSlot = llRecvSlot,
     .descGet = llDescGet,
     .foreign = llForeign,
-    .recvDone = protoRelease,
+    .recvDone = llRecvDone,
 };

@@ -60,8 +60,8 @@ struct proto {
    * with body filled when the slot holds the other protocol's descriptor
    * for it (the peer chose another protocol). */
   int (*foreign)(const struct conn *c, void *body);
-  /* Releases the slot recvSlot gave. */
-  void (*recvDone)(struct conn *c);
+  /* Releases the slot recvSlot gave, bytes of which the step took. */
+  void (*recvDone)(struct conn *c, size_t bytes);
 
   /* Single copy; NULL where the protocol has none. Sender: publishes the
    * next slot as a reference to bytes at data, which stay unchanged until

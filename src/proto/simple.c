@@ -25,10 +25,15 @@
  * a line): each line a cached copy stores was last read by the receiver's
  * core and is fetched back from it first, 550-1130 cycles per KiB, and a
  * 2-rank Broadcast of 1-4 MiB runs 4-5x slower than with streaming, which
- * stays at 60-150 (2026-12-07). So streaming is chosen while cached copies
- * cost more than slotStreamRatio times as much: not less, since the
- * sender's clock does not see what streaming costs the receiver (its reads
- * from memory), and in the fast state a cached copy's mean reaches 4x.
+ * stays at 60-150 (2026-12-07). The sender's clock does not see what
+ * streaming costs the receiver (its reads from memory), so the receiver
+ * times its taking of each large slot too (from recvSlot to recvDone: its
+ * copy out, or its reduction) and stores its figure for each way in the
+ * control block; streaming is chosen while the cached way's write and read
+ * together cost more than 1.25x the streaming way's (slotTotalMargin), or,
+ * until the receiver has figures for both ways, while cached copies cost
+ * more than slotStreamRatio times as much to write (in the fast state
+ * their mean reaches 4x).
  *   A copy's cost depends on how the slot was written the time before
  * (a cached copy after a streaming one finds the lines in memory, not in
  * the receiver's cache: 250-850 cycles per KiB where it costs 120-250 in
@@ -43,6 +48,7 @@
  * undone. Where the transport moves the bytes itself (sockets) slots are
  * only its staging: through the cache. */
 enum { slotTimedFrom = 16384, slotStreamRatio = 5, slotProbeFirst = 32, slotProbeMost = 1024 };
+#define slotTotalMargin(cached, streaming) (4 * (cached) > 5 * (streaming))
 
 /* Whether a large slot over shared memory goes past the cache, by the
  * figures so far (or CHORUS_SLOT_STREAM). */
@@ -50,11 +56,15 @@ static int simpleStreamChosen(struct conn *c, size_t bytes) {
   if (c->tp->progress || c->tp->postFrom) return 0;
   if (c->writeForced == 0 || c->writeForced == 1) return c->writeForced;
   if (bytes < slotTimedFrom || !c->writeCost[0] || !c->writeCost[1]) return 0;
-  int way = c->writeCost[0] > slotStreamRatio * (uint64_t)c->writeCost[1];
+  uint64_t r0 = __atomic_load_n(&c->ctrl->readCost[0], __ATOMIC_RELAXED);
+  uint64_t r1 = __atomic_load_n(&c->ctrl->readCost[1], __ATOMIC_RELAXED);
+  int way = r0 && r1 ? slotTotalMargin(c->writeCost[0] + r0, c->writeCost[1] + r1)
+                     : c->writeCost[0] > slotStreamRatio * (uint64_t)c->writeCost[1];
   if (way && !c->writeStreamed) {
     c->writeStreamed = 1;
-    INFO(subsysShm, "chorus : slots to rank %d written past the cache: through it they cost %u cycles/KiB, past "
-         "it %u (CHORUS_SLOT_STREAM)", c->peer, c->writeCost[0], c->writeCost[1]);
+    INFO(subsysShm, "chorus : slots to rank %d written past the cache: through it they cost %u cycles/KiB to write and "
+         "%u to take, past it %u and %u (CHORUS_SLOT_STREAM)", c->peer, c->writeCost[0], (unsigned)r0, c->writeCost[1],
+         (unsigned)r1);
   }
   return way;
 }
@@ -69,7 +79,9 @@ static void simpleSlotWritten(struct conn *c, int way, size_t bytes) {
     return;
   }
   c->writeWaysKnown |= bit;
-  c->writeWays = way ? c->writeWays | bit : c->writeWays & ~bit;
+  uint64_t ways = way ? c->writeWays | bit : c->writeWays & ~bit;
+  if (ways != c->writeWays) __atomic_store_n(&c->ctrl->slotWays, ways, __ATOMIC_RELAXED); /* the tail's release orders it */
+  c->writeWays = ways;
 }
 
 /* The engine's own writes into a slot (reductions, a slot passed on)
@@ -183,6 +195,7 @@ static const char *simpleRecvSlot(struct conn *c) {
     if (__atomic_load_n(&c->ctrl->tail, __ATOMIC_ACQUIRE) <= c->step) return 0;
   }
   protoPopulateReceived(c);
+  if (!c->tp->progress) c->readStart = clockCycles();
   return connSlotData(c, (uint32_t)(c->step % c->nslots));
 }
 
@@ -274,6 +287,30 @@ static uint64_t simpleRecvWritten(const struct conn *c) {
   return r->written ? r->addr : 0;
 }
 
+/* Releases the slot; a large one the step took from the slot itself (not a
+ * reference) over shared memory is timed, its cost put to the way the
+ * sender wrote it (ctrl's slotWays) and stored for the sender's choice
+ * when it moved by an eighth. */
+static void simpleRecvDone(struct conn *c, size_t bytes) {
+  uint64_t start = c->readStart;
+  c->readStart = 0;
+  if (start && bytes >= slotTimedFrom && !c->tp->progress && !simpleRecvRef(c)) {
+    uint64_t end = clockCycles();
+    int way = (int)((__atomic_load_n(&c->ctrl->slotWays, __ATOMIC_RELAXED) >> (c->step % c->nslots)) & 1);
+    if (end >= start) {
+      uint64_t cost = (end - start) * 1024 / bytes + 1, mean = c->readCost[way];
+      if (mean && cost > 4 * mean) cost = 4 * mean;
+      if (cost > UINT32_MAX) cost = UINT32_MAX;
+      uint64_t next = mean ? (3 * mean + cost) / 4 : cost;
+      uint32_t shown = __atomic_load_n(&c->ctrl->readCost[way], __ATOMIC_RELAXED);
+      c->readCost[way] = (uint32_t)next;
+      if (!shown || next > shown + shown / 8 || next < shown - shown / 8)
+        __atomic_store_n(&c->ctrl->readCost[way], (uint32_t)next, __ATOMIC_RELAXED);
+    }
+  }
+  protoRelease(c);
+}
+
 const struct proto simpleProto = {
     .name = "Simple",
     .sendSlot = simpleSendSlot,
@@ -285,7 +322,7 @@ const struct proto simpleProto = {
     .recvSlot = simpleRecvSlot,
     .descGet = simpleDescGet,
     .foreign = simpleForeign,
-    .recvDone = protoRelease,
+    .recvDone = simpleRecvDone,
     .sendPostRef = simpleSendPostRef,
     .refsHeld = simpleRefsHeld,
     .recvRef = simpleRecvRef,

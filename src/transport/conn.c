@@ -41,6 +41,8 @@ void connLayout(struct conn *c, char *base, size_t buffSize, int peer) {
   c->writeTryWay = 0;
   c->writeWays = c->writeWaysKnown = 0;
   c->writeMarked = 0;
+  c->readStart = 0;
+  c->readCost[0] = c->readCost[1] = 0;
   int64_t forced = paramInt(paramSlotStream);
   c->writeForced = forced == 0 || forced == 1 ? (int)forced : -1; /* any other value: measured */
   c->writeStreamed = 0;

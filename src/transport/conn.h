@@ -59,6 +59,13 @@ struct connCtrl {
   uint64_t offerBytes;
   int32_t offerErr;    /* errno of the sender's write, 0 when done */
   uint32_t offerRefused; /* the sender cannot write the receiver's memory: no more offers */
+  /* Shared memory, large slots (proto/simple.c): how the sender last wrote
+   * each slot (bit k: slot k past the cache), stored before the tail that
+   * publishes it and only when it changes; and what taking a slot costs
+   * the receiver each way, clockCycles per KiB (0: not measured), stored
+   * when it moves by an eighth, for the sender's choice. */
+  _Alignas(64) uint64_t slotWays;
+  _Alignas(64) uint32_t readCost[2];
 };
 
 enum connReadMode {
@@ -93,6 +100,10 @@ struct conn {
   int writeTrySlot, writeTryWay;
   uint64_t writeWays, writeWaysKnown;
   int writeMarked;   /* the slot being filled was marked by slotStream */
+  /* Receiver: when it took the slot it is on (clockCycles), and its cost
+   * of taking a large slot each way (the mean it last stored in ctrl). */
+  uint64_t readStart;
+  uint32_t readCost[2];
   int writeForced;   /* CHORUS_SLOT_STREAM as the connection was laid out: 0 or 1 forces the way, -1 measures */
   int writeStreamed; /* has written a slot past the cache by choice (logged the first time) */
   const struct transport *tp; /* the transport that connected it */
