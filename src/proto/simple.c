@@ -169,7 +169,9 @@ static void simpleDescPut(struct conn *c, const void *body) {
 }
 
 static void simpleSendPost(struct conn *c, size_t bytes) {
-  if (!c->writeMarked) simpleSlotWritten(c, 0, 0); /* written without asking slotStream: its way unknown */
+  /* Written without asking slotStream (stepSend's reduceCopy, a PreMulSum):
+   * through the cache, which the receiver's figures must know too. */
+  if (!c->writeMarked) simpleSlotWritten(c, 0, bytes);
   c->writeMarked = 0;
   __atomic_store_n(&c->ctrl->tail, ++c->step, __ATOMIC_RELEASE);
   if (c->tp->posted) c->tp->posted(c, bytes); /* on the wire at once: latency */

@@ -68,6 +68,8 @@ struct connCtrl {
   _Alignas(64) uint32_t readCost[2];
 };
 
+_Static_assert(sizeof(struct connCtrl) <= CONN_CTRL_BYTES, "the control block fits its page");
+
 enum connReadMode {
   connReadNone,   /* slots carry the data */
   connReadCma,    /* process_vm_readv from the sender's process */
