@@ -16,7 +16,7 @@
 #include "transport/transport.h"
 
 /* Large slots over shared memory are written through the cache or past it
- * (streaming stores), as the sender's own copies measure. Where a line
+ * (streaming stores), as the two ends measure. Where a line
  * moves between the two ranks' cores in the usual time (this VM's two
  * vCPUs: 0.05 us, bin/lineping) a cached copy into a slot costs 120-250
  * cycles per KiB, streaming 60-150, and the receiver then reads its slot
