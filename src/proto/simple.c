@@ -50,10 +50,29 @@
 enum { slotTimedFrom = 16384, slotStreamRatio = 5, slotProbeFirst = 32, slotProbeMost = 1024 };
 #define slotTotalMargin(cached, streaming) (4 * (cached) > 5 * (streaming))
 
+/* 1 where the receiver takes its slots where the sender wrote them (shared
+ * memory), not from a transport that moves them (sockets). */
+static int simpleSlotsShared(const struct conn *c) { return !c->tp->progress && !c->tp->postFrom; }
+
+/* The cost per KiB of bytes copied or taken between two clockCycles
+ * readings; 0 (unknown) when the counter stepped back (a move to another
+ * CPU). */
+static uint64_t simpleCostPerKiB(uint64_t start, uint64_t end, size_t bytes) {
+  return end >= start ? (end - start) * 1024 / bytes + 1 : 0;
+}
+
+/* A running mean of costs, where one cost far off (the thread was
+ * preempted) moves it by at most 1.75x. */
+static uint32_t simpleCostMean(uint64_t mean, uint64_t cost) {
+  if (mean && cost > 4 * mean) cost = 4 * mean;
+  uint64_t next = mean ? (3 * mean + cost) / 4 : cost;
+  return next > UINT32_MAX ? UINT32_MAX : (uint32_t)next;
+}
+
 /* Whether a large slot over shared memory goes past the cache, by the
  * figures so far (or CHORUS_SLOT_STREAM). */
 static int simpleStreamChosen(struct conn *c, size_t bytes) {
-  if (c->tp->progress || c->tp->postFrom) return 0;
+  if (!simpleSlotsShared(c)) return 0;
   if (c->writeForced == 0 || c->writeForced == 1) return c->writeForced;
   if (bytes < slotTimedFrom || !c->writeCost[0] || !c->writeCost[1]) return 0;
   uint64_t r0 = __atomic_load_n(&c->ctrl->readCost[0], __ATOMIC_RELAXED);
@@ -80,7 +99,8 @@ static void simpleSlotWritten(struct conn *c, int way, size_t bytes) {
   }
   c->writeWaysKnown |= bit;
   uint64_t ways = way ? c->writeWays | bit : c->writeWays & ~bit;
-  if (ways != c->writeWays) __atomic_store_n(&c->ctrl->slotWays, ways, __ATOMIC_RELAXED); /* the tail's release orders it */
+  if (ways != c->writeWays) /* ordered by the tail's release */
+    __atomic_store_n(&c->ctrl->slotWays, ways, __ATOMIC_RELAXED);
   c->writeWays = ways;
 }
 
@@ -96,15 +116,13 @@ static int simpleSlotStream(struct conn *c, size_t bytes) {
 /* A timed copy's cost into its way's figure. Noise (a preemption, an
  * interrupt) only ever makes a copy dearer, so a try that costs less than
  * the way's older (stale) figure replaces it, one that costs more counts
- * half; other copies go into a running mean, where one copy the thread was
- * preempted in moves it by at most 1.75x. */
+ * half; other copies go into the running mean. */
 static void simpleWriteCost(struct conn *c, int way, uint64_t cost, int trying) {
   uint32_t *mean = &c->writeCost[way];
-  if (!trying && *mean && cost > 4 * (uint64_t)*mean) cost = 4 * (uint64_t)*mean;
   if (cost > UINT32_MAX) cost = UINT32_MAX;
-  *mean = !*mean || (trying && cost < *mean) ? (uint32_t)cost
-          : trying                             ? (uint32_t)(((uint64_t)*mean + cost) / 2)
-                                               : (uint32_t)((3 * (uint64_t)*mean + cost) / 4);
+  *mean = !trying                ? simpleCostMean(*mean, cost)
+          : !*mean || cost < *mean ? (uint32_t)cost
+                                   : (uint32_t)(((uint64_t)*mean + cost) / 2);
 }
 
 /* Copies bytes of this rank's data into the slot at c's step, the chosen
@@ -114,7 +132,7 @@ static void simpleCopyIntoSlot(struct conn *c, char *slot, const void *data, siz
   /* Not before the FIFO's pages are in (connPopulate, after the first
    * large message): a copy that faults them in costs 2000-3000 cycles per
    * KiB, whichever way. */
-  if (c->writeForced >= 0 || bytes < slotTimedFrom || !c->populated || c->tp->progress || c->tp->postFrom) {
+  if (c->writeForced >= 0 || bytes < slotTimedFrom || !c->populated || !simpleSlotsShared(c)) {
     int way = simpleStreamChosen(c, bytes);
     if (way) copyStreaming(slot, data, bytes);
     else memcpy(slot, data, bytes);
@@ -138,9 +156,9 @@ static void simpleCopyIntoSlot(struct conn *c, char *slot, const void *data, siz
   uint64_t start = timed ? clockCycles() : 0;
   if (way) copyStreaming(slot, data, bytes);
   else memcpy(slot, data, bytes);
-  uint64_t end = timed ? clockCycles() : 0;
-  timed = timed && end >= start; /* a counter that stepped back (a move to another CPU) tells nothing */
-  if (timed) simpleWriteCost(c, way, (end - start) * 1024 / bytes + 1, trying);
+  uint64_t cost = timed ? simpleCostPerKiB(start, clockCycles(), bytes) : 0;
+  timed = cost != 0;
+  if (timed) simpleWriteCost(c, way, cost, trying);
   simpleSlotWritten(c, way, bytes);
   if (!c->writeProbeEvery) c->writeProbeEvery = slotProbeFirst;
   if (!timed) return; /* an untimed try (the engine wrote the slot between) taught nothing */
@@ -197,7 +215,7 @@ static const char *simpleRecvSlot(struct conn *c) {
     if (__atomic_load_n(&c->ctrl->tail, __ATOMIC_ACQUIRE) <= c->step) return 0;
   }
   protoPopulateReceived(c);
-  if (!c->tp->progress) c->readStart = clockCycles();
+  if (simpleSlotsShared(c)) c->readStart = clockCycles();
   return connSlotData(c, (uint32_t)(c->step % c->nslots));
 }
 
@@ -296,19 +314,15 @@ static uint64_t simpleRecvWritten(const struct conn *c) {
 static void simpleRecvDone(struct conn *c, size_t bytes) {
   uint64_t start = c->readStart;
   c->readStart = 0;
-  if (start && bytes >= slotTimedFrom && !c->tp->progress && !simpleRecvRef(c)) {
-    uint64_t end = clockCycles();
+  uint64_t cost =
+      start && bytes >= slotTimedFrom && !simpleRecvRef(c) ? simpleCostPerKiB(start, clockCycles(), bytes) : 0;
+  if (cost) {
     int way = (int)((__atomic_load_n(&c->ctrl->slotWays, __ATOMIC_RELAXED) >> (c->step % c->nslots)) & 1);
-    if (end >= start) {
-      uint64_t cost = (end - start) * 1024 / bytes + 1, mean = c->readCost[way];
-      if (mean && cost > 4 * mean) cost = 4 * mean;
-      if (cost > UINT32_MAX) cost = UINT32_MAX;
-      uint64_t next = mean ? (3 * mean + cost) / 4 : cost;
-      uint32_t shown = __atomic_load_n(&c->ctrl->readCost[way], __ATOMIC_RELAXED);
-      c->readCost[way] = (uint32_t)next;
-      if (!shown || next > shown + shown / 8 || next < shown - shown / 8)
-        __atomic_store_n(&c->ctrl->readCost[way], (uint32_t)next, __ATOMIC_RELAXED);
-    }
+    uint32_t next = simpleCostMean(c->readCost[way], cost);
+    uint32_t shown = __atomic_load_n(&c->ctrl->readCost[way], __ATOMIC_RELAXED);
+    c->readCost[way] = next;
+    if (!shown || next > shown + shown / 8 || next < shown - shown / 8)
+      __atomic_store_n(&c->ctrl->readCost[way], next, __ATOMIC_RELAXED);
   }
   protoRelease(c);
 }
