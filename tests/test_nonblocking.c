@@ -462,8 +462,9 @@ static int initAllFromEnv(void) {
 }
 
 /* From a review of the parent's pending state: a child polled until ready
- * (not its parent, which chorus allows: the handle is the caller's at
- * once) could not be finalized, "calls queued in an open group", as the
+ * (not its parent, which chorus allows once the handle is there: the job
+ * gives it once the ranks have agreed, before the new communicator is set
+ * up) could not be finalized, "calls queued in an open group", as the
  * parent's reference to it counted as a group's hold; and a grow in a group
  * was held to its parent's mode, where NCCL launches it on the new
  * communicator (blocking parents, nonblocking grows: refused). */
@@ -476,6 +477,8 @@ static int childPolled(int rank, int n, ncclUniqueId id, void *arg) {
   EXPECT(r == ncclSuccess || r == ncclInProgress, "nonblocking init: %s", ncclGetErrorString(r));
   if (waitReady(parent)) return 1;
   NCCLCHECK(ncclCommSplit(parent, 0, rank, &child, &cfg));
+  for (double end = nowSec() + 20; !__atomic_load_n(&child, __ATOMIC_ACQUIRE) && nowSec() < end;) usleep(1000);
+  EXPECT(__atomic_load_n(&child, __ATOMIC_ACQUIRE) != NULL, "the split's job never gave the new communicator");
   if (waitReady(child)) return 1;
   r = ncclCommFinalize(child);
   EXPECT(r == ncclSuccess || r == ncclInProgress, "ncclCommFinalize of a child polled itself: %s: %s",
@@ -550,6 +553,112 @@ static int shrinkDeadParent(int rank, int n, ncclUniqueId id, void *arg) {
   return 0;
 }
 
+/* One thread drives every rank of nonblocking communicators and splits
+ * (then shrinks) them one rank after another, outside any group, as NCCL
+ * allows: each call returns at once and the job runs after it (the
+ * agreement over the parent had run in the call, which then waited for
+ * the ranks this thread had not called yet: a hang until the timeout).
+ * The parents are polled, as NCCL's docs poll them; the new handles come
+ * with their outcome. One rank leaves the split (NCCL_SPLIT_NOCOLOR). */
+static int oneThreadSplits(void) {
+  enum { n = 3 };
+  setenv("CHORUS_TIMEOUT", "10", 1); /* a regression fails here in seconds */
+  ncclUniqueId id;
+  NCCLCHECK(ncclGetUniqueId(&id));
+  ncclComm_t parent[n], child[n], shrunk[n];
+  NCCLCHECK(ncclGroupStart());
+  for (int i = 0; i < n; i++) initNonblocking(&parent[i], n, id, i);
+  ncclResult_t r = ncclGroupEnd(), state;
+  EXPECT(r == ncclSuccess || r == ncclInProgress, "the group of inits: %s", ncclGetErrorString(r));
+  for (int i = 0; i < n; i++)
+    if (waitReady(parent[i])) return 1;
+  double t0 = nowSec();
+  for (int i = 0; i < n; i++) {
+    r = ncclCommSplit(parent[i], i == 1 ? NCCL_SPLIT_NOCOLOR : 0, n - i, &child[i], NULL);
+    EXPECT(r == ncclSuccess, "split of rank %d alone: %s", i, ncclGetErrorString(r));
+  }
+  double took = nowSec() - t0;
+  EXPECT(took < 2, "the splits of one thread's ranks took %.2f s to return", took);
+  for (int i = 0; i < n; i++) {
+    do NCCLCHECK(ncclCommGetAsyncError(parent[i], &state)); while (state == ncclInProgress);
+    EXPECT(state == ncclSuccess, "rank %d's parent after its split says %s: %s", i, ncclGetErrorString(state),
+           ncclGetLastError(parent[i]));
+  }
+  EXPECT(child[1] == NULL && child[0] != NULL && child[2] != NULL, "the split's handles: %p %p %p", (void *)child[0],
+         (void *)child[1], (void *)child[2]);
+  int rank0 = -1, rank2 = -1;
+  NCCLCHECK(ncclCommUserRank(child[0], &rank0));
+  NCCLCHECK(ncclCommUserRank(child[2], &rank2));
+  EXPECT(rank0 == 1 && rank2 == 0, "keys n - i order the new ranks: %d %d", rank0, rank2);
+  int x[n] = {1, 2, 3};
+  NCCLCHECK(ncclGroupStart());
+  for (int i = 0; i < n; i += 2) NCCLCHECK(ncclAllReduce(&x[i], &x[i], 1, ncclInt, ncclSum, child[i], NULL));
+  r = ncclGroupEnd();
+  EXPECT(r == ncclSuccess || r == ncclInProgress, "the children's AllReduce: %s", ncclGetErrorString(r));
+  for (int i = 0; i < n; i += 2)
+    if (waitReady(child[i])) return 1;
+  EXPECT(x[0] == 4 && x[2] == 4, "the children's AllReduce gave %d %d", x[0], x[2]);
+  int out = n - 1;
+  for (int i = 0; i < n - 1; i++) {
+    r = ncclCommShrink(parent[i], &out, 1, &shrunk[i], NULL, NCCL_SHRINK_DEFAULT);
+    EXPECT(r == ncclSuccess, "shrink of rank %d alone: %s", i, ncclGetErrorString(r));
+  }
+  for (int i = 0; i < n - 1; i++) {
+    do NCCLCHECK(ncclCommGetAsyncError(parent[i], &state)); while (state == ncclInProgress);
+    EXPECT(state == ncclSuccess && shrunk[i] != NULL, "rank %d's parent after its shrink says %s", i,
+           ncclGetErrorString(state));
+  }
+  int count = -1;
+  NCCLCHECK(ncclCommCount(shrunk[1], &count));
+  EXPECT(count == n - 1, "the shrunk communicator has %d ranks", count);
+  for (int i = 0; i < n - 1; i++) NCCLCHECK(ncclCommDestroy(shrunk[i]));
+  for (int i = 0; i < n; i += 2) NCCLCHECK(ncclCommDestroy(child[i]));
+  for (int i = 0; i < n; i++) NCCLCHECK(ncclCommDestroy(parent[i]));
+  unsetenv("CHORUS_TIMEOUT");
+  return 0;
+}
+
+/* A nonblocking split whose peer never calls it: the call returns, the
+ * parent says ncclInProgress, and ncclCommAbort of the parent (NCCL's way
+ * to stop a split) returns at once; without it, the poll ends at the
+ * timeout with an error that says what failed. */
+static int splitNeverMet(int rank, int n, ncclUniqueId id, void *arg) {
+  int abortIt = *(int *)arg;
+  setenv("CHORUS_TIMEOUT", "3", 1);
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  cfg.blocking = 0;
+  ncclComm_t parent = NULL, child = NULL;
+  ncclResult_t r = ncclCommInitRankConfig(&parent, n, id, rank, &cfg), state;
+  EXPECT(r == ncclSuccess || r == ncclInProgress, "nonblocking init: %s", ncclGetErrorString(r));
+  if (waitReady(parent)) return 1;
+  if (rank == 1) { /* never splits; stays until rank 0 is done with it */
+    usleep(abortIt ? 1000000 : 5000000);
+    ncclCommAbort(parent);
+    return 0;
+  }
+  double t0 = nowSec();
+  r = ncclCommSplit(parent, 0, 0, &child, NULL);
+  EXPECT(r == ncclSuccess && nowSec() - t0 < 1, "the split returned %s after %.2f s", ncclGetErrorString(r),
+         nowSec() - t0);
+  usleep(200000);
+  NCCLCHECK(ncclCommGetAsyncError(parent, &state));
+  EXPECT(state == ncclInProgress && child == NULL, "a split whose peer never came: %s, %p",
+         ncclGetErrorString(state), (void *)child);
+  if (abortIt) {
+    t0 = nowSec();
+    NCCLCHECK(ncclCommAbort(parent));
+    EXPECT(nowSec() - t0 < 1.5, "aborting the parent of a waiting split took %.2f s", nowSec() - t0);
+    EXPECT(child == NULL, "the aborted split gave a communicator");
+    return 0;
+  }
+  do NCCLCHECK(ncclCommGetAsyncError(parent, &state)); while (state == ncclInProgress && nowSec() - t0 < 20);
+  const char *why = ncclGetLastError(parent);
+  EXPECT(state != ncclSuccess && state != ncclInProgress && child == NULL && strstr(why, "ncclCommSplit"),
+         "a split whose peer never came ended %s after %.1f s: %s", ncclGetErrorString(state), nowSec() - t0, why);
+  ncclCommAbort(parent);
+  return 0;
+}
+
 int main(void) {
   int failed = 0;
   failed += groupInits();
@@ -572,6 +681,8 @@ int main(void) {
   for (int n = 2; n <= 3; n++) failed += runRanks(n, childOfParent, NULL, 60);
   for (int n = 2; n <= 3; n++) failed += runRanks(n, childrenOfParent, NULL, 30);
   failed += runRanks(2, splitParentGone, NULL, 30);
+  failed += oneThreadSplits();
+  for (int abortIt = 1; abortIt >= 0; abortIt--) failed += runRanks(2, splitNeverMet, &abortIt, 30);
   printf("test_nonblocking: %s\n", failed ? "FAILED" : "passed");
   return failed != 0;
 }

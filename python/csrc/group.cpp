@@ -85,30 +85,45 @@ Group::~Group() {
   }
 }
 
+namespace {
+// comm's state once it stops saying ncclInProgress, or ncclInProgress once
+// deadline has passed; the looks further apart as it goes (20 us to 2 ms).
+ncclResult_t pollState(ncclComm_t comm, std::chrono::steady_clock::time_point deadline) {
+  auto pause = std::chrono::microseconds(20);
+  for (;;) {
+    ncclResult_t state = ncclInProgress;
+    ncclCommGetAsyncError(comm, &state);
+    if (state != ncclInProgress || std::chrono::steady_clock::now() > deadline) return state;
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::microseconds(2000));
+  }
+}
+}  // namespace
+
 ncclComm_t Group::finishInit(ncclComm_t comm, ncclResult_t r, std::chrono::milliseconds timeout,
                              const std::string &what, const std::function<std::string()> &missing) {
   if (r != ncclSuccess && r != ncclInProgress)
     throwBackend(c10::str("chorus: ", what, " failed", outcomeText(r), ": ", ncclGetLastError(nullptr)));
   if (comm == nullptr) return nullptr;
-  auto deadline = std::chrono::steady_clock::now() + timeout;
-  auto pause = std::chrono::microseconds(20);
-  for (;;) {
-    ncclResult_t state = ncclInProgress;
-    ncclCommGetAsyncError(comm, &state);
-    if (state == ncclSuccess) return comm;
-    if (state != ncclInProgress) {
-      std::string text = ncclGetLastError(comm);
-      ncclCommAbort(comm);
-      throwBackend(c10::str("chorus: ", what, " failed", outcomeText(state), ": ", text));
-    }
-    if (std::chrono::steady_clock::now() > deadline) {
-      ncclCommAbort(comm);
-      throwBackend(c10::str("chorus: ", what, " timed out after ", timeout.count(),
-                            " ms (the process group's timeout): not every rank joined", missing ? missing() : ""));
-    }
-    std::this_thread::sleep_for(pause);
-    pause = std::min(pause * 2, std::chrono::microseconds(2000));
-  }
+  ncclResult_t state = pollState(comm, std::chrono::steady_clock::now() + timeout);
+  if (state == ncclSuccess) return comm;
+  std::string text = ncclGetLastError(comm);
+  ncclCommAbort(comm);
+  if (state != ncclInProgress) throwBackend(c10::str("chorus: ", what, " failed", outcomeText(state), ": ", text));
+  throwBackend(c10::str("chorus: ", what, " timed out after ", timeout.count(),
+                        " ms (the process group's timeout): not every rank joined", missing ? missing() : ""));
+}
+
+ncclResult_t Group::awaitChild(ncclComm_t parent, ncclResult_t r, std::chrono::milliseconds timeout) {
+  if (r != ncclSuccess && r != ncclInProgress) return r;
+  // the job's waits end at the parent's timeout (set to this one); twice that is a bound that should not be met
+  return pollState(parent, std::chrono::steady_clock::now() + 2 * timeout + std::chrono::seconds(5));
+}
+
+void Group::childFailed(ncclComm_t parent, ncclResult_t r, const std::string &what) {
+  if (r == ncclSuccess) return;
+  if (r == ncclInProgress) throwBackend(c10::str("chorus: ", what, " did not end within twice its timeout"));
+  throwBackend(c10::str("chorus: ", what, " failed", outcomeText(r), ": ", ncclGetLastError(parent)));
 }
 
 std::shared_ptr<Group> Group::rendezvous(const c10::intrusive_ptr<c10d::Store> &store, int rank, int size,
@@ -178,8 +193,10 @@ void Group::startP2p(std::chrono::milliseconds timeout) {
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;  // bounded by the group's timeout
   ncclComm_t p2p = nullptr;
-  ncclResult_t r = ncclCommSplit(comm_, 0, rank_, &p2p, &config);
-  p2p = finishInit(p2p, r, timeout, c10::str("the point-to-point communicator of group '", name_, "'"));
+  std::string what = c10::str("the point-to-point communicator of group '", name_, "'");
+  ncclResult_t r = awaitChild(comm_, ncclCommSplit(comm_, 0, rank_, &p2p, &config), timeout);
+  childFailed(comm_, r, what);
+  p2p = finishInit(p2p, r, timeout, what);
   {
     std::lock_guard<std::mutex> g(commMutex_);
     p2pComm_ = p2p;
@@ -204,12 +221,15 @@ std::shared_ptr<Group> Group::derive(const char *origin, const std::string &what
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;  // the child's rendezvous is bounded by finishInit's timeout
     // The parent's ranks agree on the split over the parent's connections,
-    // before make returns: within the new group's timeout too, so that a
-    // member that never comes fails the others at that timeout.
+    // on the job that make starts (as NCCL's, it runs after the call):
+    // within the new group's timeout, so that a member that never comes
+    // fails the others at that timeout. The lock keeps this rank's other
+    // calls off the parent until the job is done, as chorus refuses them.
     chorusCommSetTimeout(comm_, timeout.count());
-    r = make(comm_, &child, &config);
+    r = awaitChild(comm_, make(comm_, &child, &config), timeout);
     chorusCommSetTimeout(comm_, timeoutMs_);
   }
+  childFailed(comm_, r, what);
   child = finishInit(child, r, timeout, what);
   if (child == nullptr) return nullptr;  // a split this rank takes no part in
   int crank = 0, csize = 0;

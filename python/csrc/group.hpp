@@ -106,6 +106,13 @@ class Group : public std::enable_shared_from_this<Group> {
   static ncclComm_t finishInit(ncclComm_t comm, ncclResult_t r, std::chrono::milliseconds timeout,
                                const std::string &what,
                                const std::function<std::string()> &missing = nullptr);
+  // A nonblocking parent's split or shrink (r: what the call returned) runs
+  // after the call, as NCCL's: its outcome once the parent stops saying
+  // ncclInProgress (the new handle is given by then), ncclInProgress if it
+  // has not within twice timeout. childFailed throws where it failed (a
+  // failure the parent keeps, as in NCCL).
+  static ncclResult_t awaitChild(ncclComm_t parent, ncclResult_t r, std::chrono::milliseconds timeout);
+  static void childFailed(ncclComm_t parent, ncclResult_t r, const std::string &what);
   struct Item {
     std::function<ncclResult_t(ncclComm_t, cudaStream_t)> calls;
     c10::intrusive_ptr<WorkChorus> work;

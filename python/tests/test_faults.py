@@ -207,6 +207,14 @@ def stalled_new_group(rank, size):
         raise AssertionError("new_group without one of its ranks succeeded")
     assert 1.5 <= took <= 3.0, f"new_group gave up after {took:.2f} s with a 2 s timeout"
     assert f"rank {size - 1}" in text, text
+    # the group it was made from failed with it, as NCCL's parent of a
+    # nonblocking split that failed: its next call says why, at once
+    try:
+        dist.all_reduce(torch.ones(2))
+    except RuntimeError as e:
+        assert re.search(r"ncclComm(Split|Shrink) of it failed", str(e)) and f"rank {size - 1}" in str(e), str(e)
+    else:
+        raise AssertionError("the default group worked after a new_group made from it failed")
     return took
 
 

@@ -95,18 +95,43 @@ void commPendOnChild(struct ncclComm *parent, struct ncclComm *child) {
   if (!attach) commPin(child, 0);
 }
 
+void commJobBegin(struct ncclComm *parent) {
+  __atomic_add_fetch(&parent->busy, 1, __ATOMIC_SEQ_CST);
+  __atomic_add_fetch(&parent->jobsRunning, 1, __ATOMIC_ACQ_REL);
+}
+
+void commJobEnd(struct ncclComm *parent, ncclResult_t res, const char *func, const char *why) {
+  if (res != ncclSuccess && res != ncclInProgress) {
+    spinLock(&parent->pendLock);
+    int first = __atomic_load_n(&parent->jobResult, __ATOMIC_RELAXED) == ncclSuccess;
+    if (first) __atomic_store_n(&parent->jobResult, res, __ATOMIC_RELEASE);
+    spinUnlock(&parent->pendLock);
+    if (first) {
+      char text[sizeof parent->failText];
+      snprintf(text, sizeof text, "%s of it failed: %.400s", func, why && why[0] ? why : ncclGetErrorString(res));
+      commSetFailText(parent, text);
+    }
+  }
+  __atomic_sub_fetch(&parent->jobsRunning, 1, __ATOMIC_ACQ_REL);
+  __atomic_sub_fetch(&parent->busy, 1, __ATOMIC_SEQ_CST); /* last: an abort waiting for it may free parent now */
+}
+
 ncclResult_t commChildPending(struct ncclComm *comm, int *settled) {
   if (settled) *settled = 0;
-  if (!__atomic_load_n(&comm->pendingChild, __ATOMIC_ACQUIRE)) return ncclSuccess;
+  if (__atomic_load_n(&comm->jobsRunning, __ATOMIC_ACQUIRE)) return ncclInProgress;
+  if (!__atomic_load_n(&comm->pendingChild, __ATOMIC_ACQUIRE) &&
+      __atomic_load_n(&comm->jobResult, __ATOMIC_ACQUIRE) == ncclSuccess)
+    return ncclSuccess;
   spinLock(&comm->pendLock); /* the children stay pinned while they pend: only their reader unpins them */
   struct ncclComm *first = comm->pendingChild;
-  if (!first) {
+  ncclResult_t jobRes = __atomic_load_n(&comm->jobResult, __ATOMIC_RELAXED); /* a job that failed before it made a child */
+  if (!first && jobRes == ncclSuccess) {
     spinUnlock(&comm->pendLock);
     return ncclSuccess; /* another thread saw them done first */
   }
   /* An aborted child (its handle is the caller's at once in chorus) ends
    * its part of the wait: it was the caller's to end. */
-  int seen = 0; /* children not gone, whose outcome counts */
+  int seen = jobRes != ncclSuccess; /* children not gone (and failed jobs), whose outcome counts */
   struct ncclComm *failed = NULL; /* the first of them that failed */
   for (struct ncclComm *c = first; c; c = c->pendNext) {
     if (commGone(c)) continue;
@@ -117,7 +142,11 @@ ncclResult_t commChildPending(struct ncclComm *comm, int *settled) {
     seen++;
     if (!failed && __atomic_load_n(&c->setupResult, __ATOMIC_ACQUIRE) != ncclSuccess) failed = c;
   }
-  ncclResult_t res = failed ? __atomic_load_n(&failed->setupResult, __ATOMIC_ACQUIRE) : ncclSuccess;
+  if (jobRes != ncclSuccess) failed = NULL; /* the job's failure, whose text commJobEnd set, explains */
+  ncclResult_t res = jobRes != ncclSuccess ? jobRes
+                     : failed              ? __atomic_load_n(&failed->setupResult, __ATOMIC_ACQUIRE)
+                                           : ncclSuccess;
+  __atomic_store_n(&comm->jobResult, ncclSuccess, __ATOMIC_RELAXED);
   if (failed) {
     char why[sizeof comm->failText], text[sizeof comm->failText];
     commCopyFailText(failed, why, sizeof why);
@@ -141,10 +170,11 @@ ncclResult_t commChildPending(struct ncclComm *comm, int *settled) {
   return res;
 }
 
-/* 1 while a split or shrink of comm still sets its child up: one load when
- * none does (every call asks). */
+/* 1 while a split or shrink of comm still runs its job or sets its child
+ * up: two loads when none does (every call asks). */
 static int childSettingUp(struct ncclComm *comm) {
-  return __atomic_load_n(&comm->pendingChild, __ATOMIC_RELAXED) && commChildPending(comm, NULL) == ncclInProgress;
+  return (__atomic_load_n(&comm->pendingChild, __ATOMIC_RELAXED) || __atomic_load_n(&comm->jobsRunning, __ATOMIC_RELAXED)) &&
+         commChildPending(comm, NULL) == ncclInProgress;
 }
 
 ncclResult_t commInitDone(struct ncclComm *comm, const char *name) {

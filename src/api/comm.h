@@ -152,6 +152,16 @@ struct ncclComm {
    * pends on it any more) and the children's pendNext. */
   struct ncclComm *pendingChild, *pendNext;
   int pendLock, freeing;
+  /* Splits and shrinks of this nonblocking communicator whose whole job
+   * (the agreement over this communicator, then the new one's init) still
+   * runs on a thread of their own (initJobsStart), as NCCL runs a child's
+   * init as a job of the parent: it says ncclInProgress meanwhile. Each
+   * such job also counts in busy. jobResult: the first of them that failed
+   * (ncclSuccess: none), set under pendLock before its job stops counting,
+   * and taken as this communicator's state by commChildPending once none
+   * runs. */
+  int jobsRunning;
+  ncclResult_t jobResult;
   struct profComm prof; /* its profiler plugin context (NCCL_PROFILER_PLUGIN) */
   struct flightRecorder flight; /* its last operations (CHORUS_FLIGHT_RECORDER) */
   struct commStats stats;       /* CHORUS_STATS */
@@ -255,6 +265,12 @@ ncclResult_t commChildPending(struct ncclComm *comm, int *settled);
 /* A split or shrink of parent made child, whose setup runs on its thread:
  * parent is pending until it ends (commChildPending). */
 void commPendOnChild(struct ncclComm *parent, struct ncclComm *child);
+/* A split's or shrink's job on parent starts on a thread of its own
+ * (counted in jobsRunning and busy) / has ended with res (a failure, said
+ * by why, becomes the parent's state, see commChildPending); after
+ * commJobEnd the job may not touch parent, which an abort may free. */
+void commJobBegin(struct ncclComm *parent);
+void commJobEnd(struct ncclComm *parent, ncclResult_t res, const char *func, const char *why);
 /* How long a call on comm may go without progress (chorusCommSetTimeout,
  * else CHORUS_TIMEOUT); 0: forever. */
 uint64_t commTimeoutNs(const struct ncclComm *comm);

@@ -124,7 +124,7 @@ static int initJobMode(const struct initJob *job) {
 ncclResult_t groupInit(const struct initJob *job) {
   if (groupDepth == 0) {
     struct initJob j = *job;
-    ncclResult_t res = initJobsRun(&j, 1);
+    ncclResult_t res = initJobsStart(&j, 1);
     free(j.excluded);
     return res;
   }
@@ -245,7 +245,7 @@ static ncclResult_t groupEnd(ncclSimInfo_t *simInfo, const char *call) {
     res = ncclInvalidArgument;
   }
   if (res == ncclSuccess) res = groupCommsLive(call);
-  if (res == ncclSuccess && groupInitCount > 0) res = initJobsRun(groupInits, groupInitCount);
+  if (res == ncclSuccess && groupInitCount > 0) res = initJobsStart(groupInits, groupInitCount);
   else if (res != ncclSuccess) initJobsUndo(groupInits, groupInitCount, 0, res, logThreadLastError()); /* none ran */
   /* Nonblocking inits still joining: the group's other calls run all the same */
   int initsInProgress = res == ncclInProgress;

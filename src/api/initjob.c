@@ -144,3 +144,72 @@ ncclResult_t initJobsRun(struct initJob *jobs, int n) {
       if (jobs[i].made) commInitPublish(jobs[i].made);
   return res == ncclSuccess && inProgress ? ncclInProgress : res;
 }
+
+/* A split or shrink of a nonblocking parent: its whole job, the agreement
+ * over the parent included, may run after the call returns (as NCCL's,
+ * whose ncclGroupEnd launches it on a thread and returns). */
+static int initJobDetachable(const struct initJob *j) {
+  return j->run && j->parent && j->setup == commSetupOnThread;
+}
+
+/* Jobs that run on a thread of their own after the call (initJobsStart),
+ * which frees them. */
+struct initBatch {
+  int n;
+  struct initJob *jobs;
+  ncclComm_t *made;     /* [n] where the jobs put their communicators */
+  ncclComm_t **handles; /* [n] the callers' pointers, given them when the jobs are done */
+};
+
+static void *initBatchThread(void *p) {
+  struct initBatch *b = p;
+  ncclResult_t res = initJobsRun(b->jobs, b->n);
+  const char *why = logThreadLastError();
+  for (int i = 0; i < b->n; i++) {
+    /* Only a communicator is handed over: the caller's NULL (set at the
+     * call) is never rewritten, so a caller that reads it early reads what
+     * it read then. */
+    if (b->made[i] && b->handles[i]) __atomic_store_n(b->handles[i], b->made[i], __ATOMIC_RELEASE);
+    free(b->jobs[i].excluded);
+    commJobEnd(b->jobs[i].parent, res, b->jobs[i].func, why);
+  }
+  free(b);
+  return NULL;
+}
+
+ncclResult_t initJobsStart(struct initJob *jobs, int n) {
+  int detach = n > 0;
+  for (int i = 0; i < n; i++) detach &= initJobDetachable(&jobs[i]);
+  /* one block: the batch, its jobs, where they put their communicators, the callers' pointers */
+  struct initBatch *b = detach ? calloc(1, sizeof *b + (size_t)n * (sizeof *jobs + sizeof(ncclComm_t) +
+                                                                     sizeof(ncclComm_t *)))
+                               : NULL;
+  if (!b) return initJobsRun(jobs, n);
+  b->n = n;
+  b->jobs = (struct initJob *)(b + 1);
+  b->made = (ncclComm_t *)(b->jobs + n);
+  b->handles = (ncclComm_t **)(b->made + n);
+  for (int i = 0; i < n; i++) {
+    b->jobs[i] = jobs[i];
+    b->jobs[i].comm = &b->made[i];
+    b->handles[i] = jobs[i].comm;
+    jobs[i].excluded = NULL; /* the batch's now */
+    if (jobs[i].comm) *jobs[i].comm = NULL; /* until the job makes it, as NCCL's */
+    commJobBegin(jobs[i].parent);
+  }
+  pthread_attr_t attr;
+  pthread_t th;
+  int started = pthread_attr_init(&attr) == 0;
+  if (started) {
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    started = pthread_create(&th, &attr, initBatchThread, b) == 0;
+    pthread_attr_destroy(&attr);
+  }
+  if (!started) { /* run here then, as a blocking parent's would */
+    for (int i = 0; i < n; i++) jobs[i].excluded = b->jobs[i].excluded;
+    for (int i = 0; i < n; i++) commJobEnd(jobs[i].parent, ncclSuccess, NULL, NULL);
+    free(b);
+    return initJobsRun(jobs, n);
+  }
+  return ncclInProgress;
+}

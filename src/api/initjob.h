@@ -64,6 +64,16 @@ ncclResult_t commSplitRun(struct initJob *job);
  * explains the others (see initjob.c), and on error no communicator is
  * left behind. */
 ncclResult_t initJobsRun(struct initJob *jobs, int n);
+/* What a call or a group's end runs its jobs with: initJobsRun, but where
+ * every job is a split or shrink of a nonblocking parent, the jobs run
+ * after the call returns ncclInProgress, on a thread of their own, as
+ * NCCL's do: the communicators of one thread's ranks then agree however
+ * that thread calls them, one by one or in a group. Meanwhile each parent
+ * says ncclInProgress (commJobBegin), the new communicator's handle is
+ * NULL until the job has made it (then its setup pends the parent:
+ * commPendOnChild), and a job that fails fails the parent's state
+ * (commJobEnd). The jobs' excluded lists are theirs then (set NULL here). */
+ncclResult_t initJobsStart(struct initJob *jobs, int n);
 /* After jobs[0..n) failed with res (or their group failed before they ran:
  * started 0), nothing they made is left working: a communicator a job
  * made is freed and its pointer set NULL; one made at the call
