@@ -36,8 +36,18 @@ static int stepMismatch(struct task *t, struct step *st, const struct opDesc *d)
              "(their tuning differs, or symmetric windows hold some ranks' buffers and not the others')",
              t->rank, algoName(t->desc.algo), protoName(t->desc.proto), t->desc.nch, mine,
              peer, algoName(d->algo), protoName(d->proto), d->nch);
-  else if (d && (st->check & CHECK_RECV_DESC) && t->off == 0)
-    snprintf(text, sizeof text, "rank %d called %s but rank %d called %s", t->rank, mine, peer, theirs);
+  else if (d && (st->check & CHECK_RECV_DESC) && t->off == 0) {
+    /* The same call under another number: one rank made a call the other
+     * did not (NCCL drops a count-0 collective at once; chorus numbers it,
+     * so that one rank's 0 against another's count fails, not hangs) */
+    struct opDesc renumbered = samePlan;
+    renumbered.seq = t->desc.seq;
+    int onlyNumber = descMatch(&t->desc, &renumbered);
+    snprintf(text, sizeof text, "rank %d called %s but rank %d called %s%s", t->rank, mine, peer, theirs,
+             onlyNumber ? ": the same call under another number, so one of them made a call on this communicator "
+                          "that the other did not (a count-0 collective counts too)"
+                        : "");
+  }
   else if (d)
     snprintf(text, sizeof text, "rank %d called %s but rank %d started %s with less data for it "
              "(a smaller count or another operation)", t->rank, mine, peer, theirs);
