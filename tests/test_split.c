@@ -83,7 +83,14 @@ static int rankMain(int rank, int n, ncclUniqueId id, void *arg) {
   NCCLCHECK(ncclAllReduce(&x, &y, 1, ncclInt, ncclSum, comm, NULL));
   EXPECT(y == n, "parent allreduce gave %d", y);
   if (groupedSplits(comm, rank, n)) return 1;
-  EXPECT(ncclCommSplit(comm, -5, 0, &child, NULL) == ncclInvalidArgument, "negative color accepted");
+  /* Any color but NCCL_SPLIT_NOCOLOR groups ranks, a negative one too, as
+   * NCCL's source takes it (its docs ask for >= 0): refused on the ranks
+   * that passed it, it had left the others waiting for their timeout. */
+  NCCLCHECK(ncclCommSplit(comm, rank % 2 ? -5 : 3, rank, &child, NULL));
+  int members = 0, want = 0;
+  for (int r = rank % 2; r < n; r += 2) members++, want += r;
+  if (checkMembers(child, rank, rank / 2, members, want, "the child of a negative color")) return 1;
+  NCCLCHECK(ncclCommDestroy(child));
   EXPECT(ncclCommSplit(comm, 0, 0, NULL, NULL) == ncclInvalidArgument, "NULL newcomm accepted");
   NCCLCHECK(ncclCommDestroy(comm));
   return 0;

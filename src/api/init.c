@@ -359,10 +359,9 @@ static ncclResult_t commSplitCall(ncclComm_t comm, int color, int key, ncclComm_
   }
   *newcomm = NULL; /* a call that fails leaves it NULL, as NCCL's do */
   CHECK(commCheck(comm, "ncclCommSplit"));
-  if (color < 0 && color != NCCL_SPLIT_NOCOLOR) {
-    WARN("ncclCommSplit : invalid color %d (must be >= 0 or NCCL_SPLIT_NOCOLOR)", color);
-    return ncclInvalidArgument;
-  }
+  /* Any other color groups ranks, negative ones too: NCCL's docs ask for
+   * colors >= 0, but its code takes any, and a refusal on some ranks would
+   * leave the others waiting for them */
   int blocking;
   /* A rank that leaves gets no communicator: its config is not read (NCCL
    * parses only the joining ranks'). */
