@@ -141,7 +141,10 @@ static ncclResult_t mCallCount(int coll, size_t cnt, ncclDataType_t t, float *in
   }
 }
 static ncclResult_t mCall(int coll, int odd, int byDtype, float *in, float *out, int rank, int n, ncclComm_t c) {
-  return mCallCount(coll, odd && !byDtype ? 37 : 40, odd && byDtype ? ncclInt32 : ncclFloat, in, out, rank, n, c);
+  /* a collective's type must be the same (int32 is float's size); a send
+   * and its receive match by bytes, so there a type of another size */
+  ncclDataType_t other = coll == mSendRecv ? ncclFloat16 : ncclInt32;
+  return mCallCount(coll, odd && !byDtype ? 37 : 40, odd && byDtype ? other : ncclFloat, in, out, rank, n, c);
 }
 
 /* A mismatched call (what) on communicator c ended as it must: with

@@ -26,12 +26,17 @@ int collRooted(int coll) {
 }
 
 int descMatch(const struct opDesc *mine, const struct opDesc *theirs) {
-  if (mine->count != theirs->count || mine->dtype != theirs->dtype || mine->seq != theirs->seq) return 0;
+  if (mine->seq != theirs->seq) return 0;
   if (mine->coll == collRecv || mine->coll == collSend) {
+    /* bytes, as NCCL and gloo match a send with its receive (NCCL's docs
+     * ask for the same type and count; its code and programs that send
+     * one type and receive another of the same size take bytes) */
     int other = mine->coll == collRecv ? collSend : collRecv;
-    return theirs->coll == other && theirs->root == mine->rank && mine->root == theirs->rank &&
+    return mine->count * dtypeSize(mine->dtype) == theirs->count * dtypeSize(theirs->dtype) &&
+           theirs->coll == other && theirs->root == mine->rank && mine->root == theirs->rank &&
            theirs->tag == mine->tag;
   }
+  if (mine->count != theirs->count || mine->dtype != theirs->dtype) return 0;
   if (mine->coll != theirs->coll || mine->op != theirs->op) return 0;
   if (collRooted(mine->coll) && mine->root != theirs->root) return 0;
   return descSamePlan(mine, theirs);
