@@ -12,7 +12,8 @@ set -euo pipefail
 src=$1; build=$2; sanitize=${3:-}; cuda_include=${4:-}
 prefix=$(mktemp -d)
 trap 'rm -rf "$prefix"' EXIT
-cmake --install "$build" --prefix "$prefix" >/dev/null
+# not the torch package (component python), which goes into the machine's python whatever the prefix
+cmake --install "$build" --prefix "$prefix" --component Unspecified >/dev/null
 unset LD_LIBRARY_PATH
 fail() { echo "install: $*"; exit 1; }
 out=$("$prefix/bin/all_reduce_perf" -b 8 -e 1K -f 4 -c 1 2>&1) || fail "installed all_reduce_perf failed: $out"
