@@ -661,6 +661,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::alltoall_base(at::Tensor &out
                 ": without split sizes input and output must have the same number of elements, a multiple of the "
                 "group's size ",
                 size_, " (got ", input.numel(), " and ", output.numel(), ")");
+    // torch splits both along dim 0 (gloo's and NCCL's checkSplitSizes):
+    // rows that do not divide by the group's size would be cut in the middle
+    for (const at::Tensor *t : {&input, &output})
+      TORCH_CHECK(t->dim() == 0 || t->size(0) % size_ == 0, "chorus: ", call, ": ", t == &input ? "input" : "output",
+                  " tensor's dim 0 (", t->size(0), ") does not divide equally across group size ", size_);
     Moved m = moved(src);
     size_t n = m.count / size_;
     const void *sp = src.data_ptr();

@@ -386,6 +386,20 @@ def alltoall(rank, size):
         dist.all_to_all(outs, xs)
         for r in range(size):
             check(outs[r], torch.full((1000,), r * 10 + rank).to(dtype), f"all_to_all into rotated inputs {dtype} from {r}")
+    if size > 1:
+        # without split sizes dim 0 is split, as gloo's and NCCL's: rows that do not divide by the group's size are
+        # refused on every rank (their elements did divide, and rows were cut in the middle)
+        inp = torch.arange((size + 1) * size, dtype=torch.float32).reshape(size + 1, size)
+        try:
+            dist.all_to_all_single(torch.zeros_like(inp), inp)
+        except RuntimeError as e:
+            assert "does not divide equally across group size" in str(e), str(e)
+        else:
+            raise AssertionError(f"all_to_all_single of {size + 1} rows over {size} ranks was taken")
+        inp = torch.ones(size, 2)
+        out = torch.zeros(size, 2)
+        dist.all_to_all_single(out, inp)  # the group goes on
+        check(out, torch.ones(size, 2), "all_to_all_single after a refused one")
 
 
 def p2p(rank, size):
