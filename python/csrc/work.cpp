@@ -25,6 +25,7 @@ WorkChorus::WorkChorus(std::shared_ptr<Group> group, uint64_t seq, Launch &l)
       copyBack_(std::move(l.copyBack)),
       future_(c10::make_intrusive<c10::ivalue::Future>(tensorListType())) {
   keep_.insert(keep_.end(), l.inputs.begin(), l.inputs.end());
+  if (l.type == c10d::OpType::RECV) source_ = l.peer;
   ncclResult_t r = chorusEventCreate(&event_);
   TORCH_CHECK(r == ncclSuccess, "chorus: cannot create an event: ", resultName(r));
 }
@@ -188,6 +189,8 @@ std::vector<at::Tensor> WorkChorus::result() { return outputs_; }
 c10::intrusive_ptr<c10::ivalue::Future> WorkChorus::getFuture() { return future_; }
 
 uint64_t WorkChorus::getSequencenumber() const { return seq_; }
+
+int WorkChorus::sourceRank() const { return source_ >= 0 ? source_ : c10d::Work::sourceRank(); }
 
 std::chrono::milliseconds WorkChorus::getTimeout() const { return group_->timeout(); }
 

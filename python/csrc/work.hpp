@@ -26,6 +26,9 @@ class WorkChorus : public c10d::Work {
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
   uint64_t getSequencenumber() const override;
   std::chrono::milliseconds getTimeout() const override;
+  // A receive's peer (the group's rank it receives from), as gloo's; torch's
+  // refusal for any other work.
+  int sourceRank() const override;
   // When the last reference goes. c10 destroys an object only once its weak
   // references are gone too, and the group keeps weak ones to its works
   // (Group::inFlight_) until a later launch: the tensors and the future are
@@ -80,6 +83,7 @@ class WorkChorus : public c10d::Work {
   std::vector<c10::intrusive_ptr<WorkChorus>> parts_;  // setParts
   std::string failText_;                               // fail, under mutex_
   bool p2p_ = false;          // setP2p
+  int source_ = -1;           // a receive's peer (sourceRank)
   c10::intrusive_ptr<c10::ivalue::Future> future_;
   chorusEvent_t event_ = nullptr;
   std::atomic<bool> enqueued_{false};

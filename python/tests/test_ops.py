@@ -422,6 +422,8 @@ def p2p(rank, size):
         s.wait()
         r.wait()
         check(got, torch.arange(n, dtype=torch.float32) + prv, f"isend, later irecv n={n}")
+        # a receive's work names its peer, as gloo's (torch's default refuses any work)
+        assert r._source_rank() == prv, f"irecv's source_rank {r._source_rank()}, expected {prv}"
         # batch_isend_irecv both ways
         a, b = torch.zeros(n), torch.zeros(n)
         ops = [dist.P2POp(dist.isend, out, nxt), dist.P2POp(dist.isend, out, prv),
