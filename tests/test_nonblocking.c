@@ -31,6 +31,13 @@ static int waitReady(ncclComm_t comm) {
   return 0;
 }
 
+/* A nonblocking communicator made and polled until ready: 0, else 1 (said). */
+static int startNonblocking(ncclComm_t *comm, int n, ncclUniqueId id, int rank) {
+  ncclResult_t r = initNonblocking(comm, n, id, rank);
+  EXPECT(r == ncclSuccess || r == ncclInProgress, "nonblocking init: %s", ncclGetErrorString(r));
+  return waitReady(*comm);
+}
+
 /* The last rank joins only once rank 0 has made its calls on the
  * initializing communicator (the gate is a page the ranks share), so
  * those calls meet an init in progress however slow the machine: a fixed
@@ -232,9 +239,8 @@ static int childOfParent(int rank, int n, ncclUniqueId id, void *arg) {
   cfg.blocking = 0;
   blockingCfg.blocking = 1;
   ncclComm_t parent = NULL, blockingParent = NULL, child = NULL;
-  ncclResult_t r = ncclCommInitRankConfig(&parent, n, id, rank, &cfg), state;
-  EXPECT(r == ncclSuccess || r == ncclInProgress, "nonblocking init: %s", ncclGetErrorString(r));
-  if (waitReady(parent)) return 1;
+  ncclResult_t r, state;
+  if (startNonblocking(&parent, n, id, rank)) return 1;
   for (int round = 0; round < 6; round++) {
     /* the last round a shrink, which the last rank sits out */
     int shrink = round == 5, exclude = n - 1, count = -1, m = n - shrink;
@@ -274,9 +280,8 @@ static int childrenOfParent(int rank, int n, ncclUniqueId id, void *arg) {
   ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
   cfg.blocking = 0;
   ncclComm_t parent = NULL, whole = NULL, half = NULL;
-  ncclResult_t r = ncclCommInitRankConfig(&parent, n, id, rank, &cfg), state;
-  EXPECT(r == ncclSuccess || r == ncclInProgress, "nonblocking init: %s", ncclGetErrorString(r));
-  if (waitReady(parent)) return 1;
+  ncclResult_t r, state;
+  if (startNonblocking(&parent, n, id, rank)) return 1;
   NCCLCHECK(ncclGroupStart());
   ncclResult_t a = ncclCommSplit(parent, 0, rank, &whole, &cfg);
   ncclResult_t b = ncclCommSplit(parent, rank % 2, -rank, &half, &cfg);
@@ -473,9 +478,8 @@ static int childPolled(int rank, int n, ncclUniqueId id, void *arg) {
   ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
   cfg.blocking = 0;
   ncclComm_t parent = NULL, child = NULL;
-  ncclResult_t r = ncclCommInitRankConfig(&parent, n, id, rank, &cfg);
-  EXPECT(r == ncclSuccess || r == ncclInProgress, "nonblocking init: %s", ncclGetErrorString(r));
-  if (waitReady(parent)) return 1;
+  ncclResult_t r;
+  if (startNonblocking(&parent, n, id, rank)) return 1;
   NCCLCHECK(ncclCommSplit(parent, 0, rank, &child, &cfg));
   for (double end = nowSec() + 20; !__atomic_load_n(&child, __ATOMIC_ACQUIRE) && nowSec() < end;) usleep(1000);
   EXPECT(__atomic_load_n(&child, __ATOMIC_ACQUIRE) != NULL, "the split's job never gave the new communicator");
@@ -529,9 +533,8 @@ static int shrinkDeadParent(int rank, int n, ncclUniqueId id, void *arg) {
   ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
   cfg.blocking = 0;
   ncclComm_t parent = NULL, child = NULL;
-  ncclResult_t r = ncclCommInitRankConfig(&parent, n, id, rank, &cfg), state;
-  EXPECT(r == ncclSuccess || r == ncclInProgress, "nonblocking init: %s", ncclGetErrorString(r));
-  if (waitReady(parent)) return 1;
+  ncclResult_t r, state;
+  if (startNonblocking(&parent, n, id, rank)) return 1;
   int x = 1, y = 0;
   NCCLCHECK(ncclAllReduce(&x, &y, 1, ncclInt, ncclSum, parent, NULL)); /* every rank is past its init (the NULL stream's call returns done) */
   if (rank == n - 1) _exit(0); /* gone without a word */
@@ -625,12 +628,9 @@ static int oneThreadSplits(void) {
 static int splitNeverMet(int rank, int n, ncclUniqueId id, void *arg) {
   int abortIt = *(int *)arg;
   setenv("CHORUS_TIMEOUT", "3", 1);
-  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
-  cfg.blocking = 0;
   ncclComm_t parent = NULL, child = NULL;
-  ncclResult_t r = ncclCommInitRankConfig(&parent, n, id, rank, &cfg), state;
-  EXPECT(r == ncclSuccess || r == ncclInProgress, "nonblocking init: %s", ncclGetErrorString(r));
-  if (waitReady(parent)) return 1;
+  ncclResult_t r, state;
+  if (startNonblocking(&parent, n, id, rank)) return 1;
   if (rank == 1) { /* never splits; stays until rank 0 is done with it */
     usleep(abortIt ? 1000000 : 5000000);
     ncclCommAbort(parent);
