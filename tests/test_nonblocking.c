@@ -565,7 +565,7 @@ static int shrinkDeadParent(int rank, int n, ncclUniqueId id, void *arg) {
  * with their outcome. One rank leaves the split (NCCL_SPLIT_NOCOLOR). */
 static int oneThreadSplits(void) {
   enum { n = 3 };
-  setenv("CHORUS_TIMEOUT", "10", 1); /* a regression fails here in seconds */
+  setenv("CHORUS_TIMEOUT", "5", 1); /* a regression fails here in seconds */
   ncclUniqueId id;
   NCCLCHECK(ncclGetUniqueId(&id));
   ncclComm_t parent[n], child[n], shrunk[n];
