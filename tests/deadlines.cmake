@@ -52,7 +52,8 @@ set(CHORUS_DEADLINES
   coll_bounds_7_algo_recdoubling=45 coll_bounds_6_algo_tree=45  # 6-11 s
   coll_threads_8_algo_recdoubling_rs=40 coll_bounds_5_algo_recdoubling_rs=40 coll_fork_6_algo_recdoubling_rs=40
   coll_fork_7_algo_rabenseifner=40 coll_threads_8_algo_rabenseifner=40 coll_bounds_3_algo_rabenseifner=40  # 4-10 s
-  # Under valgrind (memcheck_*): 3-14 s alone (nonblocking_2 6-7 s in CI, 28-44 s on this VM on 2026-12-06, the build before this session too).
+  # Under valgrind (memcheck_*): 3-14 s alone (nonblocking_2 6-7 s; it took 28-160 s on this VM while its polls
+  # never slept: valgrind runs one thread at a time, and the init threads they waited for barely ran).
   memcheck_coll_3=60 memcheck_coll_3_socket=60 memcheck_coll_threads_2=45 memcheck_flight=45 memcheck_nonblocking_2=60
   coll_fork_3_socket=40 coll_threads_3_socket=40 coll_bounds_3=40 netns_shaped=45  # 5-12 s
 )

@@ -17,16 +17,22 @@ static ncclResult_t initNonblocking(ncclComm_t *comm, int n, ncclUniqueId id, in
   return ncclCommInitRankConfig(comm, n, id, rank, &cfg);
 }
 
-/* Polls a nonblocking init until it is done (20 s at most), sleeping
- * between looks so that the peers it waits for get the cores. */
-static int waitReady(ncclComm_t comm) {
-  ncclResult_t state;
-  NCCLCHECK(ncclCommGetAsyncError(comm, &state));
+/* comm's state once it stops saying ncclInProgress, as NCCL's docs poll
+ * it, looking every 0.1 ms so that the threads it waits for get the cores
+ * (under valgrind they run one at a time, and a poll that never sleeps
+ * held them off for minutes); a failed look's result; ncclInProgress
+ * still after 20 s. */
+static ncclResult_t pollDone(ncclComm_t comm) {
+  ncclResult_t state, r;
   double end = nowSec() + 20;
-  while (state == ncclInProgress && nowSec() < end) {
-    usleep(1000);
-    NCCLCHECK(ncclCommGetAsyncError(comm, &state));
-  }
+  while ((r = ncclCommGetAsyncError(comm, &state)) == ncclSuccess && state == ncclInProgress && nowSec() < end)
+    usleep(100);
+  return r == ncclSuccess ? state : r;
+}
+
+/* Polls a nonblocking init until it is done: 0, else 1 (said). */
+static int waitReady(ncclComm_t comm) {
+  ncclResult_t state = pollDone(comm);
   EXPECT(state == ncclSuccess, "init ended with %s", ncclGetErrorString(state));
   return 0;
 }
@@ -138,7 +144,7 @@ static int mixedGroup(void) {
   NCCLCHECK(ncclCommInitRank(&blocking, 1, a, 0));
   ncclResult_t r = initNonblocking(&nonblocking, 1, b, 0);
   EXPECT(r == ncclSuccess || r == ncclInProgress, "nonblocking init: %s", ncclGetErrorString(r));
-  do NCCLCHECK(ncclCommGetAsyncError(nonblocking, &r)); while (r == ncclInProgress);
+  r = pollDone(nonblocking);
   for (int order = 0; order < 2; order++) {
     int x = 5, y = 0, z = 0;
     NCCLCHECK(ncclGroupStart());
@@ -148,7 +154,7 @@ static int mixedGroup(void) {
     EXPECT(first == ncclSuccess && second == ncclSuccess, "the calls of a mixed group (order %d): %s, %s", order,
            ncclGetErrorString(first), ncclGetErrorString(second));
     EXPECT(r == ncclSuccess || r == ncclInProgress, "ncclGroupEnd of a mixed group: %s", ncclGetErrorString(r));
-    do NCCLCHECK(ncclCommGetAsyncError(nonblocking, &r)); while (r == ncclInProgress);
+    r = pollDone(nonblocking);
     EXPECT(r == ncclSuccess && y == 5 && z == 5, "a mixed group (order %d): %s, %d %d", order, ncclGetErrorString(r),
            y, z);
   }
@@ -248,14 +254,14 @@ static int childOfParent(int rank, int n, ncclUniqueId id, void *arg) {
     r = shrink ? ncclCommShrink(parent, &exclude, 1, &child, &cfg, NCCL_SHRINK_DEFAULT)
                : ncclCommSplit(parent, 0, rank, &child, round == 4 ? &blockingCfg : &cfg);
     EXPECT(r == ncclSuccess, "round %d: %s returned %s", round, shrink ? "shrink" : "split", ncclGetErrorString(r));
-    do NCCLCHECK(ncclCommGetAsyncError(parent, &state)); while (state == ncclInProgress);
+    state = pollDone(parent);
     EXPECT(state == ncclSuccess, "round %d: the parent says %s", round, ncclGetErrorString(state));
     r = ncclCommCount(child, &count);
     EXPECT(r == ncclSuccess && count == m, "round %d: ncclCommCount of the child: %s, %d", round, ncclGetErrorString(r),
            count);
     int x = rank + 1, y = 0;
     NCCLCHECK(ncclAllReduce(&x, &y, 1, ncclInt, ncclSum, child, NULL));
-    do NCCLCHECK(ncclCommGetAsyncError(child, &state)); while (state == ncclInProgress);
+    state = pollDone(child);
     EXPECT(y == m * (m + 1) / 2, "round %d: the child's AllReduce gave %d", round, y);
     if (round == 4) blockingParent = child; /* blocking: for the last check */
     else NCCLCHECK(ncclCommDestroy(child));
@@ -289,7 +295,7 @@ static int childrenOfParent(int rank, int n, ncclUniqueId id, void *arg) {
   EXPECT(a == ncclSuccess && b == ncclSuccess && (r == ncclSuccess || r == ncclInProgress),
          "two splits in a group: %s, %s, ncclGroupEnd %s", ncclGetErrorString(a), ncclGetErrorString(b),
          ncclGetErrorString(r));
-  do NCCLCHECK(ncclCommGetAsyncError(parent, &state)); while (state == ncclInProgress);
+  state = pollDone(parent);
   EXPECT(state == ncclSuccess, "the parent of two splits says %s", ncclGetErrorString(state));
   int wholeCount = -1, halfCount = -1, halfRank = -1, same = 0, higher = 0;
   for (int q = 0; q < n; q++)
@@ -539,12 +545,12 @@ static int shrinkDeadParent(int rank, int n, ncclUniqueId id, void *arg) {
   NCCLCHECK(ncclAllReduce(&x, &y, 1, ncclInt, ncclSum, parent, NULL)); /* every rank is past its init (the NULL stream's call returns done) */
   if (rank == n - 1) _exit(0); /* gone without a word */
   r = ncclAllReduce(&x, &y, 1, ncclInt, ncclSum, parent, NULL);
-  do NCCLCHECK(ncclCommGetAsyncError(parent, &state)); while (state == ncclInProgress);
+  state = pollDone(parent);
   EXPECT(r != ncclSuccess || state != ncclSuccess, "an AllReduce with a dead rank succeeded");
   int dead = n - 1;
   r = ncclCommShrink(parent, &dead, 1, &child, &cfg, NCCL_SHRINK_ABORT);
   EXPECT(r == ncclSuccess, "the shrink returned %s", ncclGetErrorString(r));
-  do NCCLCHECK(ncclCommGetAsyncError(parent, &state)); while (state == ncclInProgress);
+  state = pollDone(parent);
   EXPECT(state == ncclSuccess, "polling the shrunk parent ended on %s", ncclGetErrorString(state));
   if (waitReady(child)) return 1;
   y = 0;
@@ -583,7 +589,7 @@ static int oneThreadSplits(void) {
   double took = nowSec() - t0;
   EXPECT(took < 2, "the splits of one thread's ranks took %.2f s to return", took);
   for (int i = 0; i < n; i++) {
-    do NCCLCHECK(ncclCommGetAsyncError(parent[i], &state)); while (state == ncclInProgress);
+    state = pollDone(parent[i]);
     EXPECT(state == ncclSuccess, "rank %d's parent after its split says %s: %s", i, ncclGetErrorString(state),
            ncclGetLastError(parent[i]));
   }
@@ -607,7 +613,7 @@ static int oneThreadSplits(void) {
     EXPECT(r == ncclSuccess, "shrink of rank %d alone: %s", i, ncclGetErrorString(r));
   }
   for (int i = 0; i < n - 1; i++) {
-    do NCCLCHECK(ncclCommGetAsyncError(parent[i], &state)); while (state == ncclInProgress);
+    state = pollDone(parent[i]);
     EXPECT(state == ncclSuccess && shrunk[i] != NULL, "rank %d's parent after its shrink says %s", i,
            ncclGetErrorString(state));
   }
@@ -651,7 +657,7 @@ static int splitNeverMet(int rank, int n, ncclUniqueId id, void *arg) {
     EXPECT(child == NULL, "the aborted split gave a communicator");
     return 0;
   }
-  do NCCLCHECK(ncclCommGetAsyncError(parent, &state)); while (state == ncclInProgress && nowSec() - t0 < 20);
+  state = pollDone(parent);
   const char *why = ncclGetLastError(parent);
   EXPECT(state != ncclSuccess && state != ncclInProgress && child == NULL && strstr(why, "ncclCommSplit"),
          "a split whose peer never came ended %s after %.1f s: %s", ncclGetErrorString(state), nowSec() - t0, why);
