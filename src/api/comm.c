@@ -143,9 +143,7 @@ ncclResult_t commChildPending(struct ncclComm *comm, int *settled) {
     if (!failed && __atomic_load_n(&c->setupResult, __ATOMIC_ACQUIRE) != ncclSuccess) failed = c;
   }
   if (jobRes != ncclSuccess) failed = NULL; /* the job's failure, whose text commJobEnd set, explains */
-  ncclResult_t res = jobRes != ncclSuccess ? jobRes
-                     : failed              ? __atomic_load_n(&failed->setupResult, __ATOMIC_ACQUIRE)
-                                           : ncclSuccess;
+  ncclResult_t res = failed ? __atomic_load_n(&failed->setupResult, __ATOMIC_ACQUIRE) : jobRes;
   __atomic_store_n(&comm->jobResult, ncclSuccess, __ATOMIC_RELAXED);
   if (failed) {
     char why[sizeof comm->failText], text[sizeof comm->failText];

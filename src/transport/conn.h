@@ -102,8 +102,9 @@ struct conn {
   int writeTrySlot, writeTryWay;
   uint64_t writeWays, writeWaysKnown;
   int writeMarked;   /* the slot being filled was marked by slotStream */
-  /* Receiver: when it took the slot it is on (clockCycles), and its cost
-   * of taking a large slot each way (the mean it last stored in ctrl). */
+  /* Receiver: when it took the slot it is on (clockCycles), and its
+   * running mean of the cost of taking a large slot each way (ctrl holds
+   * the figure it last stored there). */
   uint64_t readStart;
   uint32_t readCost[2];
   int writeForced;   /* CHORUS_SLOT_STREAM as the connection was laid out: 0 or 1 forces the way, -1 measures */
