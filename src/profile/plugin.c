@@ -10,7 +10,6 @@
 
 #include <dlfcn.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
@@ -19,6 +18,7 @@
 #include "core/clock.h"
 #include "core/log.h"
 #include "core/param.h"
+#include "core/plugin.h"
 #include "profile/abi.h"
 
 static pthread_mutex_t loadLock = PTHREAD_MUTEX_INITIALIZER;
@@ -38,65 +38,12 @@ static int activationMask;    /* the plugin sets and may change it (NCCL's eActi
 static pid_t loadPid;
 static int loadGen; /* plugin loads so far: a thread's GroupApi handle from an earlier one is stale */
 
-/* NCCL's debug subsystem bits, as plugins pass them, in chorus's. */
-static unsigned subsysFromNccl(unsigned long flags) {
-  static const struct {
-    unsigned long nccl;
-    unsigned ours;
-  } map[] = {{1, subsysInit}, {2, subsysColl},   {4, subsysP2p},      {8, subsysShm},          {16, subsysNet},
-             {64, subsysTuning}, {128, subsysEnv}, {256, subsysAlloc}, {4096, subsysBootstrap}, {16384, subsysProfile}};
-  unsigned out = 0;
-  for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
-    if (flags & map[i].nccl) out |= map[i].ours;
-  return out ? out : subsysProfile;
-}
-
-/* The logger plugins get (NCCL's ncclDebugLogger_t): their lines go where
- * chorus's go, at their level and subsystem. */
-static void pluginLog(int level, unsigned long flags, const char *file, int line, const char *fmt, ...) {
-  char msg[1024];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
-  if (level < logVersion || level > logTrace) return;
-  logMessage(level, subsysFromNccl(flags), file ? file : "plugin", file ? file : "plugin", line, "%s", msg);
-}
-
-static void *tryOpen(const char *name, int quiet) {
-  int isStatic = strcasecmp(name, "STATIC_PLUGIN") == 0;
-  void *h = dlopen(isStatic ? NULL : name, RTLD_NOW | RTLD_LOCAL);
-  const char *why = h ? NULL : dlerror();
-  if (why && !quiet) INFO(subsysInit, "PROFILER/Plugin: %s: %s", name, why);
-  return h;
-}
-
-/* NCCL's search: the name as given, then libnccl-profiler-<name>.so when the
- * name is neither a path nor a library file name. */
-static void *openPlugin(const char *name, char *used, size_t usedLen) {
-  char lib[512];
-  if (!name[0]) {
-    snprintf(lib, sizeof lib, "libnccl-profiler.so");
-    snprintf(used, usedLen, "%s", lib);
-    return tryOpen(lib, 1); /* none is the usual case */
-  }
-  snprintf(used, usedLen, "%s", name);
-  void *h = tryOpen(name, 0);
-  if (h) return h;
-  size_t n = strlen(name);
-  int isFile = strncmp(name, "lib", 3) == 0 && n >= 3 && strcmp(name + n - 3, ".so") == 0;
-  if (strchr(name, '/') || isFile) return NULL;
-  snprintf(lib, sizeof lib, "libnccl-profiler-%s.so", name);
-  snprintf(used, usedLen, "%s", lib);
-  return tryOpen(lib, 0);
-}
-
 /* Under loadLock: the first communicator loads. */
 static void pluginLoad(void) {
   const char *name = paramStr(paramProfilerPlugin);
   if (strcasecmp(name, "none") == 0) return;
   char used[512];
-  void *h = openPlugin(name, used, sizeof used);
+  void *h = pluginOpen("profiler", "PROFILER", subsysInit, name, used, sizeof used);
   if (!h) {
     if (name[0]) WARN("PROFILER/Plugin: could not load NCCL_PROFILER_PLUGIN=%s: continuing without a profiler", name);
     else INFO(subsysInit, "PROFILER/Plugin: Could not find: %s", used);

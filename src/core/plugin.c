@@ -1,0 +1,59 @@
+#define _GNU_SOURCE
+#include "core/plugin.h"
+
+#include <dlfcn.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+#include "core/log.h"
+
+/* NCCL's debug subsystem bits, as plugins pass them, in chorus's. */
+static unsigned subsysFromNccl(unsigned long flags) {
+  static const struct {
+    unsigned long nccl;
+    unsigned ours;
+  } map[] = {{1, subsysInit}, {2, subsysColl},   {4, subsysP2p},      {8, subsysShm},          {16, subsysNet},
+             {64, subsysTuning}, {128, subsysEnv}, {256, subsysAlloc}, {4096, subsysBootstrap}, {16384, subsysProfile}};
+  unsigned out = 0;
+  for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
+    if (flags & map[i].nccl) out |= map[i].ours;
+  return out ? out : subsysProfile;
+}
+
+void pluginLog(int level, unsigned long flags, const char *file, int line, const char *fmt, ...) {
+  char msg[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  if (level < logVersion || level > logTrace) return;
+  logMessage(level, subsysFromNccl(flags), file ? file : "plugin", file ? file : "plugin", line, "%s", msg);
+}
+
+static void *tryOpen(const char *tag, unsigned subsys, const char *name, int quiet) {
+  int isStatic = strcasecmp(name, "STATIC_PLUGIN") == 0;
+  void *h = dlopen(isStatic ? NULL : name, RTLD_NOW | RTLD_LOCAL);
+  const char *why = h ? NULL : dlerror();
+  if (why && !quiet) INFO(subsys, "%s/Plugin: %s: %s", tag, name, why);
+  return h;
+}
+
+void *pluginOpen(const char *kind, const char *tag, unsigned subsys, const char *name, char *used, size_t usedLen) {
+  char lib[512];
+  if (!name[0]) {
+    snprintf(lib, sizeof lib, "libnccl-%s.so", kind);
+    snprintf(used, usedLen, "%s", lib);
+    return tryOpen(tag, subsys, lib, 1); /* none is the usual case */
+  }
+  snprintf(used, usedLen, "%s", name);
+  void *h = tryOpen(tag, subsys, name, 0);
+  if (h) return h;
+  size_t n = strlen(name);
+  int isFile = strncmp(name, "lib", 3) == 0 && n >= 3 && strcmp(name + n - 3, ".so") == 0;
+  if (strchr(name, '/') || isFile) return NULL;
+  snprintf(lib, sizeof lib, "libnccl-%s-%s.so", kind, name);
+  snprintf(used, usedLen, "%s", lib);
+  return tryOpen(tag, subsys, lib, 0);
+}
