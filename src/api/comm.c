@@ -223,6 +223,7 @@ void commFree(struct ncclComm *comm, int graceful) {
   commUnpinPending(children);
   if (comm->growIdMade) bootstrapRetireRoot(&comm->growId); /* no grow will use it */
   profCommFinalize(&comm->prof);
+  tunePluginFinalize(&comm->tune);
   flightFree(comm);
   statsReport(comm);
   traceCommClose(&comm->trace);
@@ -765,6 +766,13 @@ static ncclResult_t commSetup(struct ncclComm *comm) {
     comm->hostOf[i] = j < i ? comm->hostOf[j] : comm->nhosts++;
   }
   algoHostFirst(comm->hostOf, nranks, comm->nhosts, comm->hostFirst);
+  int minLocal = nranks;
+  for (int h = 0; h < comm->nhosts; h++) {
+    int on = 0;
+    for (int i = 0; i < nranks; i++) on += comm->hostOf[i] == h;
+    if (on < minLocal) minLocal = on;
+  }
+  CHECKGOTO(tunePluginInit(&comm->tune, comm->commHash, minLocal), res, fail);
   CHECKGOTO(commTopology(comm), res, fail);
   comm->ntStoreBytes = commNtStoreBytes(comm);
   commSingleCopy(comm);

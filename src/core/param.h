@@ -63,6 +63,8 @@
   X(TraceLevel, "CHORUS_TRACE_LEVEL", 1, "ops", "what CHORUS_TRACE records: ops, or steps (each task's steps and waits too)") \
   X(ProfilerPlugin, "NCCL_PROFILER_PLUGIN", 1, "",                                                 \
     "profiler plugin: a path, a name (libnccl-profiler-<name>.so), STATIC_PLUGIN or none; unset: libnccl-profiler.so") \
+  X(TunerPlugin, "NCCL_TUNER_PLUGIN", 1, "",                                                       \
+    "tuner plugin: a path, a name (libnccl-tuner-<name>.so), STATIC_PLUGIN or none; unset: libnccl-tuner.so") \
   X(Algo, "NCCL_ALGO", 1, "", "algorithms allowed: Ring, Tree, RecDoubling, Rabenseifner, OneHop, Chain; ^ excludes; func:list;func:list") \
   X(Proto, "NCCL_PROTO", 1, "", "protocols allowed: Simple, LL, LL128; ^ excludes; func:list;func:list")
 

@@ -8,6 +8,7 @@
 #include "core/log.h"
 #include "core/param.h"
 #include "reduce/reduce.h"
+#include "tune/plugin.h"
 
 /* Channels pay off once each carries enough bytes to amortize a pass over
  * its FIFO; below that one channel has the least overhead. */
@@ -67,7 +68,8 @@ ncclResult_t tuneChoose(const struct tuneTable *t, int coll, size_t count, size_
                         int maxNch, int mapped, struct tuneChoice *out) {
   struct tuneCached *k = coll >= 0 && coll < collTypeCount ? &tuneCache[coll] : NULL;
   size_t bytes = count * esz;
-  if (k && k->table == t->id && k->bytes == bytes && k->slotBytes == slotBytes && k->maxNch == maxNch &&
+  /* A plugin is asked every time, as NCCL asks it per collective. */
+  if (k && !t->plugin && k->table == t->id && k->bytes == bytes && k->slotBytes == slotBytes && k->maxNch == maxNch &&
       k->mapped == mapped) {
     *out = k->choice;
   } else {
@@ -95,15 +97,19 @@ static ncclResult_t tuneSearch(const struct tuneTable *t, int coll, size_t count
     *out = best;
     return ncclSuccess;
   }
+  double costs[algoCount][protoCount];
+  int nch[algoCount];
   for (int a = 0; a < algoCount; a++) {
-    if (!(t->algoMask[coll] & (1u << a)) || !algoSupports(a, coll, n) || !fits(t, a, bytes, slotBytes)) continue;
+    nch[a] = channelsFor(t, coll, a, bytes, maxNch);
+    int possible = (t->algoMask[coll] & (1u << a)) && algoSupports(a, coll, n) && fits(t, a, bytes, slotBytes);
     for (int p = 0; p < protoCount; p++) {
-      if (!(t->protoMask[coll] & (1u << p))) continue;
-      int c = channelsFor(t, coll, a, bytes, maxNch);
-      double us = tuneModelUs(&t->topo, coll, a, p, c, bytes, mapped);
-      if (us >= 0 && (best.algo < 0 || us < best.us)) best = (struct tuneChoice){a, p, c, us};
+      double us = possible && (t->protoMask[coll] & (1u << p)) ? tuneModelUs(&t->topo, coll, a, p, nch[a], bytes, mapped)
+                                                               : -1;
+      costs[a][p] = us;
+      if (us >= 0 && (best.algo < 0 || us < best.us)) best = (struct tuneChoice){a, p, nch[a], us};
     }
   }
+  if (best.algo >= 0 && t->plugin) CHECK(tunePluginAdjust(t, coll, bytes, dtype, costs, nch, maxNch, mapped, &best));
   if (best.algo < 0) {
     int oneHopTooBig = (t->algoMask[coll] & (1u << algoOneHop)) && !fits(t, algoOneHop, bytes, slotBytes);
     WARN("No algorithm/protocol available for function %s with datatype %s (%zu bytes on %d ranks). NCCL_ALGO was set "

@@ -51,6 +51,8 @@ struct tuneTable {
   uint32_t algoMask[tuneFuncCount];
   uint32_t protoMask[tuneFuncCount];
   int logChoices; /* NCCL_DEBUG_SUBSYS=TUNING's line per choice: rank 0's alone, as NCCL logs them */
+  int plugin;      /* 1: NCCL_TUNER_PLUGIN's plugin has a context for this communicator (pluginCtx) */
+  void *pluginCtx;
 };
 
 /* Parses cfg's NCCL_ALGO / NCCL_PROTO with NCCL's syntax: ncclInvalidUsage
@@ -62,6 +64,14 @@ ncclResult_t tuneSetup(struct tuneTable *t, const struct tuneConfig *cfg, const 
  * init: here every rank's fails, each checking every rank's); a WARN when
  * they choose otherwise, on that rank alone (self). */
 ncclResult_t tuneConfigAgree(const struct tuneTable *held, const struct tuneConfig *cfg, int rank, int self);
+
+/* NCCL_TUNER_PLUGIN (tune/plugin.c): the first communicator of the process
+ * loads the plugin, and each calls its init with the topology (t->topo;
+ * minLocal: the fewest ranks on one host). ncclSuccess without a plugin;
+ * the plugin's error when its init fails (as NCCL's init fails). The
+ * plugin then has its say in every choice of a collective on t. */
+ncclResult_t tunePluginInit(struct tuneTable *t, uint64_t commHash, int minLocal);
+void tunePluginFinalize(struct tuneTable *t);
 
 struct tuneChoice {
   int algo;  /* enum algoId */
