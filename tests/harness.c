@@ -341,3 +341,17 @@ int stallOnCmaWrite(volatile double *at) {
   if (sigaction(SIGSYS, &sa, NULL) != 0) return -1;
   return denyCalls(-1, __NR_process_vm_writev, SECCOMP_RET_TRAP);
 }
+
+void idToHex(const ncclUniqueId *id, char hex[2 * NCCL_UNIQUE_ID_BYTES + 1]) {
+  for (size_t i = 0; i < sizeof id->internal; i++) snprintf(hex + 2 * i, 3, "%02x", (unsigned char)id->internal[i]);
+}
+
+int idFromHex(const char *hex, ncclUniqueId *id) {
+  if (strlen(hex) != 2 * sizeof id->internal) return -1;
+  for (size_t i = 0; i < sizeof id->internal; i++) {
+    unsigned v;
+    if (sscanf(hex + 2 * i, "%2x", &v) != 1) return -1;
+    id->internal[i] = (char)v;
+  }
+  return 0;
+}

@@ -32,6 +32,10 @@ int testCommId(ncclUniqueId *id);
 struct sockaddr_in;
 int testFreePort(struct sockaddr_in *a);
 int idRootGone(const ncclUniqueId *id, double waitSec);
+/* An id as text, for a rank that execs itself: hex holds 2 digits per byte
+ * and a NUL; idFromHex reads it back (0 on success). */
+void idToHex(const ncclUniqueId *id, char hex[2 * NCCL_UNIQUE_ID_BYTES + 1]);
+int idFromHex(const char *hex, ncclUniqueId *id);
 /* The same with an id the caller made. */
 int runRanksWithId(int nranks, ncclUniqueId id, rankFn fn, void *arg, int deadlineSec);
 

@@ -229,8 +229,8 @@ static int rankMain(int rank, int n, ncclUniqueId id) {
 
 static int execRank(int rank, int n, ncclUniqueId id, void *arg) {
   (void)arg;
-  char hex[2 * sizeof id.internal + 1], r[16], nr[16], v[16];
-  for (size_t i = 0; i < sizeof id.internal; i++) snprintf(hex + 2 * i, 3, "%02x", (unsigned char)id.internal[i]);
+  char hex[2 * NCCL_UNIQUE_ID_BYTES + 1], r[16], nr[16], v[16];
+  idToHex(&id, hex);
   snprintf(r, sizeof r, "%d", rank);
   snprintf(nr, sizeof nr, "%d", n);
   snprintf(v, sizeof v, "%d", version);
@@ -257,11 +257,7 @@ int main(int argc, char **argv) {
   }
   if (argc == 8 && strcmp(argv[3], "rank") == 0) {
     ncclUniqueId id;
-    for (size_t i = 0; i < sizeof id.internal; i++) {
-      unsigned x;
-      sscanf(argv[6] + 2 * i, "%2x", &x);
-      id.internal[i] = (char)x;
-    }
+    if (idFromHex(argv[6], &id)) return 2;
     mode = argv[7];
     return rankMain(atoi(argv[4]), atoi(argv[5]), id);
   }

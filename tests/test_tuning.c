@@ -102,8 +102,8 @@ static int tuningRank(int rank, int n, ncclUniqueId id) {
 
 static int execRank(int rank, int n, ncclUniqueId id, void *arg) {
   (void)arg;
-  char hex[2 * sizeof id.internal + 1], r[16], nr[16];
-  for (size_t i = 0; i < sizeof id.internal; i++) snprintf(hex + 2 * i, 3, "%02x", (unsigned char)id.internal[i]);
+  char hex[2 * NCCL_UNIQUE_ID_BYTES + 1], r[16], nr[16];
+  idToHex(&id, hex);
   snprintf(r, sizeof r, "%d", rank);
   snprintf(nr, sizeof nr, "%d", n);
   if (strcmp(mode, "differ") == 0) {
@@ -127,11 +127,7 @@ static int execRank(int rank, int n, ncclUniqueId id, void *arg) {
 int main(int argc, char **argv) {
   if (argc == 6 && strcmp(argv[1], "rank") == 0) {
     ncclUniqueId id;
-    for (size_t i = 0; i < sizeof id.internal; i++) {
-      unsigned v;
-      sscanf(argv[4] + 2 * i, "%2x", &v);
-      id.internal[i] = (char)v;
-    }
+    if (idFromHex(argv[4], &id)) return 2;
     mode = argv[5];
     if (strcmp(mode, "impossible-proto") == 0) mode = "impossible";
     return tuningRank(atoi(argv[2]), atoi(argv[3]), id);
