@@ -56,8 +56,12 @@ static int countLines(const char *what) {
   return n;
 }
 
+static ncclResult_t chooseOn(const struct tuneTable *t, int coll, size_t count, int maxNch, int mapped,
+                             struct tuneChoice *c) {
+  return tuneChoose(t, coll, count, sizeof(float), ncclFloat, 65536, maxNch, mapped, c);
+}
 static ncclResult_t choose(const struct tuneTable *t, int coll, size_t count, struct tuneChoice *c) {
-  return tuneChoose(t, coll, count, sizeof(float), ncclFloat, 65536, 4, 0, c);
+  return chooseOn(t, coll, count, 4, 0, c);
 }
 
 static int sameChoice(const struct tuneChoice *a, const struct tuneChoice *b) {
@@ -101,6 +105,15 @@ static int tunerAlone(void) {
     model = tuneModelUs(&topo, collAllReduce, algoRing, protoLL, 1, 8, 0);
     EXPECT((float)ring[0] == (float)model, "Ring/LL costs %g in the table, %g in the model", ring[0], model);
   }
+  /* Its channels, at most the communicator's. */
+  NCCLCHECK(chooseOn(&t, collAllReduce, 2, 1, 0, &c));
+  EXPECT(c.algo == algoRing && c.nch == 1, "8-byte AllReduce on a 1-channel communicator: %s on %d channels",
+         algoName(c.algo), c.nch);
+  if (version >= 4) { /* buffers in symmetric windows are NCCL's registered ones */
+    NCCLCHECK(chooseOn(&t, collAllReduce, 2, 4, 1, &c));
+    EXPECT(lastLine("call func 4 bytes 8 ", line, sizeof line) && strstr(line, "reg 1"), "regBuff of mapped buffers: %s",
+           line);
+  }
   /* Past 4 KiB the plugin leaves the table: the model's choice stands. */
   NCCLCHECK(choose(&plain, collAllReduce, 1 << 18, &p));
   NCCLCHECK(choose(&t, collAllReduce, 1 << 18, &c));
@@ -125,12 +138,41 @@ static int tunerAlone(void) {
     /* AllGather: NCCL's byte count is the output's. */
     NCCLCHECK(choose(&t, collAllGather, 1000, &c));
     EXPECT(lastLine("call func 2 bytes 16000 ", line, sizeof line), "AllGather of 4 x 1000 floats not asked as 16000 bytes");
+    /* Entries that cost the same: the first in NCCL's order wins (Tree
+     * before Ring, LL before Simple), as in NCCL's topoGetAlgoInfo. */
+    setenv("CHORUS_TEST_TUNER_TIE", "1", 1);
+    for (size_t count = 2; count <= (1u << 22); count *= 256) {
+      NCCLCHECK(choose(&t, collAllReduce, count, &c));
+      char want[32];
+      snprintf(want, sizeof want, "call func 4 bytes %zu ", count * 4);
+      double e[6] = {-1, -1, -1, -1, -1, -1};
+      const char *at = lastLine(want, line, sizeof line) ? strstr(line, "tree ") : NULL;
+      EXPECT(at && sscanf(at, "tree %lf %*f %lf ring %lf %*f %lf", &e[0], &e[1], &e[2], &e[3]) == 4, "unparsed: %s", line);
+      static const int algos[4] = {algoTree, algoTree, algoRing, algoRing}, protos[4] = {protoLL, protoSimple, protoLL,
+                                                                                         protoSimple};
+      int first = 0;
+      while (first < 4 && e[first] < 0) first++;
+      EXPECT(first < 4 && c.algo == algos[first] && c.proto == protos[first],
+             "AllReduce of %zu floats, every entry free: %s/%s, NCCL's first is entry %d", count, algoName(c.algo),
+             protoName(c.proto), first);
+    }
+    unsetenv("CHORUS_TEST_TUNER_TIE");
     /* A plugin that excludes all it sees leaves chorus's own algorithms,
      * which it cannot name; where there are none, nothing runs. */
     setenv("CHORUS_TEST_TUNER_NONE", "1", 1);
-    ncclResult_t r = choose(&t, collAllGather, 1000, &c);
-    EXPECT(r == ncclSuccess && c.algo != algoRing && c.algo != algoTree,
-           "an AllGather the plugin excluded Ring and Tree for: %s, %s", ncclGetErrorString(r), algoName(c.algo));
+    int ownInsteadOfRing = 0;
+    ncclResult_t r;
+    static const int colls[2] = {collAllReduce, collAllGather};
+    for (int k = 0; k < 2; k++)
+      for (size_t count = 256; count <= (1u << 22); count *= 4) {
+        int coll = colls[k];
+        NCCLCHECK(choose(&plain, coll, count, &p));
+        r = choose(&t, coll, count, &c);
+        EXPECT(r != ncclSuccess || (c.algo != algoRing && c.algo != algoChain && c.algo != algoTree),
+               "%s of %zu floats the plugin excluded Ring and Tree for: %s", collName(coll), count, algoName(c.algo));
+        ownInsteadOfRing |= r == ncclSuccess && p.algo == algoRing;
+      }
+    EXPECT(ownInsteadOfRing, "no size where the model's Ring gave way to chorus's own algorithm");
     r = choose(&t, collReduce, 1 << 22, &c);
     unsetenv("CHORUS_TEST_TUNER_NONE");
     EXPECT(r == ncclInternalError, "a 16 MiB Reduce the plugin left nothing for: %s, %s", ncclGetErrorString(r),
@@ -139,14 +181,27 @@ static int tunerAlone(void) {
     r = choose(&t, collReduceScatter, 1000, &c);
     unsetenv("CHORUS_TEST_TUNER_FAIL_CALL");
     EXPECT(r == ncclInternalError, "a failing getCollInfo: %s", ncclGetErrorString(r));
+    setenv("CHORUS_TEST_TUNER_FAIL_CALL", "inprogress", 1); /* not a result a call may give for it */
+    r = choose(&t, collReduceScatter, 1000, &c);
+    unsetenv("CHORUS_TEST_TUNER_FAIL_CALL");
+    EXPECT(r == ncclInternalError, "a getCollInfo that says ncclInProgress: %s", ncclGetErrorString(r));
   }
   /* Send/Recv and AlltoAll are not the plugin's (NCCL asks for collectives). */
   calls = countLines("call ");
   NCCLCHECK(choose(&t, collAlltoAll, 1000, &c));
   NCCLCHECK(choose(&t, collSend, 1000, &c));
   EXPECT(countLines("call ") == calls, "the plugin was asked about AlltoAll or Send");
+  /* A second communicator shares the library: it outlives the first. */
+  struct tuneTable second;
+  NCCLCHECK(tuneSetup(&second, &cfg, &topo));
+  NCCLCHECK(tunePluginInit(&second, 0x5678, 4));
+  EXPECT(countLines("init nRanks") == 2, "the second communicator's init: %d inits", countLines("init nRanks"));
   tunePluginFinalize(&t);
   EXPECT(t.plugin == 0 && lastLine("finalize", line, sizeof line) && strstr(line, "finalize ok"), "finalize: %s", line);
+  NCCLCHECK(choose(&second, collAllReduce, 2, &c));
+  EXPECT(c.algo == algoRing && c.proto == protoSimple, "the second communicator's plugin after the first's finalize");
+  tunePluginFinalize(&second);
+  EXPECT(countLines("finalize ok") == 2, "finalized %d times", countLines("finalize ok"));
   NCCLCHECK(choose(&t, collAllReduce, 2, &c));
   NCCLCHECK(choose(&plain, collAllReduce, 2, &p));
   EXPECT(sameChoice(&p, &c), "after finalize the plugin still chose");

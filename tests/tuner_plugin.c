@@ -4,8 +4,10 @@
  *   AllReduce up to 4 KiB: Ring/Simple costs nothing, on 2 channels
  *   Broadcast: NVLS/Simple, which chorus does not have, costs nothing
  *   Reduce: Ring is excluded (every protocol)
- *   any collective: everything excluded, where CHORUS_TEST_TUNER_NONE is set
+ *   any collective: everything excluded, where CHORUS_TEST_TUNER_NONE is set;
+ *     every entry free, where CHORUS_TEST_TUNER_TIE is set
  *   ReduceScatter: the call fails, where CHORUS_TEST_TUNER_FAIL_CALL is set
+ *     (returning ncclInProgress where it is "inprogress")
  *   init fails where CHORUS_TEST_TUNER_FAIL_INIT is set.
  * Version 2 names Ring/Simple on 2 channels for AllReduce up to 4 KiB and
  * nothing else. */
@@ -13,6 +15,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "tune/abi.h"
@@ -65,10 +68,15 @@ static ncclResult_t getCollInfoCommon(void *ctx, int collType, size_t nBytes, in
   if (collType == tuneAbiFuncBroadcast) t[4][tuneAbiProtoSimple] = 0.0f;
   if (collType == tuneAbiFuncReduce)
     for (int p = 0; p < numProto; p++) t[tuneAbiAlgoRing][p] = TUNE_ABI_IGNORE;
+  if (getenv("CHORUS_TEST_TUNER_TIE"))
+    for (int a = 0; a < numAlgo; a++)
+      for (int p = 0; p < numProto; p++)
+        if (t[a][p] != TUNE_ABI_IGNORE) t[a][p] = 0.0f;
   if (getenv("CHORUS_TEST_TUNER_NONE"))
     for (int a = 0; a < numAlgo; a++)
       for (int p = 0; p < numProto; p++) t[a][p] = TUNE_ABI_IGNORE;
-  if (collType == tuneAbiFuncReduceScatter && getenv("CHORUS_TEST_TUNER_FAIL_CALL")) return ncclInternalError;
+  const char *fail = getenv("CHORUS_TEST_TUNER_FAIL_CALL");
+  if (collType == tuneAbiFuncReduceScatter && fail) return strcmp(fail, "inprogress") ? ncclInternalError : ncclInProgress;
   return ncclSuccess;
 }
 #endif

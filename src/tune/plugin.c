@@ -99,7 +99,7 @@ ncclResult_t tunePluginInit(struct tuneTable *t, uint64_t commHash, int minLocal
     } else {
       /* As NCCL, whose init fails with the plugin's */
       WARN("TUNER/Plugin: %s's init failed with %s (%d)", loadedName(), ncclGetErrorString(res), (int)res);
-      if (res < ncclUnhandledCudaError || res >= ncclNumResults) res = ncclInternalError;
+      if (res < ncclUnhandledCudaError || res >= ncclNumResults || res == ncclInProgress) res = ncclInternalError;
       if (loadRefs == 0) pluginUnload();
     }
   }
@@ -185,18 +185,24 @@ ncclResult_t tunePluginAdjust(const struct tuneTable *t, int coll, size_t bytes,
   if (res != ncclSuccess) { /* as NCCL, whose call then fails with the plugin's error */
     WARN("TUNER/Plugin: %s's getCollInfo failed with %s (%d) for %s of %zu bytes", loadedName(),
          ncclGetErrorString(res), (int)res, collName(coll), ncclBytes);
-    return res < ncclUnhandledCudaError || res >= ncclNumResults ? ncclInternalError : res;
+    return res < ncclUnhandledCudaError || res >= ncclNumResults || res == ncclInProgress ? ncclInternalError : res;
   }
-  /* The cheapest: NCCL's entries as the plugin left them (those chorus
-   * cannot run stay out), chorus's own algorithms at the model's time. */
+  /* The cheapest: NCCL's entries as the plugin left them, in NCCL's order
+   * (Tree before Ring, LL before Simple: the first of equals wins, as in
+   * NCCL; those chorus cannot run stay out), then chorus's own algorithms
+   * at the model's time, which win only when cheaper. */
   struct tuneChoice pick = {-1, protoSimple, 1, FLT_MAX};
-  for (int a = 0; a < algoCount; a++)
-    for (int p = 0; p < protoCount; p++) {
-      int ca = abiAlgo(a);
-      /* all as floats, as the table holds them: untouched, it picks what the model picked */
-      double us = ca < 0 ? (double)(float)costs[a][p] : runs[ca][abiProto(p)] == a ? (double)table[ca][abiProto(p)] : -1;
+  static const int ncclOrder[protoCount] = {protoLL, protoSimple};
+  for (int ca = 0; ca < tuneAbiAlgos; ca++)
+    for (int k = 0; k < protoCount; k++) {
+      int p = ncclOrder[k], a = runs[ca][abiProto(p)];
+      float us = a < 0 ? -1.0f : table[ca][abiProto(p)];
       if (us >= 0 && us < pick.us) pick = (struct tuneChoice){a, p, nch[a], us};
     }
+  for (int a = 0; a < algoCount; a++)
+    for (int p = 0; p < protoCount; p++)
+      if (abiAlgo(a) < 0 && costs[a][p] >= 0 && costs[a][p] < pick.us)
+        pick = (struct tuneChoice){a, p, nch[a], costs[a][p]};
   if (pick.algo < 0) {
     WARN("No algorithm/protocol available for function %s with datatype %s (%zu bytes on %d ranks): the tuner "
          "plugin %s left none",
