@@ -8,7 +8,8 @@
  *       machines the hosts run on, each with this one's cores (hosts that
  *       are network namespaces or containers of one machine share its
  *       cores); LINK_MBPS: the hosts' link speed in Mb/s (default unknown,
- *       as for an interface whose speed sysfs does not give)
+ *       as for an interface whose speed sysfs does not give); the choice is
+ *       after NCCL_TUNER_PLUGIN's plugin where one is set
  *   chorus-info --topo   under a launcher (chorusrun, mpirun, srun,
  *       torchrun): how each pair of ranks is connected and what each rank
  *       sees of its host, printed by rank 0 (nvidia-smi topo -m's shape) */
@@ -44,6 +45,12 @@ static int printTune(int nranks, int hosts, int machines, int linkMbps) {
     fprintf(stderr, "chorus-info --tune: %s\n", logThreadLastError());
     return 1;
   }
+  /* A tuner plugin has its say in the choice column, as in a communicator
+   * (the fewest ranks on a host: the ranks spread evenly). */
+  if (tunePluginInit(&t, 0, nranks / hosts) != ncclSuccess) {
+    fprintf(stderr, "chorus-info --tune: %s\n", logThreadLastError());
+    return 1;
+  }
   struct conn geometry; /* the FIFO slots NCCL_BUFFSIZE gives */
   int64_t buff = paramInt(paramBuffSize);
   if (buff > COMM_MAX_BUFFSIZE) buff = strtoll(paramDefault(paramBuffSize), NULL, 10); /* as a communicator does */
@@ -54,6 +61,7 @@ static int printTune(int nranks, int hosts, int machines, int linkMbps) {
   if (machines < hosts) printf(" per machine, %d machine(s)", machines);
   if (hosts > 1 && linkMbps > 0) printf(", %d Mb/s links", linkMbps);
   printf("; times in us predicted by the model\n");
+  if (t.plugin) printf("# choices after the tuner plugin NCCL_TUNER_PLUGIN=%s\n", paramStr(paramTunerPlugin));
   for (int coll = 0; coll < tuneFuncCount; coll++) {
     int cand[algoCount * protoCount][2], nc = 0;
     for (int a = 0; a < algoCount; a++)
@@ -80,6 +88,7 @@ static int printTune(int nranks, int hosts, int machines, int linkMbps) {
         printf("   none\n");
     }
   }
+  tunePluginFinalize(&t);
   return 0;
 }
 
