@@ -18,7 +18,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "tune/abi.h"
+#include "plugin/tuner_abi.h"
 
 #ifndef TUNER_VERSION
 #define TUNER_VERSION 6

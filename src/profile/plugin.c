@@ -18,7 +18,7 @@
 #include "core/clock.h"
 #include "core/log.h"
 #include "core/param.h"
-#include "core/plugin.h"
+#include "plugin/open.h"
 #include "profile/abi.h"
 
 static pthread_mutex_t loadLock = PTHREAD_MUTEX_INITIALIZER;

@@ -1,8 +1,8 @@
 /* What NCCL's plugins share, whatever their kind (the profiler's and the
  * tuner's): the search for the library, as NCCL searches, and the logger
  * they are given. */
-#ifndef CHORUS_CORE_PLUGIN_H
-#define CHORUS_CORE_PLUGIN_H
+#ifndef CHORUS_PLUGIN_OPEN_H
+#define CHORUS_PLUGIN_OPEN_H
 #include <stddef.h>
 
 /* Opens the plugin library of a kind ("profiler", "tuner") as NCCL looks

@@ -1,5 +1,5 @@
 #define _GNU_SOURCE
-#include "core/plugin.h"
+#include "plugin/open.h"
 
 #include <dlfcn.h>
 #include <stdarg.h>

@@ -1,8 +1,8 @@
 /* NCCL's tuner plugin interface (ext-tuner, NCCL 2.30: ncclTuner_v6 back
  * to v2), declared from its documented layout: what a plugin built against
  * NCCL's tuner.h finds when chorus loads it. */
-#ifndef CHORUS_TUNE_ABI_H
-#define CHORUS_TUNE_ABI_H
+#ifndef CHORUS_PLUGIN_TUNER_ABI_H
+#define CHORUS_PLUGIN_TUNER_ABI_H
 #include <stddef.h>
 #include <stdint.h>
 
