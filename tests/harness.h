@@ -32,6 +32,10 @@ int testCommId(ncclUniqueId *id);
 struct sockaddr_in;
 int testFreePort(struct sockaddr_in *a);
 int idRootGone(const ncclUniqueId *id, double waitSec);
+/* What a test's time bounds are multiplied by: CHORUS_TEST_TIME_SCALE
+ * (default 1), which the memcheck runs set, since valgrind runs a
+ * process's threads one at a time, many times slower. */
+double testTimeScale(void);
 /* An id as text, for a rank that execs itself: hex holds 2 digits per byte
  * and a NUL; idFromHex reads it back (0 on success). */
 void idToHex(const ncclUniqueId *id, char hex[2 * NCCL_UNIQUE_ID_BYTES + 1]);

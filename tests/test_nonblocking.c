@@ -112,11 +112,11 @@ static int watchdogMain(int rank, int n, ncclUniqueId id, void *arg) {
   EXPECT(ncclCommUserRank(comm, &v) == ncclInvalidArgument, "ncclCommUserRank of an initializing communicator");
   EXPECT(ncclCommSplit(comm, 0, 0, &child, NULL) == ncclInvalidArgument, "ncclCommSplit of an initializing one");
   EXPECT(strstr(ncclGetLastError(comm), "still initializing") != NULL, "last error: %s", ncclGetLastError(comm));
-  EXPECT(nowSec() - t0 < 1.0, "refusing calls during init took %.2f s", nowSec() - t0);
+  EXPECT(nowSec() - t0 < 1.0 * testTimeScale(), "refusing calls during init took %.2f s", nowSec() - t0);
   t0 = nowSec();
   NCCLCHECK(ncclCommAbort(comm));
   double took = nowSec() - t0;
-  EXPECT(took < 1.0, "ncclCommAbort of a stuck init took %.2f s", took);
+  EXPECT(took < 1.0 * testTimeScale(), "ncclCommAbort of a stuck init took %.2f s", took);
   return 0;
 }
 
@@ -407,7 +407,7 @@ static int groupInits(void) {
   ncclResult_t r = ncclGroupEnd();
   double took = nowSec() - t0;
   pthread_join(t, NULL);
-  EXPECT(r != ncclSuccess && took < 5, "a group whose init was aborted by a watchdog ended %s after %.2f s",
+  EXPECT(r != ncclSuccess && took < 5 * testTimeScale(), "a group whose init was aborted by a watchdog ended %s after %.2f s",
          ncclGetErrorString(r), took);
 
   ncclUniqueId old, fresh;
@@ -587,7 +587,7 @@ static int oneThreadSplits(void) {
     EXPECT(r == ncclSuccess, "split of rank %d alone: %s", i, ncclGetErrorString(r));
   }
   double took = nowSec() - t0;
-  EXPECT(took < 2, "the splits of one thread's ranks took %.2f s to return", took);
+  EXPECT(took < 2 * testTimeScale(), "the splits of one thread's ranks took %.2f s to return", took);
   for (int i = 0; i < n; i++) {
     state = pollDone(parent[i]);
     EXPECT(state == ncclSuccess, "rank %d's parent after its split says %s: %s", i, ncclGetErrorString(state),
@@ -644,7 +644,7 @@ static int splitNeverMet(int rank, int n, ncclUniqueId id, void *arg) {
   }
   double t0 = nowSec();
   r = ncclCommSplit(parent, 0, 0, &child, NULL);
-  EXPECT(r == ncclSuccess && nowSec() - t0 < 1, "the split returned %s after %.2f s", ncclGetErrorString(r),
+  EXPECT(r == ncclSuccess && nowSec() - t0 < 1 * testTimeScale(), "the split returned %s after %.2f s", ncclGetErrorString(r),
          nowSec() - t0);
   usleep(200000);
   NCCLCHECK(ncclCommGetAsyncError(parent, &state));
@@ -653,7 +653,7 @@ static int splitNeverMet(int rank, int n, ncclUniqueId id, void *arg) {
   if (abortIt) {
     t0 = nowSec();
     NCCLCHECK(ncclCommAbort(parent));
-    EXPECT(nowSec() - t0 < 1.5, "aborting the parent of a waiting split took %.2f s", nowSec() - t0);
+    EXPECT(nowSec() - t0 < 1.5 * testTimeScale(), "aborting the parent of a waiting split took %.2f s", nowSec() - t0);
     EXPECT(child == NULL, "the aborted split gave a communicator");
     return 0;
   }
