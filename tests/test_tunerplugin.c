@@ -29,32 +29,24 @@ static const char *plugin, *mode;
 static int version;
 static char logPath[256];
 
-/* The last line of the plugin's log written by this process that holds what. */
-static int lastLine(const char *what, char *out, size_t len) {
-  FILE *f = fopen(logPath, "r");
-  if (!f) return 0;
-  char line[1024], mine[32];
-  snprintf(mine, sizeof mine, "pid %d ", (int)getpid());
-  int found = 0;
-  while (fgets(line, sizeof line, f))
-    if (strncmp(line, mine, strlen(mine)) == 0 && strstr(line, what)) {
-      snprintf(out, len, "%s", line);
-      found = 1;
-    }
-  fclose(f);
-  return found;
-}
-
-static int countLines(const char *what) {
+/* The lines of the plugin's log written by this process that hold what:
+ * how many, and the last in out (when out is given). */
+static int scanLog(const char *what, char *out, size_t len) {
   FILE *f = fopen(logPath, "r");
   if (!f) return 0;
   char line[1024], mine[32];
   snprintf(mine, sizeof mine, "pid %d ", (int)getpid());
   int n = 0;
-  while (fgets(line, sizeof line, f)) n += strncmp(line, mine, strlen(mine)) == 0 && strstr(line, what) != NULL;
+  while (fgets(line, sizeof line, f))
+    if (strncmp(line, mine, strlen(mine)) == 0 && strstr(line, what)) {
+      if (out) snprintf(out, len, "%s", line);
+      n++;
+    }
   fclose(f);
   return n;
 }
+static int lastLine(const char *what, char *out, size_t len) { return scanLog(what, out, len) > 0; }
+static int countLines(const char *what) { return scanLog(what, NULL, 0); }
 
 static ncclResult_t chooseOn(const struct tuneTable *t, int coll, size_t count, int maxNch, int mapped,
                              struct tuneChoice *c) {

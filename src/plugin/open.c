@@ -57,3 +57,27 @@ void *pluginOpen(const char *kind, const char *tag, unsigned subsys, const char 
   snprintf(used, usedLen, "%s", lib);
   return tryOpen(tag, subsys, lib, 0);
 }
+
+void *pluginLoadNewest(const char *kind, const char *tag, unsigned subsys, const char *name, const char *symbol,
+                       int newest, int oldest, const char *without, int *version, const void **table, char *used,
+                       size_t usedLen) {
+  *version = 0;
+  *table = NULL;
+  snprintf(used, usedLen, "%s", name);
+  if (strcasecmp(name, "none") == 0) return NULL;
+  void *h = pluginOpen(kind, tag, subsys, name, used, usedLen);
+  if (!h) {
+    if (name[0]) WARN("%s/Plugin: could not load NCCL_%s_PLUGIN=%s: continuing %s", tag, tag, name, without);
+    else INFO(subsys, "%s/Plugin: Could not find: %s", tag, used);
+    return NULL;
+  }
+  for (int v = newest; v >= oldest && !*table; v--) {
+    char sym[128];
+    snprintf(sym, sizeof sym, "%s_v%d", symbol, v);
+    if ((*table = dlsym(h, sym))) *version = v;
+  }
+  if (*table) return h;
+  WARN("%s/Plugin: %s exports no %s_v%d .. _v%d: continuing %s", tag, used, symbol, newest, oldest, without);
+  dlclose(h);
+  return NULL;
+}

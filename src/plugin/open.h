@@ -14,6 +14,17 @@
  * when nothing opened. */
 void *pluginOpen(const char *kind, const char *tag, unsigned subsys, const char *name, char *used, size_t usedLen);
 
+/* Loads a plugin as NCCL does: name is NCCL_<TAG>_PLUGIN's value ("none":
+ * nothing), searched as pluginOpen does, and the newest table the library
+ * exports, symbol_vN for N from newest down to oldest. The library, with
+ * *version and *table set; NULL when there is none (INFO where name is
+ * unset, else a WARN saying the job goes on as without, "without": "without
+ * a profiler"), or its library exports no table (a WARN; closed). used: as
+ * pluginOpen's. */
+void *pluginLoadNewest(const char *kind, const char *tag, unsigned subsys, const char *name, const char *symbol,
+                       int newest, int oldest, const char *without, int *version, const void **table, char *used,
+                       size_t usedLen);
+
 /* NCCL's ncclDebugLogger_t, which plugins get: their lines go where
  * chorus's go, at their level and subsystem. */
 void pluginLog(int level, unsigned long flags, const char *file, int line, const char *fmt, ...);

@@ -3,7 +3,6 @@
 #include <dlfcn.h>
 #include <pthread.h>
 #include <string.h>
-#include <strings.h>
 
 #include "core/log.h"
 #include "core/param.h"
@@ -30,25 +29,15 @@ const char *tunerPluginName(void) {
 
 /* Under loadLock: the first context loads. */
 static void pluginLoad(void) {
-  const char *name = paramStr(paramTunerPlugin);
-  if (strcasecmp(name, "none") == 0) return;
-  void *h = pluginOpen("tuner", "TUNER", subsysInit | subsysTuning, name, pluginUsed, sizeof pluginUsed);
-  if (!h) {
-    if (name[0]) WARN("TUNER/Plugin: could not load NCCL_TUNER_PLUGIN=%s: continuing with chorus's tuner", name);
-    return;
-  }
   const void *t;
-  if ((t = dlsym(h, "ncclTunerPlugin_v6"))) pluginVersion = 6, pluginV6 = t;
-  else if ((t = dlsym(h, "ncclTunerPlugin_v5"))) pluginVersion = 5, pluginV6 = t;
-  else if ((t = dlsym(h, "ncclTunerPlugin_v4"))) pluginVersion = 4, pluginV4 = t;
-  else if ((t = dlsym(h, "ncclTunerPlugin_v3"))) pluginVersion = 3, pluginV3 = t;
-  else if ((t = dlsym(h, "ncclTunerPlugin_v2"))) pluginVersion = 2, pluginV2 = t;
-  if (!pluginVersion) {
-    WARN("TUNER/Plugin: %s exports no ncclTunerPlugin_v6 .. _v2: continuing with chorus's tuner", pluginUsed);
-    dlclose(h);
-    return;
-  }
-  pluginLib = h;
+  pluginLib = pluginLoadNewest("tuner", "TUNER", subsysInit | subsysTuning, paramStr(paramTunerPlugin),
+                               "ncclTunerPlugin", 6, 2, "with chorus's tuner", &pluginVersion, &t, pluginUsed,
+                               sizeof pluginUsed);
+  if (!pluginLib) return;
+  if (pluginVersion >= 5) pluginV6 = t; /* version 5's table is version 6's first members */
+  else if (pluginVersion == 4) pluginV4 = t;
+  else if (pluginVersion == 3) pluginV3 = t;
+  else pluginV2 = t;
   INFO(subsysInit | subsysTuning, "TUNER/Plugin: Using %s (v%d) from %s", tunerPluginName(), pluginVersion,
        pluginUsed);
 }

@@ -12,7 +12,6 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
-#include <strings.h>
 #include <unistd.h>
 
 #include "core/clock.h"
@@ -40,27 +39,16 @@ static int loadGen; /* plugin loads so far: a thread's GroupApi handle from an e
 
 /* Under loadLock: the first communicator loads. */
 static void pluginLoad(void) {
-  const char *name = paramStr(paramProfilerPlugin);
-  if (strcasecmp(name, "none") == 0) return;
   char used[512];
-  void *h = pluginOpen("profiler", "PROFILER", subsysInit, name, used, sizeof used);
-  if (!h) {
-    if (name[0]) WARN("PROFILER/Plugin: could not load NCCL_PROFILER_PLUGIN=%s: continuing without a profiler", name);
-    else INFO(subsysInit, "PROFILER/Plugin: Could not find: %s", used);
-    return;
-  }
   const void *t;
-  if ((t = dlsym(h, "ncclProfiler_v6"))) pluginVersion = 6, pluginV6 = t;
-  else if ((t = dlsym(h, "ncclProfiler_v5"))) pluginVersion = 5, pluginV6 = t;
-  else if ((t = dlsym(h, "ncclProfiler_v4"))) pluginVersion = 4, pluginV4 = t;
-  else if ((t = dlsym(h, "ncclProfiler_v3"))) pluginVersion = 3, pluginV3 = t;
-  else if ((t = dlsym(h, "ncclProfiler_v2"))) pluginVersion = 2, pluginV2 = t;
-  else if ((t = dlsym(h, "ncclProfiler_v1"))) pluginVersion = 1, pluginV1 = t;
-  if (!pluginVersion) {
-    WARN("PROFILER/Plugin: %s exports no ncclProfiler_v6 .. _v1: continuing without a profiler", used);
-    dlclose(h);
-    return;
-  }
+  void *h = pluginLoadNewest("profiler", "PROFILER", subsysInit, paramStr(paramProfilerPlugin), "ncclProfiler", 6, 1,
+                             "without a profiler", &pluginVersion, &t, used, sizeof used);
+  if (!h) return;
+  if (pluginVersion >= 5) pluginV6 = t; /* version 5's table is version 6's */
+  else if (pluginVersion == 4) pluginV4 = t;
+  else if (pluginVersion == 3) pluginV3 = t;
+  else if (pluginVersion == 2) pluginV2 = t;
+  else pluginV1 = t;
   pluginLib = h;
   loadPid = getpid();
   __atomic_add_fetch(&loadGen, 1, __ATOMIC_RELAXED);
