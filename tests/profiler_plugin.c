@@ -17,7 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "profile/abi.h"
+#include "plugin/profiler_abi.h"
 
 #ifndef PLUGIN_VERSION
 #define PLUGIN_VERSION 6

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# CHORUS_TRACE (src/profile/trace.h) and tools/chorus-trace: 3 ranks write a
+# CHORUS_TRACE (src/trace/timeline.h) and tools/chorus-trace: 3 ranks write a
 # timeline each at CHORUS_TRACE_LEVEL=steps; each file must be JSON with the
 # rank's track, its clock offset, its operations numbered 1, 2, 3, ... in
 # time order, and steps inside their operation, one at a time per lane; merge must give one file

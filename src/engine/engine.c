@@ -11,7 +11,7 @@
 #include "core/err.h"
 #include "core/log.h"
 #include "core/wait.h"
-#include "profile/trace.h"
+#include "trace/timeline.h"
 #include "proto/proto.h"
 #include "transport/transport.h"
 

@@ -10,7 +10,7 @@
 
 #include "bootstrap/bootstrap.h"
 #include "engine/desc.h"
-#include "profile/profile.h"
+#include "trace/profile.h"
 #include "proto/proto.h"
 #include "reduce/reduce.h"
 #include "transport/conn.h"

@@ -1,6 +1,6 @@
 /* Profiler plugins (NCCL_PROFILER_PLUGIN): chorus reports its operations to
- * a plugin built for NCCL, through NCCL's versioned interface (abi.h), in
- * NCCL's event hierarchy:
+ * a plugin built for NCCL, through NCCL's versioned interface
+ * (plugin/profiler.h), in NCCL's event hierarchy:
  *   GroupApi   ncclGroupStart .. ncclGroupEnd, or one call outside a group
  *     CollApi / P2pApi   each call (stopped when the call returns)
  *     KernelLaunch       each launch onto a stream
@@ -10,12 +10,13 @@
  *         ProxyStep      one FIFO slot of them, with its wait states
  * Every function is a no-op (a load and a branch) when no plugin is loaded
  * or its activation mask wants nothing of that kind. */
-#ifndef CHORUS_PROFILE_PROFILE_H
-#define CHORUS_PROFILE_PROFILE_H
+#ifndef CHORUS_TRACE_PROFILE_H
+#define CHORUS_TRACE_PROFILE_H
 #include <stddef.h>
 #include <stdint.h>
 
 #include "core/observe.h"
+#include "plugin/profiler.h"
 
 struct traceComm;
 
@@ -26,8 +27,7 @@ struct profComm {
 };
 
 /* 1 while a plugin is loaded: the hooks' callers skip them otherwise. */
-extern int profPluginLoaded;
-static inline int profActive(void) { return OBSERVED(__atomic_load_n(&profPluginLoaded, __ATOMIC_ACQUIRE) != 0); }
+static inline int profActive(void) { return OBSERVED(__atomic_load_n(&profilerPluginLoaded, __ATOMIC_ACQUIRE) != 0); }
 
 /* At a communicator's init (it loads the plugin the first time) and at its
  * destroy or abort (the last one unloads it). */
@@ -115,7 +115,7 @@ struct profTask {
   uint8_t flyHead, flyCount;
   int channel;                /* 0..nChannels-1 of its operation */
   struct profKernelCh *kch;   /* its channel's KernelCh event (NULL: none, or this task is done) */
-  /* CHORUS_TRACE_LEVEL=steps (profile/trace.h; NULL trace: not traced). */
+  /* CHORUS_TRACE_LEVEL=steps (trace/timeline.h; NULL trace: not traced). */
   const struct traceComm *trace;
   uint32_t traceSeq;
   uint64_t stepStartNs, blockedNs, waitNs;

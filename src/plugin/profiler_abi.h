@@ -1,10 +1,11 @@
 /* NCCL's profiler plugin ABI (its plugins/profiler README and headers,
  * versions 1 to 6), written out here so that a plugin built against NCCL's
  * own headers loads into chorus unchanged. Only the layout matters: field
- * order, types and sizes are NCCL's; the comments are ours. Nothing outside
- * src/profile/ includes this file. */
-#ifndef CHORUS_PROFILE_ABI_H
-#define CHORUS_PROFILE_ABI_H
+ * order, types and sizes are NCCL's; the comments are ours. Only the loader
+ * (plugin/profiler.c), the events built for it (trace/profile.c) and the
+ * test plugin include this file. */
+#ifndef CHORUS_PLUGIN_PROFILER_ABI_H
+#define CHORUS_PLUGIN_PROFILER_ABI_H
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>

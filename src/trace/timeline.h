@@ -8,8 +8,8 @@
  * (bootstrapClockOffset) and the file says the offsets and their errors. `chorus-trace merge` makes
  * one file with a track per rank; `chorus-trace report` names stragglers
  * and where time went. */
-#ifndef CHORUS_PROFILE_TRACE_H
-#define CHORUS_PROFILE_TRACE_H
+#ifndef CHORUS_TRACE_TIMELINE_H
+#define CHORUS_TRACE_TIMELINE_H
 #include <stdint.h>
 
 #include "core/observe.h"

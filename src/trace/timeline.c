@@ -1,5 +1,5 @@
 #define _GNU_SOURCE
-#include "profile/trace.h"
+#include "trace/timeline.h"
 
 #include <errno.h>
 #include <pthread.h>
