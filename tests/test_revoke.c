@@ -15,6 +15,10 @@
  *            timeout, which reach rank 2 in its split, fail no split.
  *   args   - bad flags are ncclInvalidArgument and change nothing; a NULL
  *            communicator is ncclSuccess, as for destroy and abort.
+ *   group  - one thread drives 3 ranks (ncclCommInitAll), revokes them and
+ *            splits them in a group, then revokes the children and shrinks
+ *            rank 2 away in a group: a revoked parent is no reason for a
+ *            group to fail, and both results work.
  *   test_revoke <case> */
 #include <pthread.h>
 #include <string.h>
@@ -159,6 +163,53 @@ static int argsRank(int rank, int n, ncclUniqueId id, void *arg) {
   return 0;
 }
 
+/* An AllReduce over the n communicators one thread drives: sum n(n+1)/2 on each. */
+static int groupWorks(ncclComm_t *c, int n) {
+  double x[8], sum[8];
+  NCCLCHECK(ncclGroupStart());
+  for (int r = 0; r < n; r++) {
+    x[r] = r + 1;
+    sum[r] = 0;
+    NCCLCHECK(ncclAllReduce(&x[r], &sum[r], 1, ncclDouble, ncclSum, c[r], NULL));
+  }
+  NCCLCHECK(ncclGroupEnd());
+  for (int r = 0; r < n; r++) {
+    int count = -1, me = -1;
+    NCCLCHECK(ncclCommCount(c[r], &count));
+    NCCLCHECK(ncclCommUserRank(c[r], &me));
+    EXPECT(count == n && me == r, "communicator %d: count %d rank %d", r, count, me);
+    EXPECT(sum[r] == n * (n + 1) / 2.0, "communicator %d's AllReduce gave %g", r, sum[r]);
+  }
+  return 0;
+}
+
+static int groupCase(void) {
+  enum { n = 3 };
+  ncclComm_t comm[n], split[n], shrunk[n - 1];
+  NCCLCHECK(ncclCommInitAll(comm, n, NULL));
+  for (int r = 0; r < n; r++) NCCLCHECK(ncclCommRevoke(comm[r], NCCL_REVOKE_DEFAULT));
+  NCCLCHECK(ncclGroupStart());
+  for (int r = 0; r < n; r++) NCCLCHECK(ncclCommSplit(comm[r], 0, r, &split[r], NULL));
+  ncclResult_t res = ncclGroupEnd();
+  EXPECT(res == ncclSuccess, "splitting revoked communicators in a group: %s (%s)", ncclGetErrorString(res),
+         ncclGetLastError(NULL));
+  if (groupWorks(split, n)) return 1;
+  for (int r = 0; r < n; r++) NCCLCHECK(ncclCommRevoke(split[r], NCCL_REVOKE_DEFAULT));
+  int gone = n - 1;
+  NCCLCHECK(ncclGroupStart());
+  for (int r = 0; r < n - 1; r++) NCCLCHECK(ncclCommShrink(split[r], &gone, 1, &shrunk[r], NULL, NCCL_SHRINK_DEFAULT));
+  res = ncclGroupEnd();
+  EXPECT(res == ncclSuccess, "shrinking revoked communicators in a group: %s (%s)", ncclGetErrorString(res),
+         ncclGetLastError(NULL));
+  if (groupWorks(shrunk, n - 1)) return 1;
+  for (int r = 0; r < n - 1; r++) NCCLCHECK(ncclCommDestroy(shrunk[r]));
+  for (int r = 0; r < n; r++) {
+    NCCLCHECK(ncclCommDestroy(split[r]));
+    NCCLCHECK(ncclCommDestroy(comm[r]));
+  }
+  return 0;
+}
+
 int main(int argc, char **argv) {
   const char *c = argc > 1 ? argv[1] : "";
   setenv("CHORUS_TIMEOUT", "5", 1); /* past the 2 s a revoke may take: it, not a timeout, must end the wait */
@@ -167,8 +218,9 @@ int main(int argc, char **argv) {
   else if (!strcmp(c, "shrink")) failed = runRanks(3, shrinkRank, NULL, 30);
   else if (!strcmp(c, "args")) failed = runRanks(2, argsRank, NULL, 30);
   else if (!strcmp(c, "timedout")) failed = runRanks(3, timedOutRank, NULL, 30);
+  else if (!strcmp(c, "group")) failed = groupCase();
   else {
-    fprintf(stderr, "usage: test_revoke stuck|shrink|args|timedout\n");
+    fprintf(stderr, "usage: test_revoke stuck|shrink|args|timedout|group\n");
     return 2;
   }
   printf("test_revoke %s: %s\n", c, failed ? "FAILED" : "passed");

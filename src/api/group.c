@@ -150,8 +150,8 @@ ncclResult_t groupInit(const struct initJob *job) {
     j.comm = NULL;
   }
   /* A split's, shrink's or grow's parent is held as a call's communicator
-   * is: destroyed, aborted or revoked meanwhile, it fails the group;
-   * ncclCommFinalize refuses it meanwhile. */
+   * is: destroyed or aborted meanwhile, it fails the group (revoked, it does
+   * not: groupCommGone); ncclCommFinalize refuses it meanwhile. */
   if (j.parent) commGroupHold(j.parent, 1);
   groupInits[groupInitCount++] = j;
   /* ncclSuccess for a nonblocking one too: NCCL's asks the new
@@ -206,12 +206,15 @@ NCCL_API(ncclResult_t, ncclGroupStart, void) {
 
 /* A communicator destroyed, aborted, revoked or suspended while the group
  * held its calls (from this thread or another): then none of the group's
- * calls run, as none would had it come before them. */
-static ncclResult_t groupCommGone(const struct ncclComm *comm, const char *call) {
-  const char *what = commGone(comm)                                      ? "destroyed or aborted"
-                     : __atomic_load_n(&comm->revoked, __ATOMIC_ACQUIRE)   ? "revoked (ncclCommRevoke)"
-                     : __atomic_load_n(&comm->suspended, __ATOMIC_ACQUIRE) ? "suspended (ncclCommSuspend)"
-                                                                           : NULL;
+ * calls run, as none would had it come before them. A parent that a split,
+ * shrink or grow makes a communicator from may be revoked (parent 1): a
+ * revoked communicator is there to be split or shrunk, and NCCL refuses
+ * revoked communicators their collectives only, in a group or not. */
+static ncclResult_t groupCommGone(const struct ncclComm *comm, int parent, const char *call) {
+  const char *what = commGone(comm)                                                 ? "destroyed or aborted"
+                     : !parent && __atomic_load_n(&comm->revoked, __ATOMIC_ACQUIRE) ? "revoked (ncclCommRevoke)"
+                     : __atomic_load_n(&comm->suspended, __ATOMIC_ACQUIRE)            ? "suspended (ncclCommSuspend)"
+                                                                                      : NULL;
   if (!what) return ncclSuccess;
   WARN("%s : comm %p (rank %d) was %s while the group held its calls: none of the group's calls ran", call,
        (void *)comm, comm->rank, what);
@@ -219,11 +222,11 @@ static ncclResult_t groupCommGone(const struct ncclComm *comm, const char *call)
 }
 
 static ncclResult_t groupCommsLive(const char *call) {
-  for (int i = 0; i < groupCount; i++) CHECK(groupCommGone(groupHeld[i], call));
-  for (int i = 0; i < groupLaterCount; i++) CHECK(groupCommGone(groupLaters[i].comm, call));
+  for (int i = 0; i < groupCount; i++) CHECK(groupCommGone(groupHeld[i], 0, call));
+  for (int i = 0; i < groupLaterCount; i++) CHECK(groupCommGone(groupLaters[i].comm, 0, call));
   for (int i = 0; i < groupInitCount; i++) {
-    if (groupInits[i].made) CHECK(groupCommGone(groupInits[i].made, call));
-    if (groupInits[i].parent) CHECK(groupCommGone(groupInits[i].parent, call));
+    if (groupInits[i].made) CHECK(groupCommGone(groupInits[i].made, 0, call));
+    if (groupInits[i].parent) CHECK(groupCommGone(groupInits[i].parent, 1, call));
   }
   return ncclSuccess;
 }
