@@ -140,6 +140,9 @@ static void logForkRegister(void) { pthread_atfork(logForkPrepare, logForkReleas
 static void logEnsureInit(void) {
   pthread_once(&logForkOnce, logForkRegister);
   if (__atomic_load_n(&logLevelCached, __ATOMIC_ACQUIRE) >= 0) return;
+  /* The parameters' first reading loads an environment plugin, which logs:
+   * done here, outside the lock that logInit holds while it reads them. */
+  (void)paramStr(paramDebug);
   pthread_mutex_lock(&logInitLock);
   if (__atomic_load_n(&logLevelCached, __ATOMIC_ACQUIRE) < 0) logInit();
   pthread_mutex_unlock(&logInitLock);

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/log.h"
 
 struct paramDesc {
   const char *env;
@@ -36,6 +37,20 @@ struct paramValues {
 
 static struct paramValues *current;
 static pthread_mutex_t reloadLock = PTHREAD_MUTEX_INITIALIZER;
+
+static void (*sourceLoader)(void);
+static pthread_once_t sourceOnce = PTHREAD_ONCE_INIT;
+static const char *(*source)(const char *name); /* NULL: getenv */
+static int sourceNew; /* installed since the last reading: the log starts again if its variables changed */
+
+void paramSetSourceLoader(void (*loader)(void)) { sourceLoader = loader; }
+
+void paramSetSource(const char *(*get)(const char *name)) { __atomic_store_n(&source, get, __ATOMIC_RELEASE); }
+
+static void loadSource(void) {
+  if (sourceLoader) sourceLoader();
+  if (__atomic_load_n(&source, __ATOMIC_ACQUIRE)) __atomic_store_n(&sourceNew, 1, __ATOMIC_RELEASE);
+}
 
 /* Applies "NAME=value" lines without overriding what is already set, so the
  * environment wins over the files (as NCCL does it). */
@@ -76,8 +91,9 @@ static struct paramValues *paramRead(void) {
   paramLoadFile("/etc/nccl.conf");
   struct paramValues *p = calloc(1, sizeof *p);
   if (p == NULL) abort(); /* at start-up, with no way to report it */
+  const char *(*get)(const char *) = __atomic_load_n(&source, __ATOMIC_ACQUIRE);
   for (int i = 0; i < paramCount; i++) {
-    const char *v = getenv(paramTable[i].env);
+    const char *v = get ? get(paramTable[i].env) : getenv(paramTable[i].env);
     int fromEnv = v && v[0];
     if (!fromEnv) v = paramTable[i].def;
     p->set[i] = (char)fromEnv;
@@ -113,16 +129,37 @@ static int paramSame(const struct paramValues *a, const struct paramValues *b) {
   return 1;
 }
 
-void paramReload(void) {
+/* Whether the log's own variables differ between two readings. */
+static int logParamsDiffer(const struct paramValues *a, const struct paramValues *b) {
+  static const enum paramId ids[] = {paramDebug, paramDebugSubsys, paramDebugFile};
+  for (size_t i = 0; i < sizeof ids / sizeof ids[0]; i++)
+    if (strcmp(a->str[ids[i]], b->str[ids[i]]) != 0) return 1;
+  return 0;
+}
+
+/* One reading; the log's variables changed since the last: 1. */
+static int readAgain(void) {
   pthread_mutex_lock(&reloadLock);
   struct paramValues *fresh = paramRead(), *old = current;
+  int logChanged = 0;
   if (old && paramSame(old, fresh)) {
     paramFree(fresh);
   } else {
+    logChanged = old && logParamsDiffer(old, fresh);
     fresh->older = old;
     __atomic_store_n(&current, fresh, __ATOMIC_RELEASE);
   }
   pthread_mutex_unlock(&reloadLock);
+  return logChanged;
+}
+
+void paramReload(void) {
+  /* The first reading is the environment's as it is, which the source's
+   * loader logs with; a second one asks the source it installed. */
+  if (!__atomic_load_n(&current, __ATOMIC_ACQUIRE)) readAgain();
+  pthread_once(&sourceOnce, loadSource);
+  int logChanged = readAgain();
+  if (__atomic_exchange_n(&sourceNew, 0, __ATOMIC_ACQ_REL) && logChanged) logResetInit();
 }
 
 static const struct paramValues *values(void) {

@@ -1,7 +1,8 @@
 /* One table of every NCCL_* / CHORUS_* parameter (DESIGN.md invariant 7).
  * Values come from the environment, then NCCL_CONF_FILE or ~/.nccl.conf,
- * then /etc/nccl.conf; read at the first call and again each time a
- * communicator is created (paramReload). */
+ * then /etc/nccl.conf, all of it seen through an environment plugin when
+ * one is loaded (NCCL_ENV_PLUGIN: paramSetSource); read at the first call
+ * and again each time a communicator is created (paramReload). */
 #ifndef CHORUS_CORE_PARAM_H
 #define CHORUS_CORE_PARAM_H
 #include <stdint.h>
@@ -78,6 +79,14 @@ enum paramId {
 /* Reads the environment (and the conf files) again: each communicator's
  * creation starts with it, so variables set since the last reading count. */
 void paramReload(void);
+/* Where values come from, as NCCL's environment plugins provide them.
+ * loader, called once at the first reading, after the values have been read
+ * from the environment as it is (so that it may log), may install get:
+ * every reading from then on asks get (NULL: unset) for each variable, and
+ * the log starts again where that changes NCCL_DEBUG*. One loader per
+ * process (plugin/env.c's, registered when the library loads). */
+void paramSetSourceLoader(void (*loader)(void));
+void paramSetSource(const char *(*get)(const char *name));
 int64_t paramInt(enum paramId id);
 const char *paramStr(enum paramId id); /* never NULL; "" when unset */
 /* For the log (which reads parameters itself, so they cannot log while
