@@ -46,7 +46,7 @@ def private_libs(lib):
 
 
 inc, lib = chorus_paths()
-sources = [os.path.join("csrc", f) for f in ("module.cpp", "backend.cpp", "group.cpp", "work.cpp", "completion.cpp", "convert.cpp", "flight.cpp")]
+sources = [os.path.join("csrc", f) for f in ("module.cpp", "backend.cpp", "group.cpp", "work.cpp", "completion.cpp", "convert.cpp", "flight.cpp", "pyexit.cpp")]
 
 setup(
     name="chorus_torch",

@@ -2,6 +2,7 @@
 
 #include <c10/util/Exception.h>
 
+#include "pyexit.hpp"
 #include "work.hpp"
 
 namespace chorus_torch {
@@ -68,8 +69,15 @@ void Completions::run(std::shared_ptr<State> st) {
     auto w = std::move(st->queue.front());
     st->queue.pop_front();
     g.unlock();
-    w->completeFuture();
-    w.reset();
+    {
+      PythonSection python;  // the future's callbacks may be Python's
+      if (python.exiting()) {
+        (void)w.release();  // leaked (pyexit.hpp)
+      } else {
+        w->completeFuture();
+        w.reset();
+      }
+    }
     g.lock();
   }
 }

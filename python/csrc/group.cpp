@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "convert.hpp"
+#include "pyexit.hpp"
 #include "work.hpp"
 
 namespace chorus_torch {
@@ -38,6 +39,8 @@ struct Batch {
   std::vector<c10::intrusive_ptr<WorkChorus>> works;
   at::ThreadLocalState tls;
   static void done(void *self, ncclResult_t status) {
+    PythonSection python;  // left after the batch is gone (its tensors may have Python objects)
+    if (python.exiting()) return;  // the batch is leaked (pyexit.hpp)
     std::unique_ptr<Batch> b(static_cast<Batch *>(self));
     at::ThreadLocalStateGuard g(b->tls);
     for (auto &w : b->works) w->complete(status);
@@ -52,6 +55,8 @@ struct CopyIn {
   std::vector<c10::intrusive_ptr<WorkChorus>> works;
   at::ThreadLocalState tls;  // the issuing thread's (see Batch)
   static void run(void *self, ncclResult_t status) {
+    PythonSection python;
+    if (python.exiting()) return;  // leaked (pyexit.hpp)
     std::unique_ptr<CopyIn> c(static_cast<CopyIn *>(self));
     if (status != ncclSuccess) return;  // the work fails with the stream's error anyway
     at::ThreadLocalStateGuard g(c->tls);

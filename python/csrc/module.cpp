@@ -6,6 +6,7 @@
 #include <torch/csrc/utils/pybind.h>
 
 #include "backend.hpp"
+#include "pyexit.hpp"
 
 namespace py = pybind11;
 using chorus_torch::ProcessGroupChorus;
@@ -13,6 +14,7 @@ using chorus_torch::ProcessGroupChorus;
 PYBIND11_MODULE(_C, m) {
   m.doc() = "chorus as a torch.distributed backend";
   py::module::import("torch.distributed");  // c10d's Store and Backend types first
+  py::module::import("atexit").attr("register")(py::cpp_function(&chorus_torch::pythonAtExit));
   py::class_<ProcessGroupChorus, c10d::Backend, c10::intrusive_ptr<ProcessGroupChorus>>(m, "ProcessGroupChorus")
       .def(
           "perform_nocolor_split", [](ProcessGroupChorus &b, py::object) { b.performNocolorSplit(); },
