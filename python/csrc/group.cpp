@@ -40,10 +40,10 @@ struct Batch {
   at::ThreadLocalState tls;
   static void done(void *self, ncclResult_t status) {
     PythonSection python;  // left after the batch is gone (its tensors may have Python objects)
-    if (python.exiting()) return;  // the batch is leaked (pyexit.hpp)
     std::unique_ptr<Batch> b(static_cast<Batch *>(self));
     at::ThreadLocalStateGuard g(b->tls);
     for (auto &w : b->works) w->complete(status);
+    if (python.exiting()) (void)b.release();  // kept for good, with its works (pyexit.hpp)
   }
 };
 
@@ -55,16 +55,18 @@ struct CopyIn {
   std::vector<c10::intrusive_ptr<WorkChorus>> works;
   at::ThreadLocalState tls;  // the issuing thread's (see Batch)
   static void run(void *self, ncclResult_t status) {
-    PythonSection python;
-    if (python.exiting()) return;  // leaked (pyexit.hpp)
+    PythonSection python;  // left after the copy-in is gone
     std::unique_ptr<CopyIn> c(static_cast<CopyIn *>(self));
-    if (status != ncclSuccess) return;  // the work fails with the stream's error anyway
-    at::ThreadLocalStateGuard g(c->tls);
+    if (status == ncclSuccess) c->copy();  // else the work fails with the stream's error anyway
+    if (python.exiting()) (void)c.release();  // kept for good (pyexit.hpp)
+  }
+  void copy() {
+    at::ThreadLocalStateGuard g(tls);
     try {
-      for (auto &[dst, src] : c->pairs) dst.copy_(src);
+      for (auto &[dst, src] : pairs) dst.copy_(src);
     } catch (const std::exception &e) {
       std::string text = c10::str("chorus: copying the input to a staging buffer failed: ", e.what());
-      for (auto &w : c->works) w->stagingFailed(text);
+      for (auto &w : works) w->stagingFailed(text);
     }
   }
 };

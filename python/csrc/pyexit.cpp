@@ -22,6 +22,8 @@ PythonSection::PythonSection() {
 
 PythonSection::~PythonSection() { inSections.fetch_sub(1); }
 
+bool pythonExiting() { return exitingNow.load(); }
+
 void pythonAtExit() {
   exitingNow.store(true);
   pybind11::gil_scoped_release nogil;

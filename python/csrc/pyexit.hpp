@@ -7,12 +7,26 @@
 // chorus's threads that may touch Python (dropping works and their
 // tensors, completing futures, whose callbacks may be Python) runs inside a
 // PythonSection; at exit (Python's atexit, registered by the module) the
-// sections see exiting() and leak what they hold instead, and the exit waits
-// for the sections already under way (without the GIL, which they may
-// need), 2 s at most.
+// sections see exiting() and leak what they hold instead (works still run
+// and complete: a collective issued by a later atexit handler still gets
+// its result), and the exit waits for the sections already under way
+// (without the GIL, which they may need), 2 s at most.
 #pragma once
 
+#include <utility>
+
 namespace chorus_torch {
+
+// Whether the interpreter is exiting (pythonAtExit has run).
+bool pythonExiting();
+
+// Empties held (a container of tensors or works); once the interpreter is
+// exiting its contents are kept for good instead of dropped.
+template <class T>
+void letGo(T &held) {
+  if (pythonExiting()) new T(std::move(held));  // leaked on purpose
+  held.clear();
+}
 
 class PythonSection {
  public:

@@ -5,6 +5,7 @@
 
 #include "completion.hpp"
 #include "convert.hpp"
+#include "pyexit.hpp"
 
 namespace chorus_torch {
 
@@ -78,12 +79,13 @@ void WorkChorus::complete(ncclResult_t status) {
   }
   std::vector<c10::intrusive_ptr<WorkChorus>> parts;
   parts.swap(parts_);
-  for (auto &part : parts) {  // each has completed: this runs after the point that follows it on its stream
-    std::string why = part->failure();
-    if (!why.empty()) {
-      fail(c10::str("chorus: a batch of point-to-point operations failed: ", why));
-      return;
-    }
+  std::string why;
+  for (auto &part : parts)  // each has completed: this runs after the point that follows it on its stream
+    if (!(why = part->failure()).empty()) break;
+  letGo(parts);
+  if (!why.empty()) {
+    fail(c10::str("chorus: a batch of point-to-point operations failed: ", why));
+    return;
   }
   try {
     // Below autograd, as gloo writes the caller's memory: a parameter that
@@ -95,8 +97,8 @@ void WorkChorus::complete(ncclResult_t status) {
     fail(c10::str("chorus: ", name_, ": copying the result back failed: ", e.what()));
     return;
   }
-  copyBack_.clear();
-  keep_.clear();
+  letGo(copyBack_);
+  letGo(keep_);
   group_->flight().finished(seq_, true);
   finish();
   settle();
@@ -112,10 +114,10 @@ void WorkChorus::fail(const std::string &text) {
     std::lock_guard<std::mutex> g(mutex_);
     failText_ = text;
   }
-  parts_.clear();
+  letGo(parts_);
   group_->flight().finished(seq_, false);
-  copyBack_.clear();
-  keep_.clear();
+  letGo(copyBack_);
+  letGo(keep_);
   finish(std::make_exception_ptr(
       c10::DistBackendError(c10::SourceLocation{__func__, __FILE__, static_cast<uint32_t>(__LINE__)}, text)));
   settle();

@@ -51,13 +51,19 @@ def chorusrun():
     assert r.returncode == 0 and "chorus: 2 ranks, median step" in r.stdout, (r.stdout, r.stderr[-3000:])
 
 
-UNWAITED = """
-import torch, torch.distributed as dist
+UNWAITED = r"""
+import atexit, torch, torch.distributed as dist
+def late():  # registered first, so it runs after chorus's handler
+    t = torch.arange(6.0).reshape(2, 3)[:, ::2]  # not contiguous: staged in and copied back
+    dist.all_reduce(t)
+    __import__("os").write(1, f"late {t.tolist()}\n".encode())  # one write: the ranks share stdout
+    dist.destroy_process_group()
 def main():  # the works are dropped as it returns: chorus's threads hold the last references
     dist.init_process_group("chorus")
     x = torch.ones(3); dist.all_reduce(x)
     works = [dist.all_reduce(torch.ones(100000), async_op=True) for _ in range(5)]
-    print("issued", flush=True)
+    __import__("os").write(1, b"issued\n")
+if __import__("sys").argv[-1] == "late": atexit.register(late)
 main()
 """
 
@@ -67,13 +73,17 @@ def exit_unwaited():
     destroy_process_group exits cleanly: chorus's threads, which drop the
     works' tensors and complete their futures, no longer take the GIL while
     the interpreter finalizes (that aborted the process: "terminate called
-    without an active exception", in 4 of 6 runs before)."""
+    without an active exception", in 4 of 6 runs before). A collective in an
+    atexit handler that runs after chorus's still gets its result."""
     launcher = os.environ.get("CHORUSRUN") or os.path.join(ROOT, "build", "bin", "chorusrun")
     for attempt in range(4):
-        r = subprocess.run([launcher, "-n", "2", sys.executable, "-c", UNWAITED], capture_output=True, text=True,
-                           timeout=120, env=dict(os.environ, OMP_NUM_THREADS="1"))
+        late = attempt % 2  # then an atexit handler after chorus's still gets a collective's result, and destroys
+        r = subprocess.run([launcher, "-n", "2", sys.executable, "-c", UNWAITED] + (["late"] if late else []),
+                           capture_output=True, text=True, timeout=120, env=dict(os.environ, OMP_NUM_THREADS="1"))
         assert r.returncode == 0 and r.stdout.count("issued") == 2 and "terminate" not in r.stderr, \
             (attempt, r.returncode, r.stdout, r.stderr[-3000:])
+        if late:
+            assert r.stdout.count("late [[0.0, 4.0], [6.0, 10.0]]") == 2, (r.stdout, r.stderr[-3000:])
 
 
 def recorder(rank, size):
