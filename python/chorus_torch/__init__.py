@@ -5,6 +5,7 @@
 
 CPU tensors; every rank's failure is an exception naming the rank at fault.
 """
+import atexit
 import warnings
 
 __version__ = "0.1.0"
@@ -32,6 +33,9 @@ def register():
 
     if hasattr(dist.Backend, "CHORUS"):
         return
+    # Registered now, early, so that it runs after the handlers a program
+    # registers later (a destroy_process_group, a last collective).
+    atexit.register(_at_exit)
     dist.Backend.register_backend("chorus", _create, extended_api=True, devices=["cpu"])
     # chorus keeps its own flight recorder (flight_recorder() below, dumped on
     # a timeout), as gloo does: torch's generic recording hook on top of it
@@ -39,6 +43,16 @@ def register():
     c10d = dist.distributed_c10d
     if isinstance(getattr(c10d, "_FR_SELF_RECORDING_BACKENDS", None), set):
         c10d._FR_SELF_RECORDING_BACKENDS.add("chorus")
+
+
+def _at_exit():
+    # From here on chorus's own threads no longer drop what may need the
+    # GIL (csrc/pyexit.hpp); nothing to do if no group was ever made.
+    import sys
+
+    c = sys.modules.get("chorus_torch._C")
+    if c is not None:
+        c._python_at_exit()
 
 
 def flight_recorder(group=None):

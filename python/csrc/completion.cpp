@@ -71,7 +71,7 @@ void Completions::run(std::shared_ptr<State> st) {
     g.unlock();
     {
       PythonSection python;  // the future's callbacks may be Python's
-      if (python.exiting()) {
+      if (python.exiting() && pythonFinalizing()) {
         (void)w.release();  // leaked (pyexit.hpp)
       } else {
         w->completeFuture();

@@ -467,6 +467,7 @@ void Group::flusherMain() {
       flusherWake_.wait_until(g, due);
       continue;
     }
+    PythonSection python;  // a launch refused, or the last reference to a work dropped: pyexit.hpp
     flushLocked();
   }
 }

@@ -14,7 +14,6 @@ using chorus_torch::ProcessGroupChorus;
 PYBIND11_MODULE(_C, m) {
   m.doc() = "chorus as a torch.distributed backend";
   py::module::import("torch.distributed");  // c10d's Store and Backend types first
-  py::module::import("atexit").attr("register")(py::cpp_function(&chorus_torch::pythonAtExit));
   py::class_<ProcessGroupChorus, c10d::Backend, c10::intrusive_ptr<ProcessGroupChorus>>(m, "ProcessGroupChorus")
       .def(
           "perform_nocolor_split", [](ProcessGroupChorus &b, py::object) { b.performNocolorSplit(); },
@@ -36,6 +35,7 @@ PYBIND11_MODULE(_C, m) {
         }
         return out;
       });
+  m.def("_python_at_exit", &chorus_torch::pythonAtExit);
   m.def(
       "_create_backend",
       [](const c10::intrusive_ptr<c10d::Store> &store, int rank, int size, std::chrono::duration<double> timeout,

@@ -1,5 +1,6 @@
 #include "pyexit.hpp"
 
+#include <pthread.h>
 #include <pybind11/pybind11.h>
 
 #include <atomic>
@@ -11,6 +12,9 @@ namespace chorus_torch {
 namespace {
 std::atomic<bool> exitingNow{false};
 std::atomic<int> inSections{0};
+// A child forked while a chorus thread was inside a section has no such
+// thread: its count starts again.
+const int forkRegistered = pthread_atfork(nullptr, nullptr, [] { inSections.store(0); });
 }  // namespace
 
 // Entered before the flag is read (both sequentially consistent): a section
@@ -23,6 +27,14 @@ PythonSection::PythonSection() {
 PythonSection::~PythonSection() { inSections.fetch_sub(1); }
 
 bool pythonExiting() { return exitingNow.load(); }
+
+bool pythonFinalizing() {
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsFinalizing() != 0;
+#else
+  return _Py_IsFinalizing() != 0;
+#endif
+}
 
 void pythonAtExit() {
   exitingNow.store(true);

@@ -52,10 +52,14 @@ def chorusrun():
 
 
 UNWAITED = r"""
-import atexit, torch, torch.distributed as dist
-def late():  # registered first, so it runs after chorus's handler
+import atexit, sys
+if sys.argv[-1] == "late": atexit.register(lambda: late())  # before import torch registers chorus's
+import torch, torch.distributed as dist
+def late():  # registered before chorus's handler (at import torch), so it runs after it
     t = torch.arange(6.0).reshape(2, 3)[:, ::2]  # not contiguous: staged in and copied back
     dist.all_reduce(t)
+    f = dist.all_reduce(torch.ones(2), async_op=True).get_future()
+    assert f.wait()[0].tolist() == [2.0, 2.0]  # completed by chorus's completion threads
     __import__("os").write(1, f"late {t.tolist()}\n".encode())  # one write: the ranks share stdout
     dist.destroy_process_group()
 def main():  # the works are dropped as it returns: chorus's threads hold the last references
@@ -63,7 +67,6 @@ def main():  # the works are dropped as it returns: chorus's threads hold the la
     x = torch.ones(3); dist.all_reduce(x)
     works = [dist.all_reduce(torch.ones(100000), async_op=True) for _ in range(5)]
     __import__("os").write(1, b"issued\n")
-if __import__("sys").argv[-1] == "late": atexit.register(late)
 main()
 """
 
