@@ -41,15 +41,35 @@ static pthread_mutex_t reloadLock = PTHREAD_MUTEX_INITIALIZER;
 static void (*sourceLoader)(void);
 static pthread_once_t sourceOnce = PTHREAD_ONCE_INIT;
 static const char *(*source)(const char *name); /* NULL: getenv */
-static int sourceNew; /* installed since the last reading: the log starts again if its variables changed */
+
+/* A fork while another thread reads (an environment plugin's getEnv may
+ * take a while) must not leave the child's lock held: its first
+ * communicator would wait forever. Every fork takes it first, as the log's
+ * locks. */
+static void reloadForkPrepare(void) { pthread_mutex_lock(&reloadLock); }
+static void reloadForkRelease(void) { pthread_mutex_unlock(&reloadLock); }
+__attribute__((constructor)) static void reloadForkRegister(void) {
+  pthread_atfork(reloadForkPrepare, reloadForkRelease, reloadForkRelease);
+}
 
 void paramSetSourceLoader(void (*loader)(void)) { sourceLoader = loader; }
 
 void paramSetSource(const char *(*get)(const char *name)) { __atomic_store_n(&source, get, __ATOMIC_RELEASE); }
 
+static void readAgain(void);
+static int logParamsDiffer(const struct paramValues *a, const struct paramValues *b);
+
+/* Once per process. The reading through the source, and the log's restart,
+ * are done here, so that every thread that waited for the once finds both
+ * done; the restart compares with the plain environment's reading (another
+ * thread's reading may have gone through the source meanwhile). Snapshots
+ * are never freed, so the plain one can be held. */
 static void loadSource(void) {
+  const struct paramValues *plain = __atomic_load_n(&current, __ATOMIC_ACQUIRE);
   if (sourceLoader) sourceLoader();
-  if (__atomic_load_n(&source, __ATOMIC_ACQUIRE)) __atomic_store_n(&sourceNew, 1, __ATOMIC_RELEASE);
+  if (!__atomic_load_n(&source, __ATOMIC_ACQUIRE)) return;
+  readAgain();
+  if (logParamsDiffer(plain, __atomic_load_n(&current, __ATOMIC_ACQUIRE))) logResetInit();
 }
 
 /* Applies "NAME=value" lines without overriding what is already set, so the
@@ -93,7 +113,8 @@ static struct paramValues *paramRead(void) {
   if (p == NULL) abort(); /* at start-up, with no way to report it */
   const char *(*get)(const char *) = __atomic_load_n(&source, __ATOMIC_ACQUIRE);
   for (int i = 0; i < paramCount; i++) {
-    const char *v = get ? get(paramTable[i].env) : getenv(paramTable[i].env);
+    /* NCCL_ENV_PLUGIN names the source: never asked of it, as NCCL reads it */
+    const char *v = get && i != paramEnvPlugin ? get(paramTable[i].env) : getenv(paramTable[i].env);
     int fromEnv = v && v[0];
     if (!fromEnv) v = paramTable[i].def;
     p->set[i] = (char)fromEnv;
@@ -137,20 +158,17 @@ static int logParamsDiffer(const struct paramValues *a, const struct paramValues
   return 0;
 }
 
-/* One reading; the log's variables changed since the last: 1. */
-static int readAgain(void) {
+/* One reading, kept unless it is the same as the last. */
+static void readAgain(void) {
   pthread_mutex_lock(&reloadLock);
   struct paramValues *fresh = paramRead(), *old = current;
-  int logChanged = 0;
   if (old && paramSame(old, fresh)) {
     paramFree(fresh);
   } else {
-    logChanged = old && logParamsDiffer(old, fresh);
     fresh->older = old;
     __atomic_store_n(&current, fresh, __ATOMIC_RELEASE);
   }
   pthread_mutex_unlock(&reloadLock);
-  return logChanged;
 }
 
 void paramReload(void) {
@@ -158,8 +176,7 @@ void paramReload(void) {
    * loader logs with; a second one asks the source it installed. */
   if (!__atomic_load_n(&current, __ATOMIC_ACQUIRE)) readAgain();
   pthread_once(&sourceOnce, loadSource);
-  int logChanged = readAgain();
-  if (__atomic_exchange_n(&sourceNew, 0, __ATOMIC_ACQ_REL) && logChanged) logResetInit();
+  readAgain();
 }
 
 static const struct paramValues *values(void) {

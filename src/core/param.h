@@ -66,6 +66,8 @@
     "profiler plugin: a path, a name (libnccl-profiler-<name>.so), STATIC_PLUGIN or none; unset: libnccl-profiler.so") \
   X(TunerPlugin, "NCCL_TUNER_PLUGIN", 1, "",                                                       \
     "tuner plugin: a path, a name (libnccl-tuner-<name>.so), STATIC_PLUGIN or none; unset: libnccl-tuner.so") \
+  X(EnvPlugin, "NCCL_ENV_PLUGIN", 1, "",                                                           \
+    "environment plugin, read from the environment itself: a path, a name (libnccl-env-<name>.so) or none; unset: libnccl-env.so") \
   X(Algo, "NCCL_ALGO", 1, "", "algorithms allowed: Ring, Tree, RecDoubling, Rabenseifner, OneHop, Chain; ^ excludes; func:list;func:list") \
   X(Proto, "NCCL_PROTO", 1, "", "protocols allowed: Simple, LL, LL128; ^ excludes; func:list;func:list")
 

@@ -30,11 +30,11 @@ static void envPluginFinalize(void) {
 
 /* core/param.c's source loader: runs once, at the first reading. */
 static void envPluginLoad(void) {
-  const char *name = getenv("NCCL_ENV_PLUGIN");
+  const char *name = paramStr(paramEnvPlugin); /* the environment's: the first reading's, never the plugin's */
   char used[512];
   const void *t;
   int version;
-  void *lib = pluginLoadNewest("env", "ENV", subsysInit | subsysEnv, name ? name : "", "ncclEnvPlugin", 2, 1,
+  void *lib = pluginLoadNewest("env", "ENV", subsysInit | subsysEnv, name, "ncclEnvPlugin", 2, 1,
                                "with the environment as it is", &version, &t, used, sizeof used);
   if (!lib) return;
   const struct envAbiV2 *v2 = version == 2 ? t : NULL;
