@@ -2,11 +2,12 @@
 # The perf tools in their launch modes (chorusrun processes; -t threads and
 # -g ranks per thread in one process), with validation on: every run must
 # exit 0, report 0 wrong elements, and its rows must parse with the regular
-# expression nccl-tests log parsers use for the v2.13-2.17 row format.
+# expression nccl-tests log parsers use for the v2.13-2.17 row format (its
+# redop optional: hypercube's is empty, as nccl-tests passes "").
 set -uo pipefail
 bin=$1
 corrupt=${2:-} # a preloaded AllReduce that spoils element 0 on rank $PERF_CORRUPT_RANK (tests/perf_corrupt.c)
-row='^ +[0-9]+ +[0-9]+ +[a-z0-9]+ +[a-z]+ +-?[0-9]+( +[0-9.]+ +[0-9.]+ +[0-9.]+ +([0-9]+|N/A)){2}$'
+row='^ +[0-9]+ +[0-9]+ +[a-z0-9]+ +([a-z]+ +)?-?[0-9]+( +[0-9.]+ +[0-9.]+ +[0-9.]+ +([0-9]+|N/A)){2}$'
 fail=0
 run() {
   local out
@@ -215,4 +216,21 @@ if [ -n "$corrupt" ]; then
   }
   check "footer when another rank fails" footer
 fi
+# hypercube on 3 ranks, as nccl-tests: the header, "skipping" from every
+# process, the footer with a nan average, exit 0.
+hypercube_skips() {
+  local out
+  out=$(timeout 60 "$bin/chorusrun" -n 3 "$bin/hypercube_perf" -b 1K -e 1K -n 1 -w 1 2>&1) &&
+    [ "$(grep -c '^nRanks 3 is not a power of 2, skipping$' <<<"$out")" = 3 ] && grep -q '#wrong' <<<"$out" &&
+    grep -q '^# Avg bus bandwidth    : nan' <<<"$out" || { echo "$out" | tail -5; return 1; }
+}
+check "hypercube on 3 ranks skips as nccl-tests" hypercube_skips
+# -N repeats each type's lines before the next type (nccl-tests' TimeTest).
+cycles_per_type() {
+  local types
+  types=$(timeout 60 "$bin/all_reduce_perf" -g 2 -b 64 -e 128 -f 2 -N 2 -d all -n 1 -w 1 2>&1 | grep -E "$row" |
+    awk '{print $3}' | head -5 | tr '\n' ' ')
+  [ "$types" = "int8 int8 int8 int8 uint8 " ] || { echo "types in order: $types"; return 1; }
+}
+check "-N repeats within each type" cycles_per_type
 exit $fail

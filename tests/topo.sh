@@ -25,6 +25,9 @@ done
 grep -q "^# host $(hostname -s) (hwloc\|^# host $(hostname -s) (sysfs" "$dir/out" || fail "no host line"
 NCCL_SHM_DISABLE=1 "$bin/chorusrun" -n 2 "$bin/chorus-info" --topo >"$dir/out" 2>&1 || fail "--topo without SHM failed"
 grep -q "^rank0 *SELF *NET/" "$dir/out" || fail "rank 0 -> rank 1 is not NET without SHM"
+# NCCL turns shared memory off for 1 alone (shm.cc compares with 1)
+NCCL_SHM_DISABLE=2 "$bin/chorusrun" -n 2 "$bin/chorus-info" --topo >"$dir/out" 2>&1 || fail "--topo with NCCL_SHM_DISABLE=2 failed"
+grep -q "^rank0 *SELF *SHM" "$dir/out" || fail "NCCL_SHM_DISABLE=2 turned shared memory off"
 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT NCCL_TOPO_DUMP_FILE="$dir/topo.xml" \
   "$bin/chorusrun" -n 2 "$bin/all_reduce_perf" -b 8 -e 8 -n 1 >"$dir/out" 2>&1 || fail "the dump run failed"
 for r in 0 1; do

@@ -575,7 +575,7 @@ static void commPeerInfo(int rank, int cudaDev, struct bootstrapPeerInfo *me) {
   me->pid = getpid();
   me->callerTid = (uint32_t)gettid(); /* commSetup's: the init's caller's */
   me->cudaDev = cudaDev;
-  me->shmDisable = paramInt(paramShmDisable) != 0;
+  me->shmDisable = paramInt(paramShmDisable) == 1; /* as NCCL compares it: 2 or -1 leave shared memory on */
   me->hostHash = bootstrapHostHash();
   gethostname(me->hostname, sizeof me->hostname - 1);
   if (getrandom(&me->nonce, sizeof me->nonce, 0) != sizeof me->nonce) me->nonce = clockNs() ^ (uint64_t)me->pid;

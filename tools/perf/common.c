@@ -367,6 +367,13 @@ static void jsonRow(size_t bytes, size_t count, const char *type, const char *op
   fprintf(jsonOut, "}");
 }
 
+/* The redop column: nccl-tests' op name where the collective reduces,
+ * "none" where it does not, and nothing for hypercube (which passes ""). */
+static const char *opColumn(int op) {
+  if (coll->reduction || coll == &sendRecvColl) return opNames[op];
+  return coll == &hypercubeColl ? "" : "none";
+}
+
 static void runSize(struct threadState *ts, size_t bytes, int type, int op, int root) {
   size_t esz = typeSize(type), count = bytes / esz;
   perfCollsSetEltSize(esz);
@@ -393,8 +400,7 @@ static void runSize(struct threadState *ts, size_t bytes, int type, int op, int 
   size_t size = (sc > rc ? sc : rc) * esz;
   char rootStr[16];
   sprintf(rootStr, "%6i", coll->rooted ? root : -1);
-  printf("%12zu  %12zu  %8s  %6s  %6s", size, pc, typeNames[type],
-         coll->reduction || coll == &sendRecvColl ? opNames[op] : "none", rootStr);
+  printf("%12zu  %12zu  %8s  %6s  %6s", size, pc, typeNames[type], opColumn(op), rootStr);
   for (int k = 0; k < 2; k++) {
     char tb[32];
     fmtTime(tb, t[k]);
@@ -409,7 +415,7 @@ static void runSize(struct threadState *ts, size_t bytes, int type, int op, int 
   }
   printf("\n");
   fflush(stdout);
-  jsonRow(size, pc, typeNames[type], coll->reduction || coll == &sendRecvColl ? opNames[op] : "none",
+  jsonRow(size, pc, typeNames[type], opColumn(op),
           coll->rooted ? root : -1, t, alg, bus, wrong);
 }
 
@@ -535,7 +541,7 @@ static void gatherDevices(struct threadState *ts) {
  * fails the run, as nccl-tests does) and the JSON file's end. Every rank
  * counted the same rows, so this thread's counts are the job's. */
 static void printFooter(struct threadState *ts) {
-  double avgBw = ts->bwCount ? ts->bwSum / ts->bwCount : 0;
+  double avgBw = ts->bwCount ? ts->bwSum / ts->bwCount : NAN; /* no line (hypercube skipped): nccl-tests' nan */
   const char *minEnv = getenv("NCCL_TESTS_MIN_BW"), *bwCheck = "";
   if (minEnv && *minEnv) {
     ts->slow = avgBw < 0.9 * strtod(minEnv, NULL);
@@ -553,7 +559,9 @@ static void printFooter(struct threadState *ts) {
   if (jsonOut) {
     fprintf(jsonOut, "\n  ],\n  \"out_of_bounds\": {\"count\": %d, \"okay\": %s},\n", ts->errors,
             ts->errors ? "false" : "true");
-    fprintf(jsonOut, "  \"average_bus_bandwidth\": {\"bandwidth\": %g, \"okay\": %s},\n  \"errors\": [", avgBw,
+    char bw[32] = "null"; /* JSON has no nan */
+    if (!isnan(avgBw)) snprintf(bw, sizeof bw, "%g", avgBw);
+    fprintf(jsonOut, "  \"average_bus_bandwidth\": {\"bandwidth\": %s, \"okay\": %s},\n  \"errors\": [", bw,
             !*bwCheck ? "\"unchecked\"" : ts->slow ? "false" : "true");
     if (lastError && *lastError) jsonString(jsonOut, lastError);
     fprintf(jsonOut, "],\n  \"end_time\": ");
@@ -598,27 +606,31 @@ static void *threadMain(void *arg) {
   int loopOps = coll->reduction || coll == &sendRecvColl;
   int o0 = !loopOps ? 0 : opt.op < 0 ? 0 : opt.op, o1 = !loopOps ? 0 : opt.op < 0 ? PERF_OP_MULSUM : opt.op;
   int r0 = !coll->rooted ? 0 : opt.root < 0 ? 0 : opt.root, r1 = !coll->rooted ? 0 : opt.root < 0 ? totalRanks - 1 : opt.root;
-  /* Warm-up at every size, out of place. */
-  for (size_t b = opt.minBytes; b <= opt.maxBytes; b = nextSize(b)) {
-    size_t sc, rc, pc, so, ro, esz = typeSize(t0);
-    perfCollsSetEltSize(esz);
-    coll->getCounts(b / esz, totalRanks, &sc, &rc, &pc, &so, &ro);
-    makeOps(ts, t0, o0 == PERF_OP_MULSUM ? ncclSum : o0);
-    for (int w = 0; w < opt.warmup; w++) runOnce(ts, pc, t0, r0, 0, 0, 0);
-    syncAll(ts);
-    if (opt.stepFactor <= 1 && opt.stepBytes == 0) break;
-  }
-  for (int cyc = 0; opt.cycles == 0 || cyc < opt.cycles; cyc++)
-    for (int t = t0; t <= t1; t++)
-      for (int o = o0; o <= o1; o++)
-        for (int r = r0; r <= r1; r++) {
-          makeOps(ts, t, o);
+  /* As nccl-tests' TimeTest, for each type, op and root: a warm-up at
+   * every size (out of place), then the table's lines, -N times (0: for
+   * good, on the first type). hypercube runs only on a power of 2 of
+   * ranks, and says so from every thread (the header and footer as ever). */
+  int skip = coll == &hypercubeColl && (totalRanks & (totalRanks - 1));
+  if (skip) printf("nRanks %d is not a power of 2, skipping\n", totalRanks);
+  for (int t = t0; t <= t1 && !skip; t++)
+    for (int o = o0; o <= o1; o++)
+      for (int r = r0; r <= r1; r++) {
+        makeOps(ts, t, o);
+        for (size_t b = opt.minBytes; b <= opt.maxBytes; b = nextSize(b)) {
+          size_t sc, rc, pc, so, ro, esz = typeSize(t);
+          perfCollsSetEltSize(esz);
+          coll->getCounts(b / esz, totalRanks, &sc, &rc, &pc, &so, &ro);
+          for (int w = 0; w < opt.warmup; w++) runOnce(ts, pc, t, r, 0, 0, 0);
+          syncAll(ts);
+          if (opt.stepFactor <= 1 && opt.stepBytes == 0) break;
+        }
+        for (int cyc = 0; opt.cycles == 0 || cyc < opt.cycles; cyc++)
           for (size_t b = opt.minBytes; b <= opt.maxBytes; b = nextSize(b)) {
             runSize(ts, b, t, o, r);
             if (opt.stepFactor <= 1 && opt.stepBytes == 0) break;
           }
-          freeOps(ts, o);
-        }
+        freeOps(ts, o);
+      }
   /* The footer before any rank can leave: a launcher that stops the job
    * when a rank exits with an error (chorusrun, mpirun) would otherwise
    * cut rank 0 off before it, and parsers look for it. */
@@ -869,10 +881,6 @@ int perfMain(int argc, char **argv, const struct testColl *c) {
   setupProcesses(&argc, &argv);
   int ver;
   ncclGetVersion(&ver);
-  if (coll == &hypercubeColl && (totalRanks & (totalRanks - 1))) {
-    if (isMain) printf("nRanks %d is not a power of 2, skipping\n", totalRanks);
-    return 0;
-  }
   if (isMain) {
     printf("# nccl-tests version %s nccl-headers=%d nccl-library=%d\n", PERF_VERSION, NCCL_VERSION_CODE, ver);
     printf("# Collective test starting: %s\n", coll->name);
