@@ -140,10 +140,20 @@ check "-C and -p wording" preamble
 test_timeout() {
   local out
   out=$(timeout 30 "$bin/chorusrun" -n 2 sh -c 'if [ "$CHORUS_RANK" = 1 ]; then kill -STOP $$; fi; exec "$0" -b 8 -e 8 -n 1 -w 1 -T 2' \
-    "$bin/all_reduce_perf" 2>&1)
-  grep -qE 'Test timeout \(2s\) .*common\.c:[0-9]+' <<<"$out"
+    "$bin/all_reduce_perf" 2>/dev/null)
+  local rc=$?
+  grep -qE 'Test timeout \(2s\) .*common\.c:[0-9]+' <<<"$out" && [ $rc = 4 ] || { echo "rc $rc: $out" | tail -3; return 1; }
 }
-check "-T expiry worded as nccl-tests" test_timeout
+check "-T expiry worded as nccl-tests, on stdout, exit status 4 (testTimeout)" test_timeout
+# An NCCL error: "Test NCCL failure" on stdout, exit status 3 (testNcclError).
+nccl_failure() {
+  local out
+  out=$(timeout 30 "$bin/broadcast_perf" -g 3 -r 3 -b 8 -e 8 -n 1 -w 1 2>/dev/null)
+  local rc=$?
+  grep -qE "Test NCCL failure .*common\.c:[0-9]+ 'invalid argument" <<<"$out" && [ $rc = 3 ] ||
+    { echo "rc $rc: $out" | tail -3; return 1; }
+}
+check "an NCCL error as nccl-tests: stdout, exit status 3" nccl_failure
 # One process with -g ranks asks for no launcher, so nothing is warned.
 quiet_g() { ! grep -q "NCCL WARN" <<<"$(NCCL_DEBUG=WARN "$bin/all_reduce_perf" -g 2 -b 8 -e 8 -n 1 2>&1)"; }
 check "no WARN in -g mode" quiet_g

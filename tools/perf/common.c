@@ -171,12 +171,15 @@ static double nowSec(void) {
     if (r_ != ncclSuccess) {                                                                            \
       char h_[64] = "";                                                                                 \
       gethostname(h_, sizeof h_ - 1);                                                                   \
-      if (r_ == ncclTimeout && opt.timeout > 0) /* -T's, worded as nccl-tests' */                    \
-        fprintf(stderr, "%s: Test timeout (%ds) %s:%d\n", h_, opt.timeout, __FILE__, __LINE__);       \
+      /* On stdout, and nccl-tests' exit status: testTimeout 4, testNcclError 3 */                    \
+      int timedOut_ = r_ == ncclTimeout && opt.timeout > 0; /* -T's, worded as nccl-tests' */          \
+      if (timedOut_)                                                                                    \
+        printf("%s: Test timeout (%ds) %s:%d\n", h_, opt.timeout, __FILE__, __LINE__);                \
       else                                                                                              \
-        fprintf(stderr, "%s: Test NCCL failure %s:%d '%s / %s'\n", h_, __FILE__, __LINE__, /* and why, as */    \
-                ncclGetErrorString(r_), ncclGetLastError(NULL)); /* nccl-tests from 2.13 */                     \
-      exit(2);                                                                                          \
+        printf("%s: Test NCCL failure %s:%d '%s / %s'\n", h_, __FILE__, __LINE__, /* and why, as */    \
+               ncclGetErrorString(r_), ncclGetLastError(NULL)); /* nccl-tests from 2.13 */                      \
+      fflush(stdout);                                                                                   \
+      exit(timedOut_ ? 4 : 3);                                                                          \
     }                                                                                                   \
   } while (0)
 
