@@ -15,24 +15,13 @@
 #include <unistd.h>
 
 #include "plugin/env_abi.h"
+#include "plugin_note.h"
 
 #ifndef ENV_VERSION
 #define ENV_VERSION 2
 #endif
 
-static void note(const char *fmt, ...) {
-  const char *path = getenv("ENVPLUGIN_LOG");
-  if (!path) return;
-  FILE *f = fopen(path, "a");
-  if (!f) return;
-  va_list ap;
-  va_start(ap, fmt);
-  fprintf(f, "pid %d v%d ", (int)getpid(), ENV_VERSION);
-  vfprintf(f, fmt, ap);
-  fputc('\n', f);
-  va_end(ap);
-  fclose(f);
-}
+#define note(...) pluginNote("ENVPLUGIN_LOG", ENV_VERSION, __VA_ARGS__)
 
 static ncclResult_t initCommon(uint8_t major, uint8_t minor, uint8_t patch, const char *suffix, int logger) {
   note("init %d.%d.%d suffix '%s' logger %d", major, minor, patch, suffix ? suffix : "(null)", logger);

@@ -19,24 +19,13 @@
 #include <unistd.h>
 
 #include "plugin/tuner_abi.h"
+#include "plugin_note.h"
 
 #ifndef TUNER_VERSION
 #define TUNER_VERSION 6
 #endif
 
-static void note(const char *fmt, ...) {
-  const char *path = getenv("CHORUS_TEST_TUNER_LOG");
-  if (!path) return;
-  FILE *f = fopen(path, "a");
-  if (!f) return;
-  va_list ap;
-  va_start(ap, fmt);
-  fprintf(f, "pid %d v%d ", (int)getpid(), TUNER_VERSION);
-  vfprintf(f, fmt, ap);
-  fputc('\n', f);
-  va_end(ap);
-  fclose(f);
-}
+#define note(...) pluginNote("CHORUS_TEST_TUNER_LOG", TUNER_VERSION, __VA_ARGS__)
 
 static int contexts;
 

@@ -56,22 +56,6 @@ void paramSetSourceLoader(void (*loader)(void)) { sourceLoader = loader; }
 
 void paramSetSource(const char *(*get)(const char *name)) { __atomic_store_n(&source, get, __ATOMIC_RELEASE); }
 
-static void readAgain(void);
-static int logParamsDiffer(const struct paramValues *a, const struct paramValues *b);
-
-/* Once per process. The reading through the source, and the log's restart,
- * are done here, so that every thread that waited for the once finds both
- * done; the restart compares with the plain environment's reading (another
- * thread's reading may have gone through the source meanwhile). Snapshots
- * are never freed, so the plain one can be held. */
-static void loadSource(void) {
-  const struct paramValues *plain = __atomic_load_n(&current, __ATOMIC_ACQUIRE);
-  if (sourceLoader) sourceLoader();
-  if (!__atomic_load_n(&source, __ATOMIC_ACQUIRE)) return;
-  readAgain();
-  if (logParamsDiffer(plain, __atomic_load_n(&current, __ATOMIC_ACQUIRE))) logResetInit();
-}
-
 /* Applies "NAME=value" lines without overriding what is already set, so the
  * environment wins over the files (as NCCL does it). */
 static void paramLoadFile(const char *path) {
@@ -169,6 +153,19 @@ static void readAgain(void) {
     __atomic_store_n(&current, fresh, __ATOMIC_RELEASE);
   }
   pthread_mutex_unlock(&reloadLock);
+}
+
+/* Once per process. The reading through the source, and the log's restart,
+ * are done here, so that every thread that waited for the once finds both
+ * done; the restart compares with the plain environment's reading (another
+ * thread's reading may have gone through the source meanwhile). Snapshots
+ * are never freed, so the plain one can be held. */
+static void loadSource(void) {
+  const struct paramValues *plain = __atomic_load_n(&current, __ATOMIC_ACQUIRE);
+  if (sourceLoader) sourceLoader();
+  if (!__atomic_load_n(&source, __ATOMIC_ACQUIRE)) return;
+  readAgain();
+  if (logParamsDiffer(plain, __atomic_load_n(&current, __ATOMIC_ACQUIRE))) logResetInit();
 }
 
 void paramReload(void) {

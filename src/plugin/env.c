@@ -37,20 +37,20 @@ static void envPluginLoad(void) {
   void *lib = pluginLoadNewest("env", "ENV", subsysInit | subsysEnv, name, "ncclEnvPlugin", 2, 1,
                                "with the environment as it is", &version, &t, used, sizeof used);
   if (!lib) return;
+  /* The versions differ in init's arguments alone. */
   const struct envAbiV2 *v2 = version == 2 ? t : NULL;
   const struct envAbiV1 *v1 = version == 1 ? t : NULL;
-  pluginName = (v2 ? v2->name : v1->name) ? (v2 ? v2->name : v1->name) : "(unnamed)";
+  pluginName = v2 ? v2->name : v1->name;
+  if (!pluginName) pluginName = "(unnamed)";
   const char *(*getEnv)(const char *) = v2 ? v2->getEnv : v1->getEnv;
-  ncclResult_t (*init2)(uint8_t, uint8_t, uint8_t, const char *, envAbiLogger) = v2 ? v2->init : NULL;
-  ncclResult_t (*init1)(uint8_t, uint8_t, uint8_t, const char *) = v1 ? v1->init : NULL;
-  if (!getEnv || !(init2 || init1)) {
+  if (!getEnv || !(v2 ? v2->init != NULL : v1->init != NULL)) {
     WARN("ENV/Plugin: %s (v%d) from %s has no %s: continuing with the environment as it is", pluginName, version,
          used, getEnv ? "init" : "getEnv");
     dlclose(lib);
     return;
   }
-  ncclResult_t res = init2 ? init2(NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH, NCCL_SUFFIX, pluginLog)
-                           : init1(NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH, NCCL_SUFFIX);
+  ncclResult_t res = v2 ? v2->init(NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH, NCCL_SUFFIX, pluginLog)
+                        : v1->init(NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH, NCCL_SUFFIX);
   if (res != ncclSuccess) {
     WARN("ENV/Plugin: %s (v%d) from %s: init failed with error %d: continuing with the environment as it is",
          pluginName, version, used, (int)res);
