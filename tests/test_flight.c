@@ -1,4 +1,4 @@
-/* The flight recorder (CHORUS_FLIGHT_RECORDER, api/flight.h): 3 ranks run 6
+/* The flight recorder (CHORUS_FLIGHT_RECORDER, trace/flight.h): 3 ranks run 6
  * AllReduces and a Send/Recv ring with a recorder of 4, then rank 2 stays
  * away from the 7th AllReduce. Ranks 0 and 1 time out (CHORUS_TIMEOUT=2;
  * the later of them may see the other's abort first) and dump; rank 2

@@ -1,4 +1,4 @@
-/* CHORUS_STATS=1 (api/stats.h): 2 ranks make 10 AllReduces of 1000 floats,
+/* CHORUS_STATS=1 (trace/stats.h): 2 ranks make 10 AllReduces of 1000 floats,
  * 3 AllGathers of 100 int32 per rank and a Broadcast, each rank's stderr
  * going to a file; at destroy each rank must have printed one line per
  * collective and size, with the calls and bytes made (nccl-tests' sizes:

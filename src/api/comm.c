@@ -224,8 +224,8 @@ void commFree(struct ncclComm *comm, int graceful) {
   if (comm->growIdMade) bootstrapRetireRoot(&comm->growId); /* no grow will use it */
   profCommFinalize(&comm->prof);
   tunePluginFinalize(&comm->tune);
-  flightFree(comm);
-  statsReport(comm);
+  flightFree(&comm->flight);
+  statsReport(&comm->stats);
   traceCommClose(&comm->trace);
   /* What this rank sent reaches its peers before its goodbye can (a
    * finalized one has waited already; a failed one has nothing its peers
@@ -630,8 +630,6 @@ static struct ncclComm *commAlloc(int nranks, const ncclUniqueId *id, int rank, 
   if (origin->config) comm->config = *origin->config;
   comm->origin.config = NULL; /* the caller's */
   comm->commHash = fnv1aBytes(FNV1A_INIT, id->internal, sizeof id->internal);
-  flightInit(comm);
-  statsInit(comm);
   return comm;
 }
 
@@ -871,6 +869,8 @@ ncclResult_t commInitMake(struct ncclComm **out, int nranks, const ncclUniqueId 
   struct ncclComm *comm = commAlloc(nranks, id, rank, cudaDev, blocking, origin);
   if (!comm) return ncclSystemError;
   comm->createdNs = created;
+  flightInit(&comm->flight, rank, nranks, comm->commHash, created);
+  statsInit(&comm->stats, rank, nranks, comm->commHash);
   comm->asyncError = ncclInProgress; /* until commInitSetup */
   *out = comm;
   return ncclSuccess;

@@ -7,10 +7,10 @@
 #include <stdint.h>
 
 #include "bootstrap/bootstrap.h"
-#include "api/flight.h"
-#include "api/stats.h"
 #include "engine/desc.h"
+#include "trace/flight.h"
 #include "trace/profile.h"
+#include "trace/stats.h"
 #include "trace/timeline.h"
 #include "topo/topo.h"
 #include "reduce/reduce.h"

@@ -16,7 +16,7 @@ struct groupItem {
   struct tuneChoice plan; /* the tuner's, chosen when the call was checked */
   uint64_t opId;          /* the communicator's call number (opCount in the COLL log line) */
   struct profCall prof;   /* its profiler API events (trace/profile.h) */
-  uint64_t flightId;      /* its flight recorder entry (api/flight.h; 0: none) */
+  uint64_t flightId;      /* its flight recorder entry (trace/flight.h; 0: none) */
 };
 
 /* The first item on items[i]'s stream that has items[i]'s communicator: i

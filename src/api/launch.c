@@ -8,7 +8,6 @@
 #include <string.h>
 
 #include "api/api.h"
-#include "api/stats.h"
 #include "api/watch.h"
 #include "core/clock.h"
 #include "core/err.h"
@@ -91,6 +90,11 @@ static int reducesInPlace(const struct collDesc *d, int rank) {
   }
 }
 
+/* An item's size as nccl-tests counts it (trace/stats.h). */
+static uint64_t itemBytes(const struct groupItem *it) {
+  return statsOpBytes(it->desc.coll, it->desc.count, it->desc.dtype, it->comm->nranks);
+}
+
 static ncclResult_t buildItem(struct schedule *s, const struct groupItem *it, uint64_t gen) {
   struct ncclComm *comm = it->comm;
   if (comm->laneGen != gen) {
@@ -107,7 +111,7 @@ static ncclResult_t buildItem(struct schedule *s, const struct groupItem *it, ui
   s->proto = c.proto; /* the tasks and steps added from here on carry these */
   s->opId = it->opId;
   ncclResult_t res = algoBuild(s, &ctx, &it->desc, c.algo, c.nch);
-  uint64_t opBytes = statsOpBytes(&it->desc, comm->nranks);
+  uint64_t opBytes = itemBytes(it);
   if (res == ncclSuccess && comm->ntStoreBytes && opBytes >= comm->ntStoreBytes && !reducesInPlace(&it->desc, comm->rank))
     for (int k = firstTask; k < s->ntasks; k++) s->tasks[k].streamOut = 1;
   uint64_t singleCopy = c.algo == algoP2p || c.algo == algoPairwise ? comm->singleCopyP2pBytes : comm->singleCopyBytes;
@@ -218,6 +222,40 @@ static const struct profCall *profLaunch(struct schedule *s, const struct groupI
   return any;
 }
 
+/* The flight recorder: the items are queued (those on the NULL stream, which
+ * the caller runs at once, start running), those on stream start running,
+ * or end with res (skipped: not run, an earlier failure on the stream). A
+ * failure dumps each communicator's record once. */
+static void flightItemsQueued(struct groupItem *items, int n, uint64_t now) {
+  for (int i = 0; i < n; i++) {
+    const struct tuneChoice *c = &items[i].plan;
+    items[i].flightId = flightQueued(&items[i].comm->flight, &items[i].desc.check, c->algo, c->proto, c->nch,
+                                     items[i].stream == NULL, now);
+  }
+}
+
+static void flightItemsRunning(const struct groupItem *items, int n, cudaStream_t stream, uint64_t now) {
+  for (int i = 0; i < n; i++)
+    if (items[i].stream == stream) flightRunning(&items[i].comm->flight, items[i].flightId, now);
+}
+
+static void flightItemsEnded(const struct groupItem *items, int n, cudaStream_t stream, ncclResult_t res, int skipped,
+                             uint64_t now) {
+  for (int i = 0; i < n; i++) {
+    if (items[i].stream != stream) continue;
+    struct flightRecorder *f = &items[i].comm->flight;
+    if (flightEnded(f, items[i].flightId, res, skipped, now) && groupCommLeader(items, i) == i)
+      flightFailureDump(f, res);
+  }
+}
+
+/* CHORUS_STATS: the items on stream ran for ns. */
+static void statsItemsEnded(const struct groupItem *items, int n, cudaStream_t stream, ncclResult_t res, uint64_t ns) {
+  if (res != ncclSuccess) return;
+  for (int i = 0; i < n; i++)
+    if (items[i].stream == stream) statsEnded(&items[i].comm->stats, items[i].desc.coll, itemBytes(&items[i]), ns);
+}
+
 /* CHORUS_TRACE: the operations of items on stream ran from startNs to endNs. */
 static void traceEnded(const struct groupItem *items, int n, cudaStream_t stream, ncclResult_t res, uint64_t startNs,
                        uint64_t endNs) {
@@ -229,7 +267,7 @@ static void traceEnded(const struct groupItem *items, int n, cudaStream_t stream
     struct traceOpInfo op = {collName(d->coll),
                              d->check.seq,
                              d->count,
-                             statsOpBytes(d, it->comm->nranks),
+                             itemBytes(it),
                              dtypeName(d->dtype),
                              p2p || d->check.op == OPDESC_NO_OP ? NULL : descOpName(d->check.op),
                              p2p || collRooted(d->coll) ? d->root : -1,
@@ -271,9 +309,9 @@ static uint64_t launchClock(int start) {
  * nothing on, a launch reads one word for all of them. */
 static void launchEnded(const struct groupItem *items, int n, cudaStream_t stream, ncclResult_t res, int skipped,
                         uint64_t startNs, uint64_t endNs) {
-  if (flightActive()) flightEnded(items, n, stream, res, skipped, endNs);
+  if (flightActive()) flightItemsEnded(items, n, stream, res, skipped, endNs);
   if (skipped) return;
-  if (statsActive()) statsEnded(items, n, stream, res, endNs - startNs);
+  if (statsActive()) statsItemsEnded(items, n, stream, res, endNs - startNs);
   if (traceActive()) traceEnded(items, n, stream, res, startNs, endNs);
 }
 
@@ -422,7 +460,7 @@ static ncclResult_t streamJobRun(struct streamWork *w, ncclResult_t status) {
   job->startedNs = 0;
   if (observeAny()) {
     job->startedNs = launchClock(1);
-    if (flightActive()) flightRunning(job->items, job->n, job->items[0].stream, job->startedNs);
+    if (flightActive()) flightItemsRunning(job->items, job->n, job->items[0].stream, job->startedNs);
   }
   readScalars(&job->sched);
   return engineRun(&job->sched);
@@ -503,7 +541,7 @@ static void launchDropped(const struct groupItem *items, int n, int from, ncclRe
   uint64_t now = launchClock(0);
   for (int i = 0; i < n; i++)
     if (firstOfItsStream(items, i, 0) && (items[i].stream == NULL || i >= from))
-      flightEnded(items, n, items[i].stream, res, 1, now);
+      flightItemsEnded(items, n, items[i].stream, res, 1, now);
 }
 
 /* 1 when a and b are the same call but for its number (check.seq). */
@@ -601,7 +639,7 @@ static ncclResult_t launchJoined(struct groupItem *items, int n, struct streamJo
   }
   int obs = observeAny();
   uint64_t queuedNs = obs ? launchClock(1) : 0; /* when the NULL stream's part starts, too (after that wait) */
-  if (obs && flightActive()) flightQueued(items, n, queuedNs);
+  if (obs && flightActive()) flightItemsQueued(items, n, queuedNs);
   for (int i = 0; i < n; i++)
     if (items[i].stream != NULL && firstOfItsStream(items, i, 0)) {
       uint64_t pos;

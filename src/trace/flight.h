@@ -5,8 +5,8 @@
  * level, without changing what ncclGetLastError says) and, with
  * CHORUS_FLIGHT_RECORDER_FILE, to a file per rank. The dumps of all ranks
  * answer "what was every rank doing when it hung". */
-#ifndef CHORUS_API_FLIGHT_H
-#define CHORUS_API_FLIGHT_H
+#ifndef CHORUS_TRACE_FLIGHT_H
+#define CHORUS_TRACE_FLIGHT_H
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -15,9 +15,6 @@
 #include "core/observe.h"
 #include "engine/desc.h"
 #include "nccl.h"
-
-struct groupItem;
-struct ncclComm;
 
 enum flightState { flightStateQueued, flightStateRunning, flightStateDone, flightStateFailed, flightStateSkipped };
 
@@ -43,29 +40,37 @@ struct flightRecorder {
   uint32_t mask; /* the ring holds mask + 1 >= cap entries */
   uint64_t next; /* entries recorded so far (written by the launching thread: one at a time per communicator, as NCCL requires) */
   int dumped;    /* a failure has been dumped already */
+  /* Whose record it is, for the dump's lines. */
+  int rank, nranks;
+  uint64_t commHash, createdNs; /* createdNs: when the communicator's init began (the entries' times count from it) */
 };
 
 /* 1 while any communicator records: launches read no clock otherwise. */
 extern int flightCommsOn;
 static inline int flightActive(void) { return OBSERVED(__atomic_load_n(&flightCommsOn, __ATOMIC_RELAXED) != 0); }
 
-/* At a communicator's creation (CHORUS_FLIGHT_RECORDER entries; 0: off) and
- * its destroy. */
-void flightInit(struct ncclComm *comm);
-void flightFree(struct ncclComm *comm);
+/* At a communicator's creation (CHORUS_FLIGHT_RECORDER entries; 0: off)
+ * and its destroy. */
+void flightInit(struct flightRecorder *f, int rank, int nranks, uint64_t commHash, uint64_t createdNs);
+void flightFree(struct flightRecorder *f);
 
-/* A launch's items (numbered) are queued (those on the NULL stream, which
- * the caller runs at once, start running); those on stream start running;
- * end with res (skipped: not run, an earlier failure on the stream); now:
- * when it happened (clockNs, or the coarse clock when nothing needs finer). A failure dumps the communicator's record
- * once. */
-/* Callers look at flightActive() first: with no recorder on, these are not called. */
-void flightQueued(struct groupItem *items, int n, uint64_t now);
-void flightRunning(const struct groupItem *items, int n, void *stream, uint64_t now);
-void flightEnded(const struct groupItem *items, int n, void *stream, ncclResult_t res, int skipped, uint64_t now);
+/* Callers look at flightActive() first: with no recorder on, these are not
+ * called. now: when it happened (clockNs, or the coarse clock when nothing
+ * needs finer). */
+/* An operation (the call d, run as algo/proto on nch channels; running: it
+ * starts at once, else it waits in a stream's queue) is recorded; its id
+ * (0: f is off) names it in the calls below. */
+uint64_t flightQueued(struct flightRecorder *f, const struct opDesc *d, int algo, int proto, int nch, int running,
+                      uint64_t now);
+void flightRunning(struct flightRecorder *f, uint64_t id, uint64_t now);
+/* It ended with res (skipped: not run, an earlier failure on its stream).
+ * 1 when this is f's first failure: the caller dumps the record, once per
+ * communicator of its launch (flightFailureDump). */
+int flightEnded(struct flightRecorder *f, uint64_t id, ncclResult_t res, int skipped, uint64_t now);
+void flightFailureDump(struct flightRecorder *f, ncclResult_t res);
 
-/* Writes comm's record to the log and, with CHORUS_FLIGHT_RECORDER_FILE, to
- * its file; why says what prompted it. */
-void flightDump(struct ncclComm *comm, const char *why);
+/* Writes f to the log and, with CHORUS_FLIGHT_RECORDER_FILE, to its rank's
+ * file; why says what prompted it. */
+void flightDump(struct flightRecorder *f, const char *why);
 
 #endif

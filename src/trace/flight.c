@@ -1,5 +1,5 @@
 #define _GNU_SOURCE
-#include "api/flight.h"
+#include "trace/flight.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -9,7 +9,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "api/group.h"
 #include "core/clock.h"
 #include "core/log.h"
 #include "core/param.h"
@@ -17,7 +16,7 @@
 
 /* Communicators with a recorder, for SIGUSR1's dump. */
 static pthread_mutex_t liveLock = PTHREAD_MUTEX_INITIALIZER;
-static struct ncclComm **live;
+static struct flightRecorder **live;
 static int nlive, liveCap;
 
 /* SIGUSR1: the handler only writes a byte to a pipe (all a signal handler
@@ -101,9 +100,12 @@ static void sigSetup(void) {
 
 int flightCommsOn; /* communicators recording (flightActive) */
 
-void flightInit(struct ncclComm *comm) {
-  struct flightRecorder *f = &comm->flight;
+void flightInit(struct flightRecorder *f, int rank, int nranks, uint64_t commHash, uint64_t createdNs) {
   memset(f, 0, sizeof *f);
+  f->rank = rank;
+  f->nranks = nranks;
+  f->commHash = commHash;
+  f->createdNs = createdNs;
   int64_t cap = paramInt(paramFlightRecorder);
   if (cap <= 0) return;
   if (cap > 1 << 20) cap = 1 << 20;
@@ -119,18 +121,17 @@ void flightInit(struct ncclComm *comm) {
   sigSetup();
   if (nlive == liveCap) {
     int ncap = liveCap ? 2 * liveCap : 16;
-    struct ncclComm **l = realloc(live, sizeof *l * (size_t)ncap);
+    struct flightRecorder **l = realloc(live, sizeof *l * (size_t)ncap);
     if (l) live = l, liveCap = ncap;
   }
-  if (nlive < liveCap) live[nlive++] = comm;
+  if (nlive < liveCap) live[nlive++] = f;
   pthread_mutex_unlock(&liveLock);
 }
 
-void flightFree(struct ncclComm *comm) {
-  struct flightRecorder *f = &comm->flight;
+void flightFree(struct flightRecorder *f) {
   pthread_mutex_lock(&liveLock);
   for (int i = 0; i < nlive; i++)
-    if (live[i] == comm) live[i] = live[--nlive];
+    if (live[i] == f) live[i] = live[--nlive];
   pthread_mutex_unlock(&liveLock);
   if (f->ring) {
     __atomic_sub_fetch(&flightCommsOn, 1, __ATOMIC_RELAXED);
@@ -141,7 +142,7 @@ void flightFree(struct ncclComm *comm) {
 }
 
 
-/* The entry of item (NULL when it was overwritten since, or never kept). */
+/* The entry id (NULL when it was overwritten since, or never kept). */
 static struct flightEntry *entryOf(struct flightRecorder *f, uint64_t id) {
   if (!f->ring || id == 0) return NULL;
   struct flightEntry *e = &f->ring[(id - 1) & f->mask];
@@ -174,60 +175,49 @@ static int entryRead(const struct flightEntry *e, struct flightEntry *copy) {
   return 1;
 }
 
-void flightQueued(struct groupItem *items, int n, uint64_t now) {
-  for (int i = 0; i < n; i++) {
-    struct flightRecorder *f = &items[i].comm->flight;
-    if (!f->ring) continue;
-    uint64_t id = __atomic_load_n(&f->next, __ATOMIC_RELAXED) + 1;
-    __atomic_store_n(&f->next, id, __ATOMIC_RELEASE);
-    struct flightEntry *e = &f->ring[(id - 1) & f->mask];
-    __atomic_store_n(&e->id, 0, __ATOMIC_RELEASE);
-    /* The caller runs the NULL stream's part at once: it is running already
-     * (one update and one clock reading less on the latency path). */
-    int state = items[i].stream == NULL ? flightStateRunning : flightStateQueued;
-    __atomic_store_n(&e->status, statusOf(state, ncclSuccess), __ATOMIC_RELEASE);
-    __atomic_store_n(&e->queuedNs, now, __ATOMIC_RELEASE);
-    __atomic_store_n(&e->startedNs, now, __ATOMIC_RELEASE);
-    __atomic_store_n(&e->endedNs, 0, __ATOMIC_RELEASE);
-    wordsPut(&e->desc, &items[i].desc.check, sizeof e->desc);
-    uint8_t plan[8] = {(uint8_t)items[i].plan.algo, (uint8_t)items[i].plan.proto, (uint8_t)items[i].plan.nch};
-    wordsPut(&e->algo, plan, sizeof plan);
-    __atomic_store_n(&e->id, id, __ATOMIC_RELEASE);
-    items[i].flightId = id;
-  }
+uint64_t flightQueued(struct flightRecorder *f, const struct opDesc *d, int algo, int proto, int nch, int running,
+                      uint64_t now) {
+  if (!f->ring) return 0;
+  uint64_t id = __atomic_load_n(&f->next, __ATOMIC_RELAXED) + 1;
+  __atomic_store_n(&f->next, id, __ATOMIC_RELEASE);
+  struct flightEntry *e = &f->ring[(id - 1) & f->mask];
+  __atomic_store_n(&e->id, 0, __ATOMIC_RELEASE);
+  __atomic_store_n(&e->status, statusOf(running ? flightStateRunning : flightStateQueued, ncclSuccess),
+                   __ATOMIC_RELEASE);
+  __atomic_store_n(&e->queuedNs, now, __ATOMIC_RELEASE);
+  __atomic_store_n(&e->startedNs, now, __ATOMIC_RELEASE);
+  __atomic_store_n(&e->endedNs, 0, __ATOMIC_RELEASE);
+  wordsPut(&e->desc, d, sizeof e->desc);
+  uint8_t plan[8] = {(uint8_t)algo, (uint8_t)proto, (uint8_t)nch};
+  wordsPut(&e->algo, plan, sizeof plan);
+  __atomic_store_n(&e->id, id, __ATOMIC_RELEASE);
+  return id;
 }
 
-void flightRunning(const struct groupItem *items, int n, void *stream, uint64_t now) {
-  for (int i = 0; i < n; i++) {
-    if (items[i].stream != stream) continue;
-    struct flightEntry *e = entryOf(&items[i].comm->flight, items[i].flightId);
-    if (!e) continue;
-    __atomic_store_n(&e->startedNs, now, __ATOMIC_RELEASE);
-    __atomic_store_n(&e->status, statusOf(flightStateRunning, ncclSuccess), __ATOMIC_RELEASE);
-  }
+void flightRunning(struct flightRecorder *f, uint64_t id, uint64_t now) {
+  struct flightEntry *e = entryOf(f, id);
+  if (!e) return;
+  __atomic_store_n(&e->startedNs, now, __ATOMIC_RELEASE);
+  __atomic_store_n(&e->status, statusOf(flightStateRunning, ncclSuccess), __ATOMIC_RELEASE);
 }
 
-void flightEnded(const struct groupItem *items, int n, void *stream, ncclResult_t res, int skipped, uint64_t now) {
-  for (int i = 0; i < n; i++) {
-    if (items[i].stream != stream) continue;
-    struct ncclComm *comm = items[i].comm;
-    struct flightRecorder *f = &comm->flight;
-    if (!f->ring) continue;
-    struct flightEntry *e = entryOf(f, items[i].flightId);
-    if (e) {
-      /* The caller reads no clock at the end of an operation that nothing
-       * times (now 0): a failure's end is read here. */
-      __atomic_store_n(&e->endedNs, now ? now : res != ncclSuccess ? clockCoarseNs() : 0, __ATOMIC_RELEASE);
-      int state = skipped ? flightStateSkipped : res == ncclSuccess ? flightStateDone : flightStateFailed;
-      __atomic_store_n(&e->status, statusOf(state, res), __ATOMIC_RELEASE);
-    }
-    int dump = res != ncclSuccess && !skipped && !__atomic_exchange_n(&f->dumped, 1, __ATOMIC_ACQ_REL);
-    if (dump && groupCommLeader(items, i) == i) { /* one dump per communicator of the launch */
-      char why[96];
-      snprintf(why, sizeof why, "a failed operation (%s)", ncclGetErrorString(res));
-      flightDump(comm, why);
-    }
+int flightEnded(struct flightRecorder *f, uint64_t id, ncclResult_t res, int skipped, uint64_t now) {
+  if (!f->ring) return 0;
+  struct flightEntry *e = entryOf(f, id);
+  if (e) {
+    /* The caller reads no clock at the end of an operation that nothing
+     * times (now 0): a failure's end is read here. */
+    __atomic_store_n(&e->endedNs, now ? now : res != ncclSuccess ? clockCoarseNs() : 0, __ATOMIC_RELEASE);
+    int state = skipped ? flightStateSkipped : res == ncclSuccess ? flightStateDone : flightStateFailed;
+    __atomic_store_n(&e->status, statusOf(state, res), __ATOMIC_RELEASE);
   }
+  return res != ncclSuccess && !skipped && !__atomic_exchange_n(&f->dumped, 1, __ATOMIC_ACQ_REL);
+}
+
+void flightFailureDump(struct flightRecorder *f, ncclResult_t res) {
+  char why[96];
+  snprintf(why, sizeof why, "a failed operation (%s)", ncclGetErrorString(res));
+  flightDump(f, why);
 }
 
 static const char *stateName(int s) {
@@ -236,7 +226,7 @@ static const char *stateName(int s) {
 }
 
 /* One entry as a line: "#7 AllReduce #3 (count=..): Ring/Simple x2: done, queued at 1.234567 s, ran 12 us". */
-static void entryLine(const struct ncclComm *comm, const struct flightEntry *e, uint64_t now, char *out, size_t len) {
+static void entryLine(const struct flightRecorder *f, const struct flightEntry *e, uint64_t now, char *out, size_t len) {
   int state = (int)(uint32_t)e->status;
   ncclResult_t result = (ncclResult_t)(e->status >> 32);
   char d[160];
@@ -244,7 +234,7 @@ static void entryLine(const struct ncclComm *comm, const struct flightEntry *e, 
   int p2p = e->desc.coll == collSend || e->desc.coll == collRecv;
   /* The coarse clock (launchClock) may read up to a tick behind the fine
    * one that stamped the creation: an operation queued right after it. */
-  double at = e->queuedNs > comm->createdNs ? (double)(e->queuedNs - comm->createdNs) / 1e9 : 0;
+  double at = e->queuedNs > f->createdNs ? (double)(e->queuedNs - f->createdNs) / 1e9 : 0;
   int n = p2p ? snprintf(out, len, "%s: %s", d, stateName(state))
               : snprintf(out, len, "%s via %s/%s on %u channel(s): %s", d, algoName(e->algo), protoName(e->proto),
                          e->nch, stateName(state));
@@ -262,25 +252,24 @@ static void entryLine(const struct ncclComm *comm, const struct flightEntry *e, 
     snprintf(out + n, len - (size_t)n, ", ran %.6f s", (double)(e->endedNs - e->startedNs) / 1e9);
 }
 
-static void flightWrite(struct ncclComm *comm, const char *why);
+static void flightWrite(struct flightRecorder *f, const char *why);
 
 /* Its lines show the communicator's rank, whatever thread dumps it (a
  * signal's, a watcher's). */
-void flightDump(struct ncclComm *comm, const char *why) {
+void flightDump(struct flightRecorder *f, const char *why) {
   int was = logGetRank();
-  logSetRank(comm->rank);
-  flightWrite(comm, why);
+  logSetRank(f->rank);
+  flightWrite(f, why);
   logSetRank(was);
 }
 
-static void flightWrite(struct ncclComm *comm, const char *why) {
-  struct flightRecorder *f = &comm->flight;
+static void flightWrite(struct flightRecorder *f, const char *why) {
   if (!f->ring) return;
   const char *pattern = paramStr(paramFlightRecorderFile);
   FILE *out = NULL;
   if (pattern[0]) {
     char path[4096];
-    pathExpand(pattern, comm->rank, path, sizeof path);
+    pathExpand(pattern, f->rank, path, sizeof path);
     out = fopen(path, "a");
     if (!out) REPORT("Flight recorder: cannot open %s: %s", path, strerror(errno));
   }
@@ -300,7 +289,7 @@ static void flightWrite(struct ncclComm *comm, const char *why) {
   snprintf(head, sizeof head,
            "Flight recorder of rank %d of %d (commId 0x%llx, host %s, pid %d) on %s: the last %llu of %llu operations, "
            "oldest first",
-           comm->rank, comm->nranks, (unsigned long long)comm->commHash, host, (int)getpid(), why,
+           f->rank, f->nranks, (unsigned long long)f->commHash, host, (int)getpid(), why,
            (unsigned long long)(next - first + 1), (unsigned long long)next);
   REPORT("%s", head);
   if (out) fprintf(out, "%s\n", head);
@@ -308,7 +297,7 @@ static void flightWrite(struct ncclComm *comm, const char *why) {
     const struct flightEntry *e = &copy[(id - 1) & f->mask];
     if (e->id != id) continue;
     char line[512];
-    entryLine(comm, e, now, line, sizeof line);
+    entryLine(f, e, now, line, sizeof line);
     REPORT("  %s", line);
     if (out) fprintf(out, "  %s\n", line);
   }

@@ -1,18 +1,22 @@
-#include "api/stats.h"
+#include "trace/stats.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "api/group.h"
 #include "core/param.h"
 #include "core/spin.h"
+#include "engine/desc.h"
+#include "reduce/reduce.h"
 
 int statsCommsOn; /* communicators counting (statsActive) */
 
-void statsInit(struct ncclComm *comm) {
-  comm->stats.b = paramInt(paramStats) > 0 ? calloc(collTypeCount * STATS_SIZES, sizeof *comm->stats.b) : NULL;
-  if (!comm->stats.b) return;
+void statsInit(struct commStats *s, int rank, int nranks, uint64_t commHash) {
+  s->rank = rank;
+  s->nranks = nranks;
+  s->commHash = commHash;
+  s->b = paramInt(paramStats) > 0 ? calloc(collTypeCount * STATS_SIZES, sizeof *s->b) : NULL;
+  if (!s->b) return;
   __atomic_add_fetch(&statsCommsOn, 1, __ATOMIC_RELAXED);
   observeBegin();
 }
@@ -40,9 +44,9 @@ static double timeOfClass(int c) {
 }
 
 /* What nccl-tests calls the size of an operation, and its busbw factor. */
-uint64_t statsOpBytes(const struct collDesc *d, int nranks) {
-  uint64_t b = (uint64_t)d->count * dtypeSize(d->dtype);
-  switch (d->coll) {
+uint64_t statsOpBytes(int coll, size_t count, int dtype, int nranks) {
+  uint64_t b = (uint64_t)count * dtypeSize(dtype);
+  switch (coll) {
     case collAllGather: case collReduceScatter: case collAlltoAll: case collGather: case collScatter: return b * (uint64_t)nranks;
     default: return b;
   }
@@ -57,24 +61,18 @@ static double busFactor(int coll, int n) {
   }
 }
 
-void statsEnded(const struct groupItem *items, int n, void *stream, ncclResult_t res, uint64_t ns) {
-  if (res != ncclSuccess) return;
-  for (int i = 0; i < n; i++) {
-    struct ncclComm *comm = items[i].comm;
-    if (items[i].stream != stream || !comm->stats.b) continue;
-    const struct collDesc *d = &items[i].desc;
-    uint64_t bytes = statsOpBytes(d, comm->nranks);
-    int k = d->coll * STATS_SIZES + sizeClass(bytes);
-    spinLock(&comm->stats.lock);
-    struct statsBucket *b = comm->stats.b[k];
-    if (b || (b = comm->stats.b[k] = calloc(1, sizeof *b))) {
-      b->calls++;
-      b->bytes += bytes;
-      b->sumNs += ns;
-      b->times[timeClass(ns)]++;
-    }
-    spinUnlock(&comm->stats.lock);
+void statsEnded(struct commStats *s, int coll, uint64_t bytes, uint64_t ns) {
+  if (!s->b) return;
+  int k = coll * STATS_SIZES + sizeClass(bytes);
+  spinLock(&s->lock);
+  struct statsBucket *b = s->b[k];
+  if (b || (b = s->b[k] = calloc(1, sizeof *b))) {
+    b->calls++;
+    b->bytes += bytes;
+    b->sumNs += ns;
+    b->times[timeClass(ns)]++;
   }
+  spinUnlock(&s->lock);
 }
 
 static double percentile(const struct statsBucket *b, double p) {
@@ -92,8 +90,7 @@ static void sizeStr(uint64_t bytes, char *out, size_t len) {
   else snprintf(out, len, "%.4g GiB", (double)bytes / 1073741824.0);
 }
 
-void statsReport(struct ncclComm *comm) {
-  struct commStats *s = &comm->stats;
+void statsReport(struct commStats *s) {
   if (!s->b) return;
   char host[256] = "";
   gethostname(host, sizeof host - 1);
@@ -105,17 +102,17 @@ void statsReport(struct ncclComm *comm) {
       fprintf(stderr,
               "chorus stats: rank %d of %d (commId 0x%llx, host %s, pid %d): per collective and size, calls, bytes, "
               "run time p50/p90/p99 and mean, busbw from the mean\n",
-              comm->rank, comm->nranks, (unsigned long long)comm->commHash, host, (int)getpid());
+              s->rank, s->nranks, (unsigned long long)s->commHash, host, (int)getpid());
     int coll = k / STATS_SIZES;
     double mean = (double)b->sumNs / (double)b->calls, avgBytes = (double)b->bytes / (double)b->calls;
     char size[32], total[32];
     sizeStr((uint64_t)avgBytes, size, sizeof size);
     sizeStr(b->bytes, total, sizeof total);
-    double busbw = mean > 0 ? avgBytes / mean * busFactor(coll, comm->nranks) : 0; /* bytes per ns = GB/s */
+    double busbw = mean > 0 ? avgBytes / mean * busFactor(coll, s->nranks) : 0; /* bytes per ns = GB/s */
     fprintf(stderr,
             "chorus stats: rank %d %-13s %10s  calls %8llu  bytes %10s  us p50 %9.2f p90 %9.2f p99 %9.2f mean %9.2f  "
             "busbw %9.4g GB/s\n",
-            comm->rank, collName(coll), size, (unsigned long long)b->calls, total, percentile(b, 0.5) / 1e3,
+            s->rank, collName(coll), size, (unsigned long long)b->calls, total, percentile(b, 0.5) / 1e3,
             percentile(b, 0.9) / 1e3, percentile(b, 0.99) / 1e3, mean / 1e3, busbw);
   }
   for (int k = 0; k < collTypeCount * STATS_SIZES; k++) free(s->b[k]);
