@@ -2,7 +2,7 @@
 # The perf tools in their launch modes (chorusrun processes; -t threads and
 # -g ranks per thread in one process), with validation on: every run must
 # exit 0, report 0 wrong elements, and its rows must parse with the regular
-# expression nccl-tests log parsers use for the v2.13-2.17 row format (its
+# expression nccl-tests log parsers use for the v2.13-2.19 row format (its
 # redop optional: hypercube's is empty, as nccl-tests passes "").
 set -uo pipefail
 bin=$1
@@ -56,7 +56,7 @@ check() { # check WHAT COMMAND...: the command must succeed
 }
 # A device line per rank, gathered in every launch mode, as nccl-tests
 # prints them; each rank's device is its communicator's (NCCL's Init lines).
-devline='^#  Rank +([0-9]+) Group +0 Pid +[0-9]+ on +[^ ]+ device +([0-9]+) \[0x[0-9a-f]{2}\] .+$'
+devline='^#  Rank +([0-9]+) Group +0 Pid +[0-9]+ on +[^ ]+ device +([0-9]+) \[0000:[0-9a-f]{2}:00\] .+$'
 devices_ok() { # devices_ok NRANKS COMMAND...
   local n=$1
   shift
@@ -243,4 +243,61 @@ cycles_per_type() {
   [ "$types" = "int8 int8 int8 int8 uint8 " ] || { echo "types in order: $types"; return 1; }
 }
 check "-N repeats within each type" cycles_per_type
+# -u (nccl-tests 2.19): every buffer starts that many elements past its
+# alignment (NCCL's COLL lines give the addresses), and every type and op
+# still checks out; 3 ranks so that the rings split unaligned blocks.
+unaligned() {
+  local out addrs
+  out=$(NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=COLL timeout 60 "$bin/all_reduce_perf" -b 64 -e 64 -n 1 -w 0 -c 0 -d double \
+    -u 3 2>&1)
+  addrs=$(grep -oE '(send|recv)buff 0x[0-9a-f]+' <<<"$out" | awk '{print $2}' | sort -u)
+  [ -n "$addrs" ] || { echo "no COLL lines: $out" | tail -5; return 1; }
+  for a in $addrs; do [ $((a % 4096)) -eq 24 ] || { echo "$a is not 3 doubles past a page"; return 1; }; done
+}
+check "-u shifts the buffers" unaligned
+run "$bin/chorusrun" -n 3 "$bin/all_reduce_perf" -b 8 -e 64K -f 32 -n 1 -w 1 -d all -o all -u 1
+run "$bin/all_gather_perf" -g 3 -b 3 -e 3K -f 32 -n 1 -w 0 -d all -u 5
+run "$bin/chorusrun" -n 3 "$bin/reduce_scatter_perf" -b 12 -e 12K -f 32 -n 1 -w 0 -d all -o sum -u 7
+# -I and -K (nccl-tests 2.19): four more columns per cell (i_min, i_max,
+# i_p99, i_cv%), and in the JSON every iteration's time, the slowest
+# rank's, with each process's row; min <= p50 <= max, -K's iterations left
+# out of the figures; -z 3 times each iteration between its own stamps.
+per_iter() {
+  local out j rows
+  j=$(mktemp -u /tmp/chorus-perf-XXXXXX.json)
+  out=$(timeout 60 "$bin/chorusrun" -n 2 "$bin/all_reduce_perf" -b 8 -e 64K -f 64 -n 6 -w 1 -I 1 -K 2 -z "$1" \
+    -J "$j" 2>&1)
+  rows=$(grep -cE '^ +[0-9]+ +[0-9]+ +float +sum +-1( +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9]+( +[0-9.]+){4}){2}$' <<<"$out")
+  [ "$rows" = 3 ] && grep -qE '^# +size +count .* i_min +i_max +i_p99 +i_cv% +time .* i_cv% *$' <<<"$out" &&
+    grep -q '^# Per-Iteration Report: .*; summary skips first 2 iterations $' <<<"$out" ||
+    { rm -f "$j"*; echo "rows $rows: $out"; return 1; }
+  python3 -c 'import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["config"]["per_iter_timing"] is True and d["config"]["per_iter_skip"] == 2, d["config"]
+for r in d["results"]:
+    assert r["actual_iterations"] == 6 and r["experiment_name"] == "", r
+    for k in ("out_of_place", "in_place"):
+        p = r[k + "_per_iter"]
+        t, rows = p["times_us"], p["per_process_max_times_us"]
+        assert len(t) == 6 and len(rows) == 2 and all(len(x) == 6 for x in rows), p
+        assert all(abs(t[i] - max(x[i] for x in rows)) < 1e-3 for i in range(6)), p
+        kept = sorted(t[2:])
+        assert p["skipped_iterations"] == 2 and abs(p["min_us"] - kept[0]) < 1e-3 and abs(p["max_us"] - kept[-1]) < 1e-3, p
+        assert abs(p["p50_us"] - kept[2]) < 1e-3 and p["min_us"] <= p["avg_us"] <= p["max_us"] and p["min_us"] > 0, p' "$j" ||
+    { rm -f "$j"*; return 1; }
+  rm -f "$j"*
+}
+check "-I 1 -K 2 per-iteration report" per_iter 0
+check "-I 1 -K 2 per-iteration report, -z 3" per_iter 3
+# Values nccl-tests refuses are said and dropped, the run goes on.
+per_iter_refused() {
+  local out
+  out=$("$bin/all_reduce_perf" -b 8 -e 8 -n 2 -w 0 -I 2 -K 1 2>&1) &&
+    grep -q '^per-iteration timing (-I) only supports 0=off or 1=on. Disabling.$' <<<"$out" &&
+    grep -q '^per-iteration skip (-K) requires per-iteration timing (-I 1). Disabling.$' <<<"$out" &&
+    grep -qE "$row" <<<"$out" || { echo "$out"; return 1; }
+  out=$("$bin/all_reduce_perf" -b 8 -e 8 -n 2 -w 0 -I 1 -K 2 2>&1) &&
+    grep -q '^per-iteration skip (-K) must be between 0 and 1. Disabling.$' <<<"$out" || { echo "$out"; return 1; }
+}
+check "-I and -K values refused as nccl-tests" per_iter_refused
 exit $fail

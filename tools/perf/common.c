@@ -1,5 +1,5 @@
 /* The perf driver: nccl-tests' flags, launch modes, timing method, data
- * check and v2.13-2.17 output format, on chorus. */
+ * check and v2.13-2.19 output format, on chorus. */
 #define _GNU_SOURCE
 #include "common.h"
 
@@ -22,7 +22,7 @@
 #include <mpi.h>
 #endif
 
-#define PERF_VERSION "2.17.1"
+#define PERF_VERSION "2.19.6"
 
 static const char *typeNames[ncclNumTypes] = {"int8", "uint8", "int32", "uint32", "int64", "uint64",
                                               "half", "float", "double", "bfloat16", "f8e4m3", "f8e5m2"};
@@ -36,9 +36,12 @@ struct options {
   int timestamps; /* -S */
   int localRegister; /* -R: buffers from ncclMemAlloc, registered with ncclCommRegister (1) or as
                       * NCCL_WIN_COLL_SYMMETRIC windows (2) */
+  int unalign;       /* -u: buffers start this many elements past their alignment */
+  int perIter;       /* -I: each iteration timed, and its spread reported */
+  int perIterSkip;   /* -K: leading iterations left out of -I's figures */
 };
 static struct options opt = {1, 1, 20, 1, 1, 1, 1, ncclSum, ncclFloat, 0, 0, 0, 0, 0, 1, 0,
-                             32 << 20, 32 << 20, 1 << 20, 1, NULL, 0, 0};
+                             32 << 20, 32 << 20, 1 << 20, 1, NULL, 0, 0, 0, 0, 0};
 
 static const struct testColl *coll;
 static int nProcs = 1, proc = 0, totalRanks = 1;
@@ -243,7 +246,7 @@ static void barrier(struct threadState *ts) { combine(ts, 0, ncclSum, 0); }
 
 static void runOnce(struct threadState *ts, size_t pc, int type, int root, int inPlace, size_t sendOff,
                     size_t recvOff) {
-  size_t esz = typeSize(type);
+  size_t esz = typeSize(type), shift = (size_t)opt.unalign * esz;
   /* Grouped only with several ranks per thread, as nccl-tests does; a tool
    * made of dependent steps, one group per step. */
   int steps = opt.nGpus > 1 && coll->steps ? coll->steps(totalRanks) : 1;
@@ -251,7 +254,7 @@ static void runOnce(struct threadState *ts, size_t pc, int type, int root, int i
     if (opt.nGpus > 1) CK(ncclGroupStart());
     for (int g = 0; g < opt.nGpus; g++) {
       int rank = ts->firstRank + g;
-      char *send = ts->sendBufs[g], *recv = ts->recvBufs[g];
+      char *send = ts->sendBufs[g] + shift, *recv = ts->recvBufs[g] + shift; /* -u */
       if (inPlace) {
         if (sendOff) send = recv + (size_t)rank * sendOff * esz; /* AllGather: sendbuff inside recvbuff */
         else if (recvOff) recv = send + (size_t)rank * recvOff * esz; /* ReduceScatter */
@@ -283,13 +286,13 @@ static void freeOps(struct threadState *ts, int op) {
 /* Fills inputs, runs once, counts wrong elements on this thread's ranks. */
 static int64_t checkOnce(struct threadState *ts, size_t sc, size_t rc, size_t pc, int type, int op, int root,
                          int inPlace, size_t sendOff, size_t recvOff) {
-  size_t esz = typeSize(type);
+  size_t esz = typeSize(type), shift = (size_t)opt.unalign * esz;
   curType = type;
   curOp = op;
   curRep++;
   for (int g = 0; g < opt.nGpus; g++) {
     int rank = ts->firstRank + g;
-    char *send = ts->sendBufs[g], *recv = ts->recvBufs[g];
+    char *send = ts->sendBufs[g] + shift, *recv = ts->recvBufs[g] + shift;
     memset(recv, 0, rc * esz);
     size_t n = sc;
     if (inPlace && sendOff) send = recv + (size_t)rank * sendOff * esz;
@@ -301,8 +304,8 @@ static int64_t checkOnce(struct threadState *ts, size_t sc, size_t rc, size_t pc
   int64_t wrong = 0;
   for (int g = 0; g < opt.nGpus; g++) {
     int rank = ts->firstRank + g;
-    const char *recv = ts->recvBufs[g];
-    if (inPlace && recvOff) recv = ts->sendBufs[g] + (size_t)rank * recvOff * esz;
+    const char *recv = ts->recvBufs[g] + shift;
+    if (inPlace && recvOff) recv = ts->sendBufs[g] + shift + (size_t)rank * recvOff * esz;
     for (size_t i = 0; i < rc; i++) {
       double want = coll->expected(rank, totalRanks, i, pc, root, op, inputValue);
       if (isnan(want)) continue;
@@ -316,29 +319,123 @@ static int64_t checkOnce(struct threadState *ts, size_t sc, size_t rc, size_t pc
   return wrong;
 }
 
-static void fmtTime(char *buf, double us) {
-  if (us < 100) sprintf(buf, "%7.2f", us);
-  else if (us < 10000) sprintf(buf, "%7.1f", us);
-  else sprintf(buf, "%7.0f", us);
+/* v in width characters as nccl-tests writes its figures: 2 decimals,
+ * fewer where they do not fit, else an exponent. */
+static void fmtFigure(char *buf, double v, int width) {
+  if (snprintf(buf, (size_t)width + 1, "%*.2f", width, v) <= width) return;
+  if (snprintf(buf, (size_t)width + 1, "%*.1f", width, v) <= width) return;
+  if (snprintf(buf, (size_t)width + 1, "%*.0f", width, v) <= width) return;
+  snprintf(buf, (size_t)width + 1, width >= 7 ? "%*.1e" : "%*.0e", width, v);
 }
 
-/* Times one (size, type, op, root, in-place) cell; returns seconds per op. */
+/* -I: one cell's iterations, each the slowest rank's time (s). */
+struct iterStats {
+  double min, max, avg, p50, p95, p99, stdev;
+  double *times;     /* every iteration's, -K's skipped ones included */
+  double *perProcess; /* [nProcs][iters]: each process's slowest rank, when there are several processes */
+};
+
+static int cmpDouble(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+/* The figures over times[0..n): percentiles by nearest rank, as nccl-tests. */
+static void iterStatsCompute(struct iterStats *st, const double *times, int n) {
+  double *sorted = malloc(sizeof(double) * (size_t)n);
+  if (!sorted) exit(2);
+  memcpy(sorted, times, sizeof(double) * (size_t)n);
+  qsort(sorted, (size_t)n, sizeof(double), cmpDouble);
+  int i95 = (n * 95 + 99) / 100 - 1, i99 = (n * 99 + 99) / 100 - 1;
+  st->min = sorted[0];
+  st->max = sorted[n - 1];
+  st->p50 = sorted[n / 2];
+  st->p95 = sorted[i95 < n - 1 ? i95 : n - 1];
+  st->p99 = sorted[i99 < n - 1 ? i99 : n - 1];
+  double sum = 0, var = 0;
+  for (int i = 0; i < n; i++) sum += sorted[i];
+  st->avg = sum / n;
+  for (int i = 0; i < n; i++) var += (sorted[i] - st->avg) * (sorted[i] - st->avg);
+  st->stdev = sqrt(var / n);
+  free(sorted);
+}
+
+static double iterCvPct(const struct iterStats *st) { return st->avg > 0 ? st->stdev / st->avg * 100.0 : 0.0; }
+
+/* -I: the clock read where the stream reaches this point, as nccl-tests
+ * records a CUDA event there (on the NULL stream: now). */
+static void stampNow(void *at, ncclResult_t status) {
+  (void)status;
+  *(double *)at = nowSec();
+}
+
+/* Stamp k of each of the thread's ranks (nStamps each) in its stream. */
+static void stampStreams(struct threadState *ts, double *stamps, int nStamps, int k) {
+  for (int g = 0; g < opt.nGpus; g++)
+    CK(chorusLaunchHostFunc(ts->streams[g], stampNow, &stamps[(size_t)g * (size_t)nStamps + (size_t)k]));
+}
+
+/* -I: every rank's iteration times (from its stamps) reach rank 0, which
+ * keeps each process's slowest rank per iteration and, over those, the
+ * slowest, and computes the figures into *st (rank 0's thread only). */
+static void iterGather(struct threadState *ts, const double *stamps, int nStamps, int paired, struct iterStats *st) {
+  int n = opt.iters, G = opt.nGpus;
+  double *mine = malloc(sizeof(double) * (size_t)G * (size_t)n);
+  double *all = ts->firstRank == 0 ? malloc(sizeof(double) * (size_t)totalRanks * (size_t)n) : NULL;
+  if (!mine || (ts->firstRank == 0 && !all)) {
+    fprintf(stderr, "%s: out of memory\n", coll->name);
+    exit(2);
+  }
+  for (int g = 0; g < G; g++)
+    for (int i = 0; i < n; i++) {
+      const double *r = stamps + (size_t)g * (size_t)nStamps;
+      double sec = paired ? r[2 * i + 1] - r[2 * i] : r[i + 1] - r[i];
+      mine[(size_t)g * n + i] = sec / opt.aggIters;
+    }
+  exchangeAtRoot(ts, mine, all, sizeof(double) * (size_t)n, 0);
+  free(mine);
+  if (!all) return;
+  int perProc = totalRanks / nProcs;
+  st->times = calloc((size_t)n, sizeof(double));
+  st->perProcess = nProcs > 1 ? calloc((size_t)nProcs * (size_t)n, sizeof(double)) : NULL;
+  if (!st->times || (nProcs > 1 && !st->perProcess)) exit(2);
+  for (int p = 0; p < nProcs; p++)
+    for (int i = 0; i < n; i++) {
+      double m = 0;
+      for (int r = p * perProc; r < (p + 1) * perProc; r++) m = fmax(m, all[(size_t)r * n + i]);
+      if (st->perProcess) st->perProcess[(size_t)p * n + i] = m;
+      st->times[i] = fmax(st->times[i], m);
+    }
+  free(all);
+  iterStatsCompute(st, st->times + opt.perIterSkip, n - opt.perIterSkip);
+}
+
+/* Times one (size, type, op, root, in-place) cell; returns seconds per op.
+ * With -I, st gets each iteration's time (on rank 0's thread). */
 static double timeCell(struct threadState *ts, size_t pc, int type, int root, int inPlace, size_t sendOff,
-                       size_t recvOff) {
+                       size_t recvOff, struct iterStats *st) {
   runOnce(ts, pc, type, root, inPlace, sendOff, recvOff);
   syncAll(ts);
   barrier(ts);
+  /* -I: a stamp before each iteration and one after the last; with -z 3,
+   * whose barriers the time leaves out, a pair around each iteration. */
+  int paired = opt.blocking == 3, nStamps = paired ? 2 * opt.iters : opt.iters + 1;
+  double *stamps = opt.perIter ? calloc((size_t)opt.nGpus * (size_t)nStamps, sizeof(double)) : NULL;
+  if (opt.perIter && !stamps) exit(2);
   double t0 = nowSec(), cpu = 0, excluded = 0;
   for (int it = 0; it < opt.iters; it++) {
-    /* The clock per iteration only for -C 1: reading it costs as much as a
-     * tenth of an 8-byte call here, which the wall time would then count. */
+    /* The clock per iteration only for -C 1 or -I 1: reading it costs as
+     * much as a tenth of an 8-byte call here, which the wall time would
+     * then count. */
     double c0 = opt.cputime ? nowSec() : 0;
+    if (stamps) stampStreams(ts, stamps, nStamps, paired ? 2 * it : it);
     if (opt.aggIters > 1) CK(ncclGroupStart());
     for (int a = 0; a < opt.aggIters; a++) runOnce(ts, pc, type, root, inPlace, sendOff, recvOff);
     if (opt.aggIters > 1) CK(ncclGroupEnd());
     if (opt.cputime) cpu += nowSec() - c0;
     if (opt.blocking) { /* -z 1: complete, then a barrier; 2: complete; 3: a barrier the time leaves out */
       syncAll(ts);
+      if (stamps && paired) stampStreams(ts, stamps, nStamps, 2 * it + 1);
       if (opt.blocking == 1) barrier(ts);
       if (opt.blocking == 3) {
         double b0 = nowSec();
@@ -347,8 +444,13 @@ static double timeCell(struct threadState *ts, size_t pc, int type, int root, in
       }
     }
   }
+  if (stamps && !paired) stampStreams(ts, stamps, nStamps, opt.iters);
   syncAll(ts);
   double sec = (opt.cputime ? cpu : nowSec() - t0 - excluded) / ((double)opt.iters * opt.aggIters);
+  if (stamps) { /* after the clock: the report's work is not the collective's time, as nccl-tests */
+    iterGather(ts, stamps, nStamps, paired, st);
+    free(stamps);
+  }
   /* -a: 0 rank 0, 1 average, 2 min, 3 max across ranks */
   if (opt.average == 2) return combine(ts, sec, ncclMin, 0);
   if (opt.average == 3) return combine(ts, sec, ncclMax, 0);
@@ -356,8 +458,28 @@ static double timeCell(struct threadState *ts, size_t pc, int type, int root, in
   return combine(ts, sec, ncclSum, 0) / totalRanks;
 }
 
+/* -I's figures of one cell, as nccl-tests' JSON gives them (µs). */
+static void jsonIterStats(const char *key, const struct iterStats *st) {
+  fprintf(jsonOut, ", \"%s\": {\"skipped_iterations\": %d, \"min_us\": %g, \"max_us\": %g, \"avg_us\": %g, "
+                   "\"p50_us\": %g, \"p95_us\": %g, \"p99_us\": %g, \"stdev_us\": %g, \"cv_pct\": %g, \"times_us\": [",
+          key, opt.perIterSkip, st->min * 1e6, st->max * 1e6, st->avg * 1e6, st->p50 * 1e6, st->p95 * 1e6,
+          st->p99 * 1e6, st->stdev * 1e6, iterCvPct(st));
+  for (int i = 0; i < opt.iters; i++) fprintf(jsonOut, "%s%g", i ? ", " : "", st->times[i] * 1e6);
+  fprintf(jsonOut, "]");
+  if (st->perProcess) {
+    fprintf(jsonOut, ", \"per_process_max_times_us\": [");
+    for (int p = 0; p < nProcs; p++) {
+      fprintf(jsonOut, "%s[", p ? ", " : "");
+      for (int i = 0; i < opt.iters; i++) fprintf(jsonOut, "%s%g", i ? ", " : "", st->perProcess[(size_t)p * opt.iters + i] * 1e6);
+      fprintf(jsonOut, "]");
+    }
+    fprintf(jsonOut, "]");
+  }
+  fprintf(jsonOut, "}");
+}
+
 static void jsonRow(size_t bytes, size_t count, const char *type, const char *op, int root, double t[2], double alg[2],
-                    double bus[2], int64_t wrong[2]) {
+                    double bus[2], int64_t wrong[2], const struct iterStats st[2]) {
   if (!jsonOut) return;
   fprintf(jsonOut, "%s\n    {\"size\": %zu, \"count\": %zu, \"type\": \"%s\", \"redop\": \"%s\", \"root\": %d",
           jsonRows++ ? "," : "", bytes, count, type, op, root);
@@ -366,8 +488,9 @@ static void jsonRow(size_t bytes, size_t count, const char *type, const char *op
             opt.cputime ? "cpu_time" : "time", t[k], alg[k], bus[k]);
     if (wrong[k] < 0) fprintf(jsonOut, "null}");
     else fprintf(jsonOut, "%lld}", (long long)wrong[k]);
+    if (opt.perIter) jsonIterStats(k ? "in_place_per_iter" : "out_of_place_per_iter", &st[k]);
   }
-  fprintf(jsonOut, "}");
+  fprintf(jsonOut, ", \"actual_iterations\": %d, \"experiment_name\": \"\"}", opt.iters);
 }
 
 /* The redop column: nccl-tests' op name where the collective reduces,
@@ -384,8 +507,9 @@ static void runSize(struct threadState *ts, size_t bytes, int type, int op, int 
   coll->getCounts(count, totalRanks, &sc, &rc, &pc, &so, &ro);
   double t[2], alg[2], bus[2];
   int64_t wrong[2];
+  struct iterStats st[2] = {{0}};
   for (int inPlace = 0; inPlace < 2; inPlace++) {
-    double sec = timeCell(ts, pc, type, root, inPlace, so, ro);
+    double sec = timeCell(ts, pc, type, root, inPlace, so, ro, &st[inPlace]);
     coll->getBw(pc, esz, sec, totalRanks, &alg[inPlace], &bus[inPlace]);
     t[inPlace] = sec * 1e6;
     wrong[inPlace] = -1;
@@ -399,27 +523,41 @@ static void runSize(struct threadState *ts, size_t bytes, int type, int op, int 
     ts->bwSum += bus[inPlace];
     ts->bwCount++;
   }
-  if (!(isMain && ts->thread == 0)) return;
-  size_t size = (sc > rc ? sc : rc) * esz;
-  char rootStr[16];
-  sprintf(rootStr, "%6i", coll->rooted ? root : -1);
-  printf("%12zu  %12zu  %8s  %6s  %6s", size, pc, typeNames[type], opColumn(op), rootStr);
+  if (isMain && ts->thread == 0) {
+    size_t size = (sc > rc ? sc : rc) * esz;
+    char rootStr[16];
+    sprintf(rootStr, "%6i", coll->rooted ? root : -1);
+    printf("%12zu  %12zu  %8s  %6s  %6s", size, pc, typeNames[type], opColumn(op), rootStr);
+    for (int k = 0; k < 2; k++) {
+      char tb[16], ab[16], bb[16];
+      fmtFigure(tb, t[k], 7);
+      fmtFigure(ab, alg[k], 6);
+      fmtFigure(bb, bus[k], 6);
+      if (wrong[k] < 0) printf("  %7s  %6s  %6s    N/A", tb, ab, bb);
+      else printf("  %7s  %6s  %6s  %6g", tb, ab, bb, (double)wrong[k]);
+      if (opt.perIter) { /* i_min, i_max, i_p99, i_cv% */
+        char mn[16], mx[16], p99[16], cv[16];
+        fmtFigure(mn, st[k].min * 1e6, 7);
+        fmtFigure(mx, st[k].max * 1e6, 7);
+        fmtFigure(p99, st[k].p99 * 1e6, 7);
+        fmtFigure(cv, iterCvPct(&st[k]), 7);
+        printf("  %7s  %7s  %7s  %7s", mn, mx, p99, cv);
+      }
+    }
+    if (opt.timestamps) {
+      char stamp[32];
+      time_t now = time(NULL);
+      strftime(stamp, sizeof stamp, "%Y-%m-%d %H:%M:%S", localtime(&now));
+      printf("%21s", stamp);
+    }
+    printf("\n");
+    fflush(stdout);
+    jsonRow(size, pc, typeNames[type], opColumn(op), coll->rooted ? root : -1, t, alg, bus, wrong, st);
+  }
   for (int k = 0; k < 2; k++) {
-    char tb[32];
-    fmtTime(tb, t[k]);
-    if (wrong[k] < 0) printf("  %7s  %6.2f  %6.2f  %5s", tb, alg[k], bus[k], "N/A");
-    else printf("  %7s  %6.2f  %6.2f  %5g", tb, alg[k], bus[k], (double)wrong[k]);
+    free(st[k].times);
+    free(st[k].perProcess);
   }
-  if (opt.timestamps) {
-    char stamp[32];
-    time_t now = time(NULL);
-    strftime(stamp, sizeof stamp, "%Y-%m-%d %H:%M:%S", localtime(&now));
-    printf("  %s", stamp);
-  }
-  printf("\n");
-  fflush(stdout);
-  jsonRow(size, pc, typeNames[type], opColumn(op),
-          coll->rooted ? root : -1, t, alg, bus, wrong);
 }
 
 /* The sweep's next size, as nccl-tests steps (times -f, else plus -i);
@@ -441,18 +579,30 @@ static size_t nextSize(size_t s) {
 static void printDevices(const struct deviceInfo *all) {
   printf("#\n# Using devices\n");
   for (int r = 0; r < totalRanks; r++)
-    printf("#  Rank %2d Group %2d Pid %6d on %10s device %2d [0x%02x] %s\n", all[r].rank, all[r].group, all[r].pid,
+    printf("#  Rank %2d Group %2d Pid %6d on %10s device %2d [0000:%02x:00] %s\n", all[r].rank, all[r].group, all[r].pid,
            all[r].host, all[r].device, all[r].device & 0xff, DEVICE_NAME);
   printf("#\n");
-  printf("#                                                              out-of-place                       in-place          \n");
   const char *time = opt.cputime ? "cputime" : "time"; /* -C: what is timed is the enqueue, as nccl-tests says */
   /* -S: a timestamp column, labelled as nccl-tests labels it */
   const char *stampLabel = opt.timestamps ? "timestamp" : "", *stampFormat = opt.timestamps ? "%Y-%m-%d %H:%M:%S" : "";
   int stampWidth = opt.timestamps ? 19 : 0;
-  printf("#       size         count      type   redop    root %8s   algbw   busbw #wrong %8s   algbw   busbw #wrong %*s\n",
-         time, time, stampWidth, stampLabel);
-  printf("#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)       "
-         "%*s\n", stampWidth, stampFormat);
+  if (opt.perIter) {
+    printf("# %10s  %12s  %8s  %6s  %6s              out-of-place (+ per-iteration)                                in-place "
+           "(+ per-iteration)\n", "", "", "", "", "");
+    printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %7s  %7s  %7s  %7s  %6s  %6s  %6s  %7s  %7s  %7s  %7s %*s\n",
+           "size", "count", "type", "redop", "root", time, "algbw", "busbw", "#wrong", "i_min", "i_max", "i_p99", "i_cv%",
+           time, "algbw", "busbw", "#wrong", "i_min", "i_max", "i_p99", "i_cv%", stampWidth, stampLabel);
+    printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %7s  %7s  %7s  %7s  %6s  %6s  %6s  %7s  %7s  %7s  %7s %*s\n",
+           "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(us)", "(us)", "(%)", "(us)", "(GB/s)",
+           "(GB/s)", "", "(us)", "(us)", "(us)", "(%)", stampWidth, stampFormat);
+  } else {
+    printf("# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          \n", "", "", "", "",
+           "");
+    printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s %*s\n", "size", "count", "type", "redop",
+           "root", time, "algbw", "busbw", "#wrong", time, "algbw", "busbw", "#wrong", stampWidth, stampLabel);
+    printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s %*s\n", "(B)", "(elements)", "", "", "",
+           "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "", stampWidth, stampFormat);
+  }
   fflush(stdout);
   if (!opt.json) return;
   char path[1024];
@@ -482,13 +632,14 @@ static void printDevices(const struct deviceInfo *all) {
   fprintf(jsonOut, "  \"config\": {\"nthreads\": %d, \"ngpus\": %d, \"nranks\": %d, \"minimum_bytes\": %zu, "
                    "\"maximum_bytes\": %zu, \"%s\": %zu, \"warmup_iters\": %d, \"iterations\": %d, "
                    "\"aggregated_iterations\": %d, \"validation\": %d, \"graph\": 0, \"blocking_collectives\": %d, "
-                   "\"devices\": [",
+                   "\"per_iter_timing\": %s, \"per_iter_skip\": %d, \"parallel_init\": %s, \"unalign\": %d, \"devices\": [",
           opt.nThreads, opt.nGpus, totalRanks, opt.minBytes, opt.maxBytes,
           opt.stepFactor > 1 ? "step_factor" : "step_bytes", opt.stepFactor > 1 ? opt.stepFactor : opt.stepBytes,
-          opt.warmup, opt.iters, opt.aggIters, opt.check, opt.blocking);
+          opt.warmup, opt.iters, opt.aggIters, opt.check, opt.blocking, opt.perIter ? "true" : "false", opt.perIterSkip,
+          opt.parallelInit ? "true" : "false", opt.unalign);
   for (int r = 0; r < totalRanks; r++)
     fprintf(jsonOut, "%s{\"rank\": %d, \"group\": %d, \"pid\": %d, \"hostname\": \"%s\", \"device\": %d, "
-                     "\"device_hex\": \"0x%02x\", \"device_info\": \"%s\"}",
+                     "\"device_hex\": \"0000:%02x:00\", \"device_info\": \"%s\"}",
             r ? ", " : "", all[r].rank, all[r].group, all[r].pid, all[r].host, all[r].device, all[r].device & 0xff,
             DEVICE_NAME);
   fprintf(jsonOut, "]},\n  \"results\": [");
@@ -594,7 +745,7 @@ static void *threadMain(void *arg) {
   /* A size is the larger of the send and receive buffers, as nccl-tests
    * counts it (AllGather: the gathered output, each rank sending a 1/n
    * block of it), so no buffer exceeds maxBytes. */
-  size_t bufBytes = opt.maxBytes + 4096;
+  size_t bufBytes = opt.maxBytes + 4096 + 8 * (size_t)opt.unalign; /* -u: room for the shift, as nccl-tests */
   if (bufBytes < opt.maxBytes) {
     fprintf(stderr, "%s: maxBytes %zu does not fit in memory\n", coll->name, opt.maxBytes);
     exit(2);
@@ -702,7 +853,10 @@ static void usage(const char *prog) {
          "\t[-y,--stream_null <0/1>] \n\t[-T,--timeout <time in seconds>] \n\t[-C,--report_cputime <0/1>] \n"
          "\t[-a,--average <0/1/2/3> report average iteration time <0=RANK0/1=AVG/2=MIN/3=MAX>] \n"
          "\t[-R,--local_register <0/1/2> buffers from ncclMemAlloc, registered (local peers read them in place); 2: as symmetric windows] \n"
-         "\t[-J,--output_file <file>] \n\t[-S,--report_timestamps <0/1> report timestamps (default 0)] \n\t[-h,--help]\n",
+         "\t[-J,--output_file <file>] \n\t[-S,--report_timestamps <0/1> report timestamps (default 0)] \n"
+         "\t[-u,--unalign <index of first element> Misalign source and destination buffers (default: 0)] \n"
+         "\t[-I,--per_iter_timing <0/1> per-iteration timing, in stream order (default: 0)] \n"
+         "\t[-K,--per_iter_skip <count> exclude leading samples from -I summary stats (default: 0)] \n\t[-h,--help]\n",
          prog);
 }
 
@@ -777,9 +931,11 @@ static void parseArgs(int argc, char **argv) {
         break;
       case 'J': opt.json = optarg; break;
       case 'S': opt.timestamps = atoi(optarg); break;
-      case 'x': case 'D': case 'V': case 'M': case 'u': case 'I': case 'K':
-        /* nccl-tests' flags for GPU-side features (CTA policy, device kernels, memory report,
-         * unaligned buffers, per-iteration CUDA timing) */
+      case 'u': opt.unalign = parseRange(optarg, c, 0, 1 << 20); break;
+      case 'I': opt.perIter = (int)strtol(optarg, NULL, 0); break;
+      case 'K': opt.perIterSkip = (int)strtol(optarg, NULL, 0); break;
+      case 'x': case 'D': case 'V': case 'M':
+        /* nccl-tests' flags for GPU-side features (CTA policy, device kernels, memory report) */
         if (atoi(optarg)) printf("Option -%c not supported on host memory, ignoring\n", c);
         break;
       case 'h': usage(argv[0]); exit(0);
@@ -801,6 +957,19 @@ static void parseArgs(int argc, char **argv) {
   if (opt.nThreads < 1 || opt.nGpus < 1 || opt.iters < 1 || opt.aggIters < 1) {
     fprintf(stderr, "invalid -t, -g, -n or -m value\n");
     exit(-1);
+  }
+  /* -I and -K as nccl-tests takes them: a bad value is said and dropped */
+  if (opt.perIter != 0 && opt.perIter != 1) {
+    fprintf(stderr, "per-iteration timing (-I) only supports 0=off or 1=on. Disabling.\n");
+    opt.perIter = 0;
+  }
+  if (opt.perIterSkip < 0 || opt.perIterSkip >= opt.iters) {
+    fprintf(stderr, "per-iteration skip (-K) must be between 0 and %d. Disabling.\n", opt.iters - 1);
+    opt.perIterSkip = 0;
+  }
+  if (opt.perIterSkip && !opt.perIter) {
+    fprintf(stderr, "per-iteration skip (-K) requires per-iteration timing (-I 1). Disabling.\n");
+    opt.perIterSkip = 0;
   }
 }
 
@@ -891,9 +1060,17 @@ int perfMain(int argc, char **argv, const struct testColl *c) {
     if (opt.stepFactor > 1) snprintf(step, sizeof step, "%zu(factor)", opt.stepFactor);
     else snprintf(step, sizeof step, "%zu(bytes)", opt.stepBytes);
     printf("# nThread %d nGpus %d minBytes %zu maxBytes %zu step: %s warmup iters: %d iters: %d agg iters: %d "
-           "validation: %d graph: %d\n", opt.nThreads, opt.nGpus, opt.minBytes, opt.maxBytes, step, opt.warmup,
-           opt.iters, opt.aggIters, opt.check, 0);
-    if (opt.blocking) printf("# Blocking Enabled: wait for completion and barrier after each collective \n");
+           "validation: %d graph: %d unalign: %d\n", opt.nThreads, opt.nGpus, opt.minBytes, opt.maxBytes, step,
+           opt.warmup, opt.iters, opt.aggIters, opt.check, 0, opt.unalign);
+    if (opt.blocking == 1) printf("# Blocking Enabled: wait and barrier after each inner iteration (-m) \n");
+    if (opt.blocking == 2) printf("# Blocking Enabled: wait after each inner iteration (-m), no barrier \n");
+    if (opt.blocking == 3)
+      printf("# Blocking Enabled: wait and barrier after each outer iteration (-n); time excludes barrier \n");
+    if (opt.perIter) {
+      printf("# Per-Iteration Report: host clock in stream order; i_* uses max over process rows");
+      if (opt.perIterSkip) printf("; summary skips first %d iterations", opt.perIterSkip);
+      printf(" \n");
+    }
     if (opt.parallelInit) printf("# Parallel Init Enabled: threads call into NcclInitRank concurrently \n");
   }
   struct threadState *ts = calloc(opt.nThreads, sizeof *ts);
