@@ -300,4 +300,90 @@ per_iter_refused() {
     grep -q '^per-iteration skip (-K) must be between 0 and 1. Disabling.$' <<<"$out" || { echo "$out"; return 1; }
 }
 check "-I and -K values refused as nccl-tests" per_iter_refused
+# alltoallv (nccl-tests 2.18.5 on): the generated pattern at spread 1 (the
+# default), 0.5 and 0 in both launch modes, every type; traffic matrix
+# files: non-uniform with zeros, blank lines and values that round down to
+# 16 bytes, scaled, a 4x4 one on 3 ranks (its corner) and on 4.
+a2av=$(mktemp -d /tmp/chorus-a2av-XXXXXX)
+printf '0 100 4000\n250 0 0\n\n 33.9  1024 16\n' >"$a2av/m3"
+printf '16 32 48 64\n0 0 0 0\n800 0 8 1600\n1 2 3 4\n' >"$a2av/m4"
+for s in 1 0.5 0; do
+  run env NCCL_TESTS_ALLTOALLV_SPREAD=$s "$bin/chorusrun" -n 3 "$bin/alltoallv_perf" -b 8 -e 64K -f 8 -n 1 -w 1 -d all
+  run env NCCL_TESTS_ALLTOALLV_SPREAD=$s "$bin/alltoallv_perf" -t 2 -g 2 -b 1K -e 256K -f 16 -n 1 -w 1 -d all
+done
+run env NCCL_TESTS_ALLTOALLV_MATRIX_FILE="$a2av/m3" "$bin/chorusrun" -n 3 "$bin/alltoallv_perf" -b 4K -e 4K -n 1 -d all
+run env NCCL_TESTS_ALLTOALLV_MATRIX_FILE="$a2av/m4" "$bin/chorusrun" -n 3 "$bin/alltoallv_perf" -b 2K -e 2K -n 1 -d all
+run env NCCL_TESTS_ALLTOALLV_MATRIX_FILE="$a2av/m4" NCCL_TESTS_ALLTOALLV_MATRIX_SCALE=2 "$bin/alltoallv_perf" -t 2 -g 2 \
+  -b 8K -e 8K -n 1 -d all
+# A row's size is the most any rank sends or receives, its count the
+# per-peer count of the sweep (0 with a matrix); the summary gives each
+# rank's bytes: m3's rows as 16-byte blocks are 0 96 4000 | 240 0 0 |
+# 32 1024 16; 1000 bytes of float on 4 ranks are 60 per peer, 960 a rank,
+# spread 0.5 over distances 0-3: 112 192 272 352.
+a2av_sizes() {
+  local out
+  out=$(NCCL_TESTS_ALLTOALLV_MATRIX_FILE="$a2av/m3" NCCL_TESTS_ALLTOALLV_PRINT_SUMMARY=1 timeout 60 \
+    "$bin/alltoallv_perf" -g 3 -b 4K -e 4K -n 1 -w 0 2>&1) || { echo "$out"; return 1; }
+  grep -qE '^ +4096 +0 +float +none +-1 ' <<<"$out" &&
+    [ "$(grep -c '^# NCCL_TESTS_ALLTOALLV_PRINT_SUMMARY: mode=matrix nranks=3 matrix_dim=3 scale=1.000 time_usec=' \
+      <<<"$out")" = 2 ] &&
+    [ "$(grep -oE '^#   rank=[0-9] send_bytes=[0-9]+ recv_bytes=[0-9]+' <<<"$out" | sort -u | tr '\n' '|')" = \
+      "#   rank=0 send_bytes=4096 recv_bytes=272|#   rank=1 send_bytes=240 recv_bytes=1120|#   rank=2 send_bytes=1072 recv_bytes=4016|" ] ||
+    { echo "$out"; return 1; }
+  out=$(NCCL_TESTS_ALLTOALLV_SPREAD=0.5 NCCL_TESTS_ALLTOALLV_PRINT_SUMMARY=1 timeout 60 "$bin/alltoallv_perf" -g 4 \
+    -b 1000 -e 1000 -n 1 -w 0 2>&1) || { echo "$out"; return 1; }
+  grep -qE '^ +928 +60 +float +none +-1 ' <<<"$out" &&
+    grep -q '^# NCCL_TESTS_ALLTOALLV_PRINT_SUMMARY: mode=generated nranks=4 total_bytes=960 spread=0.500 ' <<<"$out" &&
+    [ "$(grep -c '^#   rank=[0-3] send_bytes=928 recv_bytes=928 ' <<<"$out")" = 8 ] || { echo "$out"; return 1; }
+}
+check "alltoallv sizes, counts and NCCL_TESTS_ALLTOALLV_PRINT_SUMMARY" a2av_sizes
+# The check reads each block where its source sent it from: rank 2 alone
+# reads a matrix whose rank 0 row puts 16 more bytes before rank 2's
+# block (every block's size the same in both), and finds it wrong.
+a2av_wrong() {
+  local out
+  printf '16 32 48\n64 0 16\n32 16 0\n' >"$a2av/a"
+  printf '16 48 48\n64 0 16\n32 16 0\n' >"$a2av/b"
+  out=$(A2AV="$a2av" timeout 60 "$bin/chorusrun" -n 3 sh -c \
+    'if [ "$CHORUS_RANK" = 2 ]; then f=b; else f=a; fi; NCCL_TESTS_ALLTOALLV_MATRIX_FILE=$A2AV/$f exec "$0" -b 1K -e 1K -n 1 -w 0' \
+    "$bin/alltoallv_perf" 2>&1)
+  [ $? = 1 ] && grep -qE '^ +112 +0 +float +none +-1 +[0-9.]+ +[0-9.]+ +[0-9.]+ +[1-9][0-9]* ' <<<"$out" &&
+    grep -q '^# Out of bounds values : 1 FAILED$' <<<"$out" || { echo "$out" | tail -8; return 1; }
+}
+check "alltoallv's check finds a block read from the wrong offset" a2av_wrong
+# Traffic matrices nccl-tests refuses, with its messages: no row and no
+# footer, " .. Test failure" from each process, exit status 1
+# (testInternalError); under chorusrun every rank stops, after rank 0 says why.
+a2av_refused() { # a2av_refused FILE-CONTENT MESSAGE COMMAND...: FILE-CONTENT a printf format, or none
+  local out
+  if [ "$1" != none ]; then printf "$1" >"$a2av/bad"; else rm -f "$a2av/bad"; fi
+  out=$(NCCL_TESTS_ALLTOALLV_MATRIX_FILE="$a2av/bad" timeout 60 "${@:3}" -n 1 -w 0 2>/dev/null)
+  local rc=$?
+  [ $rc = 1 ] && grep -qxF -- "$2" <<<"$out" && ! grep -qE "$row|Out of bounds" <<<"$out" &&
+    grep -qE '^ \.\. [^ ]+ pid [0-9]+: Test failure .*common\.c:[0-9]+$' <<<"$out" || { echo "rc $rc: $out" | tail -4; return 1; }
+}
+f="$a2av/bad"
+while IFS='|' read -r content msg; do
+  check "alltoallv refuses: $msg" a2av_refused "$content" "${msg//FILE/$f}" "$bin/alltoallv_perf" -g 3 -b 4K -e 4K
+done <<'MATRICES'
+none|Unable to open alltoallv traffic matrix file FILE.
+\n \n|Invalid alltoallv traffic matrix, file FILE is empty.
+1 2\n3 4\n5 6\n|Invalid alltoallv traffic matrix, file FILE must be square (got 3x2).
+1 2 3\n4 5\n6 7 8\n|Invalid alltoallv traffic matrix column count in file FILE row 1. Expected 3 columns, got 2.
+1 2\n3 x4\n|Invalid alltoallv traffic matrix value at row 1 col 1 in file FILE.
+1 2,\n3 4\n|Invalid alltoallv traffic matrix value at row 0 col 1 in file FILE.
+1 -16\n3 4\n|Invalid alltoallv traffic matrix value at row 0 col 1 in file FILE. Value must be non-negative.
+1 1e30\n3 4\n|Invalid alltoallv traffic matrix value at row 0 col 1 in file FILE. Value overflow (value=1e+30 scale=1).
+16 16\n16 16\n|Invalid alltoallv traffic matrix, requested nranks (3) is larger than matrix size (2) in file FILE.
+MATRICES
+check "alltoallv refuses: -e too small" a2av_refused '0 100 4000\n250 0 0\n33.9 1024 16\n' \
+  "maxBytes (-e) must be at least 4096 bytes as required by traffic matrix file $f (got 4095). Increase -e." \
+  "$bin/alltoallv_perf" -g 3 -b 4095 -e 4095
+check "alltoallv refuses: -b and -e differ, chorusrun -n 3" a2av_refused '16 0 0\n0 16 0\n0 0 16\n' \
+  "-b and -e options must be set to the same value (e.g., -b 32M -e 32M) when using alltoallv traffic matrix mode." \
+  "$bin/chorusrun" -n 3 "$bin/alltoallv_perf" -b 16 -e 32
+check "alltoallv refuses: 4 ranks, a 3x3 matrix, -t 2 -g 2" a2av_refused '16 0 0\n0 16 0\n0 0 16\n' \
+  "Invalid alltoallv traffic matrix, requested nranks (4) is larger than matrix size (3) in file $f." \
+  "$bin/alltoallv_perf" -t 2 -g 2 -b 4K -e 4K
+rm -rf "$a2av"
 exit $fail

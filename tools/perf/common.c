@@ -44,6 +44,7 @@ static struct options opt = {1, 1, 20, 1, 1, 1, 1, ncclSum, ncclFloat, 0, 0, 0, 
                              32 << 20, 32 << 20, 1 << 20, 1, NULL, 0, 0, 0, 0, 0};
 
 static const struct testColl *coll;
+static int refused; /* coll->setup refused the run (set by thread 0 of each process) */
 static int nProcs = 1, proc = 0, totalRanks = 1;
 static ncclUniqueId commId;
 static int isMain; /* process 0 prints */
@@ -511,10 +512,11 @@ static void runSize(struct threadState *ts, size_t bytes, int type, int op, int 
   for (int inPlace = 0; inPlace < 2; inPlace++) {
     double sec = timeCell(ts, pc, type, root, inPlace, so, ro, &st[inPlace]);
     coll->getBw(pc, esz, sec, totalRanks, &alg[inPlace], &bus[inPlace]);
+    if (coll->summary && isMain && ts->thread == 0) coll->summary(pc, esz, sec, totalRanks);
     t[inPlace] = sec * 1e6;
     wrong[inPlace] = -1;
-    /* nccl-tests leaves AlltoAll's in-place result unchecked (N/A) */
-    if (opt.check && !(inPlace && coll == &alltoallColl)) {
+    /* nccl-tests leaves AlltoAll's and AlltoAllv's in-place results unchecked (N/A) */
+    if (opt.check && !(inPlace && (coll == &alltoallColl || coll == &alltoallvColl))) {
       int64_t w = 0;
       for (int c = 0; c < opt.check && w == 0; c++) w = checkOnce(ts, sc, rc, pc, type, op, root, inPlace, so, ro);
       wrong[inPlace] = (int64_t)combine(ts, (double)w, ncclSum, 1); /* w: the thread's ranks' together */
@@ -756,6 +758,16 @@ static void *threadMain(void *arg) {
     ts->recvBufs[g] = allocBuffer(bufBytes, "receive", ts->firstRank + g, ts->comms[g], &ts->recvRegs[g]);
   }
   gatherDevices(ts);
+  /* The tool's own settings (alltoallv's traffic pattern), read by one
+   * thread per process once the communicators are up, so that a refusal,
+   * which process 0 explains, stops every rank together (the barrier also
+   * shows the answer to the other threads). A refused run runs no size and
+   * prints no footer, as nccl-tests; the explanation follows the table's
+   * header, where nccl-tests puts a bad matrix's before it. */
+  if (coll->setup) {
+    if (ts->thread == 0) refused = coll->setup(totalRanks, opt.minBytes, opt.maxBytes, isMain);
+    barrier(ts);
+  }
   int t0 = opt.type < 0 ? 0 : opt.type, t1 = opt.type < 0 ? ncclNumTypes - 1 : opt.type;
   int loopOps = coll->reduction || coll == &sendRecvColl;
   int o0 = !loopOps ? 0 : opt.op < 0 ? 0 : opt.op, o1 = !loopOps ? 0 : opt.op < 0 ? PERF_OP_MULSUM : opt.op;
@@ -766,7 +778,7 @@ static void *threadMain(void *arg) {
    * ranks, and says so from every thread (the header and footer as ever). */
   int skip = coll == &hypercubeColl && (totalRanks & (totalRanks - 1));
   if (skip) printf("nRanks %d is not a power of 2, skipping\n", totalRanks);
-  for (int t = t0; t <= t1 && !skip; t++)
+  for (int t = t0; t <= t1 && !skip && !refused; t++)
     for (int o = o0; o <= o1; o++)
       for (int r = r0; r <= r1; r++) {
         makeOps(ts, t, o);
@@ -788,7 +800,16 @@ static void *threadMain(void *arg) {
   /* The footer before any rank can leave: a launcher that stops the job
    * when a rank exits with an error (chorusrun, mpirun) would otherwise
    * cut rank 0 off before it, and parsers look for it. */
-  if (isMain && ts->thread == 0) printFooter(ts);
+  if (isMain && ts->thread == 0 && !refused) printFooter(ts);
+  if (refused && ts->thread == 0) { /* nccl-tests' testInternalError, from each process */
+    printf(" .. %s pid %d: Test failure %s:%d\n", hostName, (int)getpid(), __FILE__, __LINE__);
+    if (jsonOut) { /* closed as nccl-tests closes it, with no results */
+      fprintf(jsonOut, "\n  ]\n}\n");
+      fclose(jsonOut);
+      jsonOut = NULL;
+    }
+    fflush(stdout);
+  }
   barrier(ts);
   for (int g = 0; g < G; g++) {
     if (ts->streams[g]) CK(chorusStreamDestroy(ts->streams[g]));
@@ -1090,7 +1111,7 @@ int perfMain(int argc, char **argv, const struct testColl *c) {
     bwCount += ts[t].bwCount;
   }
   /* Every rank counted the same rows; thread 0's view is the report. */
-  errors = ts[0].errors + ts[0].slow;
+  errors = ts[0].errors + ts[0].slow + refused;
   free(ts);
   free(th);
   (void)bwSum;

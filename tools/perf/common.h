@@ -30,6 +30,14 @@ struct testColl {
   int (*steps)(int nranks);
   ncclResult_t (*runStep)(const void *sendbuff, void *recvbuff, size_t paramCount, ncclDataType_t type, int rank,
                           int nranks, ncclComm_t comm, cudaStream_t stream, int step);
+  /* A tool with settings of its own (alltoallv's traffic pattern, from
+   * the environment or a file): read once per process, by one thread,
+   * before any size runs; nonzero refuses the run, after saying why on
+   * stdout where print. NULL: nothing to read. */
+  int (*setup)(int nranks, size_t minBytes, size_t maxBytes, int print);
+  /* Lines of its own after each cell is timed, from the printing thread
+   * (alltoallv's per-rank figures). NULL: none. */
+  void (*summary)(size_t paramCount, size_t eltSize, double sec, int nranks);
 };
 
 /* Runs the tool; returns the process exit status. */
