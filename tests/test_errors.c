@@ -424,6 +424,20 @@ static int rankMain(int rank, int n, ncclUniqueId id, void *arg) {
   BAD(ncclCommDeregister(comm, recv), ncclInvalidUsage, "Could not find handle");
   BAD(ncclCommDeregister(comm, (void *)(uintptr_t)0x1234), ncclInvalidUsage, "Could not find handle");
   NCCLCHECK(ncclCommDeregister(comm, NULL));
+  /* As NCCL's cache: a range inside a registered one (whole pages) gets its
+   * handle and a reference more; each deregister undoes one. */
+  char *pages = aligned_alloc(4096, 3 * 4096);
+  EXPECT(pages != NULL, "3 pages");
+  void *h1 = NULL, *h2 = NULL, *h3 = NULL, *h4 = NULL;
+  NCCLCHECK(ncclCommRegister(comm, pages, 2 * 4096, &h1));
+  NCCLCHECK(ncclCommRegister(comm, pages, 2 * 4096, &h2));
+  NCCLCHECK(ncclCommRegister(comm, pages + 100, 4000, &h3));
+  NCCLCHECK(ncclCommRegister(comm, pages + 4096, 4097, &h4)); /* reaches the third page */
+  EXPECT(h1 == h2 && h1 == h3 && h4 != h1, "handles %p %p %p %p", h1, h2, h3, h4);
+  for (int k = 0; k < 3; k++) NCCLCHECK(ncclCommDeregister(comm, h1));
+  BAD(ncclCommDeregister(comm, h1), ncclInvalidUsage, "Could not find handle");
+  NCCLCHECK(ncclCommDeregister(comm, h4));
+  free(pages);
   NCCLCHECK(ncclCommRegister(comm, recv, sizeof recv, &h));
   BAD(ncclCommRegister(comm, send, 16, NULL), ncclInvalidArgument, "handle");
   /* Windows: recorded, given back, checked. */

@@ -130,8 +130,34 @@ static int abortWhileWaiting(int rank, int n, ncclUniqueId id, void *arg) {
   return 0;
 }
 
+/* A rank late to a split (3 s, with a 1 s timeout): rank 0 gives up on it
+ * first and leaves; rank 1, which came 0.4 s later and waits for the same
+ * rank, must name the late rank too, not rank 0 whose leaving it sees
+ * first; the late rank fails at once when it comes. */
+#include "chorus.h"
+static int lateSplit(int rank, int n, ncclUniqueId id, void *arg) {
+  (void)arg;
+  ncclComm_t comm, child = NULL;
+  NCCLCHECK(ncclCommInitRank(&comm, n, id, rank));
+  NCCLCHECK(chorusCommSetTimeout(comm, 1000));
+  if (rank > 0) usleep(rank == n - 1 ? 3000000 : 400000);
+  double t0 = nowSec();
+  ncclResult_t res = ncclCommSplit(comm, 0, rank, &child, NULL);
+  double took = nowSec() - t0;
+  const char *why = ncclGetLastError(comm);
+  char late[32];
+  snprintf(late, sizeof late, "rank %d ", n - 1);
+  EXPECT(res != ncclSuccess && child == NULL, "rank %d: a split without rank %d: %s", rank, n - 1,
+         ncclGetErrorString(res));
+  if (rank < n - 1) EXPECT(strstr(why, late) != NULL, "rank %d's error names someone else: %s", rank, why);
+  EXPECT(took < 2.5, "rank %d's split failed after %.1f s (timeout 1 s)", rank, took);
+  ncclCommAbort(comm);
+  return 0;
+}
+
 int main(void) {
   int failed = 0;
+  failed += runRanks(3, lateSplit, NULL, 30);
   for (int n = 2; n <= 7; n += 5) failed += runRanks(n, rankMain, NULL, 60);
   for (int i = 0; i < 5; i++) failed += runRanks(1, abortWhileWaiting, NULL, 30);
   /* One thread, several ranks: the splits go in a group. */

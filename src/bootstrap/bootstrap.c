@@ -997,11 +997,24 @@ static ncclResult_t meshLost(struct bootstrap *b, int peer, const char *verb, nc
   return res;
 }
 
+/* A framed send or receive that timed out: the other ranks are told whom
+ * this rank gave up on. They may wait in the same exchange (a split's
+ * all-gather) for the same late rank, and would otherwise learn only that
+ * this one left, once it failed and exited, and name it instead. */
+static ncclResult_t framedWaitEnded(struct bootstrap *b, int peer, const char *verb, ncclResult_t res) {
+  if (res != ncclTimeout) return res;
+  char who[128], text[256];
+  snprintf(text, sizeof text, "rank %d timed out waiting to %s %s", b->rank, verb,
+           bootstrapDescribePeer(b, peer, who, sizeof who));
+  oobBroadcastFault(b, ncclTimeout, text);
+  return res;
+}
+
 ncclResult_t bootstrapSend(struct bootstrap *b, int peer, const void *data, size_t size) {
   struct waitState w;
   char what[64];
   bootstrapWaitBegin(b, &w, what, sizeof what, "send to", peer);
-  if (b->oob) return oobSendData(b, peer, data, size, &w);
+  if (b->oob) return framedWaitEnded(b, peer, "send to", oobSendData(b, peer, data, size, &w));
   return meshLost(b, peer, "send to", sockSendAll(b->peerFd[peer], data, size, &w));
 }
 
@@ -1009,7 +1022,7 @@ ncclResult_t bootstrapRecv(struct bootstrap *b, int peer, void *data, size_t siz
   struct waitState w;
   char what[64];
   bootstrapWaitBegin(b, &w, what, sizeof what, "receive from", peer);
-  if (b->oob) return oobRecvData(b, peer, data, size, &w);
+  if (b->oob) return framedWaitEnded(b, peer, "receive from", oobRecvData(b, peer, data, size, &w));
   return meshLost(b, peer, "receive from", sockRecvAll(b->peerFd[peer], data, size, &w));
 }
 
