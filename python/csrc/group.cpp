@@ -24,13 +24,18 @@ namespace {
 constexpr auto kP2pQuiet = std::chrono::microseconds(200);
 constexpr auto kP2pMaxDelay = std::chrono::milliseconds(1);  // however often more come
 
-// At most this many collectives in flight per group. A launch puts up to four
+// At most this many collectives on a group's stream. A launch puts up to four
 // items on the stream (an order point, its input copies, its calls, and one
 // completion for all its works); past 512 items chorus makes the issuing
 // thread run the oldest itself, which it would do here holding the group's
 // lock, where a completion's callback (a comm hook that issues the next
-// all_reduce) could not take it again.
+// all_reduce) could not take it again. Later collectives wait in the
+// group's backlog, and the call returns at once, as gloo's queue takes any
+// number: the caller may go on to a call its peers need first (a receive,
+// another group's collective) before their collectives can end.
 constexpr size_t kMaxInFlight = 120;
+// How often the flusher looks for room while the backlog holds launches.
+constexpr auto kBacklogPoll = std::chrono::microseconds(200);
 
 // One completion for all the works of a launch. It copies results back into
 // the caller's tensors on the stream's thread, with the issuing thread's
@@ -284,35 +289,61 @@ c10::intrusive_ptr<WorkChorus> Group::newWork(Launch &l) {
   uint64_t seq = ++seq_;
   flight_.issued(seq, l.name, l.inputs, l.outputs);
   auto work = c10::make_intrusive<WorkChorus>(shared_from_this(), seq, l);
-  // Only collectives count against kMaxInFlight: the oldest one always ends
-  // once the peers issue theirs, which they can (their throttles wait on
-  // collectives too). A send or receive ends only when its peer issues the
-  // match, which may come after any number of other calls (an irecv posted
-  // before 130 all_reduces, 100 isends before their irecvs): waiting for one
-  // here would leave both ranks waiting for each other.
+  // Only collectives count against kMaxInFlight: a send or receive ends
+  // only when its peer issues the match, which may come after any number of
+  // other calls (an irecv posted before 130 all_reduces, 100 isends before
+  // their irecvs), and runs on a lane of its own.
   if (!l.p2p) inFlight_.emplace_back(work);
   return work;
 }
 
-void Group::throttle() {
+void Group::feedBacklogLocked() {
+  while (!inFlight_.empty()) {
+    auto oldest = inFlight_.front().lock();
+    if (oldest && !oldest->done()) break;
+    inFlight_.pop_front();
+  }
+  while (!backlog_.empty() && inFlight_.size() - backlogWorks_ < kMaxInFlight) {
+    std::vector<Item> items = std::move(backlog_.front());
+    backlog_.pop_front();
+    backlogWorks_ -= collectivesOf(items);
+    issueLocked(items, false, stream_);  // a refusal fails its works, as any launch's failure
+  }
+}
+
+void Group::drainBacklog() {
   for (;;) {
     c10::intrusive_ptr<WorkChorus> oldest;
     {
       std::lock_guard<std::mutex> g(mutex_);
-      while (!inFlight_.empty()) {
-        oldest = inFlight_.front().lock();
-        if (oldest && !oldest->done()) break;
-        inFlight_.pop_front();
-        oldest.reset();
-      }
-      if (coalescing_ || inFlight_.size() < kMaxInFlight) return;
+      feedBacklogLocked();
+      if (backlog_.empty()) return;
+      oldest = inFlight_.front().lock();  // not done: feedBacklogLocked stopped at it
     }
-    if (!oldest->drain()) return;  // on this thread, without the lock (not from the stream's own thread)
+    if (!oldest || !oldest->drain()) return;  // on this thread, without the lock
   }
 }
 
+size_t Group::collectivesOf(const std::vector<Item> &items) {
+  return static_cast<size_t>(std::count_if(items.begin(), items.end(), [](const Item &it) { return !it.p2p; }));
+}
+
+void Group::issueOrHoldLocked(std::vector<Item> &items) {
+  feedBacklogLocked();
+  // items' collectives are in inFlight_ already (newWork), after the backlog's.
+  if (backlog_.empty() && inFlight_.size() - backlogWorks_ <= kMaxInFlight) return issueLocked(items, true, stream_);
+  for (Item &it : items) it.work->setDeferred(true);  // waiting for it feeds the backlog
+  backlogWorks_ += collectivesOf(items);
+  backlog_.push_back(std::move(items));
+  startFlusherLocked();
+}
+
+void Group::startFlusherLocked() {
+  if (!flusher_.joinable()) flusher_ = std::thread([this] { flusherMain(); });
+  flusherWake_.notify_one();
+}
+
 c10::intrusive_ptr<c10d::Work> Group::launch(Launch l) {
-  throttle();
   std::unique_lock<std::mutex> g(mutex_);
   checkOpenLocked(l.name);
   auto calls = std::move(l.calls);
@@ -331,12 +362,11 @@ c10::intrusive_ptr<c10d::Work> Group::launch(Launch l) {
     lastDeferred_ = std::chrono::steady_clock::now();
     if (deferred_.empty()) firstDeferred_ = lastDeferred_;
     deferred_.push_back(std::move(items[0]));
-    if (!flusher_.joinable()) flusher_ = std::thread([this] { flusherMain(); });
-    flusherWake_.notify_one();
+    startFlusherLocked();
     return work;
   }
   flushLocked();
-  issueLocked(items, true, stream_);
+  issueOrHoldLocked(items);
   return work;
 }
 
@@ -453,21 +483,32 @@ void Group::flushLocked() {
 void Group::flush() {
   std::lock_guard<std::mutex> g(mutex_);
   flushLocked();
+  feedBacklogLocked();
 }
 
 void Group::flusherMain() {
   std::unique_lock<std::mutex> g(mutex_);
   while (!flusherStop_) {
+    auto now = std::chrono::steady_clock::now();
+    if (!backlog_.empty()) {
+      PythonSection python;  // a launch refused, or the last reference to a work dropped: pyexit.hpp
+      feedBacklogLocked();
+    }
+    // With a backlog, a look for room every kBacklogPoll: a completion on
+    // the stream's thread cannot take the lock to say so (an issuing thread
+    // holding it may be running the stream).
+    auto next = backlog_.empty() ? std::chrono::steady_clock::time_point::max() : now + kBacklogPoll;
     if (deferred_.empty()) {
-      flusherWake_.wait(g);
+      if (next == std::chrono::steady_clock::time_point::max()) flusherWake_.wait(g);
+      else flusherWake_.wait_until(g, next);
       continue;
     }
     auto due = std::min(lastDeferred_ + kP2pQuiet, firstDeferred_ + kP2pMaxDelay);
-    if (std::chrono::steady_clock::now() < due) {
-      flusherWake_.wait_until(g, due);
+    if (now < due) {
+      flusherWake_.wait_until(g, std::min(due, next));
       continue;
     }
-    PythonSection python;  // a launch refused, or the last reference to a work dropped: pyexit.hpp
+    PythonSection python;
     flushLocked();
   }
 }
@@ -502,7 +543,7 @@ c10::intrusive_ptr<c10d::Work> Group::endCoalescing() {
   last.push_back({[](ncclComm_t, cudaStream_t) { return ncclSuccess; }, work, false, p2p});
   if (!p2p) {  // one chorus group with its collectives
     items.push_back(std::move(last[0]));
-    issueLocked(items, true, stream_);
+    issueOrHoldLocked(items);
     return work;
   }
   // Each send and receive on its lane, as when launched alone (a batch
@@ -565,8 +606,12 @@ void Group::closeLocked(const char *why) {
   std::string text = c10::str("chorus: group '", name_, "' was ", why, " before the operation was launched");
   for (Item &it : deferred_) it.work->fail(text);
   for (Item &it : coalesced_) it.work->fail(text);
+  for (auto &items : backlog_)
+    for (Item &it : items) it.work->fail(text);
   deferred_.clear();
   coalesced_.clear();
+  backlog_.clear();
+  backlogWorks_ = 0;
   coalescing_ = false;
 }
 
@@ -599,6 +644,10 @@ void Group::shutdown() {
     if (tearingDown_) return;
     tearingDown_ = true;
     flushLocked();
+  }
+  drainBacklog();  // what was launched runs, as what is on the stream
+  {
+    std::lock_guard<std::mutex> g(mutex_);
     closeLocked("shut down");
   }
   // Everything issued finishes (or fails within the timeout; at once after a

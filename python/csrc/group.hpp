@@ -139,8 +139,20 @@ class Group : public std::enable_shared_from_this<Group> {
   bool orderAfterLocked(cudaStream_t stream, chorusEvent_t point);
   void flushLocked();
   void flusherMain();
-  void throttle();
-  // Stops launches; fails what was never launched (held back or coalesced).
+  // Issues the backlog's oldest launches while fewer than kMaxInFlight
+  // collectives are on the stream.
+  void feedBacklogLocked();
+  // The whole backlog issued, its oldest launches waited for on this
+  // thread as room is needed (shutdown).
+  void drainBacklog();
+  void startFlusherLocked();
+  // Issues a launch of collectives (throwing a refusal), or holds it in the
+  // backlog behind earlier ones while kMaxInFlight are on the stream.
+  void issueOrHoldLocked(std::vector<Item> &items);
+  // The collectives among items: the works of theirs that inFlight_ holds.
+  static size_t collectivesOf(const std::vector<Item> &items);
+  // Stops launches; fails what was never launched (held back, coalesced or
+  // in the backlog).
   void closeLocked(const char *why);
   // The communicators (comm_, p2pComm_), taken by whichever of shutdown and
   // abort gets them first.
@@ -184,8 +196,14 @@ class Group : public std::enable_shared_from_this<Group> {
   bool coalescing_ = false;
   std::vector<Item> coalesced_;
   std::vector<Item> deferred_;
-  // Issued collectives, oldest first (weak: a work nobody holds any more has completed).
+  // Collectives, oldest first, from their launch (weak: a work nobody holds
+  // any more has completed); the last backlogWorks_ of them are in backlog_.
   std::deque<c10::weak_intrusive_ptr<WorkChorus>> inFlight_;
+  // Launches of collectives held back while kMaxInFlight are on the stream,
+  // oldest first, each issued as one chorus group when room comes (the
+  // flusher's thread, a wait on one of them, shutdown).
+  std::deque<std::vector<Item>> backlog_;
+  size_t backlogWorks_ = 0;
   std::chrono::steady_clock::time_point firstDeferred_, lastDeferred_;
   std::condition_variable flusherWake_;
   std::thread flusher_;

@@ -309,6 +309,54 @@ def recv_across_many_collectives(rank, size):
         assert torch.equal(t, torch.full((4,), float(i * size))), f"all_reduce {i}: {t}"
 
 
+def past_the_cap(rank, size):
+    # 300 async all_reduces (past the 120 a group keeps on its stream) and
+    # then a call the peers make before theirs: a collective of another
+    # group, a receive, a barrier of a subgroup. The rest wait in the
+    # group's backlog: the call returns at once, as gloo's queue takes any
+    # number (issuing the 121st had waited for the first, which waited for
+    # peers that were still in the call this rank had not reached).
+    if size == 1:
+        return
+    other = dist.new_group(list(range(size)))
+    for mode in ("group", "recv", "barrier"):
+        ts = [torch.full((3,), float(i + rank)) for i in range(300)]
+        big = torch.full((1 << 20,), float(rank))
+
+        def before():
+            if mode == "group":
+                x = torch.ones(2)
+                dist.all_reduce(x, group=other)
+                assert torch.equal(x, torch.full((2,), float(size))), x
+            elif mode == "recv" and rank == 0:
+                dist.recv(big, src=1)
+                assert torch.equal(big, torch.full((1 << 20,), 1.0)), big[:3]
+            elif mode == "recv" and rank == 1:
+                dist.send(big, dst=0)
+            elif mode == "barrier":
+                dist.barrier(group=other)
+
+        if rank == 0:
+            works = [dist.all_reduce(t, async_op=True) for t in ts]
+            before()
+        else:
+            before()
+            works = [dist.all_reduce(t, async_op=True) for t in ts]
+        futs = [w.get_future() for w in works]
+        torch.futures.wait_all(futs[-5:])  # futures alone, no Work.wait: the backlog goes on by itself
+        for i, (t, w) in enumerate(zip(ts, works)):
+            w.wait()
+            want = float(size * i + size * (size - 1) // 2)
+            assert torch.equal(t, torch.full((3,), want)), f"{mode}: all_reduce {i}: {t} want {want}"
+    # A group shut down with launches in its backlog runs them first.
+    g = dist.new_group(list(range(size)))
+    ts = [torch.full((2,), 1.0) for _ in range(250)]
+    works = [dist.all_reduce(t, group=g, async_op=True) for t in ts]
+    dist.destroy_process_group(g)
+    for i, (t, w) in enumerate(zip(ts, works)):
+        assert w.is_completed() and torch.equal(t, torch.full((2,), float(size))), f"after shutdown: {i}: {t}"
+
+
 def threads_retire(rank, size):
     # A burst of completions may start threads (a busy one might be a
     # callback waiting for what is queued behind it); idle ones go again.
@@ -334,7 +382,7 @@ def main():
         cases[name] = lambda f=f: [harness.run(n, f) for n in (1, 2, 3)]
     # A wait between the ranks that never ends fails in 10 s, not the default minute.
     for name, f in [("p2p_many_each_way", p2p_many_each_way),
-                    ("recv_across_many_collectives", recv_across_many_collectives)]:
+                    ("recv_across_many_collectives", recv_across_many_collectives), ("past_the_cap", past_the_cap)]:
         cases[name] = lambda f=f: [harness.run(n, f, pg_timeout=10) for n in (2, 3)]
     harness.main(cases)
 
