@@ -1,6 +1,5 @@
 #include "group.hpp"
 
-#include <ATen/ThreadLocalState.h>
 #include <c10/util/Exception.h>
 #include <c10/util/Logging.h>
 
@@ -226,10 +225,15 @@ std::shared_ptr<Group> Group::derive(const char *origin, const std::string &what
                                      std::string name, const Derive &make) {
   ncclComm_t child = nullptr;
   ncclResult_t r;
-  {
+  for (;;) {
+    // The backlog first, without the lock: the split holds it while it
+    // waits for the peers, who may wait for this rank's held-back
+    // collectives first.
+    drainBacklog();
     std::lock_guard<std::mutex> g(mutex_);
     checkOpenLocked(origin);
     flushLocked();
+    if (!backlog_.empty()) continue;  // another thread's launches came meanwhile
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;  // the child's rendezvous is bounded by finishInit's timeout
     // The parent's ranks agree on the split over the parent's connections,
@@ -240,6 +244,7 @@ std::shared_ptr<Group> Group::derive(const char *origin, const std::string &what
     chorusCommSetTimeout(comm_, timeout.count());
     r = awaitChild(comm_, make(comm_, &child, &config), timeout);
     chorusCommSetTimeout(comm_, timeoutMs_);
+    break;
   }
   childFailed(comm_, r, what);
   child = finishInit(child, r, timeout, what);
@@ -293,7 +298,6 @@ c10::intrusive_ptr<WorkChorus> Group::newWork(Launch &l) {
   // only when its peer issues the match, which may come after any number of
   // other calls (an irecv posted before 130 all_reduces, 100 isends before
   // their irecvs), and runs on a lane of its own.
-  if (!l.p2p) inFlight_.emplace_back(work);
   return work;
 }
 
@@ -303,10 +307,9 @@ void Group::feedBacklogLocked() {
     if (oldest && !oldest->done()) break;
     inFlight_.pop_front();
   }
-  while (!backlog_.empty() && inFlight_.size() - backlogWorks_ < kMaxInFlight) {
+  while (!backlog_.empty() && inFlight_.size() < kMaxInFlight) {
     std::vector<Item> items = std::move(backlog_.front());
     backlog_.pop_front();
-    backlogWorks_ -= collectivesOf(items);
     issueLocked(items, false, stream_);  // a refusal fails its works, as any launch's failure
   }
 }
@@ -317,23 +320,20 @@ void Group::drainBacklog() {
     {
       std::lock_guard<std::mutex> g(mutex_);
       feedBacklogLocked();
-      if (backlog_.empty()) return;
+      if (backlog_.empty() || inFlight_.empty()) return;
       oldest = inFlight_.front().lock();  // not done: feedBacklogLocked stopped at it
     }
     if (!oldest || !oldest->drain()) return;  // on this thread, without the lock
   }
 }
 
-size_t Group::collectivesOf(const std::vector<Item> &items) {
-  return static_cast<size_t>(std::count_if(items.begin(), items.end(), [](const Item &it) { return !it.p2p; }));
-}
-
 void Group::issueOrHoldLocked(std::vector<Item> &items) {
   feedBacklogLocked();
-  // items' collectives are in inFlight_ already (newWork), after the backlog's.
-  if (backlog_.empty() && inFlight_.size() - backlogWorks_ <= kMaxInFlight) return issueLocked(items, true, stream_);
-  for (Item &it : items) it.work->setDeferred(true);  // waiting for it feeds the backlog
-  backlogWorks_ += collectivesOf(items);
+  if (backlog_.empty() && inFlight_.size() < kMaxInFlight) return issueLocked(items, true, stream_);
+  for (Item &it : items) {
+    it.work->setCoalesced(false);  // an ended block's: waited for as any launch's
+    it.work->setDeferred(true);    // waiting for it feeds the backlog
+  }
   backlog_.push_back(std::move(items));
   startFlusherLocked();
 }
@@ -414,7 +414,7 @@ void Group::issueLocked(std::vector<Item> &items, bool throwOnError, cudaStream_
   bool p2p = stream != stream_;
   ncclComm_t comm = p2p ? p2pComm_ : comm_;
   for (const Item &it : items) it.work->setP2p(p2p);  // before anything of it is on the stream, which may complete it at once
-  auto *copyIn = new CopyIn{{}, {}, at::ThreadLocalState()};
+  auto *copyIn = new CopyIn{{}, {}, items.front().tls};
   for (Item &it : items) {
     for (auto &pair : it.copyIn) copyIn->pairs.push_back(std::move(pair));
     copyIn->works.push_back(it.work);
@@ -438,7 +438,7 @@ void Group::issueLocked(std::vector<Item> &items, bool throwOnError, cudaStream_
                                 ncclGetLastError(comm), rankMap_);
     return failLocked(items, text, throwOnError);
   }
-  auto *batch = new Batch{{}, at::ThreadLocalState()};
+  auto *batch = new Batch{{}, items.front().tls};
   for (Item &it : items) batch->works.push_back(it.work);
   ncclResult_t r = chorusLaunchHostFunc(stream, Batch::done, batch);
   if (r != ncclSuccess) {  // cannot happen short of memory: the calls are queued, their completion is not
@@ -446,7 +446,10 @@ void Group::issueLocked(std::vector<Item> &items, bool throwOnError, cudaStream_
     return failLocked(items, c10::str("chorus: group '", name_, "': cannot queue a completion: ", resultName(r)),
                       throwOnError);
   }
-  for (Item &it : items) it.work->markEnqueued(stream);
+  for (Item &it : items) {
+    it.work->markEnqueued(stream);
+    if (stream == stream_) inFlight_.emplace_back(it.work);  // what kMaxInFlight counts
+  }
 }
 
 void Group::issueOnLanesLocked(std::vector<Item> &items, bool throwOnError, std::vector<cudaStream_t> *used) {
@@ -611,7 +614,6 @@ void Group::closeLocked(const char *why) {
   deferred_.clear();
   coalesced_.clear();
   backlog_.clear();
-  backlogWorks_ = 0;
   coalescing_ = false;
 }
 

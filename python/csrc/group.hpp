@@ -12,6 +12,7 @@
 #include <nccl.h>
 
 #include <ATen/ATen.h>
+#include <ATen/ThreadLocalState.h>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
@@ -120,6 +121,9 @@ class Group : public std::enable_shared_from_this<Group> {
     bool p2p = false;   // a point-to-point operation: runs on p2pComm_
     std::vector<std::pair<at::Tensor, at::Tensor>> copyIn;  // Launch::copyIn
     int peer = -1;                                          // Launch::peer
+    // The calling thread's torch state (inference mode), for its copies and
+    // completion, which a backlogged launch's issuing thread does not share.
+    at::ThreadLocalState tls;
   };
   // Splits comm_ into p2pComm_ and makes its stream (every rank of the
   // group calls this as it makes the group).
@@ -140,7 +144,7 @@ class Group : public std::enable_shared_from_this<Group> {
   void flushLocked();
   void flusherMain();
   // Issues the backlog's oldest launches while fewer than kMaxInFlight
-  // collectives are on the stream.
+  // collectives are on the stream (inFlight_).
   void feedBacklogLocked();
   // The whole backlog issued, its oldest launches waited for on this
   // thread as room is needed (shutdown).
@@ -149,8 +153,6 @@ class Group : public std::enable_shared_from_this<Group> {
   // Issues a launch of collectives (throwing a refusal), or holds it in the
   // backlog behind earlier ones while kMaxInFlight are on the stream.
   void issueOrHoldLocked(std::vector<Item> &items);
-  // The collectives among items: the works of theirs that inFlight_ holds.
-  static size_t collectivesOf(const std::vector<Item> &items);
   // Stops launches; fails what was never launched (held back, coalesced or
   // in the backlog).
   void closeLocked(const char *why);
@@ -196,14 +198,13 @@ class Group : public std::enable_shared_from_this<Group> {
   bool coalescing_ = false;
   std::vector<Item> coalesced_;
   std::vector<Item> deferred_;
-  // Collectives, oldest first, from their launch (weak: a work nobody holds
-  // any more has completed); the last backlogWorks_ of them are in backlog_.
+  // Collectives issued on stream_, oldest first (weak: a work nobody holds
+  // any more has completed).
   std::deque<c10::weak_intrusive_ptr<WorkChorus>> inFlight_;
   // Launches of collectives held back while kMaxInFlight are on the stream,
   // oldest first, each issued as one chorus group when room comes (the
   // flusher's thread, a wait on one of them, shutdown).
   std::deque<std::vector<Item>> backlog_;
-  size_t backlogWorks_ = 0;
   std::chrono::steady_clock::time_point firstDeferred_, lastDeferred_;
   std::condition_variable flusherWake_;
   std::thread flusher_;

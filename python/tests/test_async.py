@@ -348,6 +348,34 @@ def past_the_cap(rank, size):
             w.wait()
             want = float(size * i + size * (size - 1) // 2)
             assert torch.equal(t, torch.full((3,), want)), f"{mode}: all_reduce {i}: {t} want {want}"
+    # Held back (rank 1 comes 1 s late): staged inputs under inference mode
+    # (the launch's torch state, not the issuing thread's), then a wait on
+    # one inside a coalescing block (the block's collectives are not on the
+    # stream yet: not counted), then new_group (its split waits for the
+    # peers, who wait for these).
+    if rank == 1:
+        time.sleep(1)
+    with torch.inference_mode():
+        bases = [torch.arange(12.0).view(3, 4) + rank + i for i in range(130)]
+        works = [dist.all_reduce(b.t(), async_op=True) for b in bases]
+        xs = [torch.ones(2) for _ in range(125)]
+        with dist.distributed_c10d._coalescing_manager(device=torch.device("cpu"), async_ops=True) as cm:
+            for x in xs:
+                dist.broadcast(x, src=0, async_op=True)
+            works[-1].wait(datetime.timedelta(seconds=15))
+        cm.wait()
+        for i, (b, w) in enumerate(zip(bases, works)):
+            w.wait()
+            want = (size * torch.arange(12.0) + size * i + size * (size - 1) // 2).view(3, 4)
+            assert torch.equal(b, want), f"inference mode, all_reduce {i}: {b}"
+    works = [dist.all_reduce(torch.ones(1), async_op=True) for _ in range(130 if rank == 0 else 0)]
+    if rank != 0:
+        works = [dist.all_reduce(torch.ones(1), async_op=True) for _ in range(130)]
+        for w in works:
+            w.wait()
+    dist.new_group(list(range(size)))
+    for w in works:
+        w.wait()
     # A group shut down with launches in its backlog runs them first.
     g = dist.new_group(list(range(size)))
     ts = [torch.full((2,), 1.0) for _ in range(250)]
