@@ -113,6 +113,34 @@ def reinit(rank, size, port, collective):
         dist.destroy_process_group()
 
 
+def out_of_fds(rank, size):
+    # new_group after new_group with few descriptors left (the world's
+    # and 60 more): the one that runs out fails on every rank, and some
+    # rank's error names the cause ("Too many open files"), which a split's
+    # child met on a setup thread of its own (it said "unhandled system
+    # error" alone).
+    import os
+    import resource
+    was = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + 60, was[1]))
+    made = []
+    try:
+        for _ in range(100):
+            g = dist.new_group(list(range(size)))
+            dist.all_reduce(torch.ones(1), group=g)
+            made.append(g)
+    except RuntimeError as e:
+        return len(made), str(e)
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, was)
+    raise AssertionError("100 groups with 60 descriptors to spare")
+
+
+def out_of_fds_named():
+    results = harness.run(2, out_of_fds)
+    assert any("Too many open files" in text for _, text in results), results
+
+
 def main():
     cases = {
         "init_env": lambda: [harness.run(n, init_methods, init="env") for n in (1, 2, 3)],
@@ -123,6 +151,7 @@ def main():
         "split_group": lambda: [harness.run(n, split_groups) for n in (1, 2, 3, 4)],
         "reinit": lambda: [harness.run(n, reinit, harness.free_port(), c, backend=None) for n in (2, 3) for c in (0, 1)],
         "bound_device": lambda: [harness.run(n, bound_device, device_id="cpu:0") for n in (1, 3)],
+        "out_of_fds": out_of_fds_named,
     }
     harness.main(cases)
 

@@ -833,8 +833,15 @@ fail: {
      * the address that could not be reached), not just the result's name. */
     char cause[600];
     snprintf(cause, sizeof cause, "%s", logThreadLastError()); /* not another thread's (nor the parent's) */
-    WARN("%s : rank %d of %d failed to initialize: %s%s%s", comm->origin.func, rank, nranks, ncclGetErrorString(res),
-         cause[0] ? ": " : "", cause);
+    char said[sizeof comm->failText];
+    snprintf(said, sizeof said, "%s : rank %d of %d failed to initialize: %s%s%.400s", comm->origin.func, rank, nranks,
+             ncclGetErrorString(res), cause[0] ? ": " : "", cause);
+    WARN("%s", said);
+    /* The communicator's own text (ncclGetLastError of it, and of a parent
+     * whose split or shrink made it, commChildPending): its setup may have
+     * run on a thread of its own, whose WARN the caller's thread never
+     * saw. */
+    commSetFailText(comm, said);
     /* A root in this process (ranks driven by its threads) would wait for
      * this rank until the timeout, and the ranks that checked in with it:
      * when this rank failed on its own (a system call), it refuses them now,
