@@ -293,12 +293,7 @@ void Group::setTimeout(std::chrono::milliseconds timeout) {
 c10::intrusive_ptr<WorkChorus> Group::newWork(Launch &l) {
   uint64_t seq = ++seq_;
   flight_.issued(seq, l.name, l.inputs, l.outputs);
-  auto work = c10::make_intrusive<WorkChorus>(shared_from_this(), seq, l);
-  // Only collectives count against kMaxInFlight: a send or receive ends
-  // only when its peer issues the match, which may come after any number of
-  // other calls (an irecv posted before 130 all_reduces, 100 isends before
-  // their irecvs), and runs on a lane of its own.
-  return work;
+  return c10::make_intrusive<WorkChorus>(shared_from_this(), seq, l);
 }
 
 void Group::feedBacklogLocked() {
@@ -448,7 +443,11 @@ void Group::issueLocked(std::vector<Item> &items, bool throwOnError, cudaStream_
   }
   for (Item &it : items) {
     it.work->markEnqueued(stream);
-    if (stream == stream_) inFlight_.emplace_back(it.work);  // what kMaxInFlight counts
+    // Only collectives (stream_) count against kMaxInFlight: a send or
+    // receive ends only when its peer issues the match, which may come after
+    // any number of other calls (an irecv posted before 130 all_reduces, 100
+    // isends before their irecvs), and runs on a lane of its own.
+    if (stream == stream_) inFlight_.emplace_back(it.work);
   }
 }
 

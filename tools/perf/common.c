@@ -85,11 +85,17 @@ static void jsonString(FILE *f, const char *s) {
   fputc('"', f);
 }
 
-/* Now as nccl-tests stamps its JSON file: local time, to the second. */
+/* Now as nccl-tests stamps its rows (-S) and its JSON file: local time, to
+ * the second. */
+#define STAMP_FORMAT "%Y-%m-%d %H:%M:%S"
+static void stampNowLocal(char *buf, size_t len) {
+  time_t now = time(NULL);
+  strftime(buf, len, STAMP_FORMAT, localtime(&now));
+}
+
 static void jsonNow(FILE *f) {
   char stamp[32];
-  time_t now = time(NULL);
-  strftime(stamp, sizeof stamp, "%Y-%m-%d %H:%M:%S", localtime(&now));
+  stampNowLocal(stamp, sizeof stamp);
   jsonString(f, stamp);
 }
 
@@ -548,8 +554,7 @@ static void runSize(struct threadState *ts, size_t bytes, int type, int op, int 
     }
     if (opt.timestamps) {
       char stamp[32];
-      time_t now = time(NULL);
-      strftime(stamp, sizeof stamp, "%Y-%m-%d %H:%M:%S", localtime(&now));
+      stampNowLocal(stamp, sizeof stamp);
       printf("%21s", stamp);
     }
     printf("\n");
@@ -586,7 +591,7 @@ static void printDevices(const struct deviceInfo *all) {
   printf("#\n");
   const char *time = opt.cputime ? "cputime" : "time"; /* -C: what is timed is the enqueue, as nccl-tests says */
   /* -S: a timestamp column, labelled as nccl-tests labels it */
-  const char *stampLabel = opt.timestamps ? "timestamp" : "", *stampFormat = opt.timestamps ? "%Y-%m-%d %H:%M:%S" : "";
+  const char *stampLabel = opt.timestamps ? "timestamp" : "", *stampFormat = opt.timestamps ? STAMP_FORMAT : "";
   int stampWidth = opt.timestamps ? 19 : 0;
   if (opt.perIter) {
     printf("# %10s  %12s  %8s  %6s  %6s              out-of-place (+ per-iteration)                                in-place "
