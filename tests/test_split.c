@@ -2,7 +2,9 @@
  * NCCL_SPLIT_NOCOLOR gives NULL, and the new communicators work; across
  * forked processes and for ncclCommInitAll ranks split inside a group from
  * one thread. */
+#include <dirent.h>
 #include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -155,8 +157,43 @@ static int lateSplit(int rank, int n, ncclUniqueId id, void *arg) {
   return 0;
 }
 
+static int countFds(void) {
+  int n = 0;
+  DIR *d = opendir("/proc/self/fd");
+  if (!d) return -1;
+  while (readdir(d)) n++;
+  closedir(d);
+  return n;
+}
+
+/* What a communicator costs in descriptors once its processes share one
+ * already (a torch group is two more, and programs make dozens under
+ * RLIMIT_NOFILE's 1024): per local peer a bootstrap connection and the
+ * pair's one shared-memory socket, and the monitor's eventfd; the pidfds
+ * that watch the peers are the first communicator's, and the listener
+ * closes once the peers have connected. (Before: 4 per peer and 2.) */
+static int splitDescriptors(int rank, int n, ncclUniqueId id, void *arg) {
+  (void)arg;
+  ncclComm_t comm, child;
+  NCCLCHECK(ncclCommInitRank(&comm, n, id, rank));
+  int before = countFds();
+  NCCLCHECK(ncclCommSplit(comm, 0, rank, &child, NULL));
+  int x = 1, y = 0;
+  NCCLCHECK(ncclAllReduce(&x, &y, 1, ncclInt, ncclSum, child, NULL));
+  EXPECT(y == n, "the child's allreduce gave %d", y);
+  int after = countFds(), budget = 2 * (n - 1) + 1;
+  EXPECT(after - before <= budget, "rank %d: a split of %d local ranks took %d descriptors (at most %d)", rank, n,
+         after - before, budget);
+  NCCLCHECK(ncclCommDestroy(child));
+  EXPECT(countFds() == before, "rank %d: %d descriptors after the child's destroy, %d before", rank, countFds(),
+         before);
+  NCCLCHECK(ncclCommDestroy(comm));
+  return 0;
+}
+
 int main(void) {
   int failed = 0;
+  if (!getenv("NCCL_SHM_DISABLE")) failed += runRanks(4, splitDescriptors, NULL, 30);
   failed += runRanks(3, lateSplit, NULL, 30);
   for (int n = 2; n <= 7; n += 5) failed += runRanks(n, rankMain, NULL, 60);
   for (int i = 0; i < 5; i++) failed += runRanks(1, abortWhileWaiting, NULL, 30);

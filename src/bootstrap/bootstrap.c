@@ -11,12 +11,12 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/random.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "bootstrap/acceptor.h"
 #include "core/forkclose.h"
 #include "bootstrap/oob.h"
+#include "bootstrap/pidwatch.h"
 #include "bootstrap/wire.h"
 #include "core/clock.h"
 #include "core/err.h"
@@ -667,9 +667,17 @@ static void bootCloseFds(struct forkClose *f) {
   if (b->listenFd >= 0) close(b->listenFd);
   b->listenFd = -1;
   for (int i = 0; b->pidFd && i < b->nranks; i++) {
-    if (b->pidFd[i] >= 0) close(b->pidFd[i]);
+    if (b->pidFd[i] >= 0) pidWatchReleaseLocked(b->pidFd[i]); /* shared with other communicators */
     b->pidFd[i] = -1;
   }
+}
+
+/* Once every peer has connected, nobody needs the listener: one
+ * descriptor fewer per communicator. */
+static void bootCloseListener(void *arg) {
+  struct bootstrap *b = arg;
+  if (b->listenFd >= 0) close(b->listenFd);
+  b->listenFd = -1;
 }
 
 /* Rank j, which checked in at the root (so its listener was up), refuses
@@ -779,10 +787,7 @@ static void watchLocalPeers(struct bootstrap *b) {
   for (int p = 0; p < b->nranks; p++) {
     const struct bootstrapPeerInfo *q = &b->peers[p];
     if (p == b->rank || !bootstrapPidComparable(b, p) || q->pid == me->pid) continue;
-    int fd = -1;
-#ifdef SYS_pidfd_open
-    fd = (int)syscall(SYS_pidfd_open, (pid_t)q->pid, 0);
-#endif
+    int fd = pidWatchOpen((pid_t)q->pid);
     b->pidFd[p] = fd >= 0 ? fd : BOOTSTRAP_PID_KILL;
     fds += fd >= 0;
     kills += fd < 0;
@@ -946,7 +951,10 @@ ncclResult_t bootstrapInit(struct bootstrap *b, const struct bootstrapHandle *h,
   }
   CHECK(wirePeerTableCheck(b->peers, nranks));
   res = meshConnect(b);
-  if (res == ncclSuccess) watchLocalPeers(b);
+  if (res == ncclSuccess) {
+    forkCloseUnder(bootCloseListener, b);
+    watchLocalPeers(b);
+  }
 out:
   if (rootFd >= 0) { /* leaving before the root replied: tell it */
     if (send(rootFd, &rootLeaveNotice, 1, MSG_NOSIGNAL | MSG_DONTWAIT) < 0) { /* it may be gone already */

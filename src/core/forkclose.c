@@ -34,3 +34,9 @@ void forkCloseRemove(struct forkClose *f) {
   if (f->closeFds) f->closeFds(f);
   pthread_mutex_unlock(&forkCloseLock);
 }
+
+void forkCloseUnder(void (*fn)(void *arg), void *arg) {
+  pthread_mutex_lock(&forkCloseLock);
+  fn(arg);
+  pthread_mutex_unlock(&forkCloseLock);
+}

@@ -22,5 +22,9 @@ void forkCloseAdd(struct forkClose *f);
  * whose setup failed before it was listed closes the same way; none set,
  * nothing). */
 void forkCloseRemove(struct forkClose *f);
+/* Runs fn(arg) under the lock, as closeFds runs: for an owner that closes
+ * some of its descriptors before forkCloseRemove, or shares them with
+ * other owners (bootstrap/pidwatch.h). */
+void forkCloseUnder(void (*fn)(void *arg), void *arg);
 
 #endif

@@ -266,7 +266,7 @@ static struct shmState *shmLiveStates;
 
 /* Sends note (with fd, unless -1) to q without blocking; 1 when sent. */
 static int shmSendNote(struct shmPeer *q, const struct shmNote *note, int fd) {
-  if (q->chanOut < 0 || sendWithFd(q->chanOut, note, sizeof *note, fd, MSG_DONTWAIT) != (ssize_t)sizeof *note) return 0;
+  if (q->chan < 0 || sendWithFd(q->chan, note, sizeof *note, fd, MSG_DONTWAIT) != (ssize_t)sizeof *note) return 0;
   __atomic_add_fetch(q->sentNotes, 1, __ATOMIC_RELEASE);
   return 1;
 }
@@ -298,12 +298,10 @@ static void shmLiveParent(void) { pthread_mutex_unlock(&shmLiveLock); }
 static void shmLiveChild(void) {
   for (struct shmState *s = shmLiveStates; s; s = s->next) {
     for (int p = 0; p < s->nranks; p++)
-      if (s->peers[p].chanOut >= 0) {
-        close(s->peers[p].chanOut);
-        s->peers[p].chanOut = -1;
+      if (s->peers[p].chan >= 0) {
+        close(s->peers[p].chan);
+        s->peers[p].chan = -1;
       }
-    for (int i = 0; i < s->nIn; i++) close(s->chanIn[i]);
-    s->nIn = 0;
   }
   shmLiveStates = NULL;
   pthread_mutex_init(&shmLiveLock, NULL);
@@ -420,11 +418,11 @@ static void shmTakeNote(struct shmState *s, const struct shmNote *note, int fd) 
 
 /* Under s->lock: reads every note that has come from local peers. */
 static void shmDrainNotes(struct shmState *s) {
-  for (int i = 0; i < s->nIn; i++)
-    for (;;) {
+  for (int p = 0; p < s->nranks; p++)
+    while (s->peers[p].chan >= 0) {
       struct shmNote note;
       int fd;
-      ssize_t n = recvWithFd(s->chanIn[i], &note, sizeof note, &fd, NULL);
+      ssize_t n = recvWithFd(s->peers[p].chan, &note, sizeof note, &fd, NULL);
       if (n <= 0) break;
       if (n == (ssize_t)sizeof note) shmTakeNote(s, &note, fd);
       if (fd >= 0) close(fd);
@@ -573,9 +571,7 @@ static ncclResult_t shmSetup(void **state, struct bootstrap *b, struct connTable
   pthread_mutex_init(&s->lock, NULL);
   s->peers = calloc(n, sizeof *s->peers);
   if (!s->peers) return ncclSystemError;
-  for (int p = 0; p < n; p++) s->peers[p] = (struct shmPeer){.s = s, .rank = p, .chanOut = -1};
-  s->chanIn = calloc(n, sizeof *s->chanIn);
-  if (!s->chanIn) return ncclSystemError;
+  for (int p = 0; p < n; p++) s->peers[p] = (struct shmPeer){.s = s, .rank = p, .chan = -1};
 
   int memfd = memfd_create("chorus-fifo", MFD_CLOEXEC);
   SYSCHECK(memfd, "memfd_create");
@@ -695,8 +691,10 @@ static ncclResult_t shmSetup(void **state, struct bootstrap *b, struct connTable
       if (phase[p] != shmReceiving) continue;
       int fd, r = tryRecvFd(peerSock[p], &fd);
       if (r == 0) continue;
-      s->peers[p].chanOut = peerSock[p]; /* kept: this rank's notes go to the peer on it */
-      peerSock[p] = -1;
+      if (me < p) { /* kept: the pair's notes go both ways on the lower rank's connection */
+        s->peers[p].chan = peerSock[p];
+        peerSock[p] = -1;
+      }
       phase[p] = shmReceived;
       if (r == -2) {
         WARN("SHM : local rank %d's segment came, but this process could not take its descriptor (%s)", p,
@@ -737,8 +735,9 @@ static ncclResult_t shmSetup(void **state, struct bootstrap *b, struct connTable
         close(c);
         continue;
       }
-      s->chanIn[s->nIn++] = c; /* kept: the peer's notes come on it */
       res = sendFd(c, memfd);
+      if (h.rank < me && res == ncclSuccess) s->peers[h.rank].chan = c; /* the pair's notes (above) */
+      else close(c); /* what was sent before the close still comes */
       if (res != ncclSuccess) goto out;
       served[h.rank] = 1;
       toServe--;
@@ -820,15 +819,13 @@ static void shmClose(void *state) {
     if (s->segs[p]) munmap(s->segs[p], s->segBytes);
   for (int p = 0; s->peers && p < s->nranks; p++) {
     struct shmPeer *q = &s->peers[p];
-    if (q->chanOut >= 0) close(q->chanOut);
+    if (q->chan >= 0) close(q->chan);
     for (int i = 0; i < q->nmaps; i++) munmap(q->maps[i].local, q->maps[i].bytes);
     free(q->maps);
     free(q->told);
   }
-  for (int i = 0; i < s->nIn; i++) close(s->chanIn[i]);
   if (s->peers) pthread_mutex_destroy(&s->lock);
   free(s->peers);
-  free(s->chanIn);
   free(s->segs);
   free(s);
 }

@@ -22,11 +22,14 @@ struct shmMap {
 /* What this rank keeps for one local peer: c->tpConn of the connections
  * to and from it. Memory of ncclMemAlloc's is handed over by a note on a
  * Unix socket (the descriptor, SCM_RIGHTS) before the first slot that
- * refers to it, and taken back by another note when it is freed. */
+ * refers to it, and taken back by another note when it is freed. The two
+ * ranks' notes share one socket, both ways: the lower rank's connection
+ * to the higher one's setup socket (shmSetup), so that a communicator of
+ * n local ranks holds n-1 of them, not twice as many. */
 struct shmPeer {
   struct shmState *s;
   int rank;
-  int chanOut;            /* notes to the peer (-1: none) */
+  int chan;               /* notes to and from the peer (-1: none) */
   int cma;                /* this rank may reach the peer's memory with CMA (its cookie read back) */
   uint64_t *sentNotes;    /* notes sent to it: its receiving control block's count */
   const uint64_t *notes;  /* notes it has sent this rank (in this rank's segment) */
@@ -46,7 +49,6 @@ struct shmState {
   size_t connBytes;
   pthread_mutex_t lock;  /* the peers' notes, told and maps */
   struct shmPeer *peers; /* [nranks] */
-  int *chanIn, nIn;      /* the sockets local peers send their notes on */
   struct shmState *next; /* in the list of live states, for freed memory's notes */
   size_t offerMin;       /* CMA reads from this size offer their second half to the sender (0: none) */
   struct bootstrap *boot; /* the communicator's: its abort flag and peers' liveness end a wait for a sender */
