@@ -4,8 +4,10 @@
  * points in the order. Also the one-thread-many-ranks pattern with one
  * stream per rank and no group. */
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "chorus.h"
@@ -451,10 +453,100 @@ static int nullLaunchJoin(void) {
   return 0;
 }
 
+/* A rank forks with work queued on a blocking stream. The child's calls on
+ * the parent's stream and communicator are refused at once
+ * (ncclInvalidUsage, the call named), its destroys forget them, and its own
+ * new communicator's NULL-stream call waits for none of the parent's
+ * streams: a child once ran the parent's queued AllReduces in its place
+ * (the parent then got success with wrong data), or waited forever for the
+ * parent's stream thread. The parents' results are right. */
+static int forkedRank(int rank, int n, ncclUniqueId id, void *arg) {
+  (void)arg;
+  ncclComm_t comm;
+  cudaStream_t st;
+  NCCLCHECK(ncclCommInitRank(&comm, n, id, rank));
+  NCCLCHECK(chorusStreamCreateWithFlags(&st, CHORUS_STREAM_BLOCKING));
+  size_t count = 1 << 20;
+  float *x = malloc(count * sizeof *x);
+  EXPECT(x != NULL, "out of memory");
+  for (size_t i = 0; i < count; i++) x[i] = 1;
+  for (int k = 0; k < 4; k++) NCCLCHECK(ncclAllReduce(x, x, count, ncclFloat, ncclSum, comm, st));
+  pid_t pid = fork();
+  if (pid == 0) {
+    alarm(10);
+    float y = 1;
+    int bad = 0;
+    if (chorusStreamSynchronize(st) != ncclInvalidUsage) bad |= 1;
+    if (!strstr(ncclGetLastError(NULL), "chorusStreamSynchronize : stream")) bad |= 2;
+    if (chorusStreamQuery(st) != ncclInvalidUsage) bad |= 4;
+    if (ncclAllReduce(&y, &y, 1, ncclFloat, ncclSum, comm, NULL) != ncclInvalidUsage) bad |= 8;
+    if (!strstr(ncclGetLastError(NULL), "before this process forked")) bad |= 16;
+    if (chorusDeviceSynchronize() != ncclSuccess) bad |= 32;
+    unsetenv("NCCL_COMM_ID");
+    ncclComm_t own;
+    if (ncclCommInitAll(&own, 1, NULL) != ncclSuccess ||
+        ncclAllReduce(&y, &y, 1, ncclFloat, ncclSum, own, NULL) != ncclSuccess || y != 1 ||
+        ncclCommDestroy(own) != ncclSuccess)
+      bad |= 64;
+    if (ncclCommDestroy(comm) != ncclSuccess || chorusStreamDestroy(st) != ncclSuccess) bad |= 128;
+    _exit(bad);
+  }
+  EXPECT(pid > 0, "fork failed");
+  NCCLCHECK(chorusStreamSynchronize(st));
+  float want = (float)(n * n * n * n);
+  size_t wrong = 0;
+  for (size_t i = 0; i < count; i++) wrong += x[i] != want;
+  EXPECT(wrong == 0, "rank %d: %zu of %zu elements wrong (x[0] %g, expected %g)", rank, wrong, count, x[0], want);
+  int st0 = 0;
+  waitpid(pid, &st0, 0);
+  EXPECT(WIFEXITED(st0) && WEXITSTATUS(st0) == 0, "rank %d's forked child: %s %d (bits of the checks it failed)", rank,
+         WIFEXITED(st0) ? "exit" : "signal", WIFEXITED(st0) ? WEXITSTATUS(st0) : WTERMSIG(st0));
+  NCCLCHECK(ncclAllReduce(x, x, 1, ncclFloat, ncclSum, comm, NULL));
+  NCCLCHECK(chorusStreamDestroy(st));
+  NCCLCHECK(ncclCommDestroy(comm));
+  free(x);
+  return 0;
+}
+
+/* Rank 1's AllReduce waits on its stream behind a host function while rank
+ * 0's times out: once rank 0 has said so, rank 1's fails too when it
+ * starts. It found rank 0's 4 floats whole in its FIFO and returned
+ * success (rank 0 returned ncclTimeout). */
+static void sleepHost(void *arg, ncclResult_t status) {
+  (void)status;
+  usleep(*(int *)arg);
+}
+static int queuedRank(int rank, int n, ncclUniqueId id, void *arg) {
+  (void)arg;
+  (void)n;
+  ncclComm_t comm;
+  NCCLCHECK(ncclCommInitRank(&comm, n, id, rank));
+  NCCLCHECK(chorusCommSetTimeout(comm, 1000));
+  float x[4] = {(float)rank + 1, (float)rank + 1, (float)rank + 1, (float)rank + 1};
+  ncclResult_t res;
+  if (rank == 1) {
+    cudaStream_t st;
+    static int sleepUs = 2500000;
+    NCCLCHECK(chorusStreamCreate(&st));
+    NCCLCHECK(chorusLaunchHostFunc(st, sleepHost, &sleepUs));
+    NCCLCHECK(ncclAllReduce(x, x, 4, ncclFloat, ncclSum, comm, st));
+    res = chorusStreamSynchronize(st);
+    EXPECT(res != ncclSuccess, "rank 1: the AllReduce rank 0 gave up on succeeded (x[0] %g)", x[0]);
+    EXPECT(strstr(ncclGetLastError(comm), "timed out") != NULL, "rank 1's error: %s", ncclGetLastError(comm));
+    NCCLCHECK(chorusStreamDestroy(st));
+  } else {
+    res = ncclAllReduce(x, x, 4, ncclFloat, ncclSum, comm, NULL);
+    EXPECT(res == ncclTimeout, "rank 0: %s", ncclGetErrorString(res));
+  }
+  ncclCommAbort(comm);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   int n = argc > 1 ? atoi(argv[1]) : 2;
   failedFlag = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   int failed = runRanks(n, rankMain, NULL, 120) + threadsMain(n) + runsUnwaited() + (n == 2 ? nullLaunchJoin() : 0);
+  if (n == 2) failed += runRanks(2, forkedRank, NULL, 30) + runRanks(2, queuedRank, NULL, 30);
   /* Bad stream handles are rejected. */
   static uint64_t fake[16]; /* not a stream, but readable */
   cudaStream_t bogus = (cudaStream_t)fake;

@@ -107,10 +107,7 @@ static ncclResult_t enqueueCheckArgs(const struct callArgs *a) {
     WARN("%s : invalid %s %d (nranks %d)", name, p2p ? "peer" : "root", a->root, comm->nranks);
     return ncclInvalidArgument;
   }
-  if (stream != NULL && !streamValid(stream)) {
-    WARN("%s : stream %p was not created by chorusStreamCreate", name, (void *)stream);
-    return ncclInvalidArgument;
-  }
+  if (stream != NULL) CHECK(streamCheck(stream, name));
   size_t esz = dtypeSize(a->dtype), total; /* a multiplication, not two divisions (tens of ns a call) */
   if (__builtin_mul_overflow(a->count, esz, &total) || __builtin_mul_overflow(total, (size_t)comm->nranks, &total)) {
     WARN("%s : count %zu is too large", name, a->count);

@@ -76,6 +76,10 @@ struct ncclComm {
   char failText[512];      /* the WARN that explained it */
   int finalized;
   int revoked; /* ncclCommRevoke: only destroy, split and shrink from now on */
+  /* This process is a forked child of the one that made it (set by the
+   * fork, errors.c): its threads and connections are the parent's, so
+   * every call but destroy and abort (which forget it) is refused. */
+  int inherited;
   int suspended; /* ncclCommSuspend until ncclCommResume: operations refused */
   int64_t timeoutMs; /* chorusCommSetTimeout; 0: CHORUS_TIMEOUT */
   int busy;     /* calls in flight, so abort waits before freeing */
@@ -226,22 +230,25 @@ void commWaitIdle(struct ncclComm *comm);
  * (NCCL_SHRINK_ABORT, ncclCommRevoke). */
 void commEndInFlight(struct ncclComm *comm);
 /* ncclInvalidArgument with a WARN naming the call when comm is NULL,
- * corrupted or destroyed. */
+ * corrupted or destroyed; ncclInvalidUsage when it is inherited. */
 ncclResult_t commCheck(const struct ncclComm *comm, const char *call);
+/* 1 when comm is a communicator this process inherited at a fork (and
+ * the call, destroy or abort, is to forget it: an INFO line says so). */
+int commForget(const struct ncclComm *comm, const char *call);
 /* The largest NCCL_BUFFSIZE a FIFO can take: a slot's offsets are 32 bits
  * (transport/conn.c). */
 #define COMM_MAX_BUFFSIZE (4ll << 30)
 
 /* The set of communicators not yet freed (errors.c): commLiveAdd returns 0
  * when out of memory. */
-int commLiveAdd(const struct ncclComm *comm);
+int commLiveAdd(struct ncclComm *comm);
 /* Sets comm's failText (errors.c) under the lock ncclGetLastError(comm)
  * reads it with, so that a thread reading it as it fails gets all of the
  * text or none; NULL text: this thread's last WARN (logCopyLastError). */
 void commSetFailText(struct ncclComm *comm, const char *text);
 /* A copy of comm's failText, read under that lock. */
 void commCopyFailText(const struct ncclComm *comm, char *buf, size_t len);
-void commLiveRemove(const struct ncclComm *comm);
+void commLiveRemove(struct ncclComm *comm);
 /* ncclSuccess when comm takes operations; else why not, in a WARN naming
  * the call: revoked, suspended, failed (a peer's death included), still
  * initializing (ncclInvalidArgument, as NCCL), finalized. */

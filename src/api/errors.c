@@ -20,7 +20,20 @@ ncclResult_t commCheck(const struct ncclComm *comm, const char *call) {
     WARN("%s : comm %p is corrupted or has been destroyed", call, (const void *)comm);
     return ncclInvalidArgument;
   }
+  if (comm->inherited) {
+    WARN("%s : comm %p (rank %d of %d) was made before this process forked: a communicator works only in the "
+         "process that made it, whose threads and connections it uses (CUDA refuses a forked child every call); "
+         "make a new one here", call, (const void *)comm, comm->rank, comm->nranks);
+    return ncclInvalidUsage;
+  }
   return ncclSuccess;
+}
+
+int commForget(const struct ncclComm *comm, const char *call) {
+  if (!comm || comm->startMagic != COMM_MAGIC || comm->endMagic != COMM_MAGIC || !comm->inherited) return 0;
+  INFO(subsysInit, "%s : comm %p (rank %d of %d) was made before this process forked: forgotten here, left to the "
+       "process that made it", call, (const void *)comm, comm->rank, comm->nranks);
+  return 1;
 }
 
 NCCL_API(ncclResult_t, ncclGetVersion, int *version) {
@@ -60,26 +73,36 @@ NCCL_API(const char *, ncclGetErrorString, ncclResult_t result) {
  * (ncclGetLastError, which NCCL lets take a destroyed one) reads only
  * those. Added at allocation, removed before the free; a process has few. */
 static pthread_mutex_t liveLock = PTHREAD_MUTEX_INITIALIZER;
-static const struct ncclComm **live;
+static struct ncclComm **live;
 static int nlive, liveCap;
 
 /* A fork while another thread holds liveLock (reading a failure's text)
- * must not leave the child's copy held: every fork takes it first. */
+ * must not leave the child's copy held: every fork takes it first. The
+ * child's copies of the communicators are inherited (commCheck): run
+ * there, a call would run the parent's queued work or share its FIFOs
+ * (a forked child's AllReduce once took the parent's place, which then
+ * returned success with wrong data) or wait for threads the child does
+ * not have. */
 static void liveForkPrepare(void) { pthread_mutex_lock(&liveLock); }
-static void liveForkRelease(void) { pthread_mutex_unlock(&liveLock); }
+static void liveForkParent(void) { pthread_mutex_unlock(&liveLock); }
+static void liveForkChild(void) {
+  for (int i = 0; i < nlive; i++) live[i]->inherited = 1;
+  nlive = 0; /* not this process's to free */
+  pthread_mutex_unlock(&liveLock);
+}
 static pthread_once_t liveForkOnce = PTHREAD_ONCE_INIT;
-static void liveForkRegister(void) { pthread_atfork(liveForkPrepare, liveForkRelease, liveForkRelease); }
+static void liveForkRegister(void) { pthread_atfork(liveForkPrepare, liveForkParent, liveForkChild); }
 static void liveTake(void) {
   pthread_once(&liveForkOnce, liveForkRegister);
   pthread_mutex_lock(&liveLock);
 }
 
-int commLiveAdd(const struct ncclComm *comm) {
+int commLiveAdd(struct ncclComm *comm) {
   liveTake();
   int ok = 1;
   if (nlive == liveCap) {
     int cap = liveCap ? 2 * liveCap : 16;
-    const struct ncclComm **l = realloc(live, sizeof *l * (size_t)cap);
+    struct ncclComm **l = realloc(live, sizeof *l * (size_t)cap);
     if (l) {
       live = l;
       liveCap = cap;
@@ -92,7 +115,7 @@ int commLiveAdd(const struct ncclComm *comm) {
   return ok;
 }
 
-void commLiveRemove(const struct ncclComm *comm) {
+void commLiveRemove(struct ncclComm *comm) {
   liveTake();
   for (int i = 0; i < nlive; i++)
     if (live[i] == comm) {

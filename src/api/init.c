@@ -583,6 +583,7 @@ NCCL_API(ncclResult_t, ncclCommFinalize, ncclComm_t comm) {
 
 NCCL_API(ncclResult_t, ncclCommDestroy, ncclComm_t comm) {
   if (comm == NULL) return ncclSuccess;
+  if (commForget(comm, "ncclCommDestroy")) return ncclSuccess;
   CHECK(commCheck(comm, "ncclCommDestroy"));
   CHECK(commInitDone(comm, "ncclCommDestroy"));
   int rank = comm->rank, n = comm->nranks, dev = comm->cudaDev;
@@ -596,6 +597,7 @@ NCCL_API(ncclResult_t, ncclCommDestroy, ncclComm_t comm) {
 
 NCCL_API(ncclResult_t, ncclCommAbort, ncclComm_t comm) {
   if (comm == NULL) return ncclSuccess;
+  if (commForget(comm, "ncclCommAbort")) return ncclSuccess;
   CHECK(commCheck(comm, "ncclCommAbort"));
   /* Calls in flight see the flag at their next pause and return
    * (sequentially consistent: a group's setup counts itself busy, then

@@ -453,10 +453,30 @@ static void readScalars(struct schedule *s) {
   for (int k = 0; k < s->ntasks; k++) redOpReadScalar(&s->tasks[k].red);
 }
 
+/* A queued launch starts only on communicators that are still whole: one
+ * that failed while it waited (a peer timed out on this very operation and
+ * said so) could still complete it from what that peer had sent before it
+ * gave up (a small message sits whole in the FIFO), and return success
+ * where the peer returned the error. */
+static ncclResult_t failedWhileQueued(const struct groupItem *items, int n) {
+  for (int i = 0; i < n; i++) {
+    if (groupCommLeader(items, i) != i) continue;
+    ncclResult_t res = watchAsyncError(items[i].comm);
+    if (res == ncclSuccess || res == ncclInProgress) continue;
+    char why[sizeof items[i].comm->failText];
+    commCopyFailText(items[i].comm, why, sizeof why);
+    WARN("%s : rank %d: not started: the communicator failed while the operation waited on its stream (%s: %s)",
+         collName(items[i].desc.coll), items[i].comm->rank, ncclGetErrorString(res), why);
+    return res;
+  }
+  return ncclSuccess;
+}
+
 static ncclResult_t streamJobRun(struct streamWork *w, ncclResult_t status) {
   struct streamJob *job = (struct streamJob *)w;
   logStartThreadErrors();
   if (status != ncclSuccess) return status;
+  if ((status = failedWhileQueued(job->items, job->n)) != ncclSuccess) return status;
   job->startedNs = 0;
   if (observeAny()) {
     job->startedNs = launchClock(1);

@@ -314,10 +314,7 @@ static ncclResult_t rmaIssue(void *arg) {
 static ncclResult_t rmaSubmit(struct ncclComm *comm, const char *call, cudaStream_t stream, struct rmaCall *c) {
   ncclResult_t res = commReady(comm, call);
   stream = streamResolve(stream);
-  if (res == ncclSuccess && stream && !streamValid(stream)) {
-    WARN("%s : stream %p is not a stream (chorusStreamCreate)", call, (void *)stream);
-    res = ncclInvalidArgument;
-  }
+  if (res == ncclSuccess && stream) res = streamCheck(stream, call);
   if (res != ncclSuccess) {
     rmaFree(c);
     return res;

@@ -39,10 +39,7 @@ ncclResult_t chorusEventCreate(chorusEvent_t *event) {
 ncclResult_t chorusEventRecord(chorusEvent_t e, cudaStream_t stream) {
   CHECK(checkEvent(e, "chorusEventRecord"));
   stream = streamResolve(stream);
-  if (stream != NULL && !streamValid(stream)) {
-    WARN("chorusEventRecord : stream %p was not created by chorusStreamCreate (or was destroyed)", (void *)stream);
-    return ncclInvalidArgument;
-  }
+  if (stream != NULL) CHECK(streamCheck(stream, "chorusEventRecord"));
   cudaStream_t old = e->stream;
   e->pos = stream ? streamMark(stream) : 0;
   e->stream = stream;
@@ -52,7 +49,9 @@ ncclResult_t chorusEventRecord(chorusEvent_t e, cudaStream_t stream) {
 
 ncclResult_t chorusEventQuery(chorusEvent_t e) {
   CHECK(checkEvent(e, "chorusEventQuery"));
-  if (e->stream == NULL || streamPassed(e->stream, e->pos)) return ncclSuccess;
+  if (e->stream == NULL) return ncclSuccess;
+  CHECK(streamOwned(e->stream, "chorusEventQuery"));
+  if (streamPassed(e->stream, e->pos)) return ncclSuccess;
   return ncclInProgress;
 }
 

@@ -13,6 +13,10 @@
 #include "core/log.h"
 
 #define STREAM_MAGIC 0x73747265616d2121ull
+/* A forked child's copy of a stream its parent had made: its worker is
+ * the parent's thread, which the child does not have, and its queue the
+ * parent's work (streamForkChild). */
+#define STREAM_INHERITED 0x696e686572697421ull
 /* The worker starts queued work only once the caller has stopped issuing for
  * STREAM_QUIET_NS (or the oldest item has waited STREAM_MAX_DELAY_NS): a
  * caller that issues a burst and then synchronizes (the common pattern) runs
@@ -84,7 +88,41 @@ static int blockingPending;
 static _Thread_local cudaStream_t runningStream;
 
 /* Small values are never read through (CUDA's special handles among them). */
-int streamValid(cudaStream_t s) { return (uintptr_t)s >= 4096 && s->magic == STREAM_MAGIC; }
+static int streamValid(cudaStream_t s) { return (uintptr_t)s >= 4096 && s->magic == STREAM_MAGIC; }
+static int streamInherited(cudaStream_t s) { return (uintptr_t)s >= 4096 && s->magic == STREAM_INHERITED; }
+
+ncclResult_t streamOwned(cudaStream_t s, const char *call) {
+  if (!streamInherited(s)) return ncclSuccess;
+  WARN("%s : stream %p was made before this process forked: a stream works only in the process that made it (its "
+       "thread and its queued work are the parent's; CUDA refuses a forked child every call): make one here",
+       call, (void *)s);
+  return ncclInvalidUsage;
+}
+
+ncclResult_t streamCheck(cudaStream_t s, const char *call) {
+  CHECK(streamOwned(s, call));
+  if (!streamValid(s)) {
+    WARN("%s : stream %p was not created by chorusStreamCreate (or was destroyed)", call, (void *)s);
+    return ncclInvalidArgument;
+  }
+  return ncclSuccess;
+}
+
+/* A forked child waits for none of its parent's streams and runs none of
+ * their work: had it drained them (a NULL-stream call waits for blocking
+ * streams, chorusDeviceSynchronize for all), it would have run the
+ * parent's queued collectives in the parent's place, or waited forever
+ * for a worker it does not have. */
+static void streamForkPrepare(void) { pthread_mutex_lock(&liveLock); }
+static void streamForkParent(void) { pthread_mutex_unlock(&liveLock); }
+static void streamForkChild(void) {
+  for (cudaStream_t s = liveHead; s; s = s->liveNext) s->magic = STREAM_INHERITED;
+  liveHead = NULL;
+  blockingPending = 0;
+  pthread_mutex_unlock(&liveLock);
+}
+static pthread_once_t streamForkOnce = PTHREAD_ONCE_INIT;
+static void streamForkRegister(void) { pthread_atfork(streamForkPrepare, streamForkParent, streamForkChild); }
 
 /* Wakes the worker (called with the lock held): always when now, otherwise
  * only if it sleeps without a deadline (a worker in a timed wait looks
@@ -231,6 +269,7 @@ static ncclResult_t checkNotInside(cudaStream_t s, const char *call) {
 }
 
 ncclResult_t streamWaitFor(cudaStream_t s, uint64_t pos, const char *call) {
+  CHECK(streamOwned(s, call));
   CHECK(checkNotInside(s, call));
   pthread_mutex_lock(&s->lock);
   streamDrain(s, pos);
@@ -246,6 +285,7 @@ static void streamFree(cudaStream_t s) {
 }
 
 void streamRelease(cudaStream_t s) {
+  if (streamInherited(s)) return; /* its lock may be held by a parent's thread: the child leaves it be */
   pthread_mutex_lock(&s->lock);
   int last = --s->refs == 0;
   pthread_mutex_unlock(&s->lock);
@@ -262,6 +302,7 @@ ncclResult_t chorusStreamCreateWithFlags(cudaStream_t *stream, unsigned int flag
          CHORUS_STREAM_BLOCKING);
     return ncclInvalidArgument;
   }
+  pthread_once(&streamForkOnce, streamForkRegister);
   cudaStream_t s = calloc(1, sizeof *s);
   if (!s) return ncclSystemError;
   pthread_mutex_init(&s->lock, NULL);
@@ -291,14 +332,6 @@ ncclResult_t chorusStreamCreateWithFlags(cudaStream_t *stream, unsigned int flag
 }
 
 ncclResult_t chorusStreamCreate(cudaStream_t *stream) { return chorusStreamCreateWithFlags(stream, 0); }
-
-static ncclResult_t checkStream(cudaStream_t s, const char *call) {
-  if (!streamValid(s)) {
-    WARN("%s : stream %p was not created by chorusStreamCreate (or was destroyed)", call, (void *)s);
-    return ncclInvalidArgument;
-  }
-  return ncclSuccess;
-}
 
 /* Waits for the work issued so far on device's live streams (blocking ones
  * only, unless all), running it on this thread where nobody else does;
@@ -368,7 +401,7 @@ static ncclResult_t legacyQuery(int device) {
 ncclResult_t chorusStreamQuery(cudaStream_t s) {
   s = streamResolve(s);
   if (s == NULL) return legacyQuery(deviceCurrent());
-  ncclResult_t res = checkStream(s, "chorusStreamQuery");
+  ncclResult_t res = streamCheck(s, "chorusStreamQuery");
   if (res != ncclSuccess) return res;
   if (__atomic_load_n(&s->pending, __ATOMIC_ACQUIRE) > 0) return ncclInProgress;
   pthread_mutex_lock(&s->lock);
@@ -380,7 +413,7 @@ ncclResult_t chorusStreamQuery(cudaStream_t s) {
 ncclResult_t chorusStreamSynchronize(cudaStream_t s) {
   s = streamResolve(s);
   if (s == NULL) return streamsWait(0, deviceCurrent());
-  CHECK(checkStream(s, "chorusStreamSynchronize"));
+  CHECK(streamCheck(s, "chorusStreamSynchronize"));
   CHECK(checkNotInside(s, "chorusStreamSynchronize"));
   /* The caller runs queued work itself rather than wait for the worker to
    * wake up (the difference is most of a small operation's latency). */
@@ -393,7 +426,12 @@ ncclResult_t chorusStreamSynchronize(cudaStream_t s) {
 }
 
 ncclResult_t chorusStreamDestroy(cudaStream_t s) {
-  CHECK(checkStream(s, "chorusStreamDestroy"));
+  if (streamInherited(s)) {
+    INFO(subsysInit, "chorusStreamDestroy : stream %p was made before this process forked: forgotten here, left "
+         "to the process that made it", (void *)s);
+    return ncclSuccess;
+  }
+  CHECK(streamCheck(s, "chorusStreamDestroy"));
   CHECK(checkNotInside(s, "chorusStreamDestroy"));
   ncclResult_t res = chorusStreamSynchronize(s);
   pthread_mutex_lock(&s->lock);
@@ -442,7 +480,7 @@ ncclResult_t chorusLaunchHostFunc(cudaStream_t s, chorusHostFn_t fn, void *userD
     fn(userData, ncclSuccess);
     return ncclSuccess;
   }
-  CHECK(checkStream(s, "chorusLaunchHostFunc"));
+  CHECK(streamCheck(s, "chorusLaunchHostFunc"));
   struct hostFunc *h = malloc(sizeof *h);
   if (!h) return ncclSystemError;
   /* Every field set: a stray `urgent` would wake the worker to race the

@@ -44,8 +44,16 @@ static inline cudaStream_t streamResolve(cudaStream_t stream) {
  * no blocking stream has work), as CUDA's legacy default stream does. */
 void streamLegacyWait(int device);
 
-/* 1 when stream was made by chorusStreamCreate and not destroyed. */
-int streamValid(cudaStream_t stream);
+/* ncclSuccess when stream (not NULL) was made by chorusStreamCreate, in
+ * this process, and not destroyed; else a WARN naming call, and
+ * ncclInvalidArgument (not a stream) or ncclInvalidUsage (a stream this
+ * process inherited at a fork: only chorusStreamDestroy, which forgets
+ * it, takes one). */
+ncclResult_t streamCheck(cudaStream_t stream, const char *call);
+/* ncclSuccess unless this process inherited stream at a fork (then as
+ * streamCheck): for a stream that may have been destroyed since (an
+ * event's). */
+ncclResult_t streamOwned(cudaStream_t stream, const char *call);
 /* Queues w; returns the point in the stream's order right after it (w may
  * have run, and been freed by its done, by the time this returns). */
 uint64_t streamEnqueue(cudaStream_t stream, struct streamWork *w);
