@@ -542,11 +542,37 @@ static int queuedRank(int rank, int n, ncclUniqueId id, void *arg) {
   return 0;
 }
 
+/* Rank 0 queues three AllReduces on a stream and rank 1 calls none: the
+ * timeout names the first, which is the one stuck (it named the third, the
+ * last one issued). */
+static int stuckFirstRank(int rank, int n, ncclUniqueId id, void *arg) {
+  (void)arg;
+  ncclComm_t comm;
+  NCCLCHECK(ncclCommInitRank(&comm, n, id, rank));
+  NCCLCHECK(chorusCommSetTimeout(comm, 1000));
+  if (rank == 0) {
+    cudaStream_t st;
+    float x[3][4] = {{0}};
+    NCCLCHECK(chorusStreamCreate(&st));
+    for (int k = 0; k < 3; k++) NCCLCHECK(ncclAllReduce(x[k], x[k], 4, ncclFloat, ncclSum, comm, st));
+    ncclResult_t res = chorusStreamSynchronize(st);
+    const char *why = ncclGetLastError(comm);
+    EXPECT(res == ncclTimeout && strstr(why, "AllReduce #1 ") && !strstr(why, "#3"), "rank 0: %s: %s",
+           ncclGetErrorString(res), why);
+    NCCLCHECK(chorusStreamDestroy(st));
+  } else {
+    usleep(1500000);
+  }
+  ncclCommAbort(comm);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   int n = argc > 1 ? atoi(argv[1]) : 2;
   failedFlag = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   int failed = runRanks(n, rankMain, NULL, 120) + threadsMain(n) + runsUnwaited() + (n == 2 ? nullLaunchJoin() : 0);
-  if (n == 2) failed += runRanks(2, forkedRank, NULL, 30) + runRanks(2, queuedRank, NULL, 30);
+  if (n == 2) failed += runRanks(2, forkedRank, NULL, 30) + runRanks(2, queuedRank, NULL, 30) +
+              runRanks(2, stuckFirstRank, NULL, 30);
   /* Bad stream handles are rejected. */
   static uint64_t fake[16]; /* not a stream, but readable */
   cudaStream_t bogus = (cudaStream_t)fake;

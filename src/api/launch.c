@@ -477,6 +477,7 @@ static ncclResult_t streamJobRun(struct streamWork *w, ncclResult_t status) {
   logStartThreadErrors();
   if (status != ncclSuccess) return status;
   if ((status = failedWhileQueued(job->items, job->n)) != ncclSuccess) return status;
+  watchRunning(job->items, job->n, job->items[0].stream);
   job->startedNs = 0;
   if (observeAny()) {
     job->startedNs = launchClock(1);

@@ -63,8 +63,17 @@ void watchBegin(const struct groupItem *items, int n, cudaStream_t stream) {
     if (!firstOfComm(items, i, stream)) continue;
     struct ncclComm *comm = items[i].comm;
     spinLock(&comm->statusLock);
-    comm->inCall++;
+    if (comm->inCall++ == 0) comm->current = items[i].desc.check;
     comm->timedOut = 0;
+    spinUnlock(&comm->statusLock);
+  }
+}
+
+void watchRunning(const struct groupItem *items, int n, cudaStream_t stream) {
+  for (int i = 0; i < n; i++) {
+    if (!firstOfComm(items, i, stream)) continue;
+    struct ncclComm *comm = items[i].comm;
+    spinLock(&comm->statusLock);
     comm->current = items[i].desc.check;
     spinUnlock(&comm->statusLock);
   }

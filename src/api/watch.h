@@ -16,10 +16,14 @@ size_t watchStatusBytes(void);
 void watchNumber(struct groupItem *item);
 /* A numbered operation with nothing to do (count 0) is done at once. */
 void watchNoop(const struct groupItem *item);
-/* A launch of items (those on stream) starts / ends with res; ran = 0 when
- * it was not run at all (a failure before it on its stream): then a
- * timeout is not diagnosed again. */
+/* A launch of items (those on stream) is issued / starts running / ends
+ * with res; ran = 0 when it was not run at all (a failure before it on its
+ * stream): then a timeout is not diagnosed again. What a rank says it is
+ * in (a timeout's diagnosis, the mismatch probe) is the launch that
+ * started last, or the one issued when none was outstanding: with three
+ * queued on a stream and the first stuck, the first, not the third. */
 void watchBegin(const struct groupItem *items, int n, cudaStream_t stream);
+void watchRunning(const struct groupItem *items, int n, cudaStream_t stream);
 void watchEnd(const struct groupItem *items, int n, cudaStream_t stream, ncclResult_t res, int ran);
 /* A stalled wait's periodic look (bootstrap's stallProbe), at most once a
  * second under CHORUS_CHECK: asks the peers what they last called, and
