@@ -217,12 +217,27 @@ void ProcessGroupChorus::setTimeout(std::chrono::milliseconds timeout) {
   group_->setTimeout(timeout);
 }
 
+// Ends the group's coalescing block when the call it guards throws
+// (Group::abandonBlock); every operation's first line.
+class BlockGuard {
+ public:
+  explicit BlockGuard(Group &g) : g_(g), uncaught_(std::uncaught_exceptions()) {}
+  ~BlockGuard() {
+    if (std::uncaught_exceptions() > uncaught_) g_.abandonBlock();
+  }
+
+ private:
+  Group &g_;
+  int uncaught_;
+};
+
 void ProcessGroupChorus::startCoalescing() { group_->startCoalescing(); }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::endCoalescing() { return group_->endCoalescing(); }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::broadcast(std::vector<at::Tensor> &tensors,
                                                              const c10d::BroadcastOptions &opts) {
+  BlockGuard guard(*group_);
   const char *call = "broadcast";
   const at::Tensor &t = single(tensors, call);
   checkRoot(opts.rootRank, size_, call);
@@ -238,6 +253,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::broadcast(std::vector<at::Ten
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::allreduce(std::vector<at::Tensor> &tensors,
                                                              const c10d::AllreduceOptions &opts) {
+  BlockGuard guard(*group_);
   const char *call = "all_reduce";
   const at::Tensor &t = single(tensors, call);
   Reduction red = Reduction::of(opts.reduceOp, t, call);
@@ -253,6 +269,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::allreduce(std::vector<at::Ten
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::allreduce_coalesced(std::vector<at::Tensor> &tensors,
                                                                        const c10d::AllreduceCoalescedOptions &opts) {
+  BlockGuard guard(*group_);
   const char *call = "all_reduce_coalesced";
   TORCH_CHECK(!tensors.empty(), "chorus: ", call, ": no tensors");
   Launch l = make(c10d::OpType::ALLREDUCE_COALESCED, "AllReduce", tensors, tensors);
@@ -281,6 +298,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::allreduce_coalesced(std::vect
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::reduce(std::vector<at::Tensor> &tensors,
                                                           const c10d::ReduceOptions &opts) {
+  BlockGuard guard(*group_);
   const char *call = "reduce";
   const at::Tensor &t = single(tensors, call);
   checkRoot(opts.rootRank, size_, call);
@@ -304,6 +322,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::reduce(std::vector<at::Tensor
 // own block; a block another rank sizes differently is a mismatch there.
 c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::allgatherUneven(std::vector<at::Tensor> &outs,
                                                                    const at::Tensor &input) {
+  BlockGuard guard(*group_);
   const char *call = "all_gather";
   checkLike(outs[rank_], input, call, "this rank's output tensor", "input");
   checkDtypes(outs, input, call, "an output tensor", "input");
@@ -339,6 +358,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::allgatherUneven(std::vector<a
 c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::reduceScatterUneven(const at::Tensor &output,
                                                                        std::vector<at::Tensor> &ins,
                                                                        const Reduction &red) {
+  BlockGuard guard(*group_);
   const char *call = "reduce_scatter";
   checkLike(ins[rank_], output, call, "this rank's input tensor", "output");
   checkDtypes(ins, output, call, "an input tensor", "output");
@@ -372,6 +392,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::reduceScatterUneven(const at:
 c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::allgather(std::vector<std::vector<at::Tensor>> &outputs,
                                                              std::vector<at::Tensor> &inputs,
                                                              const c10d::AllgatherOptions &opts) {
+  BlockGuard guard(*group_);
   const char *call = "all_gather";
   const at::Tensor &t = single(inputs, call);
   TORCH_CHECK(outputs.size() == 1, "chorus: all_gather: expects one output list per process, got ", outputs.size());
@@ -422,6 +443,7 @@ void checkBlocks(const at::Tensor &big, const at::Tensor &small, int size, const
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::_allgather_base(at::Tensor &output, at::Tensor &input,
                                                                    const c10d::AllgatherOptions &opts) {
+  BlockGuard guard(*group_);
   std::vector<at::Tensor> outs{output}, ins{input};
   return allgather_into_tensor_coalesced(outs, ins, opts);
 }
@@ -429,6 +451,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::_allgather_base(at::Tensor &o
 c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::allgather_into_tensor_coalesced(std::vector<at::Tensor> &outputs,
                                                                                    std::vector<at::Tensor> &inputs,
                                                                                    const c10d::AllgatherOptions &opts) {
+  BlockGuard guard(*group_);
   const char *call = "all_gather_into_tensor";
   TORCH_CHECK(outputs.size() == inputs.size() && !inputs.empty(), "chorus: ", call, ": ", inputs.size(),
               " inputs but ", outputs.size(), " outputs");
@@ -447,6 +470,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::allgather_into_tensor_coalesc
 c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::allgather_coalesced(
     std::vector<std::vector<at::Tensor>> &outputLists, std::vector<at::Tensor> &inputs,
     const c10d::AllgatherOptions &opts) {
+  BlockGuard guard(*group_);
   const char *call = "all_gather_coalesced";
   TORCH_CHECK(!inputs.empty(), "chorus: ", call, ": no input tensors");
   TORCH_CHECK(static_cast<int>(outputLists.size()) == size_, "chorus: ", call, ": the output must have ", size_,
@@ -476,6 +500,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::allgather_coalesced(
 c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::gather(std::vector<std::vector<at::Tensor>> &outputs,
                                                           std::vector<at::Tensor> &inputs,
                                                           const c10d::GatherOptions &opts) {
+  BlockGuard guard(*group_);
   const char *call = "gather";
   const at::Tensor &t = single(inputs, call);
   checkRoot(opts.rootRank, size_, call);
@@ -511,6 +536,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::gather(std::vector<std::vecto
 c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::scatter(std::vector<at::Tensor> &outputs,
                                                            std::vector<std::vector<at::Tensor>> &inputs,
                                                            const c10d::ScatterOptions &opts) {
+  BlockGuard guard(*group_);
   const char *call = "scatter";
   const at::Tensor &t = single(outputs, call);
   checkRoot(opts.rootRank, size_, call);
@@ -543,6 +569,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::scatter(std::vector<at::Tenso
 c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::reduce_scatter(std::vector<at::Tensor> &outputs,
                                                                   std::vector<std::vector<at::Tensor>> &inputs,
                                                                   const c10d::ReduceScatterOptions &opts) {
+  BlockGuard guard(*group_);
   const char *call = "reduce_scatter";
   const at::Tensor &t = single(outputs, call);
   TORCH_CHECK(inputs.size() == 1, "chorus: reduce_scatter: expects one input list per process, got ", inputs.size());
@@ -568,12 +595,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::reduce_scatter(std::vector<at
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::_reduce_scatter_base(at::Tensor &output, at::Tensor &input,
                                                                         const c10d::ReduceScatterOptions &opts) {
+  BlockGuard guard(*group_);
   std::vector<at::Tensor> outs{output}, ins{input};
   return reduce_scatter_tensor_coalesced(outs, ins, opts);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::reduce_scatter_tensor_coalesced(
     std::vector<at::Tensor> &outputs, std::vector<at::Tensor> &inputs, const c10d::ReduceScatterOptions &opts) {
+  BlockGuard guard(*group_);
   const char *call = "reduce_scatter_tensor";
   TORCH_CHECK(outputs.size() == inputs.size() && !inputs.empty(), "chorus: ", call, ": ", inputs.size(),
               " inputs but ", outputs.size(), " outputs");
@@ -648,6 +677,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::alltoall_base(at::Tensor &out
                                                                  std::vector<int64_t> &outputSplitSizes,
                                                                  std::vector<int64_t> &inputSplitSizes,
                                                                  const c10d::AllToAllOptions &opts) {
+  BlockGuard guard(*group_);
   const char *call = "all_to_all_single";
   checkTensor(output, call);
   checkTensor(input, call);
@@ -701,6 +731,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::alltoall_base(at::Tensor &out
 c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::alltoall(std::vector<at::Tensor> &outputs,
                                                             std::vector<at::Tensor> &inputs,
                                                             const c10d::AllToAllOptions &opts) {
+  BlockGuard guard(*group_);
   const char *call = "all_to_all";
   TORCH_CHECK(static_cast<int>(inputs.size()) == size_ && static_cast<int>(outputs.size()) == size_, "chorus: ", call,
               ": expects ", size_, " input and output tensors (the group's size), got ", inputs.size(), " and ",
@@ -726,6 +757,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::alltoall(std::vector<at::Tens
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::send(std::vector<at::Tensor> &tensors, int dstRank, int tag) {
+  BlockGuard guard(*group_);
   const char *call = "send";
   const at::Tensor &t = single(tensors, call);
   checkPeer(dstRank, size_, call);
@@ -740,6 +772,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::send(std::vector<at::Tensor> 
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::recv(std::vector<at::Tensor> &tensors, int srcRank, int tag) {
+  BlockGuard guard(*group_);
   const char *call = "recv";
   const at::Tensor &t = single(tensors, call);
   checkPeer(srcRank, size_, call);
@@ -754,11 +787,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::recv(std::vector<at::Tensor> 
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::recvAnysource(std::vector<at::Tensor> &tensors, int tag) {
+  BlockGuard guard(*group_);
   TORCH_CHECK(false,
               "chorus: recv from any source is not supported (as with NCCL, a receive names its source: pass src)");
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::barrier(const c10d::BarrierOptions &opts) {
+  BlockGuard guard(*group_);
   // An allreduce of one byte, behind every collective issued before it
   // (point-to-point operations run on a communicator of their own, as with NCCL).
   at::Tensor one = at::zeros({1}, at::TensorOptions().dtype(at::kByte));

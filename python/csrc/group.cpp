@@ -523,6 +523,16 @@ void Group::startCoalescing() {
   coalescing_ = true;
 }
 
+void Group::abandonBlock() {
+  std::lock_guard<std::mutex> g(mutex_);
+  if (!coalescing_) return;
+  std::string text = c10::str("chorus: group '", name_, "': a call in the coalescing block was refused, so none of ",
+                              "the block's operations ran");
+  for (Item &it : coalesced_) it.work->fail(text);
+  coalesced_.clear();
+  coalescing_ = false;
+}
+
 c10::intrusive_ptr<c10d::Work> Group::endCoalescing() {
   std::lock_guard<std::mutex> g(mutex_);
   TORCH_CHECK(coalescing_, "chorus: group '", name_, "': endCoalescing without startCoalescing");

@@ -68,6 +68,11 @@ class Group : public std::enable_shared_from_this<Group> {
   // Between these, launches are collected and run as one chorus group (torch's coalescing manager).
   void startCoalescing();
   c10::intrusive_ptr<c10d::Work> endCoalescing();
+  // A call refused inside a coalescing block: its exception leaves torch's
+  // _coalescing_manager without endCoalescing, so the block ends here, what
+  // it had collected failed, and later calls run as they come (they had
+  // joined a block nobody would end: returned at once, buffers untouched).
+  void abandonBlock();
   // Launches the point-to-point operations held back (Work.wait does).
   void flush();
   // Waits for everything issued, then destroys the communicator (abort it when it has failed).

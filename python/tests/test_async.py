@@ -211,6 +211,40 @@ def coalescing_block(rank, size):
     assert torch.all(v == size * size), v
 
 
+def refused_in_block(rank, size):
+    # A call chorus refuses inside a coalescing block (a receive into an
+    # expanded view, inside batch_isend_irecv's block) raises, on every rank,
+    # and its exception leaves torch's _coalescing_manager without ending
+    # the block: chorus ends it itself, so the calls after it run as they
+    # come. They had joined a block nobody would end: returned at once with
+    # their buffers untouched (broadcast, send/recv, all_gather, barrier).
+    # torch's own record of the block stays behind (the manager has no
+    # finally), so torch keeps all_reduce's fast path to itself until the
+    # next block: only calls without that path are checked here.
+    if size == 1:
+        return
+    ops = [dist.P2POp(dist.isend, torch.ones(4), (rank + 1) % size),
+           dist.P2POp(dist.irecv, torch.zeros(1).expand(4), (rank - 1) % size)]
+    try:
+        dist.batch_isend_irecv(ops)
+        raise AssertionError("a receive into an expanded view was taken")
+    except RuntimeError as e:
+        assert "share memory" in str(e), e
+    b = torch.full((2,), float(rank + 10))
+    dist.broadcast(b, src=size - 1)
+    assert torch.all(b == size + 9), b
+    got = torch.zeros(2)
+    if rank == 0:
+        dist.send(torch.full((2,), 5.0), 1)
+    elif rank == 1:
+        dist.recv(got, 0)
+        assert torch.all(got == 5), got
+    out = [torch.zeros(1) for _ in range(size)]
+    dist.all_gather(out, torch.full((1,), float(rank)))
+    assert [o.item() for o in out] == list(range(size)), out
+    dist.barrier()
+
+
 def chained(rank, size):
     """An operation issued right behind another, with no wait between, reads
     what the first one wrote, also where the backend stages its input in a
@@ -406,6 +440,7 @@ def main():
     for name, f in [("many_in_flight", many_in_flight), ("futures", futures), ("background", background),
                     ("wait_timeout", wait_timeout), ("order", order), ("flood", flood), ("temporaries", temporaries),
                     ("callback_waits_on_later", callback_waits_on_later), ("coalescing_block", coalescing_block), ("released", released),
+                    ("refused_in_block", refused_in_block),
                     ("chained", chained), ("inference_mode", inference_mode), ("threads_retire", threads_retire)]:
         cases[name] = lambda f=f: [harness.run(n, f) for n in (1, 2, 3)]
     # A wait between the ranks that never ends fails in 10 s, not the default minute.
