@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <unistd.h>
 
@@ -77,7 +78,44 @@ struct CopyIn {
 
 [[noreturn]] void throwBackend(const std::string &text) { C10_THROW_ERROR(DistBackendError, text); }
 
+std::mutex liveGroupsMutex;
+std::vector<std::weak_ptr<Group>> liveGroups;  // every group made, for leaveIdleAtExit
+
 }  // namespace
+
+void Group::track(const std::shared_ptr<Group> &g) {
+  // At the process's exit, after every Python atexit handler (one may still
+  // use a group) and the interpreter's finalization: registered after the
+  // registry's own statics, so it runs before they are destroyed.
+  static std::once_flag once;
+  std::call_once(once, [] { std::atexit([] { leaveIdleAtExit(); }); });
+  std::lock_guard<std::mutex> lock(liveGroupsMutex);
+  liveGroups.erase(std::remove_if(liveGroups.begin(), liveGroups.end(),
+                                  [](const std::weak_ptr<Group> &w) { return w.expired(); }),
+                   liveGroups.end());
+  liveGroups.push_back(g);
+}
+
+bool Group::idle() {
+  std::lock_guard<std::mutex> g(mutex_);
+  if (closed_.load() || tearingDown_ || coalescing_ || !deferred_.empty() || !backlog_.empty()) return false;
+  for (auto &[key, lane] : lanes_)
+    if (lane && chorusStreamQuery(lane) == ncclInProgress) return false;
+  for (cudaStream_t s : {p2pStream_, stream_})
+    if (s && chorusStreamQuery(s) == ncclInProgress) return false;
+  return true;
+}
+
+void Group::leaveIdleAtExit() {
+  std::vector<std::shared_ptr<Group>> groups;
+  {
+    std::lock_guard<std::mutex> lock(liveGroupsMutex);
+    for (const auto &w : liveGroups)
+      if (auto g = w.lock()) groups.push_back(std::move(g));
+  }
+  for (auto &g : groups)
+    if (g->idle()) g->shutdown();
+}
 
 Group::Group(ncclComm_t comm, int rank, int size, std::chrono::milliseconds timeout, std::string name)
     : comm_(comm), rank_(rank), size_(size), timeoutMs_(timeout.count()), name_(std::move(name)) {
@@ -197,6 +235,7 @@ std::shared_ptr<Group> Group::rendezvous(const c10::intrusive_ptr<c10d::Store> &
   comm = finishInit(comm, r, timeout, what, missing);
   std::shared_ptr<Group> g(new Group(comm, rank, size, timeout, std::move(name)));
   g->startP2p(timeout);
+  track(g);
   return g;
 }
 
@@ -255,6 +294,7 @@ std::shared_ptr<Group> Group::derive(const char *origin, const std::string &what
   std::shared_ptr<Group> g(new Group(child, crank, csize, timeout, std::move(name)));
   g->origin_ = origin;
   g->startP2p(timeout);
+  track(g);
   return g;
 }
 

@@ -63,6 +63,15 @@ class Group : public std::enable_shared_from_this<Group> {
   std::shared_ptr<Group> subset(const std::vector<int> &excluded, std::chrono::milliseconds timeout,
                                 std::string name);
   ~Group();
+  // At the process's exit (std::atexit), every group with nothing in
+  // flight leaves as destroy_process_group would have it leave: its
+  // communicators say goodbye (what they sent stays theirs to take), so
+  // that the peers of a script that never called destroy_process_group
+  // take what it sent last and go on among themselves. They had failed on
+  // the next call with "rank 1 exited", whatever it concerned, where gloo
+  // delivers. A group with work in flight is left as it is (its peers wait
+  // for that work: they fail naming this rank).
+  static void leaveIdleAtExit();
 
   c10::intrusive_ptr<c10d::Work> launch(Launch l);
   // Between these, launches are collected and run as one chorus group (torch's coalescing manager).
@@ -199,6 +208,8 @@ class Group : public std::enable_shared_from_this<Group> {
   std::atomic<uint64_t> seq_{0};
   std::atomic<bool> closed_{false};  // no more launches (shut down or aborted)
   bool tearingDown_ = false;         // shutdown() or abort() owns the teardown
+  bool idle();                       // nothing issued that has yet to finish
+  static void track(const std::shared_ptr<Group> &g);
   bool flightDumped_ = false;
   bool coalescing_ = false;
   std::vector<Item> coalesced_;

@@ -89,6 +89,35 @@ def exit_unwaited():
             assert r.stdout.count("late [[0.0, 4.0], [6.0, 10.0]]") == 2, (r.stdout, r.stderr[-3000:])
 
 
+NO_DESTROY = r"""
+import time, torch, torch.distributed as dist
+dist.init_process_group("chorus")
+rank = dist.get_rank()
+x = torch.ones(3); dist.all_reduce(x)
+if rank == 1:
+    time.sleep(1)  # rank 2 has left by now
+    dist.send(torch.full((1000,), 42.0), 0)
+elif rank == 0:
+    time.sleep(2)  # rank 1 has left by now
+    y = torch.zeros(1000); dist.recv(y, 1)
+    __import__("os").write(1, f"got {y[0].item()} {bool(torch.all(y == 42))}\n".encode())
+    dist.destroy_process_group()
+# ranks 1 and 2 exit without destroy_process_group
+"""
+
+
+def exit_without_destroy():
+    """Ranks that exit without destroy_process_group (scripts often leave
+    it out) leave as it would: rank 2 goes at once, and ranks 0 and 1 go
+    on without it; rank 1 sends and goes, and rank 0 takes what it sent
+    after it has gone, as with gloo. Both had failed rank 0's receive:
+    "rank 2 ... exited", "rank 1 ... exited"."""
+    launcher = os.environ.get("CHORUSRUN") or os.path.join(ROOT, "build", "bin", "chorusrun")
+    r = subprocess.run([launcher, "-n", "3", sys.executable, "-c", NO_DESTROY], capture_output=True, text=True,
+                       timeout=120, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert r.returncode == 0 and "got 42.0 True" in r.stdout, (r.returncode, r.stdout, r.stderr[-3000:])
+
+
 def recorder(rank, size):
     import torch
     import torch.distributed as dist
@@ -111,7 +140,8 @@ def recorder(rank, size):
 
 def main():
     harness.main({"autoload": autoload, "lazy_entry_point": lazy_entry_point, "torchrun": torchrun, "chorusrun": chorusrun,
-                  "exit_unwaited": exit_unwaited, "flight_recorder": lambda: harness.run(2, recorder)})
+                  "exit_unwaited": exit_unwaited, "exit_without_destroy": exit_without_destroy,
+                  "flight_recorder": lambda: harness.run(2, recorder)})
 
 
 if __name__ == "__main__":
