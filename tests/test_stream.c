@@ -544,9 +544,9 @@ static int queuedRank(int rank, int n, ncclUniqueId id, void *arg) {
 
 /* Rank 0 queues three AllReduces on a stream and rank 1 calls none: the
  * timeout names the first, which is the one stuck (it named the third, the
- * last one issued). */
+ * last one issued), whether the first started before the others were
+ * issued or after. */
 static int stuckFirstRank(int rank, int n, ncclUniqueId id, void *arg) {
-  (void)arg;
   ncclComm_t comm;
   NCCLCHECK(ncclCommInitRank(&comm, n, id, rank));
   NCCLCHECK(chorusCommSetTimeout(comm, 1000));
@@ -554,7 +554,10 @@ static int stuckFirstRank(int rank, int n, ncclUniqueId id, void *arg) {
     cudaStream_t st;
     float x[3][4] = {{0}};
     NCCLCHECK(chorusStreamCreate(&st));
-    for (int k = 0; k < 3; k++) NCCLCHECK(ncclAllReduce(x[k], x[k], 4, ncclFloat, ncclSum, comm, st));
+    for (int k = 0; k < 3; k++) {
+      NCCLCHECK(ncclAllReduce(x[k], x[k], 4, ncclFloat, ncclSum, comm, st));
+      if (k == 0 && arg) usleep(200000); /* the first runs (the stream's thread starts it) before the others come */
+    }
     ncclResult_t res = chorusStreamSynchronize(st);
     const char *why = ncclGetLastError(comm);
     EXPECT(res == ncclTimeout && strstr(why, "AllReduce #1 ") && !strstr(why, "#3"), "rank 0: %s: %s",
@@ -572,7 +575,7 @@ int main(int argc, char **argv) {
   failedFlag = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   int failed = runRanks(n, rankMain, NULL, 120) + threadsMain(n) + runsUnwaited() + (n == 2 ? nullLaunchJoin() : 0);
   if (n == 2) failed += runRanks(2, forkedRank, NULL, 30) + runRanks(2, queuedRank, NULL, 30) +
-              runRanks(2, stuckFirstRank, NULL, 30);
+              runRanks(2, stuckFirstRank, NULL, 30) + runRanks(2, stuckFirstRank, "first started", 30);
   /* Bad stream handles are rejected. */
   static uint64_t fake[16]; /* not a stream, but readable */
   cudaStream_t bogus = (cudaStream_t)fake;
