@@ -109,12 +109,17 @@ bool Group::idle() {
 void Group::leaveIdleAtExit() {
   std::vector<std::shared_ptr<Group>> groups;
   {
-    std::lock_guard<std::mutex> lock(liveGroupsMutex);
+    // Not waited for: in a child forked while another thread held it, it
+    // stays held (then nothing leaves, as before).
+    std::unique_lock<std::mutex> lock(liveGroupsMutex, std::try_to_lock);
+    if (!lock) return;
     for (const auto &w : liveGroups)
       if (auto g = w.lock()) groups.push_back(std::move(g));
   }
+  // A forked child's groups are its parent's (their threads and locks are
+  // the parent's, and the library refuses their communicators there).
   for (auto &g : groups)
-    if (g->idle()) g->shutdown();
+    if (g->pid_ == getpid() && g->idle()) g->shutdown();
 }
 
 Group::Group(ncclComm_t comm, int rank, int size, std::chrono::milliseconds timeout, std::string name)
@@ -559,6 +564,7 @@ void Group::startCoalescing() {
   std::lock_guard<std::mutex> g(mutex_);
   checkOpenLocked("startCoalescing");
   TORCH_CHECK(!coalescing_, "chorus: group '", name_, "': startCoalescing while already coalescing");
+  abandoned_.clear();
   flushLocked();
   coalescing_ = true;
 }
@@ -566,15 +572,21 @@ void Group::startCoalescing() {
 void Group::abandonBlock() {
   std::lock_guard<std::mutex> g(mutex_);
   if (!coalescing_) return;
-  std::string text = c10::str("chorus: group '", name_, "': a call in the coalescing block was refused, so none of ",
-                              "the block's operations ran");
+  std::string text = c10::str("chorus: group '", name_, "': a call in the coalescing block was refused, so the ",
+                              "block ended there and none of the operations issued in it before ran");
   for (Item &it : coalesced_) it.work->fail(text);
   coalesced_.clear();
   coalescing_ = false;
+  abandoned_ = text;  // for its endCoalescing, if the caller caught the refusal and carried on
 }
 
 c10::intrusive_ptr<c10d::Work> Group::endCoalescing() {
   std::lock_guard<std::mutex> g(mutex_);
+  if (!coalescing_ && !abandoned_.empty()) {
+    std::string text = std::move(abandoned_);
+    abandoned_.clear();
+    throwBackend(text);
+  }
   TORCH_CHECK(coalescing_, "chorus: group '", name_, "': endCoalescing without startCoalescing");
   coalescing_ = false;
   checkOpenLocked("endCoalescing");

@@ -28,6 +28,8 @@
 #include <thread>
 #include <vector>
 
+#include <unistd.h>
+
 #include "completion.hpp"
 #include "flight.hpp"
 
@@ -81,6 +83,8 @@ class Group : public std::enable_shared_from_this<Group> {
   // _coalescing_manager without endCoalescing, so the block ends here, what
   // it had collected failed, and later calls run as they come (they had
   // joined a block nobody would end: returned at once, buffers untouched).
+  // A caller that caught the refusal and went on gets the error from
+  // endCoalescing (the calls after the refusal ran on their own).
   void abandonBlock();
   // Launches the point-to-point operations held back (Work.wait does).
   void flush();
@@ -209,9 +213,11 @@ class Group : public std::enable_shared_from_this<Group> {
   std::atomic<bool> closed_{false};  // no more launches (shut down or aborted)
   bool tearingDown_ = false;         // shutdown() or abort() owns the teardown
   bool idle();                       // nothing issued that has yet to finish
+  const pid_t pid_ = getpid();       // the process that made it (leaveIdleAtExit)
   static void track(const std::shared_ptr<Group> &g);
   bool flightDumped_ = false;
   bool coalescing_ = false;
+  std::string abandoned_;  // why the block ended early (abandonBlock), until the next one starts
   std::vector<Item> coalesced_;
   std::vector<Item> deferred_;
   // Collectives issued on stream_, oldest first (weak: a work nobody holds

@@ -243,6 +243,21 @@ def refused_in_block(rank, size):
     dist.all_gather(out, torch.full((1,), float(rank)))
     assert [o.item() for o in out] == list(range(size)), out
     dist.barrier()
+    # A caller that catches the refusal and goes on: the block ended there,
+    # and its end says so on every rank (it had said "endCoalescing without
+    # startCoalescing", the broadcast before the refusal silently dropped).
+    a = torch.full((2,), float(rank))
+    try:
+        with dist._coalescing_manager(device=torch.device("cpu"), async_ops=True):
+            dist.broadcast(a, src=0)
+            try:
+                dist.broadcast(torch.zeros(1).expand(4), src=0)
+            except RuntimeError:
+                pass
+        raise AssertionError("a block with a refused call ended without an error")
+    except RuntimeError as e:
+        assert "block ended there" in str(e), e
+    dist.barrier()
 
 
 def chained(rank, size):

@@ -476,7 +476,10 @@ static ncclResult_t streamJobRun(struct streamWork *w, ncclResult_t status) {
   struct streamJob *job = (struct streamJob *)w;
   logStartThreadErrors();
   if (status != ncclSuccess) return status;
-  if ((status = failedWhileQueued(job->items, job->n)) != ncclSuccess) return status;
+  if ((status = failedWhileQueued(job->items, job->n)) != ncclSuccess) {
+    w->skipped = 1; /* not run: no timeout diagnosis, and its record ends skipped */
+    return status;
+  }
   watchRunning(job->items, job->n, job->items[0].stream);
   job->startedNs = 0;
   if (observeAny()) {
