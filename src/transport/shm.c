@@ -576,7 +576,7 @@ static ncclResult_t shmSetup(void **state, struct bootstrap *b, struct connTable
   int memfd = memfd_create("chorus-fifo", MFD_CLOEXEC);
   SYSCHECK(memfd, "memfd_create");
   ncclResult_t res = ncclSuccess;
-  int listenFd = -1, *peerSock = NULL;
+  int listenFd = -1, *peerSock = NULL, *spare = NULL;
   unsigned char *phase = NULL, *served = NULL;
   struct shmSetupInfo *infos = NULL;
   struct acceptor *acc = NULL;
@@ -599,14 +599,15 @@ static ncclResult_t shmSetup(void **state, struct bootstrap *b, struct connTable
   info->cookieAddr = (uintptr_t)&shmCookie;
   info->cookie = shmProcessCookie();
   peerSock = malloc(sizeof(int) * n);
+  spare = malloc(sizeof(int) * n);
   phase = calloc(n, 1);
   served = calloc(n, 1);
   infos = calloc(n, sizeof *infos);
-  if (!peerSock || !phase || !served || !infos) {
+  if (!peerSock || !spare || !phase || !served || !infos) {
     res = ncclSystemError;
     goto out;
   }
-  for (int p = 0; p < n; p++) peerSock[p] = -1;
+  for (int p = 0; p < n; p++) peerSock[p] = spare[p] = -1;
 
   uint64_t nonce = b->peers[0].nonce;
   struct sockaddr_un addr;
@@ -630,7 +631,7 @@ static ncclResult_t shmSetup(void **state, struct bootstrap *b, struct connTable
    * each rank's token and pid namespace is the barrier. */
   shmSetupInfoMine(&infos[me]);
   CHECKGOTO(bootstrapAllGather(b, infos, sizeof *infos), res, out);
-  int toReceive = 0, toServe = nlocal - 1, refusals = 0;
+  int toReceive = 0, toServe = nlocal - 1, toHangUp = 0, refusals = 0;
   for (int p = 0; p < n; p++) {
     if (!mine[p]) continue;
     peerSock[p] = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -646,8 +647,23 @@ static ncclResult_t shmSetup(void **state, struct bootstrap *b, struct connTable
    * filled is tried again each round, and the one wait bounds it all. */
   struct waitState w;
   waitBegin(&w, b->abortFlag, bootstrapLiveness, b, "shared-memory setup");
-  while (toReceive > 0 || toServe > 0) {
+  while (toReceive > 0 || toServe > 0 || toHangUp > 0) {
     int progressed = 0;
+    /* A higher peer's connection to this rank is closed here only once the
+     * peer has closed its end, after reading this rank's segment: closed
+     * earlier, anything unread in it would reset the connection, and the
+     * segment in the peer's queue would be lost with it (a Unix socket's
+     * reset discards what was queued). */
+    for (int p = 0; p < n; p++) {
+      if (spare[p] < 0) continue;
+      char byte;
+      ssize_t got = recv(spare[p], &byte, 1, MSG_DONTWAIT);
+      if (got > 0 || (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))) continue;
+      close(spare[p]);
+      spare[p] = -1;
+      toHangUp--;
+      progressed = 1;
+    }
     for (int p = 0; p < n; p++) {
       if (phase[p] == shmConnecting) {
         socklen_t len = udsName(&addr, nonce, p);
@@ -693,8 +709,10 @@ static ncclResult_t shmSetup(void **state, struct bootstrap *b, struct connTable
       if (r == 0) continue;
       if (me < p) { /* kept: the pair's notes go both ways on the lower rank's connection */
         s->peers[p].chan = peerSock[p];
-        peerSock[p] = -1;
+      } else { /* read: its close tells the lower peer it may close its end (spare) */
+        close(peerSock[p]);
       }
+      peerSock[p] = -1;
       phase[p] = shmReceived;
       if (r == -2) {
         WARN("SHM : local rank %d's segment came, but this process could not take its descriptor (%s)", p,
@@ -736,9 +754,16 @@ static ncclResult_t shmSetup(void **state, struct bootstrap *b, struct connTable
         continue;
       }
       res = sendFd(c, memfd);
-      if (h.rank < me && res == ncclSuccess) s->peers[h.rank].chan = c; /* the pair's notes (above) */
-      else close(c); /* what was sent before the close still comes */
-      if (res != ncclSuccess) goto out;
+      if (res != ncclSuccess) {
+        close(c);
+        goto out;
+      }
+      if (h.rank < me) {
+        s->peers[h.rank].chan = c; /* the pair's notes (above) */
+      } else {
+        spare[h.rank] = c; /* closed once the peer has read the segment and hung up (above) */
+        toHangUp++;
+      }
       served[h.rank] = 1;
       toServe--;
       progressed = 1;
@@ -799,6 +824,10 @@ out:
     for (int p = 0; p < n; p++)
       if (peerSock[p] >= 0) close(peerSock[p]);
   free(peerSock);
+  if (spare)
+    for (int p = 0; p < n; p++)
+      if (spare[p] >= 0) close(spare[p]);
+  free(spare);
   free(phase);
   free(served);
   free(infos);
