@@ -218,7 +218,7 @@ void ProcessGroupChorus::setTimeout(std::chrono::milliseconds timeout) {
 }
 
 // Ends the group's coalescing block when the call it guards throws
-// (Group::abandonBlock); every operation's first line.
+// (Group::abandonBlock); the first line of every operation torch calls.
 class BlockGuard {
  public:
   explicit BlockGuard(Group &g) : g_(g), uncaught_(std::uncaught_exceptions()) {}
@@ -322,7 +322,6 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::reduce(std::vector<at::Tensor
 // own block; a block another rank sizes differently is a mismatch there.
 c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::allgatherUneven(std::vector<at::Tensor> &outs,
                                                                    const at::Tensor &input) {
-  BlockGuard guard(*group_);
   const char *call = "all_gather";
   checkLike(outs[rank_], input, call, "this rank's output tensor", "input");
   checkDtypes(outs, input, call, "an output tensor", "input");
@@ -358,7 +357,6 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::allgatherUneven(std::vector<a
 c10::intrusive_ptr<c10d::Work> ProcessGroupChorus::reduceScatterUneven(const at::Tensor &output,
                                                                        std::vector<at::Tensor> &ins,
                                                                        const Reduction &red) {
-  BlockGuard guard(*group_);
   const char *call = "reduce_scatter";
   checkLike(ins[rank_], output, call, "this rank's input tensor", "output");
   checkDtypes(ins, output, call, "an input tensor", "output");

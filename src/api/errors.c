@@ -11,12 +11,16 @@
 #include "core/log.h"
 #include "core/param.h"
 
+static int commIsOne(const struct ncclComm *comm) {
+  return comm->startMagic == COMM_MAGIC && comm->endMagic == COMM_MAGIC;
+}
+
 ncclResult_t commCheck(const struct ncclComm *comm, const char *call) {
   if (comm == NULL) {
     WARN("%s : comm argument is NULL", call);
     return ncclInvalidArgument;
   }
-  if (comm->startMagic != COMM_MAGIC || comm->endMagic != COMM_MAGIC) {
+  if (!commIsOne(comm)) {
     WARN("%s : comm %p is corrupted or has been destroyed", call, (const void *)comm);
     return ncclInvalidArgument;
   }
@@ -30,7 +34,7 @@ ncclResult_t commCheck(const struct ncclComm *comm, const char *call) {
 }
 
 int commForget(const struct ncclComm *comm, const char *call) {
-  if (!comm || comm->startMagic != COMM_MAGIC || comm->endMagic != COMM_MAGIC || !comm->inherited) return 0;
+  if (!comm || !commIsOne(comm) || !comm->inherited) return 0;
   INFO(subsysInit, "%s : comm %p (rank %d of %d) was made before this process forked: forgotten here, left to the "
        "process that made it", call, (const void *)comm, comm->rank, comm->nranks);
   return 1;
